@@ -1,0 +1,94 @@
+//! Embeds the kernel image that `src/kernel.rs` loads with `cuModuleLoadData`.
+//!
+//! In order of preference:
+//! 1. `SIMPLE_IPC_KERNEL_IMAGE`: a file made elsewhere (CMakeLists.txt passes the fatbin it built);
+//! 2. a fatbin compiled here from `kernels/simple_kernel.cu`, when an nvcc is found (`NVCC`, `PATH`,
+//!    `CUDA_PATH`, `/usr/local/cuda`); `NVCC=none` skips this step;
+//! 3. the PTX committed beside the source (`kernels/simple_kernel.ptx`, made by `scripts/regenerate-ptx.sh`),
+//!    so that machines without CUDA, such as CI, build the same program.
+//!
+//! The image lands in `OUT_DIR/simple_kernel.image`; `SIMPLE_IPC_KERNEL_FORMAT` tells the crate what it is.
+
+use std::env;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The architectures of the sample's CMakeLists.txt; the last one also gets PTX, for GPUs newer than the list.
+const ARCHITECTURES: [u32; 9] = [75, 80, 86, 87, 89, 90, 100, 110, 120];
+
+fn main() {
+    println!("cargo:rerun-if-changed=kernels/simple_kernel.cu");
+    println!("cargo:rerun-if-changed=kernels/simple_kernel.ptx");
+    println!("cargo:rerun-if-env-changed=SIMPLE_IPC_KERNEL_IMAGE");
+    println!("cargo:rerun-if-env-changed=NVCC");
+    println!("cargo:rerun-if-env-changed=CUDA_PATH");
+
+    let out_dir =
+        PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR for build scripts"));
+    let image = out_dir.join("simple_kernel.image");
+
+    let format = if let Some(given) = env::var_os("SIMPLE_IPC_KERNEL_IMAGE") {
+        println!("cargo:rerun-if-changed={}", Path::new(&given).display());
+        fs::copy(&given, &image).unwrap_or_else(|e| {
+            panic!(
+                "SIMPLE_IPC_KERNEL_IMAGE={}: {e}",
+                Path::new(&given).display()
+            )
+        });
+        "fatbin"
+    } else if let Some(nvcc) = find_nvcc() {
+        if compile_fatbin(&nvcc, &image) {
+            "fatbin"
+        } else {
+            println!(
+                "cargo:warning=nvcc ({}) failed; embedding the committed PTX",
+                nvcc.display()
+            );
+            embed_committed_ptx(&image)
+        }
+    } else {
+        embed_committed_ptx(&image)
+    };
+    println!("cargo:rustc-env=SIMPLE_IPC_KERNEL_FORMAT={format}");
+}
+
+fn find_nvcc() -> Option<PathBuf> {
+    match env::var_os("NVCC") {
+        Some(v) if v == "none" || v.is_empty() => return None,
+        Some(v) => return Some(PathBuf::from(v)),
+        None => {}
+    }
+    let on_path = env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| env::split_paths(&p).collect::<Vec<_>>())
+        .map(|dir| dir.join("nvcc"));
+    let known = env::var_os("CUDA_PATH")
+        .map(|p| PathBuf::from(p).join("bin/nvcc"))
+        .into_iter()
+        .chain([PathBuf::from("/usr/local/cuda/bin/nvcc")]);
+    on_path.chain(known).find(|p| p.is_file())
+}
+
+fn compile_fatbin(nvcc: &Path, image: &Path) -> bool {
+    let mut cmd = Command::new(nvcc);
+    cmd.args(["-fatbin", "-lineinfo", "-o"]).arg(image);
+    for arch in ARCHITECTURES {
+        cmd.arg(format!("-gencode=arch=compute_{arch},code=sm_{arch}"));
+    }
+    let newest = ARCHITECTURES[ARCHITECTURES.len() - 1];
+    cmd.arg(format!(
+        "-gencode=arch=compute_{newest},code=compute_{newest}"
+    ));
+    cmd.arg("kernels/simple_kernel.cu");
+    matches!(cmd.status(), Ok(s) if s.success())
+}
+
+/// PTX is text that `cuModuleLoadData` reads up to a NUL, so the copy gets one.
+fn embed_committed_ptx(image: &Path) -> &'static str {
+    let mut ptx =
+        fs::read("kernels/simple_kernel.ptx").expect("kernels/simple_kernel.ptx is committed");
+    ptx.push(0);
+    fs::write(image, ptx).expect("OUT_DIR is writable");
+    "ptx"
+}

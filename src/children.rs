@@ -1,0 +1,163 @@
+//! The parent's children: started by re-executing this program (`/proc/self/exe`) with their index, watched
+//! until they all exit, and stopped together as soon as one fails or a signal comes. Dropping [`Children`]
+//! stops and reaps whatever still runs, so no path out of the parent leaves a child behind.
+
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use nix::errno::Errno;
+use nix::sys::signal::{Signal, kill};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::Pid;
+
+use crate::segment::SharedState;
+use crate::signals;
+
+/// How long stopped children get to close what they opened before they are killed.
+const GRACE: Duration = Duration::from_secs(1);
+/// How often the parent looks at its children while they run.
+const POLL: Duration = Duration::from_millis(1);
+
+/// A child process that has not been reaped yet.
+struct Running {
+    index: usize,
+    pid: Pid,
+}
+
+/// A child that ended badly: which, and how.
+#[derive(Debug)]
+pub struct ChildFailed {
+    pub index: usize,
+    pub how: String,
+}
+
+impl std::fmt::Display for ChildFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Process {} failed! ({})", self.index, self.how)
+    }
+}
+
+impl std::error::Error for ChildFailed {}
+
+/// The running children of one run, with the segment they share.
+pub struct Children<'s> {
+    state: &'s SharedState,
+    running: Vec<Running>,
+}
+
+fn describe(status: WaitStatus) -> Option<String> {
+    match status {
+        WaitStatus::Exited(_, 0) => None,
+        WaitStatus::Exited(_, code) => Some(format!("exit code {code}")),
+        WaitStatus::Signaled(_, signal, _) => Some(format!("killed by {signal}")),
+        other => Some(format!("{other:?}")),
+    }
+}
+
+impl<'s> Children<'s> {
+    /// Starts children `0..count`. Each gets SIGKILL if the parent dies (`PR_SET_PDEATHSIG`).
+    pub fn spawn(state: &'s SharedState, count: usize) -> Result<Self> {
+        let mut children = Self {
+            state,
+            running: Vec::with_capacity(count),
+        };
+        let argv0 = std::env::args_os()
+            .next()
+            .unwrap_or_else(|| "simple-ipc".into());
+        for index in 0..count {
+            let mut command = Command::new("/proc/self/exe");
+            command
+                .arg0(&argv0)
+                .arg(index.to_string())
+                .stdin(Stdio::null());
+            // SAFETY: runs in the forked child before exec; prctl is async-signal-safe and allocates nothing.
+            unsafe {
+                command.pre_exec(|| {
+                    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
+                });
+            }
+            // On error, `children` is dropped here and stops the ones already started.
+            let child = command
+                .spawn()
+                .with_context(|| format!("starting process {index} (/proc/self/exe)"))?;
+            children.running.push(Running {
+                index,
+                pid: Pid::from_raw(child.id() as i32),
+            });
+        }
+        Ok(children)
+    }
+
+    /// Waits until every child has exited 0. The first that fails, or a stop signal, aborts the run: the
+    /// others are stopped (see [`Children::stop`]) and the error says who failed and how.
+    pub fn wait(&mut self) -> Result<()> {
+        while !self.running.is_empty() {
+            if let Err(interrupted) = signals::check() {
+                self.stop(None);
+                return Err(interrupted);
+            }
+            if let Some(failure) = self.reap(WaitPidFlag::WNOHANG) {
+                self.stop(Some(failure.index));
+                return Err(failure.into());
+            }
+            std::thread::sleep(POLL);
+        }
+        Ok(())
+    }
+
+    /// Reaps the children that have exited; returns the first failure among them.
+    fn reap(&mut self, flags: WaitPidFlag) -> Option<ChildFailed> {
+        let mut failure = None;
+        self.running.retain(|child| {
+            let status = match waitpid(child.pid, Some(flags)) {
+                Ok(WaitStatus::StillAlive) | Err(Errno::EINTR) => return true,
+                Ok(status) => status,
+                // ECHILD: already reaped. Nothing else can happen to our own child's pid.
+                Err(_) => return false,
+            };
+            if let Some(how) = describe(status)
+                && failure.is_none()
+            {
+                failure = Some(ChildFailed {
+                    index: child.index,
+                    how,
+                });
+            }
+            false
+        });
+        failure
+    }
+
+    /// Aborts the run, gives the children [`GRACE`] to leave in order, then kills and reaps the rest.
+    pub fn stop(&mut self, failed: Option<usize>) {
+        if self.running.is_empty() {
+            return;
+        }
+        self.state.abort();
+        let deadline = Instant::now() + GRACE;
+        while !self.running.is_empty() && Instant::now() < deadline {
+            self.reap(WaitPidFlag::WNOHANG);
+            std::thread::sleep(POLL);
+        }
+        for child in &self.running {
+            let _ = kill(child.pid, Signal::SIGKILL);
+            if let Some(failed) = failed {
+                eprintln!(
+                    "Process {} did not stop after process {failed} failed: killed",
+                    child.index
+                );
+            }
+        }
+        for child in self.running.drain(..) {
+            let _ = waitpid(child.pid, None);
+        }
+    }
+}
+
+impl Drop for Children<'_> {
+    fn drop(&mut self) {
+        self.stop(None);
+    }
+}

@@ -1,0 +1,90 @@
+//! The command line. Users run the parent with options; the parent starts each child with its index.
+//! A usage error exits 1, not clap's 2, which a test harness would read as "waived".
+
+use std::path::PathBuf;
+
+use clap::Parser;
+
+use crate::segment::MAX_PROCESSES;
+
+#[derive(Parser, Debug, Clone, PartialEq, Eq)]
+#[command(
+    name = "simple-ipc",
+    version,
+    about = "CUDA inter-process communication: every process writes every other's GPU buffer through IPC \
+             handles, in a round-robin synchronised by IPC events and a barrier in shared memory.",
+    after_help = "Exit status: 0 passed, 1 failed, 2 waived (nothing can run here: no CUDA driver, no GPU, \
+                  no GPU fit for IPC, or an ARM host), 128+N stopped by signal N."
+)]
+pub struct Cli {
+    /// Child index, given by the parent when it starts its children (not for users).
+    #[arg(hide = true, value_parser = clap::value_parser!(u32).range(0..MAX_PROCESSES as i64))]
+    pub child: Option<u32>,
+
+    /// Processes per chosen GPU, each with its own buffer and event, all in one round-robin.
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=MAX_PROCESSES as i64))]
+    pub procs_per_device: u32,
+
+    /// Print the time of every phase of every process, after the normal output.
+    #[arg(long)]
+    pub timings: bool,
+
+    /// Write the phase timings as one JSON document to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+
+    /// Start the children only after the buffers are exported, as the original does (slower; for comparison).
+    #[arg(long)]
+    pub sequential: bool,
+}
+
+/// Parses this process's arguments; on `Err`, print the error and exit with [`usage_exit_code`].
+pub fn parse() -> Result<Cli, clap::Error> {
+    Cli::try_parse()
+}
+
+/// 0 for `--help` and `--version`, 1 for a usage error (never clap's 2, which means "waived" here).
+pub fn usage_exit_code(e: &clap::Error) -> u8 {
+    u8::from(e.use_stderr())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(args: &[&str]) -> Option<Cli> {
+        match Cli::try_parse_from(std::iter::once("simple-ipc").chain(args.iter().copied())) {
+            Ok(cli) => Some(cli),
+            Err(e) => {
+                assert_eq!(usage_exit_code(&e), 1, "usage errors exit 1: {e}");
+                None
+            }
+        }
+    }
+
+    #[test]
+    fn roles_and_options() {
+        let parent = run(&[]).unwrap();
+        assert_eq!(
+            (parent.child, parent.procs_per_device, parent.sequential),
+            (None, 1, false)
+        );
+        assert_eq!(run(&["7"]).unwrap().child, Some(7));
+        assert_eq!(
+            run(&["--procs-per-device", "4"]).unwrap().procs_per_device,
+            4
+        );
+        for bad in [
+            &["32"][..],
+            &["-1"],
+            &["x"],
+            &["99999999999"],
+            &["--procs-per-device", "0"],
+            &["--nope"],
+            &["1", "2"],
+        ] {
+            assert!(run(bad).is_none(), "{bad:?} must be a usage error");
+        }
+    }
+}

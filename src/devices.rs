@@ -1,0 +1,81 @@
+//! Which GPUs take part: the original's three filters (unified addressing, default compute mode, peer access
+//! both ways with every device already chosen), peer access enabled between the chosen ones, and the plan of
+//! which process runs on which device.
+
+use anyhow::{Context, Result, ensure};
+
+use crate::driver::Driver;
+use crate::segment::MAX_PROCESSES;
+
+/// Chooses the devices, printing the original's message for each one it skips.
+pub fn select(driver: &dyn Driver) -> Result<Vec<i32>> {
+    let count = driver.device_count()?;
+    let mut chosen: Vec<i32> = Vec::new();
+    for device in 0..count {
+        if chosen.len() == MAX_PROCESSES {
+            break;
+        }
+        let info = driver
+            .device_info(device)
+            .with_context(|| format!("querying device {device}"))?;
+        if !info.unified_addressing {
+            println!("Device {device} does not support unified addressing, skipping...");
+            continue;
+        }
+        if !info.default_compute_mode {
+            println!("Device {device} is in an unsupported compute mode for this sample");
+            continue;
+        }
+        if !peers_both_ways(driver, device, &chosen)? {
+            println!(
+                "Device {device} is not peer capable with some other selected peers, skipping"
+            );
+            continue;
+        }
+        // Not needed for IPC, but it sets the peers up, as the original does.
+        for &peer in &chosen {
+            driver.use_device(device)?;
+            driver.enable_peer_access(peer)?;
+            driver.use_device(peer)?;
+            driver.enable_peer_access(device)?;
+        }
+        chosen.push(device);
+    }
+    Ok(chosen)
+}
+
+fn peers_both_ways(driver: &dyn Driver, device: i32, chosen: &[i32]) -> Result<bool> {
+    for &peer in chosen {
+        if !driver.can_access_peer(device, peer)? || !driver.can_access_peer(peer, device)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// The device of each process: `procs_per_device` consecutive processes per chosen device.
+pub fn plan(devices: &[i32], procs_per_device: usize) -> Result<Vec<i32>> {
+    let n = devices.len() * procs_per_device;
+    ensure!(
+        n <= MAX_PROCESSES,
+        "{} devices x {procs_per_device} processes per device makes {n} processes; at most {MAX_PROCESSES}",
+        devices.len()
+    );
+    Ok(devices
+        .iter()
+        .flat_map(|&d| std::iter::repeat_n(d, procs_per_device))
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_groups_processes_by_device_and_caps_the_total() {
+        assert_eq!(plan(&[0, 2], 3).unwrap(), vec![0, 0, 0, 2, 2, 2]);
+        assert_eq!(plan(&[5], 1).unwrap(), vec![5]);
+        assert_eq!(plan(&[0, 1, 2, 3], 8).unwrap().len(), 32);
+        assert!(plan(&[0, 1, 2, 3], 9).is_err());
+    }
+}

@@ -1,0 +1,516 @@
+//! The [`Driver`] of real GPUs: the CUDA driver API through cudarc's raw bindings, loaded at run time.
+//!
+//! This module is where the program's CUDA `unsafe` lives. Each call goes through [`check`], which turns a
+//! `CUresult` into an error that names the call and the driver's own words for what went wrong.
+
+use std::collections::HashMap;
+use std::ffi::{CStr, c_int, c_uint, c_void};
+use std::mem::MaybeUninit;
+use std::sync::Mutex;
+
+use anyhow::{Context, Result, anyhow, bail};
+use cudarc::driver::sys::{self, CUresult};
+
+use super::{
+    DeviceInfo, DevicePtr, Driver, IpcHandleBytes, RawEvent, RawFunction, RawStream, Unavailable,
+};
+
+/// The CUDA driver, initialised, with the primary contexts this process retained.
+pub struct CudaDriver {
+    /// Primary context of each device used so far, released on drop.
+    contexts: Mutex<HashMap<i32, usize>>,
+    /// Loaded `simpleKernel` per context (one module per device the process uses).
+    kernels: Mutex<HashMap<usize, (usize, RawFunction)>>,
+}
+
+/// Turns a driver result into an error naming `what` was called.
+fn check(result: CUresult, what: &str) -> Result<()> {
+    if result == CUresult::CUDA_SUCCESS {
+        return Ok(());
+    }
+    Err(anyhow!("{what} failed: {}", describe(result)))
+}
+
+/// `CUDA_ERROR_INVALID_VALUE (1): invalid argument`, in the driver's words.
+pub fn describe(result: CUresult) -> String {
+    let mut name: *const std::ffi::c_char = std::ptr::null();
+    let mut text: *const std::ffi::c_char = std::ptr::null();
+    // SAFETY: both calls only write a pointer to a static string into the out-parameter, or leave it null.
+    let (name_rc, text_rc) = unsafe {
+        (
+            sys::cuGetErrorName(result, &mut name),
+            sys::cuGetErrorString(result, &mut text),
+        )
+    };
+    let read = |rc: CUresult, p: *const std::ffi::c_char| {
+        if rc != CUresult::CUDA_SUCCESS || p.is_null() {
+            None
+        } else {
+            // SAFETY: the driver returned a pointer to a NUL-terminated static string.
+            Some(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+        }
+    };
+    let code = result as u32;
+    match (read(name_rc, name), read(text_rc, text)) {
+        (Some(n), Some(t)) => format!("{n} ({code}): {t}"),
+        (Some(n), None) => format!("{n} ({code})"),
+        _ => format!("CUDA error {code}"),
+    }
+}
+
+/// Results of `cuInit` that mean "no usable GPU or driver here": the run is waived, not failed. By number,
+/// since the oldest bindings lack some names: STUB_LIBRARY (34), DEVICE_UNAVAILABLE (46), NO_DEVICE (100),
+/// SYSTEM_DRIVER_MISMATCH (803), COMPAT_NOT_SUPPORTED_ON_DEVICE (804).
+fn means_no_gpu(result: CUresult) -> bool {
+    matches!(result as u32, 34 | 46 | 100 | 803 | 804)
+}
+
+/// The error of opening an IPC handle in a process that cannot see the exporter: a hint for the user.
+pub fn ipc_open_hint(result: CUresult) -> Option<&'static str> {
+    match result {
+        CUresult::CUDA_ERROR_INVALID_VALUE
+        | CUresult::CUDA_ERROR_INVALID_HANDLE
+        | CUresult::CUDA_ERROR_MAP_FAILED => Some(
+            "the handle's exporter is not visible from this process: CUDA IPC needs every process on one \
+             node, in one IPC namespace, under one driver (in a container, start it with --ipc=host)",
+        ),
+        _ => None,
+    }
+}
+
+impl CudaDriver {
+    /// Loads `libcuda` and initialises it; `Unavailable` when this machine has no usable GPU.
+    pub fn load() -> Result<Self> {
+        // SAFETY: only tries to dlopen the library by its usual names; nothing is called through it.
+        if !unsafe { sys::is_culib_present() } {
+            return Err(
+                Unavailable("no CUDA driver library (libcuda.so) on this machine".into()).into(),
+            );
+        }
+        // SAFETY: cuInit takes flags (must be 0) and has no other preconditions.
+        let rc = unsafe { sys::cuInit(0) };
+        if means_no_gpu(rc) {
+            return Err(Unavailable(format!(
+                "the CUDA driver has no GPU to offer: {}",
+                describe(rc)
+            ))
+            .into());
+        }
+        check(rc, "cuInit")?;
+        Ok(Self {
+            contexts: Mutex::new(HashMap::new()),
+            kernels: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn attribute(&self, device: i32, attribute: sys::CUdevice_attribute) -> Result<i32> {
+        let mut value: c_int = 0;
+        // SAFETY: writes one int; an invalid device is reported as an error.
+        check(
+            unsafe { sys::cuDeviceGetAttribute(&mut value, attribute, device) },
+            "cuDeviceGetAttribute",
+        )?;
+        Ok(value)
+    }
+
+    fn primary_context(&self, device: i32) -> Result<sys::CUcontext> {
+        let mut contexts = self
+            .contexts
+            .lock()
+            .map_err(|_| anyhow!("context table poisoned"))?;
+        if let Some(&ctx) = contexts.get(&device) {
+            return Ok(ctx as sys::CUcontext);
+        }
+        let mut ctx: sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: writes one context handle, released in Drop.
+        check(
+            unsafe { sys::cuDevicePrimaryCtxRetain(&mut ctx, device) },
+            &format!("cuDevicePrimaryCtxRetain(device {device})"),
+        )?;
+        contexts.insert(device, ctx as usize);
+        Ok(ctx)
+    }
+
+    fn current_context(&self) -> Result<usize> {
+        let mut ctx: sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: writes one context handle (null when none is current).
+        check(unsafe { sys::cuCtxGetCurrent(&mut ctx) }, "cuCtxGetCurrent")?;
+        if ctx.is_null() {
+            bail!("no device is current on this thread");
+        }
+        Ok(ctx as usize)
+    }
+}
+
+impl Drop for CudaDriver {
+    fn drop(&mut self) {
+        let mut kernels = self.kernels.lock().unwrap_or_else(|p| p.into_inner());
+        for (module, _) in kernels.drain().map(|(_, v)| v) {
+            // SAFETY: the module was loaded by this driver and no launch can follow: the driver is going away.
+            unsafe { sys::cuModuleUnload(module as sys::CUmodule) };
+        }
+        let mut contexts = self.contexts.lock().unwrap_or_else(|p| p.into_inner());
+        for (device, _) in contexts.drain() {
+            // SAFETY: balances the one cuDevicePrimaryCtxRetain made for this device.
+            unsafe { sys::cuDevicePrimaryCtxRelease_v2(device) };
+        }
+    }
+}
+
+fn ptr(p: DevicePtr) -> sys::CUdeviceptr {
+    p.0 as sys::CUdeviceptr
+}
+fn event(e: RawEvent) -> sys::CUevent {
+    e.0 as sys::CUevent
+}
+fn stream(s: RawStream) -> sys::CUstream {
+    s.0 as sys::CUstream
+}
+
+impl Driver for CudaDriver {
+    fn device_count(&self) -> Result<i32> {
+        let mut count: c_int = 0;
+        // SAFETY: writes one int.
+        check(
+            unsafe { sys::cuDeviceGetCount(&mut count) },
+            "cuDeviceGetCount",
+        )?;
+        Ok(count)
+    }
+
+    fn device_info(&self, device: i32) -> Result<DeviceInfo> {
+        use sys::CUdevice_attribute::*;
+        let mut name = [0 as std::ffi::c_char; 256];
+        // SAFETY: the driver writes at most `len` bytes, NUL included.
+        check(
+            unsafe { sys::cuDeviceGetName(name.as_mut_ptr(), 256, device) },
+            "cuDeviceGetName",
+        )?;
+        // SAFETY: cuDeviceGetName NUL-terminated the buffer.
+        let name = unsafe { CStr::from_ptr(name.as_ptr()) }
+            .to_string_lossy()
+            .into_owned();
+        let mut bus = [0 as std::ffi::c_char; 32];
+        // SAFETY: as above; a device without a PCI address answers with an error, kept as None.
+        let pci_bus_id = (unsafe { sys::cuDeviceGetPCIBusId(bus.as_mut_ptr(), 32, device) }
+            == CUresult::CUDA_SUCCESS)
+            // SAFETY: the call succeeded and NUL-terminated the buffer.
+            .then(|| {
+                unsafe { CStr::from_ptr(bus.as_ptr()) }
+                    .to_string_lossy()
+                    .into_owned()
+            });
+        Ok(DeviceInfo {
+            name,
+            unified_addressing: self.attribute(device, CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING)?
+                != 0,
+            default_compute_mode: self.attribute(device, CU_DEVICE_ATTRIBUTE_COMPUTE_MODE)?
+                == sys::CUcomputemode::CU_COMPUTEMODE_DEFAULT as i32,
+            multiprocessors: self
+                .attribute(device, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?
+                .max(0) as u32,
+            pci_bus_id,
+        })
+    }
+
+    fn can_access_peer(&self, device: i32, peer: i32) -> Result<bool> {
+        let mut can: c_int = 0;
+        // SAFETY: writes one int.
+        check(
+            unsafe { sys::cuDeviceCanAccessPeer(&mut can, device, peer) },
+            "cuDeviceCanAccessPeer",
+        )?;
+        Ok(can != 0)
+    }
+
+    fn enable_peer_access(&self, peer: i32) -> Result<()> {
+        let peer_ctx = self.primary_context(peer)?;
+        // SAFETY: both contexts are retained primary contexts; flags must be 0.
+        let rc = unsafe { sys::cuCtxEnablePeerAccess(peer_ctx, 0) };
+        if rc == CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
+            return Ok(());
+        }
+        check(rc, &format!("cuCtxEnablePeerAccess(peer device {peer})"))
+    }
+
+    fn use_device(&self, device: i32) -> Result<()> {
+        let ctx = self.primary_context(device)?;
+        // SAFETY: ctx is a primary context this driver retained.
+        check(
+            unsafe { sys::cuCtxSetCurrent(ctx) },
+            &format!("cuCtxSetCurrent(device {device})"),
+        )
+    }
+
+    fn alloc(&self, bytes: usize) -> Result<DevicePtr> {
+        let mut p: sys::CUdeviceptr = 0;
+        // SAFETY: writes one device address; freed by the owner through `free`.
+        check(
+            unsafe { sys::cuMemAlloc_v2(&mut p, bytes) },
+            &format!("cuMemAlloc({bytes} bytes)"),
+        )?;
+        Ok(DevicePtr(p as u64))
+    }
+
+    fn free(&self, p: DevicePtr) -> Result<()> {
+        // SAFETY: the caller (ipc::ExportedBuffer) frees each allocation once.
+        check(unsafe { sys::cuMemFree_v2(ptr(p)) }, "cuMemFree")
+    }
+
+    fn ipc_get_mem_handle(&self, p: DevicePtr) -> Result<IpcHandleBytes> {
+        let mut handle = MaybeUninit::<sys::CUipcMemHandle>::zeroed();
+        // SAFETY: writes one 64-byte handle.
+        check(
+            unsafe { sys::cuIpcGetMemHandle(handle.as_mut_ptr(), ptr(p)) },
+            "cuIpcGetMemHandle",
+        )?;
+        // SAFETY: zero-initialised and then filled by the driver; a handle is plain bytes.
+        Ok(unsafe { handle.assume_init() }.reserved.map(|b| b as u8))
+    }
+
+    fn ipc_open_mem_handle(&self, handle: &IpcHandleBytes) -> Result<DevicePtr> {
+        let raw = sys::CUipcMemHandle {
+            reserved: handle.map(|b| b as std::ffi::c_char),
+        };
+        let mut p: sys::CUdeviceptr = 0;
+        let flags = sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as c_uint;
+        // SAFETY: writes one device address, closed by the owner through `ipc_close_mem_handle`.
+        let rc = unsafe { sys::cuIpcOpenMemHandle_v2(&mut p, raw, flags) };
+        let opened = check(rc, "cuIpcOpenMemHandle");
+        match ipc_open_hint(rc) {
+            Some(hint) => opened.context(hint)?,
+            None => opened?,
+        }
+        Ok(DevicePtr(p as u64))
+    }
+
+    fn ipc_close_mem_handle(&self, p: DevicePtr) -> Result<()> {
+        // SAFETY: the caller (ipc::OpenedBuffer) closes each mapping once.
+        check(
+            unsafe { sys::cuIpcCloseMemHandle(ptr(p)) },
+            "cuIpcCloseMemHandle",
+        )
+    }
+
+    fn create_interprocess_event(&self) -> Result<RawEvent> {
+        let mut e: sys::CUevent = std::ptr::null_mut();
+        let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as c_uint
+            | sys::CUevent_flags::CU_EVENT_INTERPROCESS as c_uint;
+        // SAFETY: writes one event handle, destroyed by its owner.
+        check(
+            unsafe { sys::cuEventCreate(&mut e, flags) },
+            "cuEventCreate(DisableTiming | Interprocess)",
+        )?;
+        Ok(RawEvent(e as u64))
+    }
+
+    fn ipc_get_event_handle(&self, e: RawEvent) -> Result<IpcHandleBytes> {
+        let mut handle = MaybeUninit::<sys::CUipcEventHandle>::zeroed();
+        // SAFETY: writes one 64-byte handle.
+        check(
+            unsafe { sys::cuIpcGetEventHandle(handle.as_mut_ptr(), event(e)) },
+            "cuIpcGetEventHandle",
+        )?;
+        // SAFETY: zero-initialised and then filled by the driver; a handle is plain bytes.
+        Ok(unsafe { handle.assume_init() }.reserved.map(|b| b as u8))
+    }
+
+    fn ipc_open_event_handle(&self, handle: &IpcHandleBytes) -> Result<RawEvent> {
+        let raw = sys::CUipcEventHandle {
+            reserved: handle.map(|b| b as std::ffi::c_char),
+        };
+        let mut e: sys::CUevent = std::ptr::null_mut();
+        // SAFETY: writes one event handle, destroyed by its owner.
+        let rc = unsafe { sys::cuIpcOpenEventHandle(&mut e, raw) };
+        let opened = check(rc, "cuIpcOpenEventHandle");
+        match ipc_open_hint(rc) {
+            Some(hint) => opened.context(hint)?,
+            None => opened?,
+        }
+        Ok(RawEvent(e as u64))
+    }
+
+    fn destroy_event(&self, e: RawEvent) -> Result<()> {
+        // SAFETY: the owner destroys each event once.
+        check(
+            unsafe { sys::cuEventDestroy_v2(event(e)) },
+            "cuEventDestroy",
+        )
+    }
+
+    fn record_event(&self, e: RawEvent, s: RawStream) -> Result<()> {
+        // SAFETY: both handles are alive (borrowed from their owners by the caller).
+        check(
+            unsafe { sys::cuEventRecord(event(e), stream(s)) },
+            "cuEventRecord",
+        )
+    }
+
+    fn synchronize_event(&self, e: RawEvent) -> Result<()> {
+        // SAFETY: the event is alive.
+        check(
+            unsafe { sys::cuEventSynchronize(event(e)) },
+            "cuEventSynchronize",
+        )
+    }
+
+    fn create_non_blocking_stream(&self) -> Result<RawStream> {
+        let mut s: sys::CUstream = std::ptr::null_mut();
+        let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as c_uint;
+        // SAFETY: writes one stream handle, destroyed by its owner.
+        check(
+            unsafe { sys::cuStreamCreate(&mut s, flags) },
+            "cuStreamCreate(NonBlocking)",
+        )?;
+        Ok(RawStream(s as u64))
+    }
+
+    fn destroy_stream(&self, s: RawStream) -> Result<()> {
+        // SAFETY: the owner destroys the stream once.
+        check(
+            unsafe { sys::cuStreamDestroy_v2(stream(s)) },
+            "cuStreamDestroy",
+        )
+    }
+
+    fn stream_wait_event(&self, s: RawStream, e: RawEvent) -> Result<()> {
+        // SAFETY: both handles are alive; flags must be 0.
+        check(
+            unsafe { sys::cuStreamWaitEvent(stream(s), event(e), 0) },
+            "cuStreamWaitEvent",
+        )
+    }
+
+    fn synchronize_stream(&self, s: RawStream) -> Result<()> {
+        // SAFETY: the stream is alive.
+        check(
+            unsafe { sys::cuStreamSynchronize(stream(s)) },
+            "cuStreamSynchronize",
+        )
+    }
+
+    fn load_simple_kernel(&self) -> Result<RawFunction> {
+        let ctx = self.current_context()?;
+        let mut kernels = self
+            .kernels
+            .lock()
+            .map_err(|_| anyhow!("kernel table poisoned"))?;
+        if let Some(&(_, f)) = kernels.get(&ctx) {
+            return Ok(f);
+        }
+        // The image is copied to 8-byte aligned memory: a fatbin must be aligned, include_bytes! is not.
+        let image = crate::kernel::IMAGE;
+        let mut aligned = vec![0u64; image.len().div_ceil(8)];
+        // SAFETY: `aligned` has at least image.len() bytes, and u64 has no invalid bit patterns.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                image.as_ptr(),
+                aligned.as_mut_ptr().cast::<u8>(),
+                image.len(),
+            )
+        };
+        let mut module: sys::CUmodule = std::ptr::null_mut();
+        // SAFETY: the image is a complete PTX (NUL-terminated) or fatbin image; the driver copies what it needs.
+        check(
+            unsafe { sys::cuModuleLoadData(&mut module, aligned.as_ptr().cast::<c_void>()) },
+            &format!(
+                "cuModuleLoadData(simpleKernel, {})",
+                crate::kernel::IMAGE_FORMAT
+            ),
+        )
+        .context(crate::kernel::LOAD_HINT)?;
+        let mut f: sys::CUfunction = std::ptr::null_mut();
+        // SAFETY: the name is NUL-terminated; the function lives as long as the module (unloaded in Drop).
+        check(
+            unsafe { sys::cuModuleGetFunction(&mut f, module, c"simpleKernel".as_ptr()) },
+            "cuModuleGetFunction(simpleKernel)",
+        )?;
+        kernels.insert(ctx, (module as usize, RawFunction(f as u64)));
+        Ok(RawFunction(f as u64))
+    }
+
+    fn max_active_blocks_per_multiprocessor(&self, kernel: RawFunction, block: u32) -> Result<u32> {
+        let mut blocks: c_int = 0;
+        // SAFETY: the function handle comes from load_simple_kernel and its module is still loaded.
+        check(
+            unsafe {
+                sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                    &mut blocks,
+                    kernel.0 as sys::CUfunction,
+                    block as c_int,
+                    0,
+                )
+            },
+            "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+        )?;
+        Ok(blocks.max(0) as u32)
+    }
+
+    fn launch_simple_kernel(
+        &self,
+        kernel: RawFunction,
+        grid: u32,
+        block: u32,
+        s: RawStream,
+        (target, size, value): (DevicePtr, i32, u8),
+    ) -> Result<()> {
+        let mut target = ptr(target);
+        let mut size: c_int = size;
+        let mut value = value as std::ffi::c_char;
+        let mut params: [*mut c_void; 3] = [
+            (&mut target as *mut sys::CUdeviceptr).cast(),
+            (&mut size as *mut c_int).cast(),
+            (&mut value as *mut std::ffi::c_char).cast(),
+        ];
+        // SAFETY: the parameters match simpleKernel(char*, int, char) and outlive the call (the driver copies
+        // them at launch); `target` is a live mapping of at least `size` bytes, held by the caller.
+        check(
+            unsafe {
+                sys::cuLaunchKernel(
+                    kernel.0 as sys::CUfunction,
+                    grid,
+                    1,
+                    1,
+                    block,
+                    1,
+                    1,
+                    0,
+                    stream(s),
+                    params.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                )
+            },
+            "cuLaunchKernel(simpleKernel)",
+        )
+    }
+
+    fn copy_to_host(&self, dst: &mut [u8], src: DevicePtr, s: RawStream) -> Result<()> {
+        // SAFETY: `dst` is a live, exclusively borrowed host buffer of dst.len() bytes, and the stream is
+        // synchronised before this function returns, so the borrow covers the whole copy.
+        check(
+            unsafe {
+                sys::cuMemcpyDtoHAsync_v2(dst.as_mut_ptr().cast(), ptr(src), dst.len(), stream(s))
+            },
+            "cuMemcpyDtoHAsync",
+        )?;
+        self.synchronize_stream(s)
+    }
+
+    fn pin_host_memory(&self, host: &mut [u8]) -> Result<bool> {
+        // SAFETY: registers a live host range; the caller unregisters it before the memory goes away.
+        let rc = unsafe { sys::cuMemHostRegister_v2(host.as_mut_ptr().cast(), host.len(), 0) };
+        if rc == CUresult::CUDA_ERROR_NOT_SUPPORTED || rc == CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+            return Ok(false);
+        }
+        check(rc, "cuMemHostRegister")?;
+        Ok(true)
+    }
+
+    fn unpin_host_memory(&self, host: &mut [u8]) -> Result<()> {
+        // SAFETY: the range was registered by pin_host_memory.
+        check(
+            unsafe { sys::cuMemHostUnregister(host.as_mut_ptr().cast()) },
+            "cuMemHostUnregister",
+        )
+    }
+}

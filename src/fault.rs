@@ -1,0 +1,132 @@
+//! Test-only fault injection: `SIMPLE_IPC_TEST_FAULT=<who>@<phase>:<action>` makes one process fail at one
+//! named phase, so that the tests and the GPU check can prove that every failure stops the whole run.
+//!
+//! `<who>` is `parent` or `child<N>`; `<phase>` one of [`Phase`]'s names; `<action>` is `kill` (the process
+//! sends itself SIGKILL, like a crash or `kill -9`), `error` (it fails with an error) or `hang` (it sleeps
+//! until killed). An unknown value is an error, so a typo cannot silently test nothing; nothing happens unless
+//! the variable is set.
+
+use anyhow::{Result, anyhow, bail};
+
+pub const FAULT_ENV: &str = "SIMPLE_IPC_TEST_FAULT";
+
+/// The places where a fault can be injected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Child: right after it has mapped the segment.
+    Attach,
+    /// Child: while it opens the other processes' handles.
+    OpenHandles,
+    /// Child: in the round-robin, after its first kernel launch.
+    RoundRobin,
+    /// Child: while it verifies its buffer.
+    Verify,
+    /// Parent: after it exported the handles, while the children run.
+    WaitChildren,
+}
+
+impl Phase {
+    const ALL: [(Phase, &'static str); 5] = [
+        (Phase::Attach, "attach"),
+        (Phase::OpenHandles, "open-handles"),
+        (Phase::RoundRobin, "round-robin"),
+        (Phase::Verify, "verify"),
+        (Phase::WaitChildren, "wait-children"),
+    ];
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Who {
+    Parent,
+    Child(usize),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Action {
+    Kill,
+    Error,
+    Hang,
+}
+
+fn parse(spec: &str) -> Result<(Who, Phase, Action)> {
+    let bad =
+        || anyhow!("{FAULT_ENV}={spec:?}: expected <parent|childN>@<phase>:<kill|error|hang>");
+    let (who, rest) = spec.split_once('@').ok_or_else(bad)?;
+    let (phase, action) = rest.split_once(':').ok_or_else(bad)?;
+    let who = match who {
+        "parent" => Who::Parent,
+        child => Who::Child(
+            child
+                .strip_prefix("child")
+                .and_then(|n| n.parse().ok())
+                .ok_or_else(bad)?,
+        ),
+    };
+    let phase = Phase::ALL
+        .iter()
+        .find(|(_, name)| *name == phase)
+        .map(|(p, _)| *p)
+        .ok_or_else(bad)?;
+    let action = match action {
+        "kill" => Action::Kill,
+        "error" => Action::Error,
+        "hang" => Action::Hang,
+        _ => return Err(bad()),
+    };
+    Ok((who, phase, action))
+}
+
+/// Checks the variable once at start-up, so that a malformed value fails the run at once.
+pub fn validate_env() -> Result<()> {
+    match std::env::var(FAULT_ENV) {
+        Ok(spec) => parse(&spec).map(drop),
+        Err(_) => Ok(()),
+    }
+}
+
+/// Injects the configured fault if it names this process and phase.
+pub fn at(who: Who, phase: Phase) -> Result<()> {
+    let Ok(spec) = std::env::var(FAULT_ENV) else {
+        return Ok(());
+    };
+    let (target, at, action) = parse(&spec)?;
+    if target != who || at != phase {
+        return Ok(());
+    }
+    match action {
+        Action::Kill => {
+            nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL)?;
+            bail!("SIGKILL did not end the process")
+        }
+        Action::Error => bail!("injected fault ({spec})"),
+        Action::Hang => loop {
+            std::thread::sleep(std::time::Duration::from_secs(3600));
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_part_and_rejects_typos() {
+        assert_eq!(
+            parse("child3@round-robin:kill").unwrap(),
+            (Who::Child(3), Phase::RoundRobin, Action::Kill)
+        );
+        assert_eq!(
+            parse("parent@wait-children:hang").unwrap(),
+            (Who::Parent, Phase::WaitChildren, Action::Hang)
+        );
+        for bad in [
+            "child@attach:kill",
+            "child1@atach:kill",
+            "child1@attach:explode",
+            "child1attach:kill",
+            "",
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?} should be refused");
+        }
+    }
+}

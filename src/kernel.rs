@@ -1,0 +1,150 @@
+//! `simpleKernel`: its embedded image (see build.rs), its occupancy-sized grid, the non-blocking stream it
+//! runs on, and its launch.
+
+use anyhow::{Context, Result, ensure};
+
+use crate::driver::{Driver, RawFunction, RawStream};
+use crate::ipc::{OpenedBuffer, OpenedEvent};
+
+/// The kernel image build.rs embedded: a fatbin made by nvcc, or the committed PTX (NUL-terminated).
+pub static IMAGE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/simple_kernel.image"));
+/// `"ptx"` or `"fatbin"`.
+pub const IMAGE_FORMAT: &str = env!("SIMPLE_IPC_KERNEL_FORMAT");
+/// Said when the driver refuses the image: the committed PTX is ISA 9.0, from nvcc 13.0.
+pub const LOAD_HINT: &str = "the driver could not load simpleKernel; the embedded PTX comes from CUDA 13.0 \
+     and needs a driver of version 580 or newer (or build with a local nvcc, which embeds a fatbin)";
+
+/// The original's block size.
+pub const THREADS_PER_BLOCK: u32 = 128;
+
+/// A stream created with `cudaStreamNonBlocking`: destroyed on drop.
+pub struct Stream<'d> {
+    driver: &'d dyn Driver,
+    raw: RawStream,
+}
+
+impl<'d> Stream<'d> {
+    pub fn non_blocking(driver: &'d dyn Driver) -> Result<Self> {
+        Ok(Self {
+            driver,
+            raw: driver.create_non_blocking_stream()?,
+        })
+    }
+
+    pub fn raw(&self) -> RawStream {
+        self.raw
+    }
+
+    /// `cudaStreamWaitEvent`: later work on this stream waits for the event's last recorded work.
+    pub fn wait_for(&self, event: &OpenedEvent) -> Result<()> {
+        self.driver.stream_wait_event(self.raw, event.raw())
+    }
+
+    /// `cudaEventRecord` of `event` on this stream.
+    pub fn record(&self, event: &OpenedEvent) -> Result<()> {
+        self.driver.record_event(event.raw(), self.raw)
+    }
+}
+
+impl Drop for Stream<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.driver.destroy_stream(self.raw) {
+            eprintln!("warning: destroying a stream: {e:#}");
+        }
+    }
+}
+
+/// `simpleKernel`, loaded on the current device, with the grid the original computes.
+pub struct SimpleKernel<'d> {
+    driver: &'d dyn Driver,
+    function: RawFunction,
+    grid: u32,
+}
+
+impl<'d> SimpleKernel<'d> {
+    /// Loads the kernel; grid = max active blocks per multiprocessor (128 threads, no dynamic shared memory)
+    /// times the number of multiprocessors.
+    pub fn load(driver: &'d dyn Driver, multiprocessors: u32) -> Result<Self> {
+        let function = driver.load_simple_kernel()?;
+        let per_sm = driver.max_active_blocks_per_multiprocessor(function, THREADS_PER_BLOCK)?;
+        let grid = per_sm.saturating_mul(multiprocessors);
+        ensure!(
+            grid > 0,
+            "simpleKernel cannot run: occupancy {per_sm} blocks x {multiprocessors} multiprocessors"
+        );
+        Ok(Self {
+            driver,
+            function,
+            grid,
+        })
+    }
+
+    pub fn grid(&self) -> u32 {
+        self.grid
+    }
+
+    /// `simpleKernel<<<grid, 128, 0, stream>>>(target, size, value)`, with the launch checked.
+    pub fn launch(
+        &self,
+        stream: &Stream,
+        target: &OpenedBuffer,
+        size: usize,
+        value: u8,
+    ) -> Result<()> {
+        let size = i32::try_from(size).context("buffer size does not fit simpleKernel's int")?;
+        self.driver.launch_simple_kernel(
+            self.function,
+            self.grid,
+            THREADS_PER_BLOCK,
+            stream.raw(),
+            (target.ptr(), size, value),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_image_has_the_entry_point() {
+        let needle: &[u8] = if IMAGE_FORMAT == "ptx" {
+            b".entry simpleKernel("
+        } else {
+            b"simpleKernel"
+        };
+        assert!(
+            IMAGE.windows(needle.len()).any(|w| w == needle),
+            "no simpleKernel in the {IMAGE_FORMAT} image"
+        );
+        if IMAGE_FORMAT == "ptx" {
+            assert_eq!(
+                IMAGE.last(),
+                Some(&0),
+                "PTX must be NUL-terminated for cuModuleLoadData"
+            );
+        }
+    }
+
+    #[test]
+    fn committed_ptx_declares_the_three_parameters() {
+        let ptx = include_str!("../kernels/simple_kernel.ptx");
+        assert!(ptx.contains(".visible .entry simpleKernel("));
+        assert!(
+            ptx.contains(".param .u64 simpleKernel_param_0"),
+            "ptr is a 64-bit pointer"
+        );
+        assert!(
+            ptx.contains(".param .u32 simpleKernel_param_1"),
+            "sz is a 32-bit int"
+        );
+        assert!(
+            ptx.contains(".param .u8 simpleKernel_param_2"),
+            "val is a char"
+        );
+        assert!(
+            ptx.contains(".version 9.0"),
+            "README's driver floor (580) is stated for PTX ISA 9.0"
+        );
+    }
+}

@@ -1,0 +1,46 @@
+//! simple-ipc's entry point: parse the command line, run the parent or a child, turn the result into the
+//! exit status (0 passed, 1 failed, 2 waived, 128+N stopped by signal N).
+
+use std::process::ExitCode;
+
+use simple_ipc::cli;
+use simple_ipc::signals::Interrupted;
+use simple_ipc::{EXIT_FAILURE, EXIT_SUCCESS, EXIT_WAIVED, Outcome, child, fault, parent, signals};
+
+fn main() -> ExitCode {
+    let cli = match cli::parse() {
+        Ok(cli) => cli,
+        Err(usage) => {
+            let _ = usage.print();
+            return ExitCode::from(cli::usage_exit_code(&usage));
+        }
+    };
+    if cfg!(any(target_arch = "aarch64", target_arch = "arm")) {
+        println!("Not supported on ARM");
+        return ExitCode::from(EXIT_WAIVED);
+    }
+    let who = match cli.child {
+        Some(index) => format!("Process {index}"),
+        None => "simple-ipc".to_owned(),
+    };
+    let result = signals::install()
+        .and_then(|()| fault::validate_env())
+        .and_then(|()| match cli.child {
+            Some(index) => child::run(index as usize).map(|()| Outcome::Passed),
+            None => parent::run(&cli),
+        });
+    match result {
+        Ok(Outcome::Passed) => ExitCode::from(EXIT_SUCCESS),
+        Ok(Outcome::Waived) => ExitCode::from(EXIT_WAIVED),
+        Err(e) => {
+            eprintln!("{who}: {e:#}");
+            match e
+                .chain()
+                .find_map(|cause| cause.downcast_ref::<Interrupted>())
+            {
+                Some(Interrupted(signal)) => ExitCode::from(128 + *signal as u8),
+                None => ExitCode::from(EXIT_FAILURE),
+            }
+        }
+    }
+}

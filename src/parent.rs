@@ -1,0 +1,159 @@
+//! The parent (the original's `parentProcess`): create the segment, choose the devices, start the children,
+//! export one buffer and one event per child, wait for the children, clean up.
+//!
+//! Unlike the original, the children start as soon as the devices are chosen, so that their CUDA start-up
+//! overlaps the parent's allocations; they wait in the segment until the handles are there (`--sequential`
+//! keeps the original's order). Ownership sets the clean-up order: the exports are declared before the
+//! children, so the children are stopped and reaped before any buffer is freed.
+
+use std::sync::atomic::Ordering;
+
+use anyhow::{Context, Result};
+
+use crate::Outcome;
+use crate::children::Children;
+use crate::cli::Cli;
+use crate::devices;
+use crate::driver::{self, Driver, Unavailable};
+use crate::fault::{self, Who};
+use crate::ipc::{ExportedBuffer, ExportedEvent, ProcessExports};
+use crate::segment::{self, Segment, SharedState};
+use crate::timings::{self, Phases, Step, Stopwatch};
+
+pub fn run(cli: &Cli) -> Result<Outcome> {
+    let mut watch = Stopwatch::start();
+    let name = segment::name_for(std::process::id());
+    println!("PP: lshmName = {name}");
+    let segment = Segment::create(&name)?;
+    let state = segment.state();
+
+    let driver = match driver::load() {
+        Ok(driver) => driver,
+        Err(e) => match e.downcast::<Unavailable>() {
+            Ok(reason) => {
+                println!("No CUDA devices support IPC ({reason})");
+                return Ok(Outcome::Waived);
+            }
+            Err(e) => return Err(e),
+        },
+    };
+    let driver: &dyn Driver = &*driver;
+    watch.lap(Step::CudaStart);
+
+    let chosen = devices::select(driver)?;
+    if chosen.is_empty() {
+        println!("No CUDA devices support IPC");
+        return Ok(Outcome::Waived);
+    }
+    let process_devices = devices::plan(&chosen, cli.procs_per_device as usize)?;
+    state.describe_run(
+        &process_devices,
+        driver.buffer_size(),
+        cli.procs_per_device as usize,
+    );
+    watch.lap(Step::DeviceSelection);
+
+    // Declared before the children: dropped (events synchronised and destroyed, buffers freed) after them.
+    let exports;
+    let mut children;
+    if cli.sequential {
+        exports = export_all(driver, state, &chosen, &process_devices, &mut watch)?;
+        children = Children::spawn(state, process_devices.len())?;
+        watch.lap(Step::StartChildren);
+    } else {
+        children = Children::spawn(state, process_devices.len())?;
+        watch.lap(Step::StartChildren);
+        exports = export_all(driver, state, &chosen, &process_devices, &mut watch)?;
+    }
+
+    fault::at(Who::Parent, fault::Phase::WaitChildren)?;
+    children.wait()?;
+    watch.lap(Step::WaitChildren);
+    drop(children);
+    drop(exports);
+    watch.lap(Step::CleanUp);
+
+    report(cli, state, &watch.finish())?;
+    Ok(Outcome::Passed)
+}
+
+/// Makes each chosen device's context current, allocates and exports every process's buffer and event into
+/// the segment, then lets the children go on. Several devices are set up in parallel, one thread each.
+fn export_all<'d>(
+    driver: &'d dyn Driver,
+    state: &SharedState,
+    chosen: &[i32],
+    process_devices: &[i32],
+    watch: &mut Stopwatch,
+) -> Result<Vec<ProcessExports<'d>>> {
+    let size = driver.buffer_size();
+    let per_device: Vec<Result<Vec<(usize, ProcessExports<'d>)>>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = chosen
+            .iter()
+            .map(|&device| {
+                scope.spawn(move || -> Result<Vec<(usize, ProcessExports<'d>)>> {
+                    driver
+                        .use_device(device)
+                        .with_context(|| format!("making device {device} current"))?;
+                    let mut mine = Vec::new();
+                    for (index, _) in process_devices
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, d)| **d == device)
+                    {
+                        let event = ExportedEvent::create(driver, device)?;
+                        let buffer = ExportedBuffer::allocate(driver, device, size)
+                            .with_context(|| format!("buffer of process {index}"))?;
+                        mine.push((index, ProcessExports { event, buffer }));
+                    }
+                    Ok(mine)
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| {
+                w.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a device set-up thread panicked")))
+            })
+            .collect()
+    });
+    let mut exports: Vec<(usize, ProcessExports<'d>)> = Vec::with_capacity(process_devices.len());
+    for result in per_device {
+        exports.extend(result?);
+    }
+    exports.sort_by_key(|(index, _)| *index);
+    for (index, export) in &exports {
+        state.mem_handles[*index].store(export.buffer.handle());
+        state.event_handles[*index].store(export.event.handle());
+    }
+    state.publish_ready();
+    watch.lap(Step::AllocateExport);
+    Ok(exports.into_iter().map(|(_, e)| e).collect())
+}
+
+/// `--timings` and `--json`: the parent's phases and what each child left in the segment.
+fn report(cli: &Cli, state: &SharedState, parent: &Phases) -> Result<()> {
+    if !cli.timings && cli.json.is_none() {
+        return Ok(());
+    }
+    let children: Vec<Phases> = (0..state.process_count())
+        .map(|i| Phases::read(state, i))
+        .collect();
+    if cli.timings {
+        print!("{}", timings::table(parent, &children));
+    }
+    if let Some(path) = &cli.json {
+        let extra = [
+            ("processes", state.process_count().to_string()),
+            (
+                "procs_per_device",
+                state.procs_per_device.load(Ordering::Relaxed).to_string(),
+            ),
+            ("sequential", cli.sequential.to_string()),
+        ];
+        std::fs::write(path, timings::json(parent, &children, &extra))
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
