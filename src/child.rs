@@ -81,6 +81,7 @@ pub fn run(index: usize) -> Result<()> {
         );
         fault::at(Who::Child(index), Phase::OpenHandles)?;
     }
+    state.opened.fetch_add(1, Ordering::AcqRel);
     watch.lap(Step::OpenHandles);
 
     // The round-robin: at step i, write buffer (i + index) % n, after its last writer, then tell the next one.

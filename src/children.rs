@@ -90,16 +90,24 @@ impl<'s> Children<'s> {
         Ok(children)
     }
 
-    /// Waits until every child has exited 0. The first that fails, or a stop signal, aborts the run: the
-    /// others are stopped (see [`Children::stop`]) and the error says who failed and how.
-    pub fn wait(&mut self) -> Result<()> {
+    /// Waits until every child has exited 0, calling `tick` at every look. The first that fails, or a stop
+    /// signal, aborts the run: the others are stopped (see [`Children::stop`]) and the error says who failed
+    /// and how.
+    pub fn wait(&mut self, mut tick: impl FnMut()) -> Result<()> {
         while !self.running.is_empty() {
+            tick();
             if let Err(interrupted) = signals::check() {
                 self.stop(None);
                 return Err(interrupted);
             }
             if let Some(failure) = self.reap(WaitPidFlag::WNOHANG) {
+                let seen = Instant::now();
                 self.stop(Some(failure.index));
+                eprintln!(
+                    "simple-ipc: every process stopped {:.0} ms after process {} was seen to fail",
+                    seen.elapsed().as_secs_f64() * 1e3,
+                    failure.index
+                );
                 return Err(failure.into());
             }
             std::thread::sleep(POLL);

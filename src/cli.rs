@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 
 use crate::segment::MAX_PROCESSES;
 
@@ -47,6 +47,14 @@ pub fn parse() -> Result<Cli, clap::Error> {
 /// 0 for `--help` and `--version`, 1 for a usage error (never clap's 2, which means "waived" here).
 pub fn usage_exit_code(e: &clap::Error) -> u8 {
     u8::from(e.use_stderr())
+}
+
+/// Prints what clap has to say; a usage error always comes with the usage line.
+pub fn print_usage_error(e: &clap::Error) {
+    let _ = e.print();
+    if e.use_stderr() && !e.render().to_string().contains("Usage:") {
+        eprintln!("\n{}", Cli::command().render_usage());
+    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! simple-ipc's entry point: parse the command line, run the parent or a child, turn the result into the
 //! exit status (0 passed, 1 failed, 2 waived, 128+N stopped by signal N).
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use simple_ipc::cli;
@@ -11,7 +12,7 @@ fn main() -> ExitCode {
     let cli = match cli::parse() {
         Ok(cli) => cli,
         Err(usage) => {
-            let _ = usage.print();
+            cli::print_usage_error(&usage);
             return ExitCode::from(cli::usage_exit_code(&usage));
         }
     };
@@ -33,7 +34,8 @@ fn main() -> ExitCode {
         Ok(Outcome::Passed) => ExitCode::from(EXIT_SUCCESS),
         Ok(Outcome::Waived) => ExitCode::from(EXIT_WAIVED),
         Err(e) => {
-            eprintln!("{who}: {e:#}");
+            // One write, so that the lines of several processes sharing stderr do not interleave.
+            let _ = std::io::stderr().write_all(format!("{who}: {e:#}\n").as_bytes());
             match e
                 .chain()
                 .find_map(|cause| cause.downcast_ref::<Interrupted>())

@@ -67,7 +67,17 @@ pub fn run(cli: &Cli) -> Result<Outcome> {
     }
 
     fault::at(Who::Parent, fault::Phase::WaitChildren)?;
-    children.wait()?;
+    let mut names_removed = false;
+    children.wait(|| {
+        // Once every child has opened the handles, the driver's own files for them need no name any more.
+        if !names_removed && state.opened.load(Ordering::Acquire) as usize == process_devices.len()
+        {
+            names_removed = true;
+            if let Err(e) = driver.remove_exported_names() {
+                eprintln!("warning: {e:#}");
+            }
+        }
+    })?;
     watch.lap(Step::WaitChildren);
     drop(children);
     drop(exports);

@@ -89,6 +89,8 @@ pub struct SharedState {
     pub phase: AtomicU32,
     /// Children that have mapped the segment; the one that completes the count removes the name.
     pub attached: AtomicU32,
+    /// Children that have opened every handle.
+    pub opened: AtomicU32,
     /// Set by whoever removes the segment's name, so that it is removed exactly once.
     pub name_removed: AtomicBool,
     /// Phase timings in microseconds, per process (see `timings`).

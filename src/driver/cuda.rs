@@ -506,6 +506,27 @@ impl Driver for CudaDriver {
         Ok(true)
     }
 
+    /// The driver backs interprocess events with `/dev/shm/cuda.shm.<n>.<exporter pid, hex>.<m>`, which it
+    /// removes only when the exporter exits normally (seen on driver 580 after a `kill -9`). Importers map it
+    /// when they open the event handle, so once they all have, the name can go.
+    fn remove_exported_names(&self) -> Result<()> {
+        let pid = format!("{:x}", std::process::id());
+        let entries = std::fs::read_dir("/dev/shm").context("listing /dev/shm")?;
+        for name in entries
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+        {
+            let parts: Vec<&str> = name.split('.').collect();
+            if parts.len() == 5 && parts[..2] == ["cuda", "shm"] && parts[3] == pid {
+                match nix::sys::mman::shm_unlink(name.as_str()) {
+                    Ok(()) | Err(nix::errno::Errno::ENOENT) => {}
+                    Err(e) => return Err(e).with_context(|| format!("shm_unlink({name})")),
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn unpin_host_memory(&self, host: &mut [u8]) -> Result<()> {
         // SAFETY: the range was registered by pin_host_memory.
         check(

@@ -8,7 +8,7 @@
 //!
 //! `SIMPLE_IPC_SIMULATE_GPUS` is a comma-separated list, one entry per device: `ok`, or a defect that device
 //! selection must reject: `no-uva` (no unified addressing), `exclusive` (compute mode not Default), `no-peer`
-//! (no peer access to any other device).
+//! (no peer access to any other device). An empty value is a machine without devices.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -63,6 +63,7 @@ impl HostDriver {
         let spec = spec.to_string_lossy();
         let devices = spec
             .split(',')
+            .filter(|kind| !kind.trim().is_empty())
             .map(|kind| match kind.trim() {
                 "ok" => Ok(SimulatedDevice::Ok),
                 "no-uva" => Ok(SimulatedDevice::NoUnifiedAddressing),

@@ -111,6 +111,11 @@ pub trait Driver: Send + Sync {
     fn copy_to_host(&self, dst: &mut [u8], src: DevicePtr, stream: RawStream) -> Result<()>;
     /// Pins `host` memory for fast copies; returns false where the driver cannot (then copies stay pageable).
     fn pin_host_memory(&self, host: &mut [u8]) -> Result<bool>;
+    /// Removes the names of the files the driver made in `/dev/shm` for this process's exported events, once
+    /// every importer has opened them, so that even a process killed by SIGKILL leaves nothing behind.
+    fn remove_exported_names(&self) -> Result<()> {
+        Ok(())
+    }
     fn unpin_host_memory(&self, host: &mut [u8]) -> Result<()>;
 }
 

@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# The GPU check: runs a built simple-ipc on a CUDA host and prints one line per case and a summary.
+#   scripts/gpu-check.sh [BINARY]        (default: target/release/simple-ipc)
+# Cases: the default run and --procs-per-device 2, 4 and 8 (exit 0, every "Process i complete!" and every
+# "Step s done"); the faults that need CUDA (a child killed in the round-robin and while verifying, the parent
+# killed, SIGINT), each with the time until every process was gone; and, where compute-sanitizer is found,
+# a run under memcheck with leak checking. Every case must leave /dev/shm as it found it.
+# Exit status: 0 if every case passed, 1 otherwise, 2 if the binary waives here (no GPU).
+set -u
+bin=$(realpath "${1:-target/release/simple-ipc}")
+[ -x "$bin" ] || { echo "no executable at $bin (build with: cargo build --release)"; exit 1; }
+unset SIMPLE_IPC_TEST_FAULT
+# GPU_CHECK_SIMULATE=1 rehearses this script on a machine without a GPU (host-memory driver).
+if [ "${GPU_CHECK_SIMULATE:-}" = 1 ]; then export SIMPLE_IPC_SIMULATE_GPUS=ok; else unset SIMPLE_IPC_SIMULATE_GPUS; fi
+log=$(mktemp -d)
+trap 'rm -rf "$log"' EXIT
+failures=0
+summary=()
+
+now() { date +%s.%N; }
+elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b - a }'; }
+shm_state() { ls /dev/shm 2>/dev/null | sort; }
+survivors() { pgrep -f "^$bin" | grep -v "^$$\$" || true; }
+# Waits up to $1 seconds for every process of the binary to be gone; prints how long it took.
+wait_all_gone() {
+  local start=$(now) limit=$1
+  while [ -n "$(survivors)" ]; do
+    if [ "$(elapsed "$start" "$(now)" | cut -d. -f1)" -ge "$limit" ]; then echo "never"; return 1; fi
+    sleep 0.01
+  done
+  elapsed "$start" "$(now)"
+}
+record() { # record PASS|FAIL name detail
+  summary+=("$1 $2: $3")
+  echo "$1 $2: $3"
+  [ "$1" = PASS ] || failures=$((failures + 1))
+}
+
+echo "== simple-ipc GPU check: $bin"
+nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/GPU /'
+shm_before=$(shm_state)
+
+# A first run decides whether this host can run it at all.
+"$bin" >"$log/probe" 2>&1; rc=$?
+if [ $rc -eq 2 ]; then cat "$log/probe"; echo "WAIVED: the binary waives on this host"; exit 2; fi
+
+# --- Normal runs ------------------------------------------------------------------------------------------
+for ppd in 1 2 4 8; do
+  name="procs-per-device=$ppd"
+  start=$(now)
+  timeout 120 "$bin" --procs-per-device "$ppd" >"$log/out" 2>&1; rc=$?
+  wall=$(elapsed "$start" "$(now)")
+  n=$(grep -c '^Process [0-9]*: Starting on device' "$log/out")
+  missing=""
+  for ((i = 0; i < n; i++)); do
+    grep -q "^Process $i complete!\$" "$log/out" || missing+=" complete:$i"
+    grep -q "^Step $i done\$" "$log/out" || missing+=" step:$i"
+  done
+  first=$(head -n 1 "$log/out")
+  [[ "$first" == "PP: lshmName = simpleIPCshm"* ]] || missing+=" PP-line-not-first"
+  shm_after=$(shm_state)
+  if [ $rc -eq 0 ] && [ "$n" -ge "$ppd" ] && [ -z "$missing" ] && [ "$shm_after" = "$shm_before" ]; then
+    record PASS "$name" "exit 0, $n processes, all complete, all steps, /dev/shm clean, wall ${wall}s"
+  else
+    record FAIL "$name" "exit $rc, $n processes, missing:${missing:- none}, wall ${wall}s"
+    sed 's/^/    /' "$log/out" | tail -n 20
+  fi
+done
+
+# --- Faults -----------------------------------------------------------------------------------------------
+# A child that kills itself (SIGKILL, like kill -9 or a crash) at a phase: the run must stop within 2 s.
+for fault in child1@round-robin:kill child2@verify:kill child1@open-handles:error; do
+  start=$(now)
+  SIMPLE_IPC_TEST_FAULT=$fault timeout 60 "$bin" --procs-per-device 4 >"$log/out" 2>&1; rc=$?
+  wall=$(elapsed "$start" "$(now)")
+  gone=$(wait_all_gone 5)
+  reason=$(grep -m1 'failed!' "$log/out")
+  if [ $rc -eq 1 ] && [ "$gone" != never ] && [ -n "$reason" ] && [ "$(shm_state)" = "$shm_before" ]; then
+    record PASS "fault $fault" "exit 1 after ${wall}s (\"${reason#simple-ipc: }\"), all gone, /dev/shm clean"
+  else
+    record FAIL "fault $fault" "exit $rc after ${wall}s, gone: $gone, reason: ${reason:-none}"
+    sed 's/^/    /' "$log/out" | tail -n 20
+  fi
+done
+
+# The parent killed with SIGKILL while its children wait (child 0 hangs in the round-robin).
+SIMPLE_IPC_TEST_FAULT=child0@round-robin:hang "$bin" --procs-per-device 4 >"$log/out" 2>&1 &
+parent=$!
+for _ in $(seq 200); do grep -q "Process 3: Starting" "$log/out" && break; sleep 0.05; done
+sleep 1
+kill -9 "$parent"; start=$(now)
+wait "$parent" 2>/dev/null
+gone=$(wait_all_gone 5)
+if [ "$gone" != never ] && [ "$(shm_state)" = "$shm_before" ]; then
+  record PASS "parent kill -9" "every child gone ${gone}s after the kill, /dev/shm clean"
+else
+  record FAIL "parent kill -9" "children gone: $gone; /dev/shm: $(shm_state | tr '\n' ' ')"
+  pkill -9 -f "^$bin"
+fi
+
+# SIGINT and SIGTERM to the parent while the children run: an orderly stop, exit 128 + signal.
+for sig in INT TERM; do
+  SIMPLE_IPC_TEST_FAULT=child0@round-robin:hang "$bin" --procs-per-device 4 >"$log/out" 2>&1 &
+  parent=$!
+  for _ in $(seq 200); do grep -q "Process 3: Starting" "$log/out" && break; sleep 0.05; done
+  sleep 1
+  kill -s "$sig" "$parent"; start=$(now)
+  wait "$parent"; rc=$?
+  stopped=$(elapsed "$start" "$(now)")
+  gone=$(wait_all_gone 5)
+  want=$((128 + $(kill -l "$sig")))
+  if [ $rc -eq $want ] && [ "$gone" != never ] && [ "$(shm_state)" = "$shm_before" ]; then
+    record PASS "SIG$sig to the parent" "exit $rc after ${stopped}s, all gone, /dev/shm clean"
+  else
+    record FAIL "SIG$sig to the parent" "exit $rc (want $want) after ${stopped}s, gone: $gone"
+    sed 's/^/    /' "$log/out" | tail -n 20
+    pkill -9 -f "^$bin"
+  fi
+done
+
+# --- compute-sanitizer ------------------------------------------------------------------------------------
+sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+if [ -n "$sanitizer" ]; then
+  start=$(now)
+  timeout 300 "$sanitizer" --tool memcheck --leak-check full --target-processes all --error-exitcode 99 \
+    "$bin" --procs-per-device 2 >"$log/out" 2>&1; rc=$?
+  wall=$(elapsed "$start" "$(now)")
+  errors=$(grep -c 'ERROR SUMMARY: 0 errors' "$log/out")
+  bad=$(grep 'ERROR SUMMARY' "$log/out" | grep -vc 'ERROR SUMMARY: 0 errors')
+  if [ $rc -eq 0 ] && [ "$errors" -ge 1 ] && [ "$bad" -eq 0 ]; then
+    record PASS "compute-sanitizer memcheck --leak-check full" "exit 0, $errors process summaries with 0 errors, ${wall}s"
+  else
+    record FAIL "compute-sanitizer memcheck --leak-check full" "exit $rc, clean summaries $errors, others $bad"
+    grep -E 'ERROR|Program hit|Leaked|=========' "$log/out" | head -n 30 | sed 's/^/    /'
+  fi
+else
+  record FAIL "compute-sanitizer" "not found"
+fi
+
+echo "== summary: $(( ${#summary[@]} - failures )) passed, $failures failed"
+[ $failures -eq 0 ]

@@ -1,0 +1,98 @@
+//! Helpers shared by the integration tests: the binary, the simulated GPUs, and checks that a run left no
+//! process and nothing in /dev/shm behind.
+#![allow(dead_code)]
+
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::sys::signal::kill;
+use nix::unistd::Pid;
+
+pub const SIMULATE: &str = "SIMPLE_IPC_SIMULATE_GPUS";
+pub const FAULT: &str = "SIMPLE_IPC_TEST_FAULT";
+
+pub fn bin() -> std::path::PathBuf {
+    assert_cmd::cargo::cargo_bin!("simple-ipc").to_path_buf()
+}
+
+/// The binary with `gpus` simulated in host memory, in a process group of its own (so that the test can
+/// tell when every process of the run is gone).
+pub fn simulated(gpus: &str) -> Command {
+    let mut command = Command::new(bin());
+    command
+        .env(SIMULATE, gpus)
+        .env_remove(FAULT)
+        .process_group(0);
+    command
+}
+
+pub fn run(command: &mut Command) -> Output {
+    command
+        .stdin(Stdio::null())
+        .output()
+        .expect("the binary starts")
+}
+
+pub fn text(output: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// True once no process of the group led by `pgid` is left (they are all reaped or gone).
+pub fn group_gone(pgid: u32) -> bool {
+    matches!(kill(Pid::from_raw(-(pgid as i32)), None), Err(Errno::ESRCH))
+}
+
+/// Waits up to `limit` for the whole process group to be gone; returns how long it took.
+pub fn wait_group_gone(pgid: u32, limit: Duration) -> Option<Duration> {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if group_gone(pgid) {
+            return Some(start.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    None
+}
+
+pub fn shm_exists(name: &str) -> bool {
+    Path::new("/dev/shm").join(name).exists()
+}
+
+/// Starts a simulated run whose child 0 hangs in the round-robin, and returns once every child has attached
+/// (the segment's name is gone then): the moment to kill or interrupt the parent.
+pub fn start_hanging_run(procs: u32) -> Child {
+    let mut child = simulated("ok")
+        .args(["--procs-per-device", &procs.to_string()])
+        .env(FAULT, "child0@round-robin:hang")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the binary starts");
+    let name = format!("simpleIPCshm{}", child.id());
+    let start = Instant::now();
+    // The name appears when the parent creates the segment and goes when the last child attaches.
+    let mut seen = false;
+    while start.elapsed() < Duration::from_secs(10) {
+        let exists = shm_exists(&name);
+        seen |= exists;
+        if (seen && !exists) || (!seen && start.elapsed() > Duration::from_secs(1)) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the run ended before it could be interrupted"
+    );
+    // Let the other children reach the barrier, where they wait for child 0.
+    std::thread::sleep(Duration::from_millis(300));
+    child
+}
