@@ -48,7 +48,7 @@ if [ $rc -eq 2 ]; then cat "$log/probe"; echo "WAIVED: the binary waives on this
 for ppd in 1 2 4 8; do
   name="procs-per-device=$ppd"
   start=$(now)
-  timeout 120 "$bin" --procs-per-device "$ppd" >"$log/out" 2>&1; rc=$?
+  timeout 120 "$bin" --procs-per-device "$ppd" --json "$log/t.json" >"$log/out" 2>&1; rc=$?
   wall=$(elapsed "$start" "$(now)")
   n=$(grep -c '^Process [0-9]*: Starting on device' "$log/out")
   missing=""
@@ -58,6 +58,9 @@ for ppd in 1 2 4 8; do
   done
   first=$(head -n 1 "$log/out")
   [[ "$first" == "PP: lshmName = simpleIPCshm"* ]] || missing+=" PP-line-not-first"
+  if [ -z "${GPU_CHECK_SIMULATE:-}" ]; then
+    grep -q '"buffer_bytes": 67108864' "$log/t.json" 2>/dev/null || missing+=" 64MiB-buffers"
+  fi
   shm_after=$(shm_state)
   if [ $rc -eq 0 ] && [ "$n" -ge "$ppd" ] && [ -z "$missing" ] && [ "$shm_after" = "$shm_before" ]; then
     record PASS "$name" "exit 0, $n processes, all complete, all steps, /dev/shm clean, wall ${wall}s"
@@ -75,8 +78,9 @@ for fault in child1@round-robin:kill child2@verify:kill child1@open-handles:erro
   wall=$(elapsed "$start" "$(now)")
   gone=$(wait_all_gone 5)
   reason=$(grep -m1 'failed!' "$log/out")
+  stopped=$(grep -o 'every process stopped [0-9]* ms' "$log/out" | grep -o '[0-9]* ms')
   if [ $rc -eq 1 ] && [ "$gone" != never ] && [ -n "$reason" ] && [ "$(shm_state)" = "$shm_before" ]; then
-    record PASS "fault $fault" "exit 1 after ${wall}s (\"${reason#simple-ipc: }\"), all gone, /dev/shm clean"
+    record PASS "fault $fault" "exit 1 (\"${reason#simple-ipc: }\"), every process stopped ${stopped:-?} after the failure was seen, run ${wall}s, /dev/shm clean"
   else
     record FAIL "fault $fault" "exit $rc after ${wall}s, gone: $gone, reason: ${reason:-none}"
     sed 's/^/    /' "$log/out" | tail -n 20

@@ -112,6 +112,11 @@ pub fn run(index: usize) -> Result<()> {
     println!("Process {index}: verifying...");
     fault::at(Who::Child(index), Phase::Verify)?;
     let expected = ((index + 1) % n) as u8;
+    if fault::corrupts(Who::Child(index)) {
+        let last = data.len() - 1;
+        data[last / 3] = expected.wrapping_add(7);
+        data[last] = expected.wrapping_add(1);
+    }
     let mismatches = find_mismatches(data, expected);
     watch.lap(Step::Compare);
     if let Some((offset, value)) = mismatches.first {

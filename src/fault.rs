@@ -2,8 +2,9 @@
 //! named phase, so that the tests and the GPU check can prove that every failure stops the whole run.
 //!
 //! `<who>` is `parent` or `child<N>`; `<phase>` one of [`Phase`]'s names; `<action>` is `kill` (the process
-//! sends itself SIGKILL, like a crash or `kill -9`), `error` (it fails with an error) or `hang` (it sleeps
-//! until killed). An unknown value is an error, so a typo cannot silently test nothing; nothing happens unless
+//! sends itself SIGKILL, like a crash or `kill -9`), `error` (it fails with an error), `hang` (it sleeps
+//! until killed) or, at `verify` only, `corrupt` (two bytes of the copied-back buffer are changed before the
+//! comparison, which must then fail). An unknown value is an error, so a typo cannot silently test nothing; nothing happens unless
 //! the variable is set.
 
 use anyhow::{Result, anyhow, bail};
@@ -46,6 +47,7 @@ enum Action {
     Kill,
     Error,
     Hang,
+    Corrupt,
 }
 
 fn parse(spec: &str) -> Result<(Who, Phase, Action)> {
@@ -71,6 +73,7 @@ fn parse(spec: &str) -> Result<(Who, Phase, Action)> {
         "kill" => Action::Kill,
         "error" => Action::Error,
         "hang" => Action::Hang,
+        "corrupt" if phase == Phase::Verify => Action::Corrupt,
         _ => return Err(bad()),
     };
     Ok((who, phase, action))
@@ -102,7 +105,16 @@ pub fn at(who: Who, phase: Phase) -> Result<()> {
         Action::Hang => loop {
             std::thread::sleep(std::time::Duration::from_secs(3600));
         },
+        Action::Corrupt => Ok(()),
     }
+}
+
+/// Whether the configured fault asks this process to corrupt what it verifies.
+pub fn corrupts(who: Who) -> bool {
+    let Ok(spec) = std::env::var(FAULT_ENV) else {
+        return false;
+    };
+    matches!(parse(&spec), Ok((target, Phase::Verify, Action::Corrupt)) if target == who)
 }
 
 #[cfg(test)]

@@ -7,8 +7,9 @@
 //! children, so the children are stopped and reaped before any buffer is freed.
 
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, anyhow};
 
 use crate::Outcome;
 use crate::children::Children;
@@ -17,7 +18,7 @@ use crate::devices;
 use crate::driver::{self, Driver, Unavailable};
 use crate::fault::{self, Who};
 use crate::ipc::{ExportedBuffer, ExportedEvent, ProcessExports};
-use crate::segment::{self, Segment, SharedState};
+use crate::segment::{self, RunPlan, Segment, SharedState};
 use crate::timings::{self, Phases, Step, Stopwatch};
 
 pub fn run(cli: &Cli) -> Result<Outcome> {
@@ -46,11 +47,11 @@ pub fn run(cli: &Cli) -> Result<Outcome> {
         return Ok(Outcome::Waived);
     }
     let process_devices = devices::plan(&chosen, cli.procs_per_device as usize)?;
-    state.describe_run(
-        &process_devices,
-        driver.buffer_size(),
-        cli.procs_per_device as usize,
-    );
+    state.describe_run(&RunPlan {
+        devices: &process_devices,
+        procs_per_device: cli.procs_per_device as usize,
+        data_size: driver.buffer_size(),
+    });
     watch.lap(Step::DeviceSelection);
 
     // Declared before the children: dropped (events synchronised and destroyed, buffers freed) after them.
@@ -87,6 +88,9 @@ pub fn run(cli: &Cli) -> Result<Outcome> {
     Ok(Outcome::Passed)
 }
 
+/// The exports of some processes, with their indices.
+type Indexed<'d> = Vec<(usize, ProcessExports<'d>)>;
+
 /// Makes each chosen device's context current, allocates and exports every process's buffer and event into
 /// the segment, then lets the children go on. Several devices are set up in parallel, one thread each.
 fn export_all<'d>(
@@ -96,41 +100,22 @@ fn export_all<'d>(
     process_devices: &[i32],
     watch: &mut Stopwatch,
 ) -> Result<Vec<ProcessExports<'d>>> {
-    let size = driver.buffer_size();
-    let per_device: Vec<Result<Vec<(usize, ProcessExports<'d>)>>> = std::thread::scope(|scope| {
+    let per_device: Vec<Result<(Duration, Indexed<'d>)>> = std::thread::scope(|scope| {
         let workers: Vec<_> = chosen
             .iter()
-            .map(|&device| {
-                scope.spawn(move || -> Result<Vec<(usize, ProcessExports<'d>)>> {
-                    driver
-                        .use_device(device)
-                        .with_context(|| format!("making device {device} current"))?;
-                    let mut mine = Vec::new();
-                    for (index, _) in process_devices
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, d)| **d == device)
-                    {
-                        let event = ExportedEvent::create(driver, device)?;
-                        let buffer = ExportedBuffer::allocate(driver, device, size)
-                            .with_context(|| format!("buffer of process {index}"))?;
-                        mine.push((index, ProcessExports { event, buffer }));
-                    }
-                    Ok(mine)
-                })
-            })
+            .map(|&device| scope.spawn(move || export_device(driver, device, process_devices)))
             .collect();
-        workers
-            .into_iter()
-            .map(|w| {
-                w.join()
-                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a device set-up thread panicked")))
-            })
+        let joined = workers.into_iter().map(|worker| worker.join());
+        joined
+            .map(|r| r.unwrap_or_else(|_| Err(anyhow!("a device set-up thread panicked"))))
             .collect()
     });
-    let mut exports: Vec<(usize, ProcessExports<'d>)> = Vec::with_capacity(process_devices.len());
+    let mut exports: Indexed<'d> = Vec::with_capacity(process_devices.len());
+    let mut slowest_context = Duration::ZERO;
     for result in per_device {
-        exports.extend(result?);
+        let (context, exported) = result?;
+        slowest_context = slowest_context.max(context);
+        exports.extend(exported);
     }
     exports.sort_by_key(|(index, _)| *index);
     for (index, export) in &exports {
@@ -138,8 +123,33 @@ fn export_all<'d>(
         state.event_handles[*index].store(export.event.handle());
     }
     state.publish_ready();
-    watch.lap(Step::AllocateExport);
+    watch.lap_with_part(Step::AllocateExport, (Step::Context, slowest_context));
     Ok(exports.into_iter().map(|(_, e)| e).collect())
+}
+
+/// One device's share of [`export_all`]: its context (timed), then the buffer and event of each of its processes.
+fn export_device<'d>(
+    driver: &'d dyn Driver,
+    device: i32,
+    process_devices: &[i32],
+) -> Result<(Duration, Indexed<'d>)> {
+    let start = Instant::now();
+    driver
+        .use_device(device)
+        .with_context(|| format!("making device {device} current"))?;
+    let context = start.elapsed();
+    let mut exported = Vec::new();
+    for (index, _) in process_devices
+        .iter()
+        .enumerate()
+        .filter(|(_, d)| **d == device)
+    {
+        let event = ExportedEvent::create(driver, device)?;
+        let buffer = ExportedBuffer::allocate(driver, device, driver.buffer_size())
+            .with_context(|| format!("buffer of process {index}"))?;
+        exported.push((index, ProcessExports { event, buffer }));
+    }
+    Ok((context, exported))
 }
 
 /// `--timings` and `--json`: the parent's phases and what each child left in the segment.
@@ -160,6 +170,7 @@ fn report(cli: &Cli, state: &SharedState, parent: &Phases) -> Result<()> {
                 "procs_per_device",
                 state.procs_per_device.load(Ordering::Relaxed).to_string(),
             ),
+            ("buffer_bytes", state.data_size().to_string()),
             ("sequential", cli.sequential.to_string()),
         ];
         std::fs::write(path, timings::json(parent, &children, &extra))

@@ -119,14 +119,15 @@ impl SharedState {
         self.devices[index].load(Ordering::Relaxed)
     }
 
-    /// Writes who runs where, before any child starts: process `i` runs on `devices[i]`.
-    pub fn describe_run(&self, devices: &[i32], procs_per_device: usize, data_size: usize) {
+    /// Writes who runs where, before any child starts.
+    pub fn describe_run(&self, run: &RunPlan) {
         self.nprocesses
-            .store(devices.len() as u64, Ordering::Relaxed);
+            .store(run.devices.len() as u64, Ordering::Relaxed);
         self.procs_per_device
-            .store(procs_per_device as u32, Ordering::Relaxed);
-        self.data_size.store(data_size as u64, Ordering::Relaxed);
-        for (slot, &device) in self.devices.iter().zip(devices) {
+            .store(run.procs_per_device as u32, Ordering::Relaxed);
+        self.data_size
+            .store(run.data_size as u64, Ordering::Relaxed);
+        for (slot, &device) in self.devices.iter().zip(run.devices) {
             slot.store(device, Ordering::Relaxed);
         }
     }
@@ -187,6 +188,15 @@ impl SharedState {
         }
         Ok(())
     }
+}
+
+/// Who runs where: what the parent tells its children before they start.
+pub struct RunPlan<'a> {
+    /// Device of each process: process `i` runs on `devices[i]`.
+    pub devices: &'a [i32],
+    pub procs_per_device: usize,
+    /// Bytes in each process's buffer.
+    pub data_size: usize,
 }
 
 /// The segment's name for the parent with process id `pid`.

@@ -128,6 +128,15 @@ impl Stopwatch {
         self.last = now;
     }
 
+    /// Ends the current phase as `step`, of which `part.1` is counted as `part.0` instead.
+    pub fn lap_with_part(&mut self, step: Step, part: (Step, Duration)) {
+        let now = Instant::now();
+        let whole = now - self.last;
+        self.phases.add(part.0, part.1.min(whole));
+        self.phases.add(step, whole.saturating_sub(part.1));
+        self.last = now;
+    }
+
     /// The phases so far, with the total wall time since start.
     pub fn finish(&self) -> Phases {
         let mut phases = self.phases.clone();

@@ -29,9 +29,9 @@ impl<'d> HostBuffer<'d> {
     }
 
     /// Copies `src` (a device buffer of at least this buffer's size) in stream order, and waits for it.
-    pub fn copy_from(&mut self, src: DevicePtr, stream: RawStream) -> Result<&[u8]> {
+    pub fn copy_from(&mut self, src: DevicePtr, stream: RawStream) -> Result<&mut [u8]> {
         self.driver.copy_to_host(&mut self.memory, src, stream)?;
-        Ok(&self.memory)
+        Ok(&mut self.memory)
     }
 }
 

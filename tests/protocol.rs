@@ -103,6 +103,13 @@ fn more_processes_than_cores_in_sequential_order_with_timings() {
         doc.contains("\"processes\": 32") && doc.contains("\"round_robin\""),
         "{doc}"
     );
+    assert!(doc.contains("\"procs_per_device\": 32"), "{doc}");
+    let size = simple_ipc::driver::host::SIMULATED_BUFFER_SIZE;
+    let expected = format!("\"buffer_bytes\": {size}");
+    assert!(
+        doc.contains(&expected),
+        "every byte of the buffers is checked: {doc}"
+    );
     assert_eq!(
         doc.matches("\"cuda_start\"").count(),
         33,
@@ -221,4 +228,25 @@ fn existing_segment_name_is_refused_and_untouched() {
         "the existing object was touched"
     );
     std::fs::remove_file(path).unwrap();
+}
+
+#[test]
+fn a_wrong_buffer_is_one_line_and_exit_1() {
+    let out = run(simulated("ok")
+        .args(["--procs-per-device", "3"])
+        .env(FAULT, "child1@verify:corrupt"));
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{all}");
+    let size = simple_ipc::driver::host::SIMULATED_BUFFER_SIZE;
+    let offset = (size - 1) / 3;
+    let line = format!(
+        "Process 1: verification failed: 2 of {size} bytes differ from 2; the first, at offset {offset}, is 9"
+    );
+    assert!(all.contains(&line), "{all}");
+    assert_eq!(
+        all.matches("differ").count(),
+        1,
+        "one line, not one per byte: {all}"
+    );
+    assert!(all.contains("Process 1 failed! (exit code 1)"), "{all}");
 }

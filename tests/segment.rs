@@ -45,7 +45,11 @@ fn segment_bytes(n: u64, forge: impl FnOnce(&SharedState)) -> Vec<u8> {
     state
         .parent_pid
         .store(std::process::id(), Ordering::Relaxed);
-    state.describe_run(&vec![0; n as usize], n as usize, 4096);
+    state.describe_run(&segment::RunPlan {
+        devices: &vec![0; n as usize],
+        procs_per_device: n as usize,
+        data_size: 4096,
+    });
     forge(state);
     let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
     bytes[..size_of::<SharedState>()].to_vec()
@@ -159,7 +163,11 @@ fn layout_round_trips_between_processes() {
     let name = format!("simpleIPCshm-roundtrip-{}", std::process::id());
     let created = segment::Segment::create(&name).unwrap();
     let state = created.state();
-    state.describe_run(&[3, 3, 5], 2, 1 << 20);
+    state.describe_run(&segment::RunPlan {
+        devices: &[3, 3, 5],
+        procs_per_device: 2,
+        data_size: 1 << 20,
+    });
     for i in 0..3 {
         state.mem_handles[i].store(&[i as u8 + 1; 64]);
         state.event_handles[i].store(&[i as u8 + 101; 64]);
