@@ -130,6 +130,8 @@ pub fn run(index: usize) -> Result<()> {
     watch.lap(Step::CleanUp);
     watch.finish().publish(state, index);
     println!("Process {index} complete!");
+    // The parent may free the buffers now, while this process tears its CUDA context down.
+    state.finished.fetch_add(1, Ordering::AcqRel);
     Ok(())
 }
 

@@ -90,12 +90,15 @@ impl<'s> Children<'s> {
         Ok(children)
     }
 
-    /// Waits until every child has exited 0, calling `tick` at every look. The first that fails, or a stop
-    /// signal, aborts the run: the others are stopped (see [`Children::stop`]) and the error says who failed
-    /// and how.
-    pub fn wait(&mut self, mut tick: impl FnMut()) -> Result<()> {
+    /// Waits until every child has exited 0, or until `enough()`, calling `tick` at every look. The first
+    /// that fails, or a stop signal, aborts the run: the others are stopped (see [`Children::stop`]) and the
+    /// error says who failed and how.
+    pub fn wait(&mut self, enough: impl Fn() -> bool, mut tick: impl FnMut()) -> Result<()> {
         while !self.running.is_empty() {
             tick();
+            if enough() {
+                return Ok(());
+            }
             if let Err(interrupted) = signals::check() {
                 self.stop(None);
                 return Err(interrupted);

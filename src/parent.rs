@@ -28,8 +28,8 @@ pub fn run(cli: &Cli) -> Result<Outcome> {
     let segment = Segment::create(&name)?;
     let state = segment.state();
 
-    let driver = match driver::load() {
-        Ok(driver) => driver,
+    let cuda = match driver::load() {
+        Ok(cuda) => cuda,
         Err(e) => match e.downcast::<Unavailable>() {
             Ok(reason) => {
                 println!("No CUDA devices support IPC ({reason})");
@@ -38,7 +38,7 @@ pub fn run(cli: &Cli) -> Result<Outcome> {
             Err(e) => return Err(e),
         },
     };
-    let driver: &dyn Driver = &*driver;
+    let driver: &dyn Driver = &*cuda;
     watch.lap(Step::CudaStart);
 
     let chosen = devices::select(driver)?;
@@ -68,11 +68,12 @@ pub fn run(cli: &Cli) -> Result<Outcome> {
     }
 
     fault::at(Who::Parent, fault::Phase::WaitChildren)?;
+    let n = process_devices.len();
+    let all_finished = || state.finished.load(Ordering::Acquire) as usize == n;
     let mut names_removed = false;
-    children.wait(|| {
+    children.wait(all_finished, || {
         // Once every child has opened the handles, the driver's own files for them need no name any more.
-        if !names_removed && state.opened.load(Ordering::Acquire) as usize == process_devices.len()
-        {
+        if !names_removed && state.opened.load(Ordering::Acquire) as usize == n {
             names_removed = true;
             if let Err(e) = driver.remove_exported_names() {
                 eprintln!("warning: {e:#}");
@@ -80,9 +81,14 @@ pub fn run(cli: &Cli) -> Result<Outcome> {
         }
     })?;
     watch.lap(Step::WaitChildren);
-    drop(children);
+    // Every child has verified and closed what it opened: free the buffers and release CUDA while the
+    // children tear their own contexts down (that takes longer than the whole round-robin), then collect
+    // their exit statuses.
     drop(exports);
+    drop(cuda);
     watch.lap(Step::CleanUp);
+    children.wait(|| false, || {})?;
+    watch.lap(Step::WaitChildren);
 
     report(cli, state, &watch.finish())?;
     Ok(Outcome::Passed)

@@ -91,6 +91,8 @@ pub struct SharedState {
     pub attached: AtomicU32,
     /// Children that have opened every handle.
     pub opened: AtomicU32,
+    /// Children that have verified their buffer and closed every handle they opened.
+    pub finished: AtomicU32,
     /// Set by whoever removes the segment's name, so that it is removed exactly once.
     pub name_removed: AtomicBool,
     /// Phase timings in microseconds, per process (see `timings`).
