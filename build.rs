@@ -24,27 +24,19 @@ fn main() {
     println!("cargo:rerun-if-env-changed=NVCC");
     println!("cargo:rerun-if-env-changed=CUDA_PATH");
 
-    let out_dir =
-        PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR for build scripts"));
+    let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR for build scripts"));
     let image = out_dir.join("simple_kernel.image");
 
     let format = if let Some(given) = env::var_os("SIMPLE_IPC_KERNEL_IMAGE") {
         println!("cargo:rerun-if-changed={}", Path::new(&given).display());
-        fs::copy(&given, &image).unwrap_or_else(|e| {
-            panic!(
-                "SIMPLE_IPC_KERNEL_IMAGE={}: {e}",
-                Path::new(&given).display()
-            )
-        });
+        fs::copy(&given, &image)
+            .unwrap_or_else(|e| panic!("SIMPLE_IPC_KERNEL_IMAGE={}: {e}", Path::new(&given).display()));
         "fatbin"
     } else if let Some(nvcc) = find_nvcc() {
         if compile_fatbin(&nvcc, &image) {
             "fatbin"
         } else {
-            println!(
-                "cargo:warning=nvcc ({}) failed; embedding the committed PTX",
-                nvcc.display()
-            );
+            println!("cargo:warning=nvcc ({}) failed; embedding the committed PTX", nvcc.display());
             embed_committed_ptx(&image)
         }
     } else {
@@ -77,17 +69,14 @@ fn compile_fatbin(nvcc: &Path, image: &Path) -> bool {
         cmd.arg(format!("-gencode=arch=compute_{arch},code=sm_{arch}"));
     }
     let newest = ARCHITECTURES[ARCHITECTURES.len() - 1];
-    cmd.arg(format!(
-        "-gencode=arch=compute_{newest},code=compute_{newest}"
-    ));
+    cmd.arg(format!("-gencode=arch=compute_{newest},code=compute_{newest}"));
     cmd.arg("kernels/simple_kernel.cu");
     matches!(cmd.status(), Ok(s) if s.success())
 }
 
 /// PTX is text that `cuModuleLoadData` reads up to a NUL, so the copy gets one.
 fn embed_committed_ptx(image: &Path) -> &'static str {
-    let mut ptx =
-        fs::read("kernels/simple_kernel.ptx").expect("kernels/simple_kernel.ptx is committed");
+    let mut ptx = fs::read("kernels/simple_kernel.ptx").expect("kernels/simple_kernel.ptx is committed");
     ptx.push(0);
     fs::write(image, ptx).expect("OUT_DIR is writable");
     "ptx"

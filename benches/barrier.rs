@@ -23,8 +23,7 @@ fn shared_state() -> MmapMut {
 
 fn cpu_of_children() -> Duration {
     let usage = getrusage(UsageWho::RUSAGE_CHILDREN).expect("getrusage");
-    let t =
-        |tv: nix::sys::time::TimeVal| Duration::new(tv.tv_sec() as u64, tv.tv_usec() as u32 * 1000);
+    let t = |tv: nix::sys::time::TimeVal| Duration::new(tv.tv_sec() as u64, tv.tv_usec() as u32 * 1000);
     t(usage.user_time()) + t(usage.system_time())
 }
 
@@ -51,10 +50,7 @@ fn one_run(processes: usize, rounds: usize) -> (Duration, Duration) {
         })
         .collect();
     for child in children {
-        assert_eq!(
-            waitpid(child, None).expect("waitpid"),
-            WaitStatus::Exited(child, 0)
-        );
+        assert_eq!(waitpid(child, None).expect("waitpid"), WaitStatus::Exited(child, 0));
     }
     let wall = start.elapsed();
     let cpu = cpu_of_children() - cpu_before;
@@ -64,13 +60,9 @@ fn one_run(processes: usize, rounds: usize) -> (Duration, Duration) {
 fn main() {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!("barrier round cost, {cores} cores (median of 5 runs)");
-    println!(
-        "{:>10} {:>8} {:>14} {:>14}",
-        "processes", "rounds", "wall/round", "cpu/round"
-    );
+    println!("{:>10} {:>8} {:>14} {:>14}", "processes", "rounds", "wall/round", "cpu/round");
     for (processes, rounds) in [(2, 20_000), (8, 5_000), (32, 2_000)] {
-        let mut runs: Vec<(Duration, Duration)> =
-            (0..5).map(|_| one_run(processes, rounds)).collect();
+        let mut runs: Vec<(Duration, Duration)> = (0..5).map(|_| one_run(processes, rounds)).collect();
         runs.sort();
         let (wall, cpu) = runs[2];
         println!(

@@ -38,11 +38,7 @@ pub struct Barrier<'s> {
 
 impl<'s> Barrier<'s> {
     pub fn new(state: &'s SharedState, participants: usize) -> Self {
-        Self {
-            count: &state.barrier,
-            sense: &state.sense,
-            participants: participants as i32,
-        }
+        Self { count: &state.barrier, sense: &state.sense, participants: participants as i32 }
     }
 
     /// Returns once all participants have called it, or with the stop check's error.
@@ -63,11 +59,7 @@ impl<'s> Barrier<'s> {
 }
 
 /// Waits until the shared word satisfies `done`, asking `stop` while it waits.
-pub fn wait_until(
-    word: &AtomicU32,
-    done: impl Fn(u32) -> bool,
-    stop: &dyn StopCheck,
-) -> Result<()> {
+pub fn wait_until(word: &AtomicU32, done: impl Fn(u32) -> bool, stop: &dyn StopCheck) -> Result<()> {
     let mut round = 0u32;
     loop {
         let value = word.load(Ordering::Acquire);
@@ -90,21 +82,13 @@ pub fn wait_until(
 pub fn wake_all(word: &AtomicU32) {
     // SAFETY: FUTEX_WAKE only reads the address of a live, aligned 32-bit word; no memory is written.
     unsafe {
-        nix::libc::syscall(
-            nix::libc::SYS_futex,
-            word.as_ptr(),
-            nix::libc::FUTEX_WAKE,
-            i32::MAX,
-        );
+        nix::libc::syscall(nix::libc::SYS_futex, word.as_ptr(), nix::libc::FUTEX_WAKE, i32::MAX);
     }
 }
 
 /// Sleeps while `word` still holds `expected`, for at most `timeout` (or until woken, or a signal).
 fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
-    let timeout = nix::libc::timespec {
-        tv_sec: 0,
-        tv_nsec: timeout.as_nanos() as nix::libc::c_long,
-    };
+    let timeout = nix::libc::timespec { tv_sec: 0, tv_nsec: timeout.as_nanos() as nix::libc::c_long };
     // SAFETY: FUTEX_WAIT reads the live, aligned 32-bit word and the timespec, which outlive the call. The
     // word is in shared memory, so this is the non-private futex: other processes' wakes reach it.
     unsafe {

@@ -17,28 +17,15 @@ use crate::kernel::{SimpleKernel, Stream};
 use crate::segment::{self, Segment, SharedState};
 use crate::signals;
 use crate::timings::{Step, Stopwatch};
+use crate::topology;
 use crate::verify::{HostBuffer, find_mismatches};
 
 pub fn run(index: usize) -> Result<()> {
     let mut watch = Stopwatch::start();
-    let parent_pid = getppid();
-    let name = segment::name_for(parent_pid.as_raw() as u32);
-    println!("CP: lshmName = {name}");
-    let segment = Segment::open(&name).context("Failed to create shared memory slab")?;
+    let (segment, parent_pid) = attach(index)?;
     let state = segment.state();
     let n = state.process_count();
-    ensure!(
-        index < n,
-        "this is process {index}, but the segment has {n} processes"
-    );
-    ensure!(
-        state.parent_pid.load(Ordering::Relaxed) == parent_pid.as_raw() as u32,
-        "the segment was made by process {}, not by our parent {parent_pid}",
-        state.parent_pid.load(Ordering::Relaxed)
-    );
-    segment.mark_attached()?;
-    fault::at(Who::Child(index), Phase::Attach)?;
-    let stop = move || -> Result<()> { still_running(state, parent_pid.as_raw()) };
+    let stop = move || -> Result<()> { still_running(state, parent_pid) };
 
     let driver = driver::load().context("starting CUDA")?;
     let driver: &dyn Driver = &*driver;
@@ -51,6 +38,12 @@ pub fn run(index: usize) -> Result<()> {
     );
 
     println!("Process {index}: Starting on device {device}...");
+    if state.options.load(Ordering::Relaxed) & segment::OPTION_BIND_NUMA != 0 {
+        match topology::bind_to_device_node(driver, device)? {
+            Some(place) => println!("Process {index}: bound to the CPUs of device {device}'s NUMA {place}"),
+            None => println!("Process {index}: device {device} has no known NUMA node; not bound"),
+        }
+    }
     driver.use_device(device)?;
     let stream = Stream::non_blocking(driver)?;
     watch.lap(Step::Context);
@@ -60,11 +53,7 @@ pub fn run(index: usize) -> Result<()> {
     let mut host = HostBuffer::prepare(driver, size)?;
 
     // The parent exports the handles while we started CUDA; wait until they are all there.
-    barrier::wait_until(
-        &state.phase,
-        |phase| phase != segment::Phase::Starting as u32,
-        &stop,
-    )?;
+    barrier::wait_until(&state.phase, |phase| phase != segment::Phase::Starting as u32, &stop)?;
     stop.check()?;
     watch.lap(Step::WaitReady);
 
@@ -94,9 +83,7 @@ pub fn run(index: usize) -> Result<()> {
             .with_context(|| format!("launching simpleKernel on the buffer of process {target}"))?;
         stream.record(&events[target])?;
         fault::at(Who::Child(index), Phase::RoundRobin)?;
-        barrier
-            .wait(&stop)
-            .with_context(|| format!("in the barrier after step {step}"))?;
+        barrier.wait(&stop).with_context(|| format!("in the barrier after step {step}"))?;
         if index == 0 {
             println!("Step {step} done");
         }
@@ -105,9 +92,7 @@ pub fn run(index: usize) -> Result<()> {
 
     // Our own buffer was written last by process (index + 1) % n.
     stream.wait_for(&events[index])?;
-    let data = host
-        .copy_from(buffers[index].ptr(), stream.raw())
-        .context("copying the buffer back")?;
+    let data = host.copy_from(buffers[index].ptr(), stream.raw()).context("copying the buffer back")?;
     watch.lap(Step::CopyBack);
     println!("Process {index}: verifying...");
     fault::at(Who::Child(index), Phase::Verify)?;
@@ -135,13 +120,31 @@ pub fn run(index: usize) -> Result<()> {
     Ok(())
 }
 
+/// Opens the parent's segment (`simpleIPCshm<getppid()>`) after checking it, and reports this child attached.
+/// Returns the segment and the parent's pid.
+pub fn attach(index: usize) -> Result<(Segment, i32)> {
+    let parent_pid = getppid().as_raw();
+    let name = segment::name_for(parent_pid as u32);
+    println!("CP: lshmName = {name}");
+    let segment = Segment::open(&name).context("Failed to create shared memory slab")?;
+    let state = segment.state();
+    let n = state.process_count();
+    ensure!(index < n, "this is process {index}, but the segment has {n} processes");
+    let creator = state.parent_pid.load(Ordering::Relaxed);
+    ensure!(
+        creator == parent_pid as u32,
+        "the segment was made by process {creator}, not by our parent {parent_pid}"
+    );
+    segment.mark_attached()?;
+    fault::at(Who::Child(index), Phase::Attach)?;
+    Ok((segment, parent_pid))
+}
+
 /// The stop check of every wait in a child.
-fn still_running(state: &SharedState, parent_pid: i32) -> Result<()> {
+pub fn still_running(state: &SharedState, parent_pid: i32) -> Result<()> {
     signals::check()?;
     if state.phase() == segment::Phase::Aborted {
-        bail!(
-            "stopped: the run was aborted (another process failed or the parent was interrupted)"
-        );
+        bail!("stopped: the run was aborted (another process failed or the parent was interrupted)");
     }
     if getppid().as_raw() != parent_pid {
         bail!("stopped: the parent process {parent_pid} is gone");

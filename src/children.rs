@@ -2,14 +2,15 @@
 //! until they all exit, and stopped together as soon as one fails or a signal comes. Dropping [`Children`]
 //! stops and reaps whatever still runs, so no path out of the parent leaves a child behind.
 
+use std::ops::Range;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use nix::errno::Errno;
 use nix::sys::signal::{Signal, kill};
-use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
 use nix::unistd::Pid;
 
 use crate::segment::SharedState;
@@ -57,21 +58,14 @@ fn describe(status: WaitStatus) -> Option<String> {
 }
 
 impl<'s> Children<'s> {
-    /// Starts children `0..count`. Each gets SIGKILL if the parent dies (`PR_SET_PDEATHSIG`).
-    pub fn spawn(state: &'s SharedState, count: usize) -> Result<Self> {
-        let mut children = Self {
-            state,
-            running: Vec::with_capacity(count),
-        };
-        let argv0 = std::env::args_os()
-            .next()
-            .unwrap_or_else(|| "simple-ipc".into());
-        for index in 0..count {
+    /// Starts a child for each index, with `args` before the index. Each gets SIGKILL if the parent dies
+    /// (`PR_SET_PDEATHSIG`).
+    pub fn spawn(state: &'s SharedState, indices: Range<usize>, args: &[&str]) -> Result<Self> {
+        let mut children = Self { state, running: Vec::with_capacity(indices.len()) };
+        let argv0 = std::env::args_os().next().unwrap_or_else(|| "simple-ipc".into());
+        for index in indices {
             let mut command = Command::new("/proc/self/exe");
-            command
-                .arg0(&argv0)
-                .arg(index.to_string())
-                .stdin(Stdio::null());
+            command.arg0(&argv0).args(args).arg(index.to_string()).stdin(Stdio::null());
             // SAFETY: runs in the forked child before exec; prctl is async-signal-safe and allocates nothing.
             unsafe {
                 command.pre_exec(|| {
@@ -79,13 +73,9 @@ impl<'s> Children<'s> {
                 });
             }
             // On error, `children` is dropped here and stops the ones already started.
-            let child = command
-                .spawn()
-                .with_context(|| format!("starting process {index} (/proc/self/exe)"))?;
-            children.running.push(Running {
-                index,
-                pid: Pid::from_raw(child.id() as i32),
-            });
+            let child =
+                command.spawn().with_context(|| format!("starting process {index} (/proc/self/exe)"))?;
+            children.running.push(Running { index, pid: Pid::from_raw(child.id() as i32) });
         }
         Ok(children)
     }
@@ -131,14 +121,23 @@ impl<'s> Children<'s> {
             if let Some(how) = describe(status)
                 && failure.is_none()
             {
-                failure = Some(ChildFailed {
-                    index: child.index,
-                    how,
-                });
+                failure = Some(ChildFailed { index: child.index, how });
             }
             false
         });
         failure
+    }
+
+    /// `Err` once any child has exited (without reaping it, so that [`Children::wait`] still reports how).
+    pub fn check_all_alive(&self) -> Result<()> {
+        for child in &self.running {
+            let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+            match waitid(Id::Pid(child.pid), flags) {
+                Ok(WaitStatus::StillAlive) | Err(Errno::EINTR) => {}
+                _ => bail!("process {} has ended", child.index),
+            }
+        }
+        Ok(())
     }
 
     /// Aborts the run, gives the children [`GRACE`] to leave in order, then kills and reaps the rest.
@@ -155,10 +154,7 @@ impl<'s> Children<'s> {
         for child in &self.running {
             let _ = kill(child.pid, Signal::SIGKILL);
             if let Some(failed) = failed {
-                eprintln!(
-                    "Process {} did not stop after process {failed} failed: killed",
-                    child.index
-                );
+                eprintln!("Process {} did not stop after process {failed} failed: killed", child.index);
             }
         }
         for child in self.running.drain(..) {

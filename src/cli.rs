@@ -37,6 +37,24 @@ pub struct Cli {
     /// Start the children only after the buffers are exported, as the original does (slower; for comparison).
     #[arg(long)]
     pub sequential: bool,
+
+    /// Run the IPC benchmark instead: a producer and a consumer hand buffers of 4 KiB up to
+    /// --bench-max-bytes over, and a table compares the copy through IPC with the local and staged ones.
+    #[arg(long)]
+    pub bench: bool,
+
+    /// Largest buffer of the benchmark.
+    #[arg(long, value_name = "BYTES", default_value_t = 1 << 30,
+          value_parser = clap::value_parser!(u64).range(4096..=(1u64 << 34)))]
+    pub bench_max_bytes: u64,
+
+    /// Print the peer-access matrix of the GPUs and the NUMA node and CPUs of each, then exit.
+    #[arg(long)]
+    pub topology: bool,
+
+    /// Pin each child to the CPUs of its GPU's NUMA node.
+    #[arg(long)]
+    pub bind_numa: bool,
 }
 
 /// Parses this process's arguments; on `Err`, print the error and exit with [`usage_exit_code`].
@@ -74,15 +92,9 @@ mod tests {
     #[test]
     fn roles_and_options() {
         let parent = run(&[]).unwrap();
-        assert_eq!(
-            (parent.child, parent.procs_per_device, parent.sequential),
-            (None, 1, false)
-        );
+        assert_eq!((parent.child, parent.procs_per_device, parent.sequential), (None, 1, false));
         assert_eq!(run(&["7"]).unwrap().child, Some(7));
-        assert_eq!(
-            run(&["--procs-per-device", "4"]).unwrap().procs_per_device,
-            4
-        );
+        assert_eq!(run(&["--procs-per-device", "4"]).unwrap().procs_per_device, 4);
         for bad in [
             &["32"][..],
             &["-1"],

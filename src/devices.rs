@@ -15,9 +15,7 @@ pub fn select(driver: &dyn Driver) -> Result<Vec<i32>> {
         if chosen.len() == MAX_PROCESSES {
             break;
         }
-        let info = driver
-            .device_info(device)
-            .with_context(|| format!("querying device {device}"))?;
+        let info = driver.device_info(device).with_context(|| format!("querying device {device}"))?;
         if !info.unified_addressing {
             println!("Device {device} does not support unified addressing, skipping...");
             continue;
@@ -27,9 +25,7 @@ pub fn select(driver: &dyn Driver) -> Result<Vec<i32>> {
             continue;
         }
         if !peers_both_ways(driver, device, &chosen)? {
-            println!(
-                "Device {device} is not peer capable with some other selected peers, skipping"
-            );
+            println!("Device {device} is not peer capable with some other selected peers, skipping");
             continue;
         }
         // Not needed for IPC, but it sets the peers up, as the original does.
@@ -61,10 +57,7 @@ pub fn plan(devices: &[i32], procs_per_device: usize) -> Result<Vec<i32>> {
         "{} devices x {procs_per_device} processes per device makes {n} processes; at most {MAX_PROCESSES}",
         devices.len()
     );
-    Ok(devices
-        .iter()
-        .flat_map(|&d| std::iter::repeat_n(d, procs_per_device))
-        .collect())
+    Ok(devices.iter().flat_map(|&d| std::iter::repeat_n(d, procs_per_device)).collect())
 }
 
 #[cfg(test)]

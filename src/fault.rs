@@ -51,24 +51,14 @@ enum Action {
 }
 
 fn parse(spec: &str) -> Result<(Who, Phase, Action)> {
-    let bad =
-        || anyhow!("{FAULT_ENV}={spec:?}: expected <parent|childN>@<phase>:<kill|error|hang>");
+    let bad = || anyhow!("{FAULT_ENV}={spec:?}: expected <parent|childN>@<phase>:<kill|error|hang>");
     let (who, rest) = spec.split_once('@').ok_or_else(bad)?;
     let (phase, action) = rest.split_once(':').ok_or_else(bad)?;
     let who = match who {
         "parent" => Who::Parent,
-        child => Who::Child(
-            child
-                .strip_prefix("child")
-                .and_then(|n| n.parse().ok())
-                .ok_or_else(bad)?,
-        ),
+        child => Who::Child(child.strip_prefix("child").and_then(|n| n.parse().ok()).ok_or_else(bad)?),
     };
-    let phase = Phase::ALL
-        .iter()
-        .find(|(_, name)| *name == phase)
-        .map(|(p, _)| *p)
-        .ok_or_else(bad)?;
+    let phase = Phase::ALL.iter().find(|(_, name)| *name == phase).map(|(p, _)| *p).ok_or_else(bad)?;
     let action = match action {
         "kill" => Action::Kill,
         "error" => Action::Error,
@@ -131,13 +121,9 @@ mod tests {
             parse("parent@wait-children:hang").unwrap(),
             (Who::Parent, Phase::WaitChildren, Action::Hang)
         );
-        for bad in [
-            "child@attach:kill",
-            "child1@atach:kill",
-            "child1@attach:explode",
-            "child1attach:kill",
-            "",
-        ] {
+        for bad in
+            ["child@attach:kill", "child1@atach:kill", "child1@attach:explode", "child1attach:kill", ""]
+        {
             assert!(parse(bad).is_err(), "{bad:?} should be refused");
         }
     }

@@ -11,48 +11,61 @@ fn warn_on_error(what: &str, result: Result<()>) {
     }
 }
 
-/// A device buffer allocated and exported by this process (the parent): freed on drop.
-pub struct ExportedBuffer<'d> {
+/// A device buffer this process allocated (`cudaMalloc`): freed on drop.
+pub struct DeviceBuffer<'d> {
     driver: &'d dyn Driver,
     device: i32,
     ptr: DevicePtr,
+}
+
+impl<'d> DeviceBuffer<'d> {
+    pub fn allocate(driver: &'d dyn Driver, device: i32, bytes: usize) -> Result<Self> {
+        driver.use_device(device)?;
+        let ptr =
+            driver.alloc(bytes).with_context(|| format!("allocating {bytes} bytes on device {device}"))?;
+        Ok(Self { driver, device, ptr })
+    }
+
+    pub fn ptr(&self) -> DevicePtr {
+        self.ptr
+    }
+}
+
+impl Drop for DeviceBuffer<'_> {
+    fn drop(&mut self) {
+        warn_on_error(
+            "freeing a device buffer",
+            self.driver.use_device(self.device).and_then(|()| self.driver.free(self.ptr)),
+        );
+    }
+}
+
+/// A device buffer allocated and exported by this process: freed on drop, like any [`DeviceBuffer`].
+pub struct ExportedBuffer<'d> {
+    buffer: DeviceBuffer<'d>,
     handle: IpcHandleBytes,
 }
 
 impl<'d> ExportedBuffer<'d> {
     /// `cudaMalloc` + `cudaIpcGetMemHandle` on `device`.
     pub fn allocate(driver: &'d dyn Driver, device: i32, bytes: usize) -> Result<Self> {
-        driver.use_device(device)?;
-        let ptr = driver
-            .alloc(bytes)
-            .with_context(|| format!("allocating {bytes} bytes on device {device}"))?;
-        // Owned from here on: an error below frees it through Drop.
-        let mut buffer = Self {
-            driver,
-            device,
-            ptr,
-            handle: [0; 64],
-        };
-        buffer.handle = driver
-            .ipc_get_mem_handle(ptr)
-            .context("exporting a buffer's IPC handle")?;
-        Ok(buffer)
+        let buffer = DeviceBuffer::allocate(driver, device, bytes)?;
+        let handle = driver.ipc_get_mem_handle(buffer.ptr()).context("exporting a buffer's IPC handle")?;
+        Ok(Self { buffer, handle })
     }
 
     pub fn handle(&self) -> &IpcHandleBytes {
         &self.handle
     }
+
+    pub fn ptr(&self) -> DevicePtr {
+        self.buffer.ptr()
+    }
 }
 
-impl Drop for ExportedBuffer<'_> {
-    fn drop(&mut self) {
-        warn_on_error(
-            "freeing an exported buffer",
-            self.driver
-                .use_device(self.device)
-                .and_then(|()| self.driver.free(self.ptr)),
-        );
-    }
+/// Any event a stream can wait for or record: exported by this process or opened from another.
+pub trait Event {
+    fn raw(&self) -> RawEvent;
 }
 
 /// An interprocess event created and exported by this process (the parent): on drop it waits for the event's
@@ -69,20 +82,19 @@ impl<'d> ExportedEvent<'d> {
     pub fn create(driver: &'d dyn Driver, device: i32) -> Result<Self> {
         driver.use_device(device)?;
         let event = driver.create_interprocess_event()?;
-        let mut exported = Self {
-            driver,
-            device,
-            event,
-            handle: [0; 64],
-        };
-        exported.handle = driver
-            .ipc_get_event_handle(event)
-            .context("exporting an event's IPC handle")?;
+        let mut exported = Self { driver, device, event, handle: [0; 64] };
+        exported.handle = driver.ipc_get_event_handle(event).context("exporting an event's IPC handle")?;
         Ok(exported)
     }
 
     pub fn handle(&self) -> &IpcHandleBytes {
         &self.handle
+    }
+}
+
+impl Event for ExportedEvent<'_> {
+    fn raw(&self) -> RawEvent {
+        self.event
     }
 }
 
@@ -113,10 +125,7 @@ pub struct OpenedBuffer<'d> {
 
 impl<'d> OpenedBuffer<'d> {
     pub fn open(driver: &'d dyn Driver, handle: &IpcHandleBytes) -> Result<Self> {
-        Ok(Self {
-            driver,
-            ptr: driver.ipc_open_mem_handle(handle)?,
-        })
+        Ok(Self { driver, ptr: driver.ipc_open_mem_handle(handle)? })
     }
 
     pub fn ptr(&self) -> DevicePtr {
@@ -126,10 +135,7 @@ impl<'d> OpenedBuffer<'d> {
 
 impl Drop for OpenedBuffer<'_> {
     fn drop(&mut self) {
-        warn_on_error(
-            "closing an opened IPC buffer",
-            self.driver.ipc_close_mem_handle(self.ptr),
-        );
+        warn_on_error("closing an opened IPC buffer", self.driver.ipc_close_mem_handle(self.ptr));
     }
 }
 
@@ -141,22 +147,18 @@ pub struct OpenedEvent<'d> {
 
 impl<'d> OpenedEvent<'d> {
     pub fn open(driver: &'d dyn Driver, handle: &IpcHandleBytes) -> Result<Self> {
-        Ok(Self {
-            driver,
-            event: driver.ipc_open_event_handle(handle)?,
-        })
+        Ok(Self { driver, event: driver.ipc_open_event_handle(handle)? })
     }
+}
 
-    pub fn raw(&self) -> RawEvent {
+impl Event for OpenedEvent<'_> {
+    fn raw(&self) -> RawEvent {
         self.event
     }
 }
 
 impl Drop for OpenedEvent<'_> {
     fn drop(&mut self) {
-        warn_on_error(
-            "destroying an opened IPC event",
-            self.driver.destroy_event(self.event),
-        );
+        warn_on_error("destroying an opened IPC event", self.driver.destroy_event(self.event));
     }
 }

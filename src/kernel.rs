@@ -4,7 +4,7 @@
 use anyhow::{Context, Result, ensure};
 
 use crate::driver::{Driver, RawFunction, RawStream};
-use crate::ipc::{OpenedBuffer, OpenedEvent};
+use crate::ipc::{Event, OpenedBuffer};
 
 /// The kernel image build.rs embedded: a fatbin made by nvcc, or the committed PTX (NUL-terminated).
 pub static IMAGE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/simple_kernel.image"));
@@ -25,10 +25,7 @@ pub struct Stream<'d> {
 
 impl<'d> Stream<'d> {
     pub fn non_blocking(driver: &'d dyn Driver) -> Result<Self> {
-        Ok(Self {
-            driver,
-            raw: driver.create_non_blocking_stream()?,
-        })
+        Ok(Self { driver, raw: driver.create_non_blocking_stream()? })
     }
 
     pub fn raw(&self) -> RawStream {
@@ -36,13 +33,18 @@ impl<'d> Stream<'d> {
     }
 
     /// `cudaStreamWaitEvent`: later work on this stream waits for the event's last recorded work.
-    pub fn wait_for(&self, event: &OpenedEvent) -> Result<()> {
+    pub fn wait_for(&self, event: &impl Event) -> Result<()> {
         self.driver.stream_wait_event(self.raw, event.raw())
     }
 
     /// `cudaEventRecord` of `event` on this stream.
-    pub fn record(&self, event: &OpenedEvent) -> Result<()> {
+    pub fn record(&self, event: &impl Event) -> Result<()> {
         self.driver.record_event(event.raw(), self.raw)
+    }
+
+    /// Waits until everything enqueued so far has run.
+    pub fn synchronize(&self) -> Result<()> {
+        self.driver.synchronize_stream(self.raw)
     }
 }
 
@@ -72,11 +74,7 @@ impl<'d> SimpleKernel<'d> {
             grid > 0,
             "simpleKernel cannot run: occupancy {per_sm} blocks x {multiprocessors} multiprocessors"
         );
-        Ok(Self {
-            driver,
-            function,
-            grid,
-        })
+        Ok(Self { driver, function, grid })
     }
 
     pub fn grid(&self) -> u32 {
@@ -84,13 +82,7 @@ impl<'d> SimpleKernel<'d> {
     }
 
     /// `simpleKernel<<<grid, 128, 0, stream>>>(target, size, value)`, with the launch checked.
-    pub fn launch(
-        &self,
-        stream: &Stream,
-        target: &OpenedBuffer,
-        size: usize,
-        value: u8,
-    ) -> Result<()> {
+    pub fn launch(&self, stream: &Stream, target: &OpenedBuffer, size: usize, value: u8) -> Result<()> {
         let size = i32::try_from(size).context("buffer size does not fit simpleKernel's int")?;
         self.driver.launch_simple_kernel(
             self.function,
@@ -108,21 +100,13 @@ mod tests {
 
     #[test]
     fn embedded_image_has_the_entry_point() {
-        let needle: &[u8] = if IMAGE_FORMAT == "ptx" {
-            b".entry simpleKernel("
-        } else {
-            b"simpleKernel"
-        };
+        let needle: &[u8] = if IMAGE_FORMAT == "ptx" { b".entry simpleKernel(" } else { b"simpleKernel" };
         assert!(
             IMAGE.windows(needle.len()).any(|w| w == needle),
             "no simpleKernel in the {IMAGE_FORMAT} image"
         );
         if IMAGE_FORMAT == "ptx" {
-            assert_eq!(
-                IMAGE.last(),
-                Some(&0),
-                "PTX must be NUL-terminated for cuModuleLoadData"
-            );
+            assert_eq!(IMAGE.last(), Some(&0), "PTX must be NUL-terminated for cuModuleLoadData");
         }
     }
 
@@ -130,21 +114,9 @@ mod tests {
     fn committed_ptx_declares_the_three_parameters() {
         let ptx = include_str!("../kernels/simple_kernel.ptx");
         assert!(ptx.contains(".visible .entry simpleKernel("));
-        assert!(
-            ptx.contains(".param .u64 simpleKernel_param_0"),
-            "ptr is a 64-bit pointer"
-        );
-        assert!(
-            ptx.contains(".param .u32 simpleKernel_param_1"),
-            "sz is a 32-bit int"
-        );
-        assert!(
-            ptx.contains(".param .u8 simpleKernel_param_2"),
-            "val is a char"
-        );
-        assert!(
-            ptx.contains(".version 9.0"),
-            "README's driver floor (580) is stated for PTX ISA 9.0"
-        );
+        assert!(ptx.contains(".param .u64 simpleKernel_param_0"), "ptr is a 64-bit pointer");
+        assert!(ptx.contains(".param .u32 simpleKernel_param_1"), "sz is a 32-bit int");
+        assert!(ptx.contains(".param .u8 simpleKernel_param_2"), "val is a char");
+        assert!(ptx.contains(".version 9.0"), "README's driver floor (580) is stated for PTX ISA 9.0");
     }
 }

@@ -7,6 +7,7 @@
 //! [`driver`]; [`signals`], [`fault`] and [`timings`] serve the parent and the children alike.
 
 pub mod barrier;
+pub mod bench;
 pub mod child;
 pub mod children;
 pub mod cli;
@@ -19,6 +20,7 @@ pub mod parent;
 pub mod segment;
 pub mod signals;
 pub mod timings;
+pub mod topology;
 pub mod verify;
 
 /// How a run that did not fail ended.

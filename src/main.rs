@@ -6,7 +6,9 @@ use std::process::ExitCode;
 
 use simple_ipc::cli;
 use simple_ipc::signals::Interrupted;
-use simple_ipc::{EXIT_FAILURE, EXIT_SUCCESS, EXIT_WAIVED, Outcome, child, fault, parent, signals};
+use simple_ipc::{
+    EXIT_FAILURE, EXIT_SUCCESS, EXIT_WAIVED, Outcome, bench, child, fault, parent, signals, topology,
+};
 
 fn main() -> ExitCode {
     let cli = match cli::parse() {
@@ -24,22 +26,20 @@ fn main() -> ExitCode {
         Some(index) => format!("Process {index}"),
         None => "simple-ipc".to_owned(),
     };
-    let result = signals::install()
-        .and_then(|()| fault::validate_env())
-        .and_then(|()| match cli.child {
-            Some(index) => child::run(index as usize).map(|()| Outcome::Passed),
-            None => parent::run(&cli),
-        });
+    let result = signals::install().and_then(|()| fault::validate_env()).and_then(|()| match cli.child {
+        Some(index) if cli.bench => bench::run_consumer(index as usize).map(|()| Outcome::Passed),
+        Some(index) => child::run(index as usize).map(|()| Outcome::Passed),
+        None if cli.bench => bench::run_producer(&cli),
+        None if cli.topology => topology::run(),
+        None => parent::run(&cli),
+    });
     match result {
         Ok(Outcome::Passed) => ExitCode::from(EXIT_SUCCESS),
         Ok(Outcome::Waived) => ExitCode::from(EXIT_WAIVED),
         Err(e) => {
             // One write, so that the lines of several processes sharing stderr do not interleave.
             let _ = std::io::stderr().write_all(format!("{who}: {e:#}\n").as_bytes());
-            match e
-                .chain()
-                .find_map(|cause| cause.downcast_ref::<Interrupted>())
-            {
+            match e.chain().find_map(|cause| cause.downcast_ref::<Interrupted>()) {
                 Some(Interrupted(signal)) => ExitCode::from(128 + *signal as u8),
                 None => ExitCode::from(EXIT_FAILURE),
             }

@@ -15,7 +15,7 @@ use crate::Outcome;
 use crate::children::Children;
 use crate::cli::Cli;
 use crate::devices;
-use crate::driver::{self, Driver, Unavailable};
+use crate::driver::{self, Driver};
 use crate::fault::{self, Who};
 use crate::ipc::{ExportedBuffer, ExportedEvent, ProcessExports};
 use crate::segment::{self, RunPlan, Segment, SharedState};
@@ -28,16 +28,7 @@ pub fn run(cli: &Cli) -> Result<Outcome> {
     let segment = Segment::create(&name)?;
     let state = segment.state();
 
-    let cuda = match driver::load() {
-        Ok(cuda) => cuda,
-        Err(e) => match e.downcast::<Unavailable>() {
-            Ok(reason) => {
-                println!("No CUDA devices support IPC ({reason})");
-                return Ok(Outcome::Waived);
-            }
-            Err(e) => return Err(e),
-        },
-    };
+    let Some(cuda) = driver::load_or_waive()? else { return Ok(Outcome::Waived) };
     let driver: &dyn Driver = &*cuda;
     watch.lap(Step::CudaStart);
 
@@ -51,6 +42,7 @@ pub fn run(cli: &Cli) -> Result<Outcome> {
         devices: &process_devices,
         procs_per_device: cli.procs_per_device as usize,
         data_size: driver.buffer_size(),
+        options: if cli.bind_numa { segment::OPTION_BIND_NUMA } else { 0 },
     });
     watch.lap(Step::DeviceSelection);
 
@@ -59,10 +51,10 @@ pub fn run(cli: &Cli) -> Result<Outcome> {
     let mut children;
     if cli.sequential {
         exports = export_all(driver, state, &chosen, &process_devices, &mut watch)?;
-        children = Children::spawn(state, process_devices.len())?;
+        children = Children::spawn(state, 0..process_devices.len(), &[])?;
         watch.lap(Step::StartChildren);
     } else {
-        children = Children::spawn(state, process_devices.len())?;
+        children = Children::spawn(state, 0..process_devices.len(), &[])?;
         watch.lap(Step::StartChildren);
         exports = export_all(driver, state, &chosen, &process_devices, &mut watch)?;
     }
@@ -112,9 +104,7 @@ fn export_all<'d>(
             .map(|&device| scope.spawn(move || export_device(driver, device, process_devices)))
             .collect();
         let joined = workers.into_iter().map(|worker| worker.join());
-        joined
-            .map(|r| r.unwrap_or_else(|_| Err(anyhow!("a device set-up thread panicked"))))
-            .collect()
+        joined.map(|r| r.unwrap_or_else(|_| Err(anyhow!("a device set-up thread panicked")))).collect()
     });
     let mut exports: Indexed<'d> = Vec::with_capacity(process_devices.len());
     let mut slowest_context = Duration::ZERO;
@@ -140,16 +130,10 @@ fn export_device<'d>(
     process_devices: &[i32],
 ) -> Result<(Duration, Indexed<'d>)> {
     let start = Instant::now();
-    driver
-        .use_device(device)
-        .with_context(|| format!("making device {device} current"))?;
+    driver.use_device(device).with_context(|| format!("making device {device} current"))?;
     let context = start.elapsed();
     let mut exported = Vec::new();
-    for (index, _) in process_devices
-        .iter()
-        .enumerate()
-        .filter(|(_, d)| **d == device)
-    {
+    for (index, _) in process_devices.iter().enumerate().filter(|(_, d)| **d == device) {
         let event = ExportedEvent::create(driver, device)?;
         let buffer = ExportedBuffer::allocate(driver, device, driver.buffer_size())
             .with_context(|| format!("buffer of process {index}"))?;
@@ -163,19 +147,14 @@ fn report(cli: &Cli, state: &SharedState, parent: &Phases) -> Result<()> {
     if !cli.timings && cli.json.is_none() {
         return Ok(());
     }
-    let children: Vec<Phases> = (0..state.process_count())
-        .map(|i| Phases::read(state, i))
-        .collect();
+    let children: Vec<Phases> = (0..state.process_count()).map(|i| Phases::read(state, i)).collect();
     if cli.timings {
         print!("{}", timings::table(parent, &children));
     }
     if let Some(path) = &cli.json {
         let extra = [
             ("processes", state.process_count().to_string()),
-            (
-                "procs_per_device",
-                state.procs_per_device.load(Ordering::Relaxed).to_string(),
-            ),
+            ("procs_per_device", state.procs_per_device.load(Ordering::Relaxed).to_string()),
             ("buffer_bytes", state.data_size().to_string()),
             ("sequential", cli.sequential.to_string()),
         ];

@@ -25,6 +25,8 @@ pub const MAX_PROCESSES: usize = 32;
 pub const DATA_SIZE: usize = 64 * 1024 * 1024;
 /// `"SIMPLIPC"`, the first eight bytes of every segment this program makes.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SIMPLIPC");
+/// `SharedState::options` bit: children pin themselves to their GPU's NUMA node.
+pub const OPTION_BIND_NUMA: u32 = 1;
 /// Changes whenever `SharedState` does, so that mismatched binaries refuse each other's segments.
 pub const LAYOUT_VERSION: u32 = 1;
 /// Phase timings each process can leave in the segment (see `timings`).
@@ -97,6 +99,13 @@ pub struct SharedState {
     pub name_removed: AtomicBool,
     /// Phase timings in microseconds, per process (see `timings`).
     pub timings: [[AtomicU64; TIMING_SLOTS]; MAX_PROCESSES],
+
+    // The IPC benchmark's hand-over (see `bench`): the consumer raises `ping`, the producer answers with `pong`.
+    pub bench_size: AtomicU64,
+    pub ping: AtomicU32,
+    pub pong: AtomicU32,
+    /// Bit 0: children pin themselves to the CPUs of their device's NUMA node (`--bind-numa`).
+    pub options: AtomicU32,
 }
 
 impl SharedState {
@@ -123,12 +132,10 @@ impl SharedState {
 
     /// Writes who runs where, before any child starts.
     pub fn describe_run(&self, run: &RunPlan) {
-        self.nprocesses
-            .store(run.devices.len() as u64, Ordering::Relaxed);
-        self.procs_per_device
-            .store(run.procs_per_device as u32, Ordering::Relaxed);
-        self.data_size
-            .store(run.data_size as u64, Ordering::Relaxed);
+        self.nprocesses.store(run.devices.len() as u64, Ordering::Relaxed);
+        self.procs_per_device.store(run.procs_per_device as u32, Ordering::Relaxed);
+        self.data_size.store(run.data_size as u64, Ordering::Relaxed);
+        self.options.store(run.options, Ordering::Relaxed);
         for (slot, &device) in self.devices.iter().zip(run.devices) {
             slot.store(device, Ordering::Relaxed);
         }
@@ -155,10 +162,7 @@ impl SharedState {
     /// Checks what a child relies on, so that a forged, stale, zeroed or foreign segment is refused.
     pub fn validate(&self, actual_size: usize) -> Result<()> {
         let magic = self.magic.load(Ordering::Relaxed);
-        ensure!(
-            magic == MAGIC,
-            "not a simple-ipc segment (magic {magic:#018x}, expected {MAGIC:#018x})"
-        );
+        ensure!(magic == MAGIC, "not a simple-ipc segment (magic {magic:#018x}, expected {MAGIC:#018x})");
         let version = self.layout_version.load(Ordering::Relaxed);
         ensure!(
             version == LAYOUT_VERSION,
@@ -183,10 +187,7 @@ impl SharedState {
         );
         for (i, device) in self.devices.iter().take(n).enumerate() {
             let device = device.load(Ordering::Relaxed);
-            ensure!(
-                device >= 0,
-                "segment gives process {i} the invalid device {device}"
-            );
+            ensure!(device >= 0, "segment gives process {i} the invalid device {device}");
         }
         Ok(())
     }
@@ -199,6 +200,8 @@ pub struct RunPlan<'a> {
     pub procs_per_device: usize,
     /// Bytes in each process's buffer.
     pub data_size: usize,
+    /// `OPTION_*` bits.
+    pub options: u32,
 }
 
 /// The segment's name for the parent with process id `pid`.
@@ -226,9 +229,7 @@ impl Segment {
                 "shared memory object /dev/shm/{name} already exists; refusing to reuse or remove it \
                  (another program made it, or an old run left it: remove it yourself if you know it is stale)"
             ),
-            other => {
-                other.with_context(|| format!("shm_open(/dev/shm/{name}, O_CREAT | O_EXCL)"))?
-            }
+            other => other.with_context(|| format!("shm_open(/dev/shm/{name}, O_CREAT | O_EXCL)"))?,
         };
         // The name is ours from here on: removed again if the object cannot be sized or mapped.
         let file = File::from(fd);
@@ -243,22 +244,12 @@ impl Segment {
                 return Err(e);
             }
         };
-        let segment = Self {
-            name: name.to_owned(),
-            map,
-            owner: true,
-        };
+        let segment = Self { name: name.to_owned(), map, owner: true };
         let state = segment.state();
         state.magic.store(MAGIC, Ordering::Relaxed);
-        state
-            .layout_version
-            .store(LAYOUT_VERSION, Ordering::Relaxed);
-        state
-            .segment_size
-            .store(size_of::<SharedState>() as u64, Ordering::Relaxed);
-        state
-            .parent_pid
-            .store(std::process::id(), Ordering::Relaxed);
+        state.layout_version.store(LAYOUT_VERSION, Ordering::Relaxed);
+        state.segment_size.store(size_of::<SharedState>() as u64, Ordering::Relaxed);
+        state.parent_pid.store(std::process::id(), Ordering::Relaxed);
         Ok(segment)
     }
 
@@ -281,15 +272,8 @@ impl Segment {
             size_of::<SharedState>()
         );
         let map = MmapRaw::map_raw(&File::from(fd)).with_context(|| format!("mmap({name})"))?;
-        let segment = Self {
-            name: name.to_owned(),
-            map,
-            owner: false,
-        };
-        segment
-            .state()
-            .validate(size)
-            .with_context(|| format!("/dev/shm/{name} is not a usable segment"))?;
+        let segment = Self { name: name.to_owned(), map, owner: false };
+        segment.state().validate(size).with_context(|| format!("/dev/shm/{name} is not a usable segment"))?;
         Ok(segment)
     }
 

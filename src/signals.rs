@@ -15,11 +15,7 @@ extern "C" fn remember(signal: nix::libc::c_int) {
 
 /// Installs the handlers (without SA_RESTART, so that a blocking wait returns early).
 pub fn install() -> Result<()> {
-    let action = SigAction::new(
-        SigHandler::Handler(remember),
-        SaFlags::empty(),
-        SigSet::empty(),
-    );
+    let action = SigAction::new(SigHandler::Handler(remember), SaFlags::empty(), SigSet::empty());
     for signal in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
         // SAFETY: the handler only stores into an atomic, which is async-signal-safe.
         unsafe { sigaction(signal, &action) }

@@ -86,10 +86,7 @@ impl Phases {
     /// Stores them in the segment's slot of process `index` (microseconds + 1; 0 means "not measured").
     pub fn publish(&self, state: &SharedState, index: usize) {
         for (slot, spent) in state.timings[index].iter().zip(self.spent.iter()) {
-            slot.store(
-                spent.map_or(0, |d| d.as_micros() as u64 + 1),
-                Ordering::Relaxed,
-            );
+            slot.store(spent.map_or(0, |d| d.as_micros() as u64 + 1), Ordering::Relaxed);
         }
     }
 
@@ -114,11 +111,7 @@ pub struct Stopwatch {
 impl Stopwatch {
     pub fn start() -> Self {
         let now = Instant::now();
-        Self {
-            start: now,
-            last: now,
-            phases: Phases::default(),
-        }
+        Self { start: now, last: now, phases: Phases::default() }
     }
 
     /// Ends the current phase as `step`.
@@ -170,11 +163,7 @@ pub fn table(parent: &Phases, children: &[Phases]) -> String {
 fn json_object(phases: &Phases) -> String {
     let fields: Vec<String> = Step::ALL
         .iter()
-        .filter_map(|&s| {
-            phases
-                .get(s)
-                .map(|d| format!("\"{}\": {:.3}", s.name(), d.as_secs_f64() * 1e3))
-        })
+        .filter_map(|&s| phases.get(s).map(|d| format!("\"{}\": {:.3}", s.name(), d.as_secs_f64() * 1e3)))
         .collect();
     format!("{{{}}}", fields.join(", "))
 }
@@ -206,21 +195,11 @@ mod tests {
         phases.add(Step::Total, Duration::from_millis(7));
         assert_eq!(phases.get(Step::RoundRobin), Some(Duration::from_millis(2)));
         assert_eq!(phases.get(Step::CopyBack), None);
-        let json = json(
-            &phases,
-            std::slice::from_ref(&phases),
-            &[("procs_per_device", "1".into())],
-        );
+        let json = json(&phases, std::slice::from_ref(&phases), &[("procs_per_device", "1".into())]);
         assert!(json.contains("\"round_robin\": 2.000"), "{json}");
         assert!(json.contains("\"procs_per_device\": 1"), "{json}");
-        assert!(
-            !json.contains("copy_back"),
-            "unmeasured phases are left out: {json}"
-        );
+        assert!(!json.contains("copy_back"), "unmeasured phases are left out: {json}");
         let text = table(&phases, &[]);
-        assert!(
-            text.contains("round_robin") && text.contains("2.00"),
-            "{text}"
-        );
+        assert!(text.contains("round_robin") && text.contains("2.00"), "{text}");
     }
 }

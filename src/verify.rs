@@ -21,17 +21,21 @@ impl<'d> HostBuffer<'d> {
             .map_anon()
             .context("mapping the host buffer for the copy back")?;
         let pinned = driver.pin_host_memory(&mut memory)?;
-        Ok(Self {
-            driver,
-            memory,
-            pinned,
-        })
+        Ok(Self { driver, memory, pinned })
     }
 
     /// Copies `src` (a device buffer of at least this buffer's size) in stream order, and waits for it.
     pub fn copy_from(&mut self, src: DevicePtr, stream: RawStream) -> Result<&mut [u8]> {
         self.driver.copy_to_host(&mut self.memory, src, stream)?;
         Ok(&mut self.memory)
+    }
+}
+
+impl HostBuffer<'_> {
+    /// The first `len` bytes (at most the whole buffer), for staging copies.
+    pub fn bytes_mut(&mut self, len: usize) -> &mut [u8] {
+        let len = len.min(self.memory.len());
+        &mut self.memory[..len]
     }
 }
 
@@ -61,14 +65,8 @@ const MAX_THREADS: usize = 8;
 /// Counts the bytes of `data` that differ from `expected`. The common case (nothing wrong) is a parallel
 /// block-by-block `memcmp`; only when a block differs are its bytes counted one by one.
 pub fn find_mismatches(data: &[u8], expected: u8) -> Mismatches {
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(MAX_THREADS);
-    let share = data
-        .len()
-        .div_ceil(threads)
-        .next_multiple_of(BLOCK)
-        .max(BLOCK);
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(MAX_THREADS);
+    let share = data.len().div_ceil(threads).next_multiple_of(BLOCK).max(BLOCK);
     let reference = vec![expected; BLOCK];
     let parts: Vec<Mismatches> = std::thread::scope(|scope| {
         let workers: Vec<_> = data
@@ -79,33 +77,16 @@ pub fn find_mismatches(data: &[u8], expected: u8) -> Mismatches {
                 scope.spawn(move || count_in(part, i * share, expected, reference))
             })
             .collect();
-        workers
-            .into_iter()
-            .map(|w| {
-                w.join().unwrap_or(Mismatches {
-                    count: share,
-                    first: None,
-                })
-            })
-            .collect()
+        workers.into_iter().map(|w| w.join().unwrap_or(Mismatches { count: share, first: None })).collect()
     });
-    parts.into_iter().fold(
-        Mismatches {
-            count: 0,
-            first: None,
-        },
-        |total, part| Mismatches {
-            count: total.count + part.count,
-            first: total.first.or(part.first),
-        },
-    )
+    parts.into_iter().fold(Mismatches { count: 0, first: None }, |total, part| Mismatches {
+        count: total.count + part.count,
+        first: total.first.or(part.first),
+    })
 }
 
 fn count_in(part: &[u8], base: usize, expected: u8, reference: &[u8]) -> Mismatches {
-    let mut found = Mismatches {
-        count: 0,
-        first: None,
-    };
+    let mut found = Mismatches { count: 0, first: None };
     for (i, block) in part.chunks(BLOCK).enumerate() {
         if block == &reference[..block.len()] {
             continue;
@@ -125,30 +106,12 @@ mod tests {
     #[test]
     fn finds_count_and_first_wrong_byte_anywhere() {
         let mut data = vec![3u8; 1003];
-        assert_eq!(
-            find_mismatches(&data, 3),
-            Mismatches {
-                count: 0,
-                first: None
-            }
-        );
+        assert_eq!(find_mismatches(&data, 3), Mismatches { count: 0, first: None });
         data[1002] = 9; // in the tail that is not a whole word
-        assert_eq!(
-            find_mismatches(&data, 3),
-            Mismatches {
-                count: 1,
-                first: Some((1002, 9))
-            }
-        );
+        assert_eq!(find_mismatches(&data, 3), Mismatches { count: 1, first: Some((1002, 9)) });
         data[17] = 0;
         data[18] = 0;
-        assert_eq!(
-            find_mismatches(&data, 3),
-            Mismatches {
-                count: 3,
-                first: Some((17, 0))
-            }
-        );
+        assert_eq!(find_mismatches(&data, 3), Mismatches { count: 3, first: Some((17, 0)) });
         assert_eq!(find_mismatches(&data, 4).count, 1003);
 
         // Several blocks and threads: the first offender is the lowest offset, counts add up.
@@ -156,12 +119,6 @@ mod tests {
         let last = big.len() - 1;
         big[last] = 1;
         big[2 * BLOCK + 3] = 2;
-        assert_eq!(
-            find_mismatches(&big, 5),
-            Mismatches {
-                count: 2,
-                first: Some((2 * BLOCK + 3, 2))
-            }
-        );
+        assert_eq!(find_mismatches(&big, 5), Mismatches { count: 2, first: Some((2 * BLOCK + 3, 2)) });
     }
 }

@@ -21,12 +21,9 @@ impl Shared {
         // MAP_SHARED, so that forked processes see each other's writes (map_anon would be private).
         let fd = memfd_create(c"barrier-test", MFdFlags::empty()).unwrap();
         let file = std::fs::File::from(fd);
-        file.set_len((size_of::<SharedState>() + 64) as u64)
-            .unwrap();
+        file.set_len((size_of::<SharedState>() + 64) as u64).unwrap();
         // SAFETY (test): nobody truncates the memfd while it is mapped.
-        Self {
-            map: unsafe { MmapMut::map_mut(&file) }.unwrap(),
-        }
+        Self { map: unsafe { MmapMut::map_mut(&file) }.unwrap() }
     }
     fn state(&self) -> &SharedState {
         // SAFETY (test): page-aligned, large enough, all fields atomics.
@@ -91,21 +88,10 @@ fn nobody_passes_a_round_before_everyone_arrived() {
             "process {child} saw a broken round"
         );
     }
-    assert_eq!(
-        shared.arrivals().load(Ordering::Relaxed),
-        PROCESSES as u64 * ROUNDS
-    );
+    assert_eq!(shared.arrivals().load(Ordering::Relaxed), PROCESSES as u64 * ROUNDS);
     let state = shared.state();
-    assert_eq!(
-        state.barrier.load(Ordering::Relaxed),
-        0,
-        "the count returns to 0"
-    );
-    assert_eq!(
-        state.sense.load(Ordering::Relaxed),
-        0,
-        "the sense returns to 0"
-    );
+    assert_eq!(state.barrier.load(Ordering::Relaxed), 0, "the count returns to 0");
+    assert_eq!(state.sense.load(Ordering::Relaxed), 0, "the sense returns to 0");
 }
 
 #[test]
@@ -137,9 +123,5 @@ fn a_dead_participant_ends_every_wait_through_the_abort_flag() {
             "the wait ends with an error"
         );
     }
-    assert!(
-        start.elapsed() < Duration::from_secs(2),
-        "took {:?}",
-        start.elapsed()
-    );
+    assert!(start.elapsed() < Duration::from_secs(2), "took {:?}", start.elapsed());
 }

@@ -7,28 +7,19 @@ mod common;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{
-    FAULT, group_gone, run, shm_exists, simulated, start_hanging_run, text, wait_group_gone,
-};
+use common::{FAULT, group_gone, run, shm_exists, simulated, start_hanging_run, text, wait_group_gone};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 fn assert_clean(pid: u32) {
     assert!(group_gone(pid), "a process of run {pid} is still there");
-    assert!(
-        !shm_exists(&format!("simpleIPCshm{pid}")),
-        "run {pid} left its segment in /dev/shm"
-    );
+    assert!(!shm_exists(&format!("simpleIPCshm{pid}")), "run {pid} left its segment in /dev/shm");
 }
 
 #[test]
 fn one_process_prints_the_original_transcript() {
     let mut command = simulated("ok");
-    let child = command
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     let pid = child.id();
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
@@ -45,33 +36,18 @@ fn many_processes_on_several_devices_all_complete_every_step() {
     // Device 1 is rejected by the peer filter; 2 x 6 processes on devices 0 and 2.
     let mut command = simulated("ok,no-peer,ok");
     command.args(["--procs-per-device", "6"]);
-    let child = command
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     let pid = child.id();
     let out = child.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    assert!(
-        stdout.starts_with("PP: lshmName"),
-        "the parent's line comes first: {stdout}"
-    );
-    assert!(
-        stdout.contains("Device 1 is not peer capable with some other selected peers, skipping\n")
-    );
+    assert!(stdout.starts_with("PP: lshmName"), "the parent's line comes first: {stdout}");
+    assert!(stdout.contains("Device 1 is not peer capable with some other selected peers, skipping\n"));
     for i in 0..12 {
         let device = if i < 6 { 0 } else { 2 };
-        assert!(
-            stdout.contains(&format!("Process {i}: Starting on device {device}...\n")),
-            "{stdout}"
-        );
+        assert!(stdout.contains(&format!("Process {i}: Starting on device {device}...\n")), "{stdout}");
         assert!(stdout.contains(&format!("Step {i} done\n")), "{stdout}");
-        assert!(
-            stdout.contains(&format!("Process {i} complete!\n")),
-            "{stdout}"
-        );
+        assert!(stdout.contains(&format!("Process {i} complete!\n")), "{stdout}");
     }
     assert!(!stdout.contains("Step 12 done"));
     assert_clean(pid);
@@ -83,38 +59,19 @@ fn more_processes_than_cores_in_sequential_order_with_timings() {
     std::fs::create_dir_all(&dir).unwrap();
     let json = dir.join("timings.json");
     let out = run(simulated("ok")
-        .args([
-            "--procs-per-device",
-            "32",
-            "--sequential",
-            "--timings",
-            "--json",
-        ])
+        .args(["--procs-per-device", "32", "--sequential", "--timings", "--json"])
         .arg(&json));
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("Process 31 complete!") && stdout.contains("Step 31 done"));
-    assert!(
-        stdout.contains("Timings (ms)") && stdout.contains("child 31"),
-        "{stdout}"
-    );
+    assert!(stdout.contains("Timings (ms)") && stdout.contains("child 31"), "{stdout}");
     let doc = std::fs::read_to_string(&json).unwrap();
-    assert!(
-        doc.contains("\"processes\": 32") && doc.contains("\"round_robin\""),
-        "{doc}"
-    );
+    assert!(doc.contains("\"processes\": 32") && doc.contains("\"round_robin\""), "{doc}");
     assert!(doc.contains("\"procs_per_device\": 32"), "{doc}");
     let size = simple_ipc::driver::host::SIMULATED_BUFFER_SIZE;
     let expected = format!("\"buffer_bytes\": {size}");
-    assert!(
-        doc.contains(&expected),
-        "every byte of the buffers is checked: {doc}"
-    );
-    assert_eq!(
-        doc.matches("\"cuda_start\"").count(),
-        33,
-        "the parent and 32 children: {doc}"
-    );
+    assert!(doc.contains(&expected), "every byte of the buffers is checked: {doc}");
+    assert_eq!(doc.matches("\"cuda_start\"").count(), 33, "the parent and 32 children: {doc}");
     std::fs::remove_dir_all(dir).unwrap();
 }
 
@@ -130,35 +87,22 @@ fn a_child_failing_at_any_phase_stops_everything() {
     ] {
         let mut command = simulated("ok");
         command.args(["--procs-per-device", "4"]).env(FAULT, fault);
-        let child = command
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
         let pid = child.id();
         let out = child.wait_with_output().unwrap();
         let all = text(&out);
         assert_eq!(out.status.code(), Some(1), "{fault}: {all}");
         let who = fault.split('@').next().unwrap().trim_start_matches("child");
-        assert!(
-            all.contains(&format!("Process {who} failed! ({how})")),
-            "{fault}: {all}"
-        );
+        assert!(all.contains(&format!("Process {who} failed! ({how})")), "{fault}: {all}");
         let stopped_ms: f64 = all
             .split("every process stopped ")
             .nth(1)
             .and_then(|rest| rest.split(" ms").next())
             .and_then(|ms| ms.parse().ok())
             .unwrap_or_else(|| panic!("{fault}: no stop time in {all}"));
-        assert!(
-            stopped_ms < 2000.0,
-            "{fault}: the others took {stopped_ms} ms to stop"
-        );
+        assert!(stopped_ms < 2000.0, "{fault}: the others took {stopped_ms} ms to stop");
         if fault.ends_with(":error") {
-            assert!(
-                all.contains("injected fault"),
-                "the first error's message reaches the user: {all}"
-            );
+            assert!(all.contains("injected fault"), "the first error's message reaches the user: {all}");
         }
         assert_clean(pid);
     }
@@ -171,10 +115,7 @@ fn parent_killed_leaves_no_child_and_no_segment() {
     kill(Pid::from_raw(pid as i32), Signal::SIGKILL).unwrap();
     parent.wait().unwrap();
     let gone = wait_group_gone(pid, Duration::from_secs(2));
-    assert!(
-        gone.is_some(),
-        "children outlived their parent by more than 2 s"
-    );
+    assert!(gone.is_some(), "children outlived their parent by more than 2 s");
     assert_clean(pid);
 }
 
@@ -185,15 +126,8 @@ fn sigint_and_sigterm_stop_the_run_in_order() {
         let pid = parent.id();
         kill(Pid::from_raw(pid as i32), signal).unwrap();
         let status = parent.wait().unwrap();
-        assert_eq!(
-            status.code(),
-            Some(128 + signal as i32),
-            "{signal}: exit status says interrupted"
-        );
-        assert!(
-            wait_group_gone(pid, Duration::from_secs(2)).is_some(),
-            "{signal}: a child is left"
-        );
+        assert_eq!(status.code(), Some(128 + signal as i32), "{signal}: exit status says interrupted");
+        assert!(wait_group_gone(pid, Duration::from_secs(2)).is_some(), "{signal}: a child is left");
         assert_clean(pid);
     }
 }
@@ -204,37 +138,20 @@ fn existing_segment_name_is_refused_and_untouched() {
     // The shell creates the name for its own pid, then becomes the parent through exec (same pid).
     let script = r#"printf precious > /dev/shm/simpleIPCshm$$; exec "$0""#;
     let mut shell = std::process::Command::new("sh");
-    shell
-        .args(["-c", script])
-        .arg(common::bin())
-        .env(common::SIMULATE, "ok")
-        .env_remove(FAULT);
+    shell.args(["-c", script]).arg(common::bin()).env(common::SIMULATE, "ok").env_remove(FAULT);
     let out = run(&mut shell);
     let all = text(&out);
     assert_eq!(out.status.code(), Some(1), "{all}");
-    assert!(
-        all.contains("already exists; refusing to reuse or remove it"),
-        "{all}"
-    );
-    let pid = all
-        .split("simpleIPCshm")
-        .nth(1)
-        .and_then(|s| s.split_whitespace().next())
-        .unwrap();
+    assert!(all.contains("already exists; refusing to reuse or remove it"), "{all}");
+    let pid = all.split("simpleIPCshm").nth(1).and_then(|s| s.split_whitespace().next()).unwrap();
     let path = format!("/dev/shm/simpleIPCshm{pid}");
-    assert_eq!(
-        std::fs::read_to_string(&path).unwrap(),
-        "precious",
-        "the existing object was touched"
-    );
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "precious", "the existing object was touched");
     std::fs::remove_file(path).unwrap();
 }
 
 #[test]
 fn a_wrong_buffer_is_one_line_and_exit_1() {
-    let out = run(simulated("ok")
-        .args(["--procs-per-device", "3"])
-        .env(FAULT, "child1@verify:corrupt"));
+    let out = run(simulated("ok").args(["--procs-per-device", "3"]).env(FAULT, "child1@verify:corrupt"));
     let all = text(&out);
     assert_eq!(out.status.code(), Some(1), "{all}");
     let size = simple_ipc::driver::host::SIMULATED_BUFFER_SIZE;
@@ -243,10 +160,6 @@ fn a_wrong_buffer_is_one_line_and_exit_1() {
         "Process 1: verification failed: 2 of {size} bytes differ from 2; the first, at offset {offset}, is 9"
     );
     assert!(all.contains(&line), "{all}");
-    assert_eq!(
-        all.matches("differ").count(),
-        1,
-        "one line, not one per byte: {all}"
-    );
+    assert_eq!(all.matches("differ").count(), 1, "one line, not one per byte: {all}");
     assert!(all.contains("Process 1 failed! (exit code 1)"), "{all}");
 }

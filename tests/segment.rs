@@ -21,12 +21,7 @@ fn path() -> String {
 
 fn write_object(bytes: &[u8]) {
     let _ = std::fs::remove_file(path());
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path())
-        .unwrap();
+    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path()).unwrap();
     file.write_all(bytes).unwrap();
 }
 
@@ -36,19 +31,14 @@ fn segment_bytes(n: u64, forge: impl FnOnce(&SharedState)) -> Vec<u8> {
     // SAFETY (test): the buffer is 8-aligned and large enough, and every field of SharedState is an atomic.
     let state = unsafe { &*(words.as_mut_ptr() as *const SharedState) };
     state.magic.store(MAGIC, Ordering::Relaxed);
-    state
-        .layout_version
-        .store(LAYOUT_VERSION, Ordering::Relaxed);
-    state
-        .segment_size
-        .store(size_of::<SharedState>() as u64, Ordering::Relaxed);
-    state
-        .parent_pid
-        .store(std::process::id(), Ordering::Relaxed);
+    state.layout_version.store(LAYOUT_VERSION, Ordering::Relaxed);
+    state.segment_size.store(size_of::<SharedState>() as u64, Ordering::Relaxed);
+    state.parent_pid.store(std::process::id(), Ordering::Relaxed);
     state.describe_run(&segment::RunPlan {
         devices: &vec![0; n as usize],
         procs_per_device: n as usize,
         data_size: 4096,
+        options: 0,
     });
     forge(state);
     let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
@@ -56,12 +46,8 @@ fn segment_bytes(n: u64, forge: impl FnOnce(&SharedState)) -> Vec<u8> {
 }
 
 fn child(index: &str) -> (Option<i32>, String) {
-    let out = std::process::Command::new(bin())
-        .arg(index)
-        .env(SIMULATE, "ok")
-        .env_remove(FAULT)
-        .output()
-        .unwrap();
+    let out =
+        std::process::Command::new(bin()).arg(index).env(SIMULATE, "ok").env_remove(FAULT).output().unwrap();
     (out.status.code(), text(&out))
 }
 
@@ -92,11 +78,7 @@ fn child_refuses_every_segment_it_cannot_trust() {
             segment_bytes(1, |s| s.segment_size.store(12, Ordering::Relaxed)),
             "declares 12 bytes",
         ),
-        (
-            "no processes",
-            segment_bytes(0, |_| {}),
-            "declares 0 processes",
-        ),
+        ("no processes", segment_bytes(0, |_| {}), "declares 0 processes"),
         (
             "too many processes",
             segment_bytes(1, |s| s.nprocesses.store(33, Ordering::Relaxed)),
@@ -107,16 +89,8 @@ fn child_refuses_every_segment_it_cannot_trust() {
             segment_bytes(2, |s| s.devices[1].store(-5, Ordering::Relaxed)),
             "invalid device -5",
         ),
-        (
-            "huge buffers",
-            segment_bytes(1, |s| s.data_size.store(1 << 40, Ordering::Relaxed)),
-            "buffers of",
-        ),
-        (
-            "other parent",
-            segment_bytes(1, |s| s.parent_pid.store(1, Ordering::Relaxed)),
-            "made by process 1",
-        ),
+        ("huge buffers", segment_bytes(1, |s| s.data_size.store(1 << 40, Ordering::Relaxed)), "buffers of"),
+        ("other parent", segment_bytes(1, |s| s.parent_pid.store(1, Ordering::Relaxed)), "made by process 1"),
         (
             "device out of range",
             segment_bytes(1, |s| s.devices[0].store(7, Ordering::Relaxed)),
@@ -127,10 +101,7 @@ fn child_refuses_every_segment_it_cannot_trust() {
         write_object(&bytes);
         let (code, out) = child("0");
         assert_eq!(code, Some(1), "{what}: must exit 1, not crash: {out}");
-        assert!(
-            out.contains(message),
-            "{what}: expected {message:?} in {out}"
-        );
+        assert!(out.contains(message), "{what}: expected {message:?} in {out}");
         assert!(!out.contains("panicked"), "{what}: {out}");
     }
 
@@ -138,23 +109,14 @@ fn child_refuses_every_segment_it_cannot_trust() {
     write_object(&segment_bytes(2, |_| {}));
     let (code, out) = child("5");
     assert_eq!(code, Some(1));
-    assert!(
-        out.contains("this is process 5, but the segment has 2 processes"),
-        "{out}"
-    );
+    assert!(out.contains("this is process 5, but the segment has 2 processes"), "{out}");
 
     // A valid segment whose parent never gets ready: the child waits, and stops when the run is aborted.
-    write_object(&segment_bytes(1, |s| {
-        s.phase
-            .store(segment::Phase::Aborted as u32, Ordering::Relaxed)
-    }));
+    write_object(&segment_bytes(1, |s| s.phase.store(segment::Phase::Aborted as u32, Ordering::Relaxed)));
     let (code, out) = child("0");
     assert_eq!(code, Some(1));
     assert!(out.contains("the run was aborted"), "{out}");
-    assert!(
-        !std::path::Path::new(&path()).exists(),
-        "the last child to attach removes the name"
-    );
+    assert!(!std::path::Path::new(&path()).exists(), "the last child to attach removes the name");
 }
 
 /// What one process writes through `Segment::create` another reads through `Segment::open`.
@@ -167,6 +129,7 @@ fn layout_round_trips_between_processes() {
         devices: &[3, 3, 5],
         procs_per_device: 2,
         data_size: 1 << 20,
+        options: 0,
     });
     for i in 0..3 {
         state.mem_handles[i].store(&[i as u8 + 1; 64]);
@@ -199,15 +162,8 @@ fn layout_round_trips_between_processes() {
             );
         }
     }
-    assert_eq!(
-        state.attached.load(Ordering::Relaxed),
-        1,
-        "the other process's write came back"
-    );
-    assert!(
-        std::path::Path::new(&format!("/dev/shm/{name}")).exists(),
-        "1 of 3 attached: the name stays"
-    );
+    assert_eq!(state.attached.load(Ordering::Relaxed), 1, "the other process's write came back");
+    assert!(std::path::Path::new(&format!("/dev/shm/{name}")).exists(), "1 of 3 attached: the name stays");
     drop(created);
     assert!(
         !std::path::Path::new(&format!("/dev/shm/{name}")).exists(),

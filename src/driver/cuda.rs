@@ -11,9 +11,7 @@ use std::sync::Mutex;
 use anyhow::{Context, Result, anyhow, bail};
 use cudarc::driver::sys::{self, CUresult};
 
-use super::{
-    DeviceInfo, DevicePtr, Driver, IpcHandleBytes, RawEvent, RawFunction, RawStream, Unavailable,
-};
+use super::{DeviceInfo, DevicePtr, Driver, IpcHandleBytes, RawEvent, RawFunction, RawStream, Unavailable};
 
 /// The CUDA driver, initialised, with the primary contexts this process retained.
 pub struct CudaDriver {
@@ -36,12 +34,8 @@ pub fn describe(result: CUresult) -> String {
     let mut name: *const std::ffi::c_char = std::ptr::null();
     let mut text: *const std::ffi::c_char = std::ptr::null();
     // SAFETY: both calls only write a pointer to a static string into the out-parameter, or leave it null.
-    let (name_rc, text_rc) = unsafe {
-        (
-            sys::cuGetErrorName(result, &mut name),
-            sys::cuGetErrorString(result, &mut text),
-        )
-    };
+    let (name_rc, text_rc) =
+        unsafe { (sys::cuGetErrorName(result, &mut name), sys::cuGetErrorString(result, &mut text)) };
     let read = |rc: CUresult, p: *const std::ffi::c_char| {
         if rc != CUresult::CUDA_SUCCESS || p.is_null() {
             None
@@ -83,41 +77,26 @@ impl CudaDriver {
     pub fn load() -> Result<Self> {
         // SAFETY: only tries to dlopen the library by its usual names; nothing is called through it.
         if !unsafe { sys::is_culib_present() } {
-            return Err(
-                Unavailable("no CUDA driver library (libcuda.so) on this machine".into()).into(),
-            );
+            return Err(Unavailable("no CUDA driver library (libcuda.so) on this machine".into()).into());
         }
         // SAFETY: cuInit takes flags (must be 0) and has no other preconditions.
         let rc = unsafe { sys::cuInit(0) };
         if means_no_gpu(rc) {
-            return Err(Unavailable(format!(
-                "the CUDA driver has no GPU to offer: {}",
-                describe(rc)
-            ))
-            .into());
+            return Err(Unavailable(format!("the CUDA driver has no GPU to offer: {}", describe(rc))).into());
         }
         check(rc, "cuInit")?;
-        Ok(Self {
-            contexts: Mutex::new(HashMap::new()),
-            kernels: Mutex::new(HashMap::new()),
-        })
+        Ok(Self { contexts: Mutex::new(HashMap::new()), kernels: Mutex::new(HashMap::new()) })
     }
 
     fn attribute(&self, device: i32, attribute: sys::CUdevice_attribute) -> Result<i32> {
         let mut value: c_int = 0;
         // SAFETY: writes one int; an invalid device is reported as an error.
-        check(
-            unsafe { sys::cuDeviceGetAttribute(&mut value, attribute, device) },
-            "cuDeviceGetAttribute",
-        )?;
+        check(unsafe { sys::cuDeviceGetAttribute(&mut value, attribute, device) }, "cuDeviceGetAttribute")?;
         Ok(value)
     }
 
     fn primary_context(&self, device: i32) -> Result<sys::CUcontext> {
-        let mut contexts = self
-            .contexts
-            .lock()
-            .map_err(|_| anyhow!("context table poisoned"))?;
+        let mut contexts = self.contexts.lock().map_err(|_| anyhow!("context table poisoned"))?;
         if let Some(&ctx) = contexts.get(&device) {
             return Ok(ctx as sys::CUcontext);
         }
@@ -171,10 +150,7 @@ impl Driver for CudaDriver {
     fn device_count(&self) -> Result<i32> {
         let mut count: c_int = 0;
         // SAFETY: writes one int.
-        check(
-            unsafe { sys::cuDeviceGetCount(&mut count) },
-            "cuDeviceGetCount",
-        )?;
+        check(unsafe { sys::cuDeviceGetCount(&mut count) }, "cuDeviceGetCount")?;
         Ok(count)
     }
 
@@ -182,33 +158,21 @@ impl Driver for CudaDriver {
         use sys::CUdevice_attribute::*;
         let mut name = [0 as std::ffi::c_char; 256];
         // SAFETY: the driver writes at most `len` bytes, NUL included.
-        check(
-            unsafe { sys::cuDeviceGetName(name.as_mut_ptr(), 256, device) },
-            "cuDeviceGetName",
-        )?;
+        check(unsafe { sys::cuDeviceGetName(name.as_mut_ptr(), 256, device) }, "cuDeviceGetName")?;
         // SAFETY: cuDeviceGetName NUL-terminated the buffer.
-        let name = unsafe { CStr::from_ptr(name.as_ptr()) }
-            .to_string_lossy()
-            .into_owned();
+        let name = unsafe { CStr::from_ptr(name.as_ptr()) }.to_string_lossy().into_owned();
         let mut bus = [0 as std::ffi::c_char; 32];
         // SAFETY: as above; a device without a PCI address answers with an error, kept as None.
         let pci_bus_id = (unsafe { sys::cuDeviceGetPCIBusId(bus.as_mut_ptr(), 32, device) }
             == CUresult::CUDA_SUCCESS)
             // SAFETY: the call succeeded and NUL-terminated the buffer.
-            .then(|| {
-                unsafe { CStr::from_ptr(bus.as_ptr()) }
-                    .to_string_lossy()
-                    .into_owned()
-            });
+            .then(|| unsafe { CStr::from_ptr(bus.as_ptr()) }.to_string_lossy().into_owned());
         Ok(DeviceInfo {
             name,
-            unified_addressing: self.attribute(device, CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING)?
-                != 0,
+            unified_addressing: self.attribute(device, CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING)? != 0,
             default_compute_mode: self.attribute(device, CU_DEVICE_ATTRIBUTE_COMPUTE_MODE)?
                 == sys::CUcomputemode::CU_COMPUTEMODE_DEFAULT as i32,
-            multiprocessors: self
-                .attribute(device, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?
-                .max(0) as u32,
+            multiprocessors: self.attribute(device, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?.max(0) as u32,
             pci_bus_id,
         })
     }
@@ -216,10 +180,7 @@ impl Driver for CudaDriver {
     fn can_access_peer(&self, device: i32, peer: i32) -> Result<bool> {
         let mut can: c_int = 0;
         // SAFETY: writes one int.
-        check(
-            unsafe { sys::cuDeviceCanAccessPeer(&mut can, device, peer) },
-            "cuDeviceCanAccessPeer",
-        )?;
+        check(unsafe { sys::cuDeviceCanAccessPeer(&mut can, device, peer) }, "cuDeviceCanAccessPeer")?;
         Ok(can != 0)
     }
 
@@ -236,19 +197,13 @@ impl Driver for CudaDriver {
     fn use_device(&self, device: i32) -> Result<()> {
         let ctx = self.primary_context(device)?;
         // SAFETY: ctx is a primary context this driver retained.
-        check(
-            unsafe { sys::cuCtxSetCurrent(ctx) },
-            &format!("cuCtxSetCurrent(device {device})"),
-        )
+        check(unsafe { sys::cuCtxSetCurrent(ctx) }, &format!("cuCtxSetCurrent(device {device})"))
     }
 
     fn alloc(&self, bytes: usize) -> Result<DevicePtr> {
         let mut p: sys::CUdeviceptr = 0;
         // SAFETY: writes one device address; freed by the owner through `free`.
-        check(
-            unsafe { sys::cuMemAlloc_v2(&mut p, bytes) },
-            &format!("cuMemAlloc({bytes} bytes)"),
-        )?;
+        check(unsafe { sys::cuMemAlloc_v2(&mut p, bytes) }, &format!("cuMemAlloc({bytes} bytes)"))?;
         Ok(DevicePtr(p as u64))
     }
 
@@ -260,18 +215,13 @@ impl Driver for CudaDriver {
     fn ipc_get_mem_handle(&self, p: DevicePtr) -> Result<IpcHandleBytes> {
         let mut handle = MaybeUninit::<sys::CUipcMemHandle>::zeroed();
         // SAFETY: writes one 64-byte handle.
-        check(
-            unsafe { sys::cuIpcGetMemHandle(handle.as_mut_ptr(), ptr(p)) },
-            "cuIpcGetMemHandle",
-        )?;
+        check(unsafe { sys::cuIpcGetMemHandle(handle.as_mut_ptr(), ptr(p)) }, "cuIpcGetMemHandle")?;
         // SAFETY: zero-initialised and then filled by the driver; a handle is plain bytes.
         Ok(unsafe { handle.assume_init() }.reserved.map(|b| b as u8))
     }
 
     fn ipc_open_mem_handle(&self, handle: &IpcHandleBytes) -> Result<DevicePtr> {
-        let raw = sys::CUipcMemHandle {
-            reserved: handle.map(|b| b as std::ffi::c_char),
-        };
+        let raw = sys::CUipcMemHandle { reserved: handle.map(|b| b as std::ffi::c_char) };
         let mut p: sys::CUdeviceptr = 0;
         let flags = sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as c_uint;
         // SAFETY: writes one device address, closed by the owner through `ipc_close_mem_handle`.
@@ -286,10 +236,7 @@ impl Driver for CudaDriver {
 
     fn ipc_close_mem_handle(&self, p: DevicePtr) -> Result<()> {
         // SAFETY: the caller (ipc::OpenedBuffer) closes each mapping once.
-        check(
-            unsafe { sys::cuIpcCloseMemHandle(ptr(p)) },
-            "cuIpcCloseMemHandle",
-        )
+        check(unsafe { sys::cuIpcCloseMemHandle(ptr(p)) }, "cuIpcCloseMemHandle")
     }
 
     fn create_interprocess_event(&self) -> Result<RawEvent> {
@@ -297,28 +244,20 @@ impl Driver for CudaDriver {
         let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as c_uint
             | sys::CUevent_flags::CU_EVENT_INTERPROCESS as c_uint;
         // SAFETY: writes one event handle, destroyed by its owner.
-        check(
-            unsafe { sys::cuEventCreate(&mut e, flags) },
-            "cuEventCreate(DisableTiming | Interprocess)",
-        )?;
+        check(unsafe { sys::cuEventCreate(&mut e, flags) }, "cuEventCreate(DisableTiming | Interprocess)")?;
         Ok(RawEvent(e as u64))
     }
 
     fn ipc_get_event_handle(&self, e: RawEvent) -> Result<IpcHandleBytes> {
         let mut handle = MaybeUninit::<sys::CUipcEventHandle>::zeroed();
         // SAFETY: writes one 64-byte handle.
-        check(
-            unsafe { sys::cuIpcGetEventHandle(handle.as_mut_ptr(), event(e)) },
-            "cuIpcGetEventHandle",
-        )?;
+        check(unsafe { sys::cuIpcGetEventHandle(handle.as_mut_ptr(), event(e)) }, "cuIpcGetEventHandle")?;
         // SAFETY: zero-initialised and then filled by the driver; a handle is plain bytes.
         Ok(unsafe { handle.assume_init() }.reserved.map(|b| b as u8))
     }
 
     fn ipc_open_event_handle(&self, handle: &IpcHandleBytes) -> Result<RawEvent> {
-        let raw = sys::CUipcEventHandle {
-            reserved: handle.map(|b| b as std::ffi::c_char),
-        };
+        let raw = sys::CUipcEventHandle { reserved: handle.map(|b| b as std::ffi::c_char) };
         let mut e: sys::CUevent = std::ptr::null_mut();
         // SAFETY: writes one event handle, destroyed by its owner.
         let rc = unsafe { sys::cuIpcOpenEventHandle(&mut e, raw) };
@@ -332,69 +271,45 @@ impl Driver for CudaDriver {
 
     fn destroy_event(&self, e: RawEvent) -> Result<()> {
         // SAFETY: the owner destroys each event once.
-        check(
-            unsafe { sys::cuEventDestroy_v2(event(e)) },
-            "cuEventDestroy",
-        )
+        check(unsafe { sys::cuEventDestroy_v2(event(e)) }, "cuEventDestroy")
     }
 
     fn record_event(&self, e: RawEvent, s: RawStream) -> Result<()> {
         // SAFETY: both handles are alive (borrowed from their owners by the caller).
-        check(
-            unsafe { sys::cuEventRecord(event(e), stream(s)) },
-            "cuEventRecord",
-        )
+        check(unsafe { sys::cuEventRecord(event(e), stream(s)) }, "cuEventRecord")
     }
 
     fn synchronize_event(&self, e: RawEvent) -> Result<()> {
         // SAFETY: the event is alive.
-        check(
-            unsafe { sys::cuEventSynchronize(event(e)) },
-            "cuEventSynchronize",
-        )
+        check(unsafe { sys::cuEventSynchronize(event(e)) }, "cuEventSynchronize")
     }
 
     fn create_non_blocking_stream(&self) -> Result<RawStream> {
         let mut s: sys::CUstream = std::ptr::null_mut();
         let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as c_uint;
         // SAFETY: writes one stream handle, destroyed by its owner.
-        check(
-            unsafe { sys::cuStreamCreate(&mut s, flags) },
-            "cuStreamCreate(NonBlocking)",
-        )?;
+        check(unsafe { sys::cuStreamCreate(&mut s, flags) }, "cuStreamCreate(NonBlocking)")?;
         Ok(RawStream(s as u64))
     }
 
     fn destroy_stream(&self, s: RawStream) -> Result<()> {
         // SAFETY: the owner destroys the stream once.
-        check(
-            unsafe { sys::cuStreamDestroy_v2(stream(s)) },
-            "cuStreamDestroy",
-        )
+        check(unsafe { sys::cuStreamDestroy_v2(stream(s)) }, "cuStreamDestroy")
     }
 
     fn stream_wait_event(&self, s: RawStream, e: RawEvent) -> Result<()> {
         // SAFETY: both handles are alive; flags must be 0.
-        check(
-            unsafe { sys::cuStreamWaitEvent(stream(s), event(e), 0) },
-            "cuStreamWaitEvent",
-        )
+        check(unsafe { sys::cuStreamWaitEvent(stream(s), event(e), 0) }, "cuStreamWaitEvent")
     }
 
     fn synchronize_stream(&self, s: RawStream) -> Result<()> {
         // SAFETY: the stream is alive.
-        check(
-            unsafe { sys::cuStreamSynchronize(stream(s)) },
-            "cuStreamSynchronize",
-        )
+        check(unsafe { sys::cuStreamSynchronize(stream(s)) }, "cuStreamSynchronize")
     }
 
     fn load_simple_kernel(&self) -> Result<RawFunction> {
         let ctx = self.current_context()?;
-        let mut kernels = self
-            .kernels
-            .lock()
-            .map_err(|_| anyhow!("kernel table poisoned"))?;
+        let mut kernels = self.kernels.lock().map_err(|_| anyhow!("kernel table poisoned"))?;
         if let Some(&(_, f)) = kernels.get(&ctx) {
             return Ok(f);
         }
@@ -403,20 +318,13 @@ impl Driver for CudaDriver {
         let mut aligned = vec![0u64; image.len().div_ceil(8)];
         // SAFETY: `aligned` has at least image.len() bytes, and u64 has no invalid bit patterns.
         unsafe {
-            std::ptr::copy_nonoverlapping(
-                image.as_ptr(),
-                aligned.as_mut_ptr().cast::<u8>(),
-                image.len(),
-            )
+            std::ptr::copy_nonoverlapping(image.as_ptr(), aligned.as_mut_ptr().cast::<u8>(), image.len())
         };
         let mut module: sys::CUmodule = std::ptr::null_mut();
         // SAFETY: the image is a complete PTX (NUL-terminated) or fatbin image; the driver copies what it needs.
         check(
             unsafe { sys::cuModuleLoadData(&mut module, aligned.as_ptr().cast::<c_void>()) },
-            &format!(
-                "cuModuleLoadData(simpleKernel, {})",
-                crate::kernel::IMAGE_FORMAT
-            ),
+            &format!("cuModuleLoadData(simpleKernel, {})", crate::kernel::IMAGE_FORMAT),
         )
         .context(crate::kernel::LOAD_HINT)?;
         let mut f: sys::CUfunction = std::ptr::null_mut();
@@ -488,12 +396,37 @@ impl Driver for CudaDriver {
         // SAFETY: `dst` is a live, exclusively borrowed host buffer of dst.len() bytes, and the stream is
         // synchronised before this function returns, so the borrow covers the whole copy.
         check(
-            unsafe {
-                sys::cuMemcpyDtoHAsync_v2(dst.as_mut_ptr().cast(), ptr(src), dst.len(), stream(s))
-            },
+            unsafe { sys::cuMemcpyDtoHAsync_v2(dst.as_mut_ptr().cast(), ptr(src), dst.len(), stream(s)) },
             "cuMemcpyDtoHAsync",
         )?;
         self.synchronize_stream(s)
+    }
+
+    fn copy_from_host(&self, dst: DevicePtr, src: &[u8], s: RawStream) -> Result<()> {
+        // SAFETY: `src` is borrowed for the whole copy: the stream is synchronised before this returns; `dst`
+        // is a live device buffer of at least src.len() bytes, held by the caller.
+        check(
+            unsafe { sys::cuMemcpyHtoDAsync_v2(ptr(dst), src.as_ptr().cast(), src.len(), stream(s)) },
+            "cuMemcpyHtoDAsync",
+        )?;
+        self.synchronize_stream(s)
+    }
+
+    fn copy_device_to_device(
+        &self,
+        dst: DevicePtr,
+        src: DevicePtr,
+        bytes: usize,
+        s: RawStream,
+    ) -> Result<()> {
+        // SAFETY: both are live device allocations or mappings of at least `bytes` bytes, held by the caller
+        // until the stream is synchronised.
+        check(unsafe { sys::cuMemcpyDtoDAsync_v2(ptr(dst), ptr(src), bytes, stream(s)) }, "cuMemcpyDtoDAsync")
+    }
+
+    fn fill(&self, dst: DevicePtr, value: u8, bytes: usize, s: RawStream) -> Result<()> {
+        // SAFETY: `dst` is a live device allocation or mapping of at least `bytes` bytes, held by the caller.
+        check(unsafe { sys::cuMemsetD8Async(ptr(dst), value, bytes, stream(s)) }, "cuMemsetD8Async")
     }
 
     fn pin_host_memory(&self, host: &mut [u8]) -> Result<bool> {
@@ -512,10 +445,7 @@ impl Driver for CudaDriver {
     fn remove_exported_names(&self) -> Result<()> {
         let pid = format!("{:x}", std::process::id());
         let entries = std::fs::read_dir("/dev/shm").context("listing /dev/shm")?;
-        for name in entries
-            .filter_map(|e| e.ok())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-        {
+        for name in entries.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()) {
             let parts: Vec<&str> = name.split('.').collect();
             if parts.len() == 5 && parts[..2] == ["cuda", "shm"] && parts[3] == pid {
                 match nix::sys::mman::shm_unlink(name.as_str()) {
@@ -529,9 +459,6 @@ impl Driver for CudaDriver {
 
     fn unpin_host_memory(&self, host: &mut [u8]) -> Result<()> {
         // SAFETY: the range was registered by pin_host_memory.
-        check(
-            unsafe { sys::cuMemHostUnregister(host.as_mut_ptr().cast()) },
-            "cuMemHostUnregister",
-        )
+        check(unsafe { sys::cuMemHostUnregister(host.as_mut_ptr().cast()) }, "cuMemHostUnregister")
     }
 }

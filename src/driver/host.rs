@@ -20,8 +20,7 @@ use memmap2::MmapRaw;
 use nix::sys::memfd::{MFdFlags, memfd_create};
 
 use super::{
-    DeviceInfo, DevicePtr, Driver, IPC_HANDLE_SIZE, IpcHandleBytes, RawEvent, RawFunction,
-    RawStream,
+    DeviceInfo, DevicePtr, Driver, IPC_HANDLE_SIZE, IpcHandleBytes, RawEvent, RawFunction, RawStream,
 };
 
 /// The environment variable that selects the simulation (test-only; README documents it).
@@ -72,11 +71,7 @@ impl HostDriver {
                 other => Err(anyhow!("{SIMULATE_ENV}: unknown device kind {other:?}")),
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(Some(Self {
-            devices,
-            mappings: Mutex::new(HashMap::new()),
-            next_handle: AtomicU64::new(1),
-        }))
+        Ok(Some(Self { devices, mappings: Mutex::new(HashMap::new()), next_handle: AtomicU64::new(1) }))
     }
 
     fn device(&self, device: i32) -> Result<SimulatedDevice> {
@@ -89,10 +84,7 @@ impl HostDriver {
     fn insert(&self, file: File, bytes: usize) -> Result<DevicePtr> {
         let map = MmapRaw::map_raw(&file).context("mapping a simulated device buffer")?;
         if map.len() != bytes {
-            bail!(
-                "simulated device buffer has {} bytes, expected {bytes}",
-                map.len()
-            );
+            bail!("simulated device buffer has {} bytes, expected {bytes}", map.len());
         }
         let address = map.as_mut_ptr() as u64;
         self.lock()?.insert(address, Mapping { map, _file: file });
@@ -100,24 +92,26 @@ impl HostDriver {
     }
 
     fn remove(&self, ptr: DevicePtr) -> Result<()> {
-        self.lock()?
-            .remove(&ptr.0)
-            .map(drop)
-            .ok_or_else(|| anyhow!("invalid device pointer {:#x}", ptr.0))
+        self.lock()?.remove(&ptr.0).map(drop).ok_or_else(|| anyhow!("invalid device pointer {:#x}", ptr.0))
     }
 
     fn lock(&self) -> Result<std::sync::MutexGuard<'_, HashMap<u64, Mapping>>> {
-        self.mappings
-            .lock()
-            .map_err(|_| anyhow!("simulated mapping table poisoned"))
+        self.mappings.lock().map_err(|_| anyhow!("simulated mapping table poisoned"))
     }
 
     fn with_mapping<T>(&self, ptr: DevicePtr, f: impl FnOnce(&MmapRaw) -> T) -> Result<T> {
         let mappings = self.lock()?;
-        let mapping = mappings
-            .get(&ptr.0)
-            .ok_or_else(|| anyhow!("invalid device pointer {:#x}", ptr.0))?;
+        let mapping = mappings.get(&ptr.0).ok_or_else(|| anyhow!("invalid device pointer {:#x}", ptr.0))?;
         Ok(f(&mapping.map))
+    }
+
+    /// The start of a simulated device buffer, after checking that `bytes` bytes fit in it.
+    fn range(&self, ptr: DevicePtr, bytes: usize) -> Result<*mut u8> {
+        let len = self.with_mapping(ptr, |map| map.len())?;
+        if bytes > len {
+            bail!("{bytes} bytes do not fit the {len}-byte simulated buffer at {:#x}", ptr.0);
+        }
+        Ok(ptr.0 as *mut u8)
     }
 
     fn fresh(&self) -> u64 {
@@ -138,14 +132,9 @@ fn decode(handle: &IpcHandleBytes) -> Result<(u32, i32, u64)> {
     if &handle[..8] != HANDLE_TAG {
         bail!("not a simulated IPC handle");
     }
-    let word =
-        |range: std::ops::Range<usize>| -> [u8; 4] { handle[range].try_into().unwrap_or_default() };
+    let word = |range: std::ops::Range<usize>| -> [u8; 4] { handle[range].try_into().unwrap_or_default() };
     let len: [u8; 8] = handle[16..24].try_into().unwrap_or_default();
-    Ok((
-        u32::from_le_bytes(word(8..12)),
-        i32::from_le_bytes(word(12..16)),
-        u64::from_le_bytes(len),
-    ))
+    Ok((u32::from_le_bytes(word(8..12)), i32::from_le_bytes(word(12..16)), u64::from_le_bytes(len)))
 }
 
 impl Driver for HostDriver {
@@ -182,11 +171,9 @@ impl Driver for HostDriver {
     }
 
     fn alloc(&self, bytes: usize) -> Result<DevicePtr> {
-        let fd = memfd_create(c"simple-ipc-simulated-buffer", MFdFlags::empty())
-            .context("memfd_create")?;
+        let fd = memfd_create(c"simple-ipc-simulated-buffer", MFdFlags::empty()).context("memfd_create")?;
         let file = File::from(fd);
-        file.set_len(bytes as u64)
-            .context("sizing a simulated device buffer")?;
+        file.set_len(bytes as u64).context("sizing a simulated device buffer")?;
         self.insert(file, bytes)
     }
 
@@ -197,14 +184,8 @@ impl Driver for HostDriver {
     fn ipc_get_mem_handle(&self, ptr: DevicePtr) -> Result<IpcHandleBytes> {
         use std::os::fd::AsRawFd;
         let mappings = self.lock()?;
-        let mapping = mappings
-            .get(&ptr.0)
-            .ok_or_else(|| anyhow!("invalid device pointer {:#x}", ptr.0))?;
-        Ok(encode(
-            std::process::id(),
-            mapping._file.as_raw_fd(),
-            mapping.map.len() as u64,
-        ))
+        let mapping = mappings.get(&ptr.0).ok_or_else(|| anyhow!("invalid device pointer {:#x}", ptr.0))?;
+        Ok(encode(std::process::id(), mapping._file.as_raw_fd(), mapping.map.len() as u64))
     }
 
     fn ipc_open_mem_handle(&self, handle: &IpcHandleBytes) -> Result<DevicePtr> {
@@ -268,11 +249,7 @@ impl Driver for HostDriver {
         Ok(RawFunction(1))
     }
 
-    fn max_active_blocks_per_multiprocessor(
-        &self,
-        _kernel: RawFunction,
-        _block: u32,
-    ) -> Result<u32> {
+    fn max_active_blocks_per_multiprocessor(&self, _kernel: RawFunction, _block: u32) -> Result<u32> {
         Ok(16)
     }
 
@@ -298,6 +275,33 @@ impl Driver for HostDriver {
             // SAFETY: `len` bytes are readable in the mapping and writable in `dst`; they do not overlap.
             unsafe { std::ptr::copy_nonoverlapping(map.as_ptr(), dst.as_mut_ptr(), len) };
         })
+    }
+
+    fn copy_from_host(&self, dst: DevicePtr, src: &[u8], _stream: RawStream) -> Result<()> {
+        let dst = self.range(dst, src.len())?;
+        // SAFETY: `range` checked that src.len() bytes lie in a live mapping; a host slice cannot overlap it.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) };
+        Ok(())
+    }
+
+    fn copy_device_to_device(
+        &self,
+        dst: DevicePtr,
+        src: DevicePtr,
+        bytes: usize,
+        _stream: RawStream,
+    ) -> Result<()> {
+        let (dst, src) = (self.range(dst, bytes)?, self.range(src, bytes)?);
+        // SAFETY: both ranges lie in live mappings (checked); `copy` allows them to overlap.
+        unsafe { std::ptr::copy(src, dst, bytes) };
+        Ok(())
+    }
+
+    fn fill(&self, dst: DevicePtr, value: u8, bytes: usize, _stream: RawStream) -> Result<()> {
+        let dst = self.range(dst, bytes)?;
+        // SAFETY: the range lies in a live mapping (checked).
+        unsafe { std::ptr::write_bytes(dst, value, bytes) };
+        Ok(())
     }
 
     fn pin_host_memory(&self, _host: &mut [u8]) -> Result<bool> {

@@ -109,6 +109,18 @@ pub trait Driver: Send + Sync {
     ) -> Result<()>;
     /// Copies `dst.len()` bytes from `src` into `dst` in stream order, then waits for the stream.
     fn copy_to_host(&self, dst: &mut [u8], src: DevicePtr, stream: RawStream) -> Result<()>;
+    /// Copies `src` (host) into `dst` in stream order, then waits for the stream.
+    fn copy_from_host(&self, dst: DevicePtr, src: &[u8], stream: RawStream) -> Result<()>;
+    /// Enqueues a device-to-device copy of `bytes` bytes (either side may be an IPC mapping).
+    fn copy_device_to_device(
+        &self,
+        dst: DevicePtr,
+        src: DevicePtr,
+        bytes: usize,
+        stream: RawStream,
+    ) -> Result<()>;
+    /// Enqueues setting `bytes` bytes at `dst` to `value`.
+    fn fill(&self, dst: DevicePtr, value: u8, bytes: usize, stream: RawStream) -> Result<()>;
     /// Pins `host` memory for fast copies; returns false where the driver cannot (then copies stay pageable).
     fn pin_host_memory(&self, host: &mut [u8]) -> Result<bool>;
     /// Removes the names of the files the driver made in `/dev/shm` for this process's exported events, once
@@ -117,6 +129,20 @@ pub trait Driver: Send + Sync {
         Ok(())
     }
     fn unpin_host_memory(&self, host: &mut [u8]) -> Result<()>;
+}
+
+/// The driver for the parent, or `None` after printing the waived line where nothing can run here.
+pub fn load_or_waive() -> Result<Option<Box<dyn Driver>>> {
+    match load() {
+        Ok(driver) => Ok(Some(driver)),
+        Err(e) => match e.downcast::<Unavailable>() {
+            Ok(reason) => {
+                println!("No CUDA devices support IPC ({reason})");
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        },
+    }
 }
 
 /// The driver for this process: the host simulation when the tests ask for it, else CUDA.

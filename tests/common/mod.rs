@@ -22,26 +22,16 @@ pub fn bin() -> std::path::PathBuf {
 /// tell when every process of the run is gone).
 pub fn simulated(gpus: &str) -> Command {
     let mut command = Command::new(bin());
-    command
-        .env(SIMULATE, gpus)
-        .env_remove(FAULT)
-        .process_group(0);
+    command.env(SIMULATE, gpus).env_remove(FAULT).process_group(0);
     command
 }
 
 pub fn run(command: &mut Command) -> Output {
-    command
-        .stdin(Stdio::null())
-        .output()
-        .expect("the binary starts")
+    command.stdin(Stdio::null()).output().expect("the binary starts")
 }
 
 pub fn text(output: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
+    format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
 }
 
 /// True once no process of the group led by `pgid` is left (they are all reaped or gone).
@@ -88,10 +78,7 @@ pub fn start_hanging_run(procs: u32) -> Child {
         }
         std::thread::sleep(Duration::from_millis(1));
     }
-    assert!(
-        child.try_wait().unwrap().is_none(),
-        "the run ended before it could be interrupted"
-    );
+    assert!(child.try_wait().unwrap().is_none(), "the run ended before it could be interrupted");
     // Let the other children reach the barrier, where they wait for child 0.
     std::thread::sleep(Duration::from_millis(300));
     child

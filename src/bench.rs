@@ -1,0 +1,253 @@
+//! The IPC benchmark (`--bench`): a producer (the parent) and a consumer (its one child) hand buffers over
+//! through IPC handles and events, for sizes from 4 KiB up to `--bench-max-bytes` (1 GiB).
+//!
+//! For each size the consumer measures, and prints as one row of a table:
+//! - the hand-over round trip: the consumer records its event and raises `ping` in the segment; the producer
+//!   waits for that event on its stream, fills the buffer, records its own event and answers with `pong`; the
+//!   consumer waits for that event and copies the buffer out. Median and 10th-90th percentiles of many trips;
+//! - the bandwidth of a copy from the producer's buffer through the IPC mapping into a local buffer;
+//! - the same copy between two local buffers of the consumer (the limit of this path);
+//! - a copy staged through pinned host memory (device to host, then host to device), the way without IPC.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+use crate::Outcome;
+use crate::barrier::{self, Barrier, StopCheck};
+use crate::children::Children;
+use crate::cli::Cli;
+use crate::devices;
+use crate::driver::{self, Driver};
+use crate::ipc::{DeviceBuffer, ExportedBuffer, ExportedEvent, OpenedBuffer, OpenedEvent};
+use crate::kernel::Stream;
+use crate::segment::{self, Phase, RunPlan, Segment};
+use crate::signals;
+use crate::verify::HostBuffer;
+
+/// The producer is process 0, the consumer process 1.
+const PRODUCER: usize = 0;
+const CONSUMER: usize = 1;
+const SMALLEST: usize = 4 * 1024;
+
+/// 4 KiB, 16 KiB, ... up to `max` (each size four times the last).
+pub fn sizes(max: usize) -> Vec<usize> {
+    std::iter::successors(Some(SMALLEST), |s| s.checked_mul(4)).take_while(|s| *s <= max).collect()
+}
+
+/// Round trips per size: enough for a stable median, fewer for large buffers.
+fn trips(size: usize) -> u32 {
+    ((2usize << 30) / size).clamp(7, 201) as u32
+}
+
+/// Copies per bandwidth measurement: about 4 GiB moved, at least 3 copies.
+fn copies(size: usize) -> u32 {
+    ((4usize << 30) / size).clamp(3, 1000) as u32
+}
+
+/// The producer: the parent's side of `--bench`.
+pub fn run_producer(cli: &Cli) -> Result<Outcome> {
+    let name = segment::name_for(std::process::id());
+    let segment = Segment::create(&name)?;
+    let state = segment.state();
+    let Some(cuda) = driver::load_or_waive()? else { return Ok(Outcome::Waived) };
+    let driver: &dyn Driver = &*cuda;
+    let chosen = devices::select(driver)?;
+    let (Some(&producer), Some(&consumer)) = (chosen.first(), chosen.last()) else {
+        println!("No CUDA devices support IPC");
+        return Ok(Outcome::Waived);
+    };
+    let max = cli.bench_max_bytes as usize;
+    state.describe_run(&RunPlan {
+        devices: &[producer, consumer],
+        procs_per_device: 1,
+        data_size: max,
+        options: 0,
+    });
+    let describe = |d: i32| driver.device_info(d).map(|i| format!("device {d} ({})", i.name));
+    println!(
+        "IPC hand-over benchmark: producer on {}, consumer on {}",
+        describe(producer)?,
+        describe(consumer)?
+    );
+
+    let mut children = Children::spawn(state, CONSUMER..CONSUMER + 1, &["--bench"])?;
+    driver.use_device(producer)?;
+    let stream = Stream::non_blocking(driver)?;
+    let ready = ExportedEvent::create(driver, producer)?;
+    state.event_handles[PRODUCER].store(ready.handle());
+    let barrier = Barrier::new(state, 2);
+    let stop = || -> Result<()> {
+        signals::check()?;
+        children.check_all_alive().context("the consumer stopped")
+    };
+
+    barrier.wait(&stop)?; // the consumer's event is in the segment
+    let consumed = OpenedEvent::open(driver, &state.event_handles[CONSUMER].load())?;
+    for size in sizes(max) {
+        let buffer = ExportedBuffer::allocate(driver, producer, size)?;
+        state.mem_handles[PRODUCER].store(buffer.handle());
+        state.bench_size.store(size as u64, Ordering::Relaxed);
+        barrier.wait(&stop)?; // the buffer is in the segment
+        for _ in 0..trips(size) {
+            let asked = wait_for_raise(&state.ping, state.pong.load(Ordering::Acquire), &stop)?;
+            stream.wait_for(&consumed)?;
+            driver.fill(buffer.ptr(), asked as u8, size, stream.raw())?;
+            stream.record(&ready)?;
+            state.pong.store(asked, Ordering::Release);
+            barrier::wake_all(&state.pong);
+        }
+        barrier.wait(&stop)?; // the consumer has closed its mapping
+        stream.synchronize()?;
+    }
+    children.wait(|| false, || {})?;
+    Ok(Outcome::Passed)
+}
+
+/// Waits until `word` exceeds `seen`; returns its new value.
+fn wait_for_raise(word: &AtomicU32, seen: u32, stop: &dyn StopCheck) -> Result<u32> {
+    barrier::wait_until(word, |v| v > seen, stop)?;
+    Ok(word.load(Ordering::Acquire))
+}
+
+/// One row of the table.
+struct Row {
+    size: usize,
+    handover: (Duration, Duration, Duration),
+    ipc: f64,
+    local: f64,
+    staged: f64,
+}
+
+/// The consumer: the child's side of `--bench`.
+pub fn run_consumer(index: usize) -> Result<()> {
+    if index != CONSUMER {
+        bail!("the benchmark's consumer is process {CONSUMER}, not {index}");
+    }
+    let (segment, parent_pid) = crate::child::attach(index)?;
+    let state = segment.state();
+    let stop = move || crate::child::still_running(state, parent_pid);
+    let cuda = driver::load().context("starting CUDA")?;
+    let driver: &dyn Driver = &*cuda;
+    let device = state.device_of(CONSUMER);
+    driver.use_device(device)?;
+    let stream = Stream::non_blocking(driver)?;
+    let consumed = ExportedEvent::create(driver, device)?;
+    state.event_handles[CONSUMER].store(consumed.handle());
+    let barrier = Barrier::new(state, 2);
+    barrier.wait(&stop)?;
+    let ready = OpenedEvent::open(driver, &state.event_handles[PRODUCER].load())?;
+    let max = state.data_size();
+    let mut host = HostBuffer::prepare(driver, max)?;
+
+    println!(
+        "{:>9}  {:>28}  {:>10}  {:>12}  {:>8}  {:>10}",
+        "size", "hand-over us p50 (p10-p90)", "IPC GB/s", "local GB/s", "IPC %", "staged GB/s"
+    );
+    for size in sizes(max) {
+        barrier.wait(&stop)?;
+        if state.bench_size.load(Ordering::Relaxed) as usize != size {
+            bail!("the producer published a buffer of another size");
+        }
+        let shared = OpenedBuffer::open(driver, &state.mem_handles[PRODUCER].load())?;
+        let into = DeviceBuffer::allocate(driver, device, size)?;
+        let local = DeviceBuffer::allocate(driver, device, size)?;
+        driver.fill(local.ptr(), 1, size, stream.raw())?;
+
+        let copy_rate = |from: &dyn Fn() -> Result<()>| -> Result<f64> {
+            from()?; // warm-up
+            stream.synchronize()?;
+            let n = copies(size);
+            let start = Instant::now();
+            for _ in 0..n {
+                from()?;
+            }
+            stream.synchronize()?;
+            Ok(size as f64 * f64::from(n) / start.elapsed().as_secs_f64() / 1e9)
+        };
+        let local_rate =
+            copy_rate(&|| driver.copy_device_to_device(into.ptr(), local.ptr(), size, stream.raw()))?;
+        let ipc_rate =
+            copy_rate(&|| driver.copy_device_to_device(into.ptr(), shared.ptr(), size, stream.raw()))?;
+        let staged_rate = {
+            let staging = host.bytes_mut(size);
+            let mut one = || -> Result<()> {
+                driver.copy_to_host(staging, local.ptr(), stream.raw())?;
+                driver.copy_from_host(into.ptr(), staging, stream.raw())
+            };
+            one()?;
+            let n = copies(size).min(50);
+            let start = Instant::now();
+            for _ in 0..n {
+                one()?;
+            }
+            size as f64 * f64::from(n) / start.elapsed().as_secs_f64() / 1e9
+        };
+
+        let mut round_trips = Vec::new();
+        for _ in 0..trips(size) {
+            let start = Instant::now();
+            stream.record(&consumed)?;
+            let ping = state.ping.fetch_add(1, Ordering::AcqRel) + 1;
+            barrier::wake_all(&state.ping);
+            barrier::wait_until(&state.pong, |v| v >= ping, &stop)?;
+            stream.wait_for(&ready)?;
+            driver.copy_device_to_device(into.ptr(), shared.ptr(), size, stream.raw())?;
+            stream.synchronize()?;
+            round_trips.push(start.elapsed());
+        }
+        round_trips.sort();
+        let at = |q: usize| round_trips[(round_trips.len() - 1) * q / 100];
+        print_row(&Row {
+            size,
+            handover: (at(50), at(10), at(90)),
+            ipc: ipc_rate,
+            local: local_rate,
+            staged: staged_rate,
+        });
+        drop((shared, into, local));
+        barrier.wait(&stop)?;
+    }
+    if state.phase() == Phase::Aborted {
+        bail!("the run was aborted");
+    }
+    Ok(())
+}
+
+fn human(size: usize) -> String {
+    match size {
+        s if s >= 1 << 30 => format!("{} GiB", s >> 30),
+        s if s >= 1 << 20 => format!("{} MiB", s >> 20),
+        s => format!("{} KiB", s >> 10),
+    }
+}
+
+fn print_row(row: &Row) {
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    let (p50, p10, p90) = row.handover;
+    let spread = format!("{:.1} ({:.1}-{:.1})", us(p50), us(p10), us(p90));
+    println!(
+        "{:>9}  {:>28}  {:>10.1}  {:>12.1}  {:>7.1}%  {:>10.1}",
+        human(row.size),
+        spread,
+        row.ipc,
+        row.local,
+        100.0 * row.ipc / row.local,
+        row.staged
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_go_from_4_kib_to_the_maximum_by_fours() {
+        assert_eq!(sizes(64 * 1024), vec![4096, 16384, 65536]);
+        assert_eq!(sizes(1 << 30).len(), 10);
+        assert_eq!(sizes(1 << 30).last(), Some(&(1 << 30)));
+        assert!(sizes(1000).is_empty());
+        assert!(trips(4096) > trips(1 << 30) && trips(1 << 30) >= 7);
+    }
+}
