@@ -2,6 +2,8 @@
 //! exit status (0 passed, 1 failed, 2 waived, 128+N stopped by signal N).
 
 use std::io::Write;
+
+use nix::sys::signal::{SigHandler, Signal, signal};
 use std::process::ExitCode;
 
 use simple_ipc::cli;
@@ -11,6 +13,10 @@ use simple_ipc::{
 };
 
 fn main() -> ExitCode {
+    // Like a C program, end quietly when the reader of our output goes away (`simple-ipc | head`).
+    // SAFETY: restoring the default disposition installs no handler; nothing else runs yet.
+    let _ = unsafe { signal(Signal::SIGPIPE, SigHandler::SigDfl) };
+    simple_ipc::driver::cuda::prefer_fast_context_creation();
     let cli = match cli::parse() {
         Ok(cli) => cli,
         Err(usage) => {

@@ -10,12 +10,23 @@ use nix::unistd::Pid;
 use crate::driver::Driver;
 
 /// The NUMA node of the PCI device at `bus_id` as CUDA writes it (`00000000:17:00.0`), if sysfs knows one.
+/// A device without affinity information (-1, as in many VMs) is on node 0 when the machine has one node.
 pub fn numa_node(bus_id: &str) -> Option<u32> {
     let (domain, rest) = bus_id.split_once(':')?;
     let domain = u32::from_str_radix(domain, 16).ok()?;
     let path = format!("/sys/bus/pci/devices/{domain:04x}:{}/numa_node", rest.to_ascii_lowercase());
     let node: i64 = std::fs::read_to_string(path).ok()?.trim().parse().ok()?;
-    u32::try_from(node).ok()
+    match u32::try_from(node) {
+        Ok(node) => Some(node),
+        Err(_) if node_count() == Some(1) => Some(0),
+        Err(_) => None,
+    }
+}
+
+/// NUMA nodes the kernel reports online.
+fn node_count() -> Option<usize> {
+    let online = std::fs::read_to_string("/sys/devices/system/node/online").ok()?;
+    parse_cpulist(&online).ok().map(|nodes| nodes.len())
 }
 
 /// The CPUs of NUMA node `node`, as the kernel lists them (`0-47,96-143`).
