@@ -2,9 +2,11 @@
 //! through IPC handles and events, for sizes from 4 KiB up to `--bench-max-bytes` (1 GiB).
 //!
 //! For each size the consumer measures, and prints as one row of a table:
+//! - (once, first) the round trip of the shared flags alone, without CUDA;
 //! - the hand-over round trip: the consumer records its event and raises `ping` in the segment; the producer
-//!   waits for that event on its stream, fills the buffer, records its own event and answers with `pong`; the
-//!   consumer waits for that event and copies the buffer out. Median and 10th-90th percentiles of many trips;
+//!   waits for that event, fills the buffer, records its own event and answers with `pong`; the consumer waits
+//!   for that event and copies the buffer out. Median and 10th-90th percentiles of many trips, once with the
+//!   GPU waiting for the events (`cuStreamWaitEvent`) and once with the host waiting (`cuEventSynchronize`);
 //! - the bandwidth of a copy from the producer's buffer through the IPC mapping into a local buffer;
 //! - the same copy between two local buffers of the consumer (the limit of this path);
 //! - a copy staged through pinned host memory (device to host, then host to device), the way without IPC.
@@ -20,7 +22,7 @@ use crate::children::Children;
 use crate::cli::Cli;
 use crate::devices;
 use crate::driver::{self, Driver};
-use crate::ipc::{DeviceBuffer, ExportedBuffer, ExportedEvent, OpenedBuffer, OpenedEvent};
+use crate::ipc::{DeviceBuffer, Event, ExportedBuffer, ExportedEvent, OpenedBuffer, OpenedEvent};
 use crate::kernel::Stream;
 use crate::segment::{self, Phase, RunPlan, Segment};
 use crate::signals;
@@ -35,6 +37,9 @@ const SMALLEST: usize = 4 * 1024;
 pub fn sizes(max: usize) -> Vec<usize> {
     std::iter::successors(Some(SMALLEST), |s| s.checked_mul(4)).take_while(|s| *s <= max).collect()
 }
+
+/// Round trips of the shared flags alone, before the table.
+const FLAG_TRIPS: u32 = 2001;
 
 /// Round trips per size: enough for a stable median, fewer for large buffers.
 fn trips(size: usize) -> u32 {
@@ -85,14 +90,22 @@ pub fn run_producer(cli: &Cli) -> Result<Outcome> {
 
     barrier.wait(&stop)?; // the consumer's event is in the segment
     let consumed = OpenedEvent::open(driver, &state.event_handles[CONSUMER].load())?;
+    for _ in 0..FLAG_TRIPS {
+        let asked = wait_for_raise(&state.ping, state.pong.load(Ordering::Acquire), &stop)?;
+        state.pong.store(asked, Ordering::Release);
+        barrier::wake_all(&state.pong);
+    }
     for size in sizes(max) {
         let buffer = ExportedBuffer::allocate(driver, producer, size)?;
         state.mem_handles[PRODUCER].store(buffer.handle());
         state.bench_size.store(size as u64, Ordering::Relaxed);
         barrier.wait(&stop)?; // the buffer is in the segment
-        for _ in 0..trips(size) {
+        for (_, order) in HANDOVERS.iter().flat_map(|&order| (0..trips(size)).map(move |t| (t, order))) {
             let asked = wait_for_raise(&state.ping, state.pong.load(Ordering::Acquire), &stop)?;
-            stream.wait_for(&consumed)?;
+            match order {
+                Handover::StreamOrdered => stream.wait_for(&consumed)?,
+                Handover::HostOrdered => driver.synchronize_event(consumed.raw())?,
+            }
             driver.fill(buffer.ptr(), asked as u8, size, stream.raw())?;
             stream.record(&ready)?;
             state.pong.store(asked, Ordering::Release);
@@ -111,10 +124,30 @@ fn wait_for_raise(word: &AtomicU32, seen: u32, stop: &dyn StopCheck) -> Result<u
     Ok(word.load(Ordering::Acquire))
 }
 
+/// `p50 (p10-p90)` of round-trip times, in microseconds.
+fn percentiles(trips: &mut [Duration]) -> String {
+    trips.sort();
+    let at =
+        |q: usize| trips.get(trips.len().saturating_sub(1) * q / 100).map_or(0.0, |d| d.as_secs_f64() * 1e6);
+    format!("{:.1} ({:.1}-{:.1})", at(50), at(10), at(90))
+}
+
+/// How each side waits for the other's event in a hand-over.
+#[derive(Clone, Copy)]
+enum Handover {
+    /// `cuStreamWaitEvent`: the GPU waits; the host only enqueues.
+    StreamOrdered,
+    /// `cuEventSynchronize`: the host waits for the event, then enqueues.
+    HostOrdered,
+}
+
+const HANDOVERS: [Handover; 2] = [Handover::StreamOrdered, Handover::HostOrdered];
+
 /// One row of the table.
 struct Row {
     size: usize,
-    handover: (Duration, Duration, Duration),
+    /// Round trip per [`HANDOVERS`] entry.
+    handover: [String; 2],
     ipc: f64,
     local: f64,
     staged: f64,
@@ -141,9 +174,20 @@ pub fn run_consumer(index: usize) -> Result<()> {
     let max = state.data_size();
     let mut host = HostBuffer::prepare(driver, max)?;
 
+    let mut flag_trips = Vec::new();
+    for _ in 0..FLAG_TRIPS {
+        let start = Instant::now();
+        let ping = state.ping.fetch_add(1, Ordering::AcqRel) + 1;
+        barrier::wake_all(&state.ping);
+        barrier::wait_until(&state.pong, |v| v >= ping, &stop)?;
+        flag_trips.push(start.elapsed());
+    }
+    println!("shared-flag round trip alone, us: {}", percentiles(&mut flag_trips));
+
+    println!("hand-over round trips in us, p50 (p10-p90): the GPU waits (stream) or the host waits (host)");
     println!(
-        "{:>9}  {:>28}  {:>10}  {:>12}  {:>8}  {:>10}",
-        "size", "hand-over us p50 (p10-p90)", "IPC GB/s", "local GB/s", "IPC %", "staged GB/s"
+        "{:>9}  {:>24}  {:>24}  {:>10}  {:>12}  {:>8}  {:>10}",
+        "size", "stream-ordered", "host-ordered", "IPC GB/s", "local GB/s", "IPC %", "staged GB/s"
     );
     for size in sizes(max) {
         barrier.wait(&stop)?;
@@ -185,27 +229,26 @@ pub fn run_consumer(index: usize) -> Result<()> {
             size as f64 * f64::from(n) / start.elapsed().as_secs_f64() / 1e9
         };
 
-        let mut round_trips = Vec::new();
-        for _ in 0..trips(size) {
-            let start = Instant::now();
-            stream.record(&consumed)?;
-            let ping = state.ping.fetch_add(1, Ordering::AcqRel) + 1;
-            barrier::wake_all(&state.ping);
-            barrier::wait_until(&state.pong, |v| v >= ping, &stop)?;
-            stream.wait_for(&ready)?;
-            driver.copy_device_to_device(into.ptr(), shared.ptr(), size, stream.raw())?;
-            stream.synchronize()?;
-            round_trips.push(start.elapsed());
+        let mut handover = HANDOVERS.map(|_| String::new());
+        for (column, order) in handover.iter_mut().zip(HANDOVERS) {
+            let mut round_trips = Vec::new();
+            for _ in 0..trips(size) {
+                let start = Instant::now();
+                stream.record(&consumed)?;
+                let ping = state.ping.fetch_add(1, Ordering::AcqRel) + 1;
+                barrier::wake_all(&state.ping);
+                barrier::wait_until(&state.pong, |v| v >= ping, &stop)?;
+                match order {
+                    Handover::StreamOrdered => stream.wait_for(&ready)?,
+                    Handover::HostOrdered => driver.synchronize_event(ready.raw())?,
+                }
+                driver.copy_device_to_device(into.ptr(), shared.ptr(), size, stream.raw())?;
+                stream.synchronize()?;
+                round_trips.push(start.elapsed());
+            }
+            *column = percentiles(&mut round_trips);
         }
-        round_trips.sort();
-        let at = |q: usize| round_trips[(round_trips.len() - 1) * q / 100];
-        print_row(&Row {
-            size,
-            handover: (at(50), at(10), at(90)),
-            ipc: ipc_rate,
-            local: local_rate,
-            staged: staged_rate,
-        });
+        print_row(&Row { size, handover, ipc: ipc_rate, local: local_rate, staged: staged_rate });
         drop((shared, into, local));
         barrier.wait(&stop)?;
     }
@@ -224,13 +267,11 @@ fn human(size: usize) -> String {
 }
 
 fn print_row(row: &Row) {
-    let us = |d: Duration| d.as_secs_f64() * 1e6;
-    let (p50, p10, p90) = row.handover;
-    let spread = format!("{:.1} ({:.1}-{:.1})", us(p50), us(p10), us(p90));
     println!(
-        "{:>9}  {:>28}  {:>10.1}  {:>12.1}  {:>7.1}%  {:>10.1}",
+        "{:>9}  {:>24}  {:>24}  {:>10.1}  {:>12.1}  {:>7.1}%  {:>10.1}",
         human(row.size),
-        spread,
+        row.handover[0],
+        row.handover[1],
         row.ipc,
         row.local,
         100.0 * row.ipc / row.local,

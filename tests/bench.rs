@@ -20,7 +20,11 @@ fn bench_prints_one_row_per_size_and_cleans_up() {
     let all = text(&out);
     assert_eq!(out.status.code(), Some(0), "{all}");
     assert!(all.contains("IPC hand-over benchmark: producer on device 0"), "{all}");
-    assert!(all.contains("hand-over us p50 (p10-p90)") && all.contains("staged GB/s"), "{all}");
+    assert!(
+        all.contains("stream-ordered") && all.contains("host-ordered") && all.contains("staged GB/s"),
+        "{all}"
+    );
+    assert!(all.contains("shared-flag round trip alone, us: "), "{all}");
     let rows: Vec<&str> = all.lines().filter(|l| l.trim_start().starts_with(char::is_numeric)).collect();
     assert_eq!(rows.len(), 3, "4, 16 and 64 KiB: {all}");
     for (row, size) in rows.iter().zip(["4 KiB", "16 KiB", "64 KiB"]) {
