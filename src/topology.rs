@@ -93,7 +93,7 @@ pub fn report(driver: &dyn Driver) -> Result<String> {
     Ok(out)
 }
 
-/// Pins this process to the CPUs of `device`'s NUMA node; returns the CPU list, or `None` where the node is
+/// Pins every thread of this process to the CPUs of `device`'s NUMA node; returns the CPU list, or `None` where the node is
 /// not known (then nothing changes).
 pub fn bind_to_device_node(driver: &dyn Driver, device: i32) -> Result<Option<String>> {
     let info = driver.device_info(device)?;
@@ -103,7 +103,14 @@ pub fn bind_to_device_node(driver: &dyn Driver, device: i32) -> Result<Option<St
     for cpu in parse_cpulist(&list)? {
         set.set(cpu).with_context(|| format!("CPU {cpu} of node {node}"))?;
     }
-    sched_setaffinity(Pid::from_raw(0), &set).context("sched_setaffinity")?;
+    // Every thread, including those the driver started in cuInit; threads started later inherit it.
+    let threads = std::fs::read_dir("/proc/self/task").context("listing this process's threads")?;
+    for tid in threads.filter_map(|t| t.ok()?.file_name().to_str()?.parse::<i32>().ok()) {
+        match sched_setaffinity(Pid::from_raw(tid), &set) {
+            Ok(()) | Err(nix::errno::Errno::ESRCH) => {}
+            Err(e) => return Err(e).with_context(|| format!("sched_setaffinity(thread {tid})")),
+        }
+    }
     Ok(Some(format!("node {node}, CPUs {list}")))
 }
 
