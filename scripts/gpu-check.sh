@@ -132,7 +132,7 @@ if [ -n "$sanitizer" ]; then
   errors=$(grep -c 'ERROR SUMMARY: 0 errors' "$log/out")
   bad=$(grep 'ERROR SUMMARY' "$log/out" | grep -vc 'ERROR SUMMARY: 0 errors')
   if [ $rc -eq 0 ] && [ "$errors" -ge 1 ] && [ "$bad" -eq 0 ]; then
-    record PASS "compute-sanitizer memcheck --leak-check full" "exit 0, $errors process summaries with 0 errors, ${wall}s"
+    record PASS "compute-sanitizer memcheck --leak-check full" "exit 0, ERROR SUMMARY: 0 errors (parent and children), ${wall}s"
   else
     record FAIL "compute-sanitizer memcheck --leak-check full" "exit $rc, clean summaries $errors, others $bad"
     grep -E 'ERROR|Program hit|Leaked|=========' "$log/out" | head -n 30 | sed 's/^/    /'

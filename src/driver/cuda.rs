@@ -477,3 +477,25 @@ impl Driver for CudaDriver {
         check(unsafe { sys::cuMemHostUnregister(host.as_mut_ptr().cast()) }, "cuMemHostUnregister")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failures_of_an_isolated_ipc_namespace_name_the_fix() {
+        for rc in [CUresult::CUDA_ERROR_INVALID_VALUE, CUresult::CUDA_ERROR_MAP_FAILED] {
+            let hint = ipc_open_hint(rc).expect("a hint");
+            assert!(hint.contains("--ipc=host") && hint.contains("IPC namespace"), "{hint}");
+        }
+        assert_eq!(ipc_open_hint(CUresult::CUDA_ERROR_OUT_OF_MEMORY), None);
+    }
+
+    #[test]
+    fn no_gpu_results_waive_and_others_fail() {
+        assert!(means_no_gpu(CUresult::CUDA_ERROR_NO_DEVICE));
+        assert!(means_no_gpu(CUresult::CUDA_ERROR_STUB_LIBRARY));
+        assert!(!means_no_gpu(CUresult::CUDA_ERROR_INVALID_VALUE));
+        assert!(!means_no_gpu(CUresult::CUDA_SUCCESS));
+    }
+}
