@@ -45,7 +45,7 @@ pub struct Cli {
 
     /// Largest buffer of the benchmark.
     #[arg(long, value_name = "BYTES", default_value_t = 1 << 30,
-          value_parser = clap::value_parser!(u64).range(4096..=(1u64 << 34)))]
+          value_parser = clap::value_parser!(u64).range(4096..=i32::MAX as u64))]
     pub bench_max_bytes: u64,
 
     /// Print the peer-access matrix of the GPUs and the NUMA node and CPUs of each, then exit.
