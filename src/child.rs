@@ -6,7 +6,7 @@
 
 use std::sync::atomic::Ordering;
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, anyhow, bail, ensure};
 use nix::unistd::getppid;
 
 use crate::barrier::{self, Barrier, StopCheck};
@@ -18,7 +18,7 @@ use crate::segment::{self, Segment, SharedState};
 use crate::signals;
 use crate::timings::{Step, Stopwatch};
 use crate::topology;
-use crate::verify::{HostBuffer, find_mismatches};
+use crate::verify::{self, HostBuffer, find_mismatches};
 
 pub fn run(index: usize) -> Result<()> {
     let mut watch = Stopwatch::start();
@@ -26,6 +26,9 @@ pub fn run(index: usize) -> Result<()> {
     let state = segment.state();
     let n = state.process_count();
     let stop = move || -> Result<()> { still_running(state, parent_pid) };
+    // Faulting in the host buffer for the copy back needs no CUDA: it runs while CUDA starts.
+    let size = state.data_size();
+    let host_memory = std::thread::spawn(move || verify::fault_in(size));
 
     let driver = driver::load().context("starting CUDA")?;
     let driver: &dyn Driver = &*driver;
@@ -49,8 +52,9 @@ pub fn run(index: usize) -> Result<()> {
     watch.lap(Step::Context);
     let info = driver.device_info(device)?;
     let kernel = SimpleKernel::load(driver, info.multiprocessors)?;
-    let size = state.data_size();
-    let mut host = HostBuffer::prepare(driver, size)?;
+    let host_memory = host_memory.join().map_err(|_| anyhow!("the host buffer thread panicked"))??;
+    let mut host = HostBuffer::pin(driver, host_memory)?;
+    watch.lap(Step::Prepare);
 
     // The parent exports the handles while we started CUDA; wait until they are all there.
     barrier::wait_until(&state.phase, |phase| phase != segment::Phase::Starting as u32, &stop)?;

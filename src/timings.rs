@@ -15,6 +15,8 @@ pub enum Step {
     DeviceSelection,
     StartChildren,
     AllocateExport,
+    /// A child's kernel loading and host buffer for the copy back.
+    Prepare,
     WaitReady,
     OpenHandles,
     RoundRobin,
@@ -26,12 +28,13 @@ pub enum Step {
 }
 
 impl Step {
-    pub const ALL: [Step; 13] = [
+    pub const ALL: [Step; 14] = [
         Step::CudaStart,
         Step::Context,
         Step::DeviceSelection,
         Step::StartChildren,
         Step::AllocateExport,
+        Step::Prepare,
         Step::WaitReady,
         Step::OpenHandles,
         Step::RoundRobin,
@@ -49,6 +52,7 @@ impl Step {
             Step::DeviceSelection => "device_selection",
             Step::StartChildren => "start_children",
             Step::AllocateExport => "allocate_export",
+            Step::Prepare => "prepare",
             Step::WaitReady => "wait_ready",
             Step::OpenHandles => "open_handles",
             Step::RoundRobin => "round_robin",

@@ -13,13 +13,19 @@ pub struct HostBuffer<'d> {
     pinned: bool,
 }
 
+/// Maps `bytes` of anonymous memory and faults every page in. It needs no driver, so a child starts it on a
+/// thread of its own while CUDA starts.
+pub fn fault_in(bytes: usize) -> Result<MmapMut> {
+    MmapOptions::new().len(bytes).populate().map_anon().context("mapping the host buffer for the copy back")
+}
+
 impl<'d> HostBuffer<'d> {
     pub fn prepare(driver: &'d dyn Driver, bytes: usize) -> Result<Self> {
-        let mut memory = MmapOptions::new()
-            .len(bytes)
-            .populate()
-            .map_anon()
-            .context("mapping the host buffer for the copy back")?;
+        Self::pin(driver, fault_in(bytes)?)
+    }
+
+    /// Pins memory made by [`fault_in`] (on the current device's context).
+    pub fn pin(driver: &'d dyn Driver, mut memory: MmapMut) -> Result<Self> {
         let pinned = driver.pin_host_memory(&mut memory)?;
         Ok(Self { driver, memory, pinned })
     }
