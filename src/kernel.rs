@@ -77,10 +77,6 @@ impl<'d> SimpleKernel<'d> {
         Ok(Self { driver, function, grid })
     }
 
-    pub fn grid(&self) -> u32 {
-        self.grid
-    }
-
     /// `simpleKernel<<<grid, 128, 0, stream>>>(target, size, value)`, with the launch checked.
     pub fn launch(&self, stream: &Stream, target: &OpenedBuffer, size: usize, value: u8) -> Result<()> {
         let size = i32::try_from(size).context("buffer size does not fit simpleKernel's int")?;

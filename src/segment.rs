@@ -76,6 +76,7 @@ pub struct SharedState {
     pub segment_size: AtomicU64,
     pub data_size: AtomicU64,
     pub parent_pid: AtomicU32,
+    /// Padding: keeps the original's fields 8-byte aligned.
     pub _reserved: AtomicU32,
 
     // The original's fields.
@@ -275,10 +276,6 @@ impl Segment {
         let segment = Self { name: name.to_owned(), map, owner: false };
         segment.state().validate(size).with_context(|| format!("/dev/shm/{name} is not a usable segment"))?;
         Ok(segment)
-    }
-
-    pub fn name(&self) -> &str {
-        &self.name
     }
 
     pub fn state(&self) -> &SharedState {
