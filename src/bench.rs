@@ -199,35 +199,28 @@ pub fn run_consumer(index: usize) -> Result<()> {
         let local = DeviceBuffer::allocate(driver, device, size)?;
         driver.fill(local.ptr(), 1, size, stream.raw())?;
 
-        let copy_rate = |from: &dyn Fn() -> Result<()>| -> Result<f64> {
-            from()?; // warm-up
+        // Bytes per second of `copy`, repeated `n` times after one warm-up, in GB/s.
+        let rate = |n: u32, copy: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
+            copy()?;
             stream.synchronize()?;
-            let n = copies(size);
             let start = Instant::now();
             for _ in 0..n {
-                from()?;
+                copy()?;
             }
             stream.synchronize()?;
             Ok(size as f64 * f64::from(n) / start.elapsed().as_secs_f64() / 1e9)
         };
-        let local_rate =
-            copy_rate(&|| driver.copy_device_to_device(into.ptr(), local.ptr(), size, stream.raw()))?;
-        let ipc_rate =
-            copy_rate(&|| driver.copy_device_to_device(into.ptr(), shared.ptr(), size, stream.raw()))?;
-        let staged_rate = {
-            let staging = host.bytes_mut(size);
-            let mut one = || -> Result<()> {
-                driver.copy_to_host(staging, local.ptr(), stream.raw())?;
-                driver.copy_from_host(into.ptr(), staging, stream.raw())
-            };
-            one()?;
-            let n = copies(size).min(50);
-            let start = Instant::now();
-            for _ in 0..n {
-                one()?;
-            }
-            size as f64 * f64::from(n) / start.elapsed().as_secs_f64() / 1e9
-        };
+        let local_rate = rate(copies(size), &mut || {
+            driver.copy_device_to_device(into.ptr(), local.ptr(), size, stream.raw())
+        })?;
+        let ipc_rate = rate(copies(size), &mut || {
+            driver.copy_device_to_device(into.ptr(), shared.ptr(), size, stream.raw())
+        })?;
+        let staging = host.bytes_mut(size);
+        let staged_rate = rate(copies(size).min(50), &mut || {
+            driver.copy_to_host(staging, local.ptr(), stream.raw())?;
+            driver.copy_from_host(into.ptr(), staging, stream.raw())
+        })?;
 
         let mut handover = HANDOVERS.map(|_| String::new());
         for (column, order) in handover.iter_mut().zip(HANDOVERS) {

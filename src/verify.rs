@@ -35,9 +35,7 @@ impl<'d> HostBuffer<'d> {
         self.driver.copy_to_host(&mut self.memory, src, stream)?;
         Ok(&mut self.memory)
     }
-}
 
-impl HostBuffer<'_> {
     /// The first `len` bytes (at most the whole buffer), for staging copies.
     pub fn bytes_mut(&mut self, len: usize) -> &mut [u8] {
         let len = len.min(self.memory.len());
