@@ -10,14 +10,13 @@ use nix::sys::memfd::{MFdFlags, memfd_create};
 use nix::sys::resource::{UsageWho, getrusage};
 use nix::sys::wait::{WaitStatus, waitpid};
 use nix::unistd::{ForkResult, fork};
-use simple_ipc::barrier::Barrier;
 use simple_ipc::segment::SharedState;
 
 fn shared_state() -> MmapMut {
     let fd = memfd_create(c"barrier-bench", MFdFlags::empty()).expect("memfd");
     let file = std::fs::File::from(fd);
     file.set_len(size_of::<SharedState>() as u64).expect("size");
-    // SAFETY (bench): nobody truncates the memfd while it is mapped.
+    // SAFETY: (bench) nobody truncates the memfd while it is mapped.
     unsafe { MmapMut::map_mut(&file) }.expect("map")
 }
 
@@ -30,19 +29,19 @@ fn cpu_of_children() -> Duration {
 /// Wall and CPU time per round for `processes` processes crossing the barrier `rounds` times.
 fn one_run(processes: usize, rounds: usize) -> (Duration, Duration) {
     let map = shared_state();
-    // SAFETY (bench): page-aligned, large enough, all fields atomics.
+    // SAFETY: (bench) page-aligned, large enough, all fields atomics.
     let state = unsafe { &*(map.as_ptr() as *const SharedState) };
     let cpu_before = cpu_of_children();
     let start = Instant::now();
     let children: Vec<_> = (0..processes)
         .map(|_| {
-            // SAFETY (bench): the child runs only atomics, futex calls and _exit.
+            // SAFETY: (bench) the child runs only atomics, futex calls and _exit.
             match unsafe { fork() }.expect("fork") {
                 ForkResult::Child => {
-                    let barrier = Barrier::new(state, processes);
+                    let barrier = state.barrier(processes);
                     let stop = || Ok(());
                     let ok = (0..rounds).all(|_| barrier.wait(&stop).is_ok());
-                    // SAFETY (bench): leaves the child without running the parent's atexit handlers.
+                    // SAFETY: (bench) leaves the child without running the parent's atexit handlers.
                     unsafe { nix::libc::_exit(if ok { 0 } else { 1 }) }
                 }
                 ForkResult::Parent { child } => child,

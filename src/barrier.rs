@@ -10,18 +10,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
-use crate::segment::SharedState;
-
-/// Asked while waiting: `Err` ends the wait with that error.
-pub trait StopCheck {
-    fn check(&self) -> Result<()>;
-}
-
-impl<F: Fn() -> Result<()>> StopCheck for F {
-    fn check(&self) -> Result<()> {
-        self()
-    }
-}
+use crate::futex;
+pub use crate::stop::StopCheck;
 
 /// How long one futex sleep lasts before the waiter looks at its [`StopCheck`] again.
 const SLEEP_SLICE: Duration = Duration::from_millis(10);
@@ -40,8 +30,9 @@ pub struct Barrier<'s> {
 }
 
 impl<'s> Barrier<'s> {
-    pub fn new(state: &'s SharedState, participants: usize) -> Self {
-        Self { count: &state.barrier, sense: &state.sense, participants: participants as i32 }
+    /// The barrier on the shared words `count` (check-ins) and `sense`.
+    pub fn new(count: &'s AtomicI32, sense: &'s AtomicU32, participants: usize) -> Self {
+        Self { count, sense, participants: participants as i32 }
     }
 
     /// Returns once all participants have called it, or with the stop check's error.
@@ -49,13 +40,13 @@ impl<'s> Barrier<'s> {
         // Check in: the last to arrive turns the sense to 1 and wakes everyone.
         if self.count.fetch_add(1, Ordering::AcqRel) + 1 == self.participants {
             self.sense.store(1, Ordering::Release);
-            wake_all(self.sense);
+            futex::wake_all(self.sense);
         }
         wait_until(self.sense, |v| v == 1, stop)?;
         // Check out: the last to leave turns it back to 0, so the next round starts clean.
         if self.count.fetch_sub(1, Ordering::AcqRel) - 1 == 0 {
             self.sense.store(0, Ordering::Release);
-            wake_all(self.sense);
+            futex::wake_all(self.sense);
         }
         wait_until(self.sense, |v| v == 0, stop)
     }
@@ -77,31 +68,7 @@ pub fn wait_until(word: &AtomicU32, done: impl Fn(u32) -> bool, stop: &dyn StopC
             std::thread::yield_now();
         } else {
             stop.check()?;
-            futex_wait(word, value, SLEEP_SLICE);
+            futex::wait(word, value, SLEEP_SLICE);
         }
-    }
-}
-
-/// Wakes every process sleeping in [`wait_until`] on `word`, after the caller changed it.
-pub fn wake_all(word: &AtomicU32) {
-    // SAFETY: FUTEX_WAKE only reads the address of a live, aligned 32-bit word; no memory is written.
-    unsafe {
-        nix::libc::syscall(nix::libc::SYS_futex, word.as_ptr(), nix::libc::FUTEX_WAKE, i32::MAX);
-    }
-}
-
-/// Sleeps while `word` still holds `expected`, for at most `timeout` (or until woken, or a signal).
-fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
-    let timeout = nix::libc::timespec { tv_sec: 0, tv_nsec: timeout.as_nanos() as nix::libc::c_long };
-    // SAFETY: FUTEX_WAIT reads the live, aligned 32-bit word and the timespec, which outlive the call. The
-    // word is in shared memory, so this is the non-private futex: other processes' wakes reach it.
-    unsafe {
-        nix::libc::syscall(
-            nix::libc::SYS_futex,
-            word.as_ptr(),
-            nix::libc::FUTEX_WAIT,
-            expected,
-            &timeout as *const nix::libc::timespec,
-        );
     }
 }

@@ -17,16 +17,17 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 
 use crate::Outcome;
-use crate::barrier::{self, Barrier, StopCheck};
+use crate::barrier::{self, StopCheck};
 use crate::children::Children;
 use crate::cli::Cli;
 use crate::devices;
 use crate::driver::{self, Driver};
+use crate::futex;
+use crate::host_buffer::HostBuffer;
 use crate::ipc::{DeviceBuffer, Event, ExportedBuffer, ExportedEvent, OpenedBuffer, OpenedEvent};
-use crate::kernel::Stream;
-use crate::segment::{self, Phase, RunPlan, Segment};
+use crate::segment::{self, RunPlan, RunState, Segment};
 use crate::signals;
-use crate::verify::HostBuffer;
+use crate::stream::Stream;
 
 /// The producer is process 0, the consumer process 1.
 const PRODUCER: usize = 0;
@@ -56,7 +57,7 @@ pub fn run_producer(cli: &Cli) -> Result<Outcome> {
     let name = segment::name_for(std::process::id());
     let segment = Segment::create(&name)?;
     let state = segment.state();
-    let Some(cuda) = driver::load_or_waive()? else { return Ok(Outcome::Waived) };
+    let Some(cuda) = devices::load_or_waive()? else { return Ok(Outcome::Waived) };
     let driver: &dyn Driver = &*cuda;
     let chosen = devices::select(driver)?;
     let (Some(&producer), Some(&consumer)) = (chosen.first(), chosen.last()) else {
@@ -82,7 +83,7 @@ pub fn run_producer(cli: &Cli) -> Result<Outcome> {
     let stream = Stream::non_blocking(driver)?;
     let ready = ExportedEvent::create(driver, producer)?;
     state.event_handles[PRODUCER].store(ready.handle());
-    let barrier = Barrier::new(state, 2);
+    let barrier = state.barrier(2);
     let stop = || -> Result<()> {
         signals::check()?;
         children.check_all_alive().context("the consumer stopped")
@@ -91,28 +92,28 @@ pub fn run_producer(cli: &Cli) -> Result<Outcome> {
     barrier.wait(&stop)?; // the consumer's event is in the segment
     let consumed = OpenedEvent::open(driver, &state.event_handles[CONSUMER].load())?;
     for _ in 0..FLAG_TRIPS {
-        let asked = wait_for_raise(&state.ping, state.pong.load(Ordering::Acquire), &stop)?;
-        state.pong.store(asked, Ordering::Release);
-        barrier::wake_all(&state.pong);
+        let asked = wait_for_raise(&state.bench.ping, state.bench.pong.load(Ordering::Acquire), &stop)?;
+        state.bench.pong.store(asked, Ordering::Release);
+        futex::wake_all(&state.bench.pong);
     }
     for size in sizes(max) {
         let buffer = ExportedBuffer::allocate(driver, producer, size)?;
         state.mem_handles[PRODUCER].store(buffer.handle());
-        state.bench_size.store(size as u64, Ordering::Relaxed);
+        state.bench.size.store(size as u64, Ordering::Relaxed);
         barrier.wait(&stop)?; // the buffer is in the segment
         for (_, order) in HANDOVERS.iter().flat_map(|&order| (0..trips(size)).map(move |t| (t, order))) {
-            let asked = wait_for_raise(&state.ping, state.pong.load(Ordering::Acquire), &stop)?;
+            let asked = wait_for_raise(&state.bench.ping, state.bench.pong.load(Ordering::Acquire), &stop)?;
             match order {
                 Handover::StreamOrdered => stream.wait_for(&consumed)?,
-                Handover::HostOrdered => driver.synchronize_event(consumed.raw())?,
+                Handover::HostOrdered => consumed.synchronize(&stop)?,
             }
-            driver.fill(buffer.ptr(), asked as u8, size, stream.raw())?;
+            stream.fill(&buffer, asked as u8, size)?;
             stream.record(&ready)?;
-            state.pong.store(asked, Ordering::Release);
-            barrier::wake_all(&state.pong);
+            state.bench.pong.store(asked, Ordering::Release);
+            futex::wake_all(&state.bench.pong);
         }
         barrier.wait(&stop)?; // the consumer has closed its mapping
-        stream.synchronize()?;
+        stream.synchronize(&stop)?;
     }
     children.wait(|| false, || {})?;
     Ok(Outcome::Passed)
@@ -168,7 +169,7 @@ pub fn run_consumer(index: usize) -> Result<()> {
     let stream = Stream::non_blocking(driver)?;
     let consumed = ExportedEvent::create(driver, device)?;
     state.event_handles[CONSUMER].store(consumed.handle());
-    let barrier = Barrier::new(state, 2);
+    let barrier = state.barrier(2);
     barrier.wait(&stop)?;
     let ready = OpenedEvent::open(driver, &state.event_handles[PRODUCER].load())?;
     let max = state.data_size();
@@ -177,9 +178,9 @@ pub fn run_consumer(index: usize) -> Result<()> {
     let mut flag_trips = Vec::new();
     for _ in 0..FLAG_TRIPS {
         let start = Instant::now();
-        let ping = state.ping.fetch_add(1, Ordering::AcqRel) + 1;
-        barrier::wake_all(&state.ping);
-        barrier::wait_until(&state.pong, |v| v >= ping, &stop)?;
+        let ping = state.bench.ping.fetch_add(1, Ordering::AcqRel) + 1;
+        futex::wake_all(&state.bench.ping);
+        barrier::wait_until(&state.bench.pong, |v| v >= ping, &stop)?;
         flag_trips.push(start.elapsed());
     }
     println!("shared-flag round trip alone, us: {}", percentiles(&mut flag_trips));
@@ -191,35 +192,30 @@ pub fn run_consumer(index: usize) -> Result<()> {
     );
     for size in sizes(max) {
         barrier.wait(&stop)?;
-        if state.bench_size.load(Ordering::Relaxed) as usize != size {
+        if state.bench.size.load(Ordering::Relaxed) as usize != size {
             bail!("the producer published a buffer of another size");
         }
-        let shared = OpenedBuffer::open(driver, &state.mem_handles[PRODUCER].load())?;
+        let shared = OpenedBuffer::open(driver, &state.mem_handles[PRODUCER].load(), size)?;
         let into = DeviceBuffer::allocate(driver, device, size)?;
         let local = DeviceBuffer::allocate(driver, device, size)?;
-        driver.fill(local.ptr(), 1, size, stream.raw())?;
+        stream.fill(&local, 1, size)?;
 
         // Bytes per second of `copy`, repeated `n` times after one warm-up, in GB/s.
         let rate = |n: u32, copy: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
             copy()?;
-            stream.synchronize()?;
+            stream.synchronize(&stop)?;
             let start = Instant::now();
             for _ in 0..n {
                 copy()?;
             }
-            stream.synchronize()?;
+            stream.synchronize(&stop)?;
             Ok(size as f64 * f64::from(n) / start.elapsed().as_secs_f64() / 1e9)
         };
-        let local_rate = rate(copies(size), &mut || {
-            driver.copy_device_to_device(into.ptr(), local.ptr(), size, stream.raw())
-        })?;
-        let ipc_rate = rate(copies(size), &mut || {
-            driver.copy_device_to_device(into.ptr(), shared.ptr(), size, stream.raw())
-        })?;
-        let staging = host.bytes_mut(size);
+        let local_rate = rate(copies(size), &mut || stream.copy(&into, &local, size))?;
+        let ipc_rate = rate(copies(size), &mut || stream.copy(&into, &shared, size))?;
         let staged_rate = rate(copies(size).min(50), &mut || {
-            driver.copy_to_host(staging, local.ptr(), stream.raw())?;
-            driver.copy_from_host(into.ptr(), staging, stream.raw())
+            host.copy_from(&local, size, &stream, &stop)?;
+            host.copy_to(&into, size)
         })?;
 
         let mut handover = HANDOVERS.map(|_| String::new());
@@ -228,15 +224,15 @@ pub fn run_consumer(index: usize) -> Result<()> {
             for _ in 0..trips(size) {
                 let start = Instant::now();
                 stream.record(&consumed)?;
-                let ping = state.ping.fetch_add(1, Ordering::AcqRel) + 1;
-                barrier::wake_all(&state.ping);
-                barrier::wait_until(&state.pong, |v| v >= ping, &stop)?;
+                let ping = state.bench.ping.fetch_add(1, Ordering::AcqRel) + 1;
+                futex::wake_all(&state.bench.ping);
+                barrier::wait_until(&state.bench.pong, |v| v >= ping, &stop)?;
                 match order {
                     Handover::StreamOrdered => stream.wait_for(&ready)?,
-                    Handover::HostOrdered => driver.synchronize_event(ready.raw())?,
+                    Handover::HostOrdered => ready.synchronize(&stop)?,
                 }
-                driver.copy_device_to_device(into.ptr(), shared.ptr(), size, stream.raw())?;
-                stream.synchronize()?;
+                stream.copy(&into, &shared, size)?;
+                stream.synchronize(&stop)?;
                 round_trips.push(start.elapsed());
             }
             *column = percentiles(&mut round_trips);
@@ -245,7 +241,7 @@ pub fn run_consumer(index: usize) -> Result<()> {
         drop((shared, into, local));
         barrier.wait(&stop)?;
     }
-    if state.phase() == Phase::Aborted {
+    if state.run_state() == RunState::Aborted {
         bail!("the run was aborted");
     }
     Ok(())

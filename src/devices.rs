@@ -4,8 +4,22 @@
 
 use anyhow::{Context, Result, ensure};
 
-use crate::driver::Driver;
+use crate::driver::{self, Driver, Unavailable};
 use crate::segment::MAX_PROCESSES;
+
+/// The driver for the parent, or `None` after printing the waived line where nothing can run here.
+pub fn load_or_waive() -> Result<Option<Box<dyn Driver>>> {
+    match driver::load() {
+        Ok(driver) => Ok(Some(driver)),
+        Err(e) => match e.downcast::<Unavailable>() {
+            Ok(reason) => {
+                println!("No CUDA devices support IPC ({reason})");
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        },
+    }
+}
 
 /// Chooses the devices, printing the original's message for each one it skips.
 pub fn select(driver: &dyn Driver) -> Result<Vec<i32>> {

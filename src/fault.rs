@@ -1,40 +1,19 @@
 //! Test-only fault injection: `SIMPLE_IPC_TEST_FAULT=<who>@<phase>:<action>` makes one process fail at one
 //! named phase, so that the tests and the GPU check can prove that every failure stops the whole run.
 //!
-//! `<who>` is `parent` or `child<N>`; `<phase>` one of [`Phase`]'s names; `<action>` is `kill` (the process
-//! sends itself SIGKILL, like a crash or `kill -9`), `error` (it fails with an error), `hang` (it sleeps
-//! until killed) or, at `verify` only, `corrupt` (two bytes of the copied-back buffer are changed before the
-//! comparison, which must then fail). An unknown value is an error, so a typo cannot silently test nothing; nothing happens unless
-//! the variable is set.
+//! `<who>` is `parent` or `child<N>`; `<phase>` one of [`Phase`]'s names (`round-robin` or `round_robin`):
+//! the fault strikes when that process enters that phase. `<action>` is `kill` (the process sends itself
+//! SIGKILL, like a crash or `kill -9`), `error` (it fails with an error), `hang` (it sleeps until killed),
+//! `stop` (it sends itself SIGSTOP, like a process stopped in a debugger) or, at `verify` only, `corrupt`
+//! (two bytes of the copied-back buffer are changed before the comparison, which must then fail). A value
+//! that is malformed, or names a process the run does not have, is refused, so a typo cannot silently test
+//! nothing; nothing happens unless the variable is set, and a fault that strikes says so on stderr.
 
-use anyhow::{Result, anyhow, bail};
+use anyhow::{Result, anyhow, bail, ensure};
+
+use crate::phase::Phase;
 
 pub const FAULT_ENV: &str = "SIMPLE_IPC_TEST_FAULT";
-
-/// The places where a fault can be injected.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Phase {
-    /// Child: right after it has mapped the segment.
-    Attach,
-    /// Child: while it opens the other processes' handles.
-    OpenHandles,
-    /// Child: in the round-robin, after its first kernel launch.
-    RoundRobin,
-    /// Child: while it verifies its buffer.
-    Verify,
-    /// Parent: after it exported the handles, while the children run.
-    WaitChildren,
-}
-
-impl Phase {
-    const ALL: [(Phase, &'static str); 5] = [
-        (Phase::Attach, "attach"),
-        (Phase::OpenHandles, "open-handles"),
-        (Phase::RoundRobin, "round-robin"),
-        (Phase::Verify, "verify"),
-        (Phase::WaitChildren, "wait-children"),
-    ];
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Who {
@@ -47,22 +26,25 @@ enum Action {
     Kill,
     Error,
     Hang,
+    Stop,
     Corrupt,
 }
 
 fn parse(spec: &str) -> Result<(Who, Phase, Action)> {
-    let bad = || anyhow!("{FAULT_ENV}={spec:?}: expected <parent|childN>@<phase>:<kill|error|hang>");
+    let bad =
+        || anyhow!("{FAULT_ENV}={spec:?}: expected <parent|childN>@<phase>:<kill|error|hang|stop|corrupt>");
     let (who, rest) = spec.split_once('@').ok_or_else(bad)?;
     let (phase, action) = rest.split_once(':').ok_or_else(bad)?;
     let who = match who {
         "parent" => Who::Parent,
         child => Who::Child(child.strip_prefix("child").and_then(|n| n.parse().ok()).ok_or_else(bad)?),
     };
-    let phase = Phase::ALL.iter().find(|(_, name)| *name == phase).map(|(p, _)| *p).ok_or_else(bad)?;
+    let phase = Phase::from_name(phase).ok_or_else(bad)?;
     let action = match action {
         "kill" => Action::Kill,
         "error" => Action::Error,
         "hang" => Action::Hang,
+        "stop" => Action::Stop,
         "corrupt" if phase == Phase::Verify => Action::Corrupt,
         _ => return Err(bad()),
     };
@@ -77,15 +59,29 @@ pub fn validate_env() -> Result<()> {
     }
 }
 
+/// The parent checks, once it knows how many processes the run has, that the fault names one of them.
+pub fn validate_for(processes: usize) -> Result<()> {
+    let Ok(spec) = std::env::var(FAULT_ENV) else { return Ok(()) };
+    if let (Who::Child(index), _, _) = parse(&spec)? {
+        ensure!(
+            index < processes,
+            "{FAULT_ENV}={spec:?} names process {index}, but this run has processes 0 to {}",
+            processes - 1
+        );
+    }
+    Ok(())
+}
+
 /// Injects the configured fault if it names this process and phase.
 pub fn at(who: Who, phase: Phase) -> Result<()> {
     let Ok(spec) = std::env::var(FAULT_ENV) else {
         return Ok(());
     };
     let (target, at, action) = parse(&spec)?;
-    if target != who || at != phase {
+    if target != who || at != phase || action == Action::Corrupt {
         return Ok(());
     }
+    eprintln!("test fault: {spec} strikes");
     match action {
         Action::Kill => {
             nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL)?;
@@ -95,6 +91,10 @@ pub fn at(who: Who, phase: Phase) -> Result<()> {
         Action::Hang => loop {
             std::thread::sleep(std::time::Duration::from_secs(3600));
         },
+        Action::Stop => {
+            nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP)?;
+            Ok(())
+        }
         Action::Corrupt => Ok(()),
     }
 }
@@ -121,9 +121,16 @@ mod tests {
             parse("parent@wait-children:hang").unwrap(),
             (Who::Parent, Phase::WaitChildren, Action::Hang)
         );
-        for bad in
-            ["child@attach:kill", "child1@atach:kill", "child1@attach:explode", "child1attach:kill", ""]
-        {
+        assert_eq!(parse("child0@verify:corrupt").unwrap(), (Who::Child(0), Phase::Verify, Action::Corrupt));
+        assert_eq!(parse("child2@wait_ready:stop").unwrap(), (Who::Child(2), Phase::WaitReady, Action::Stop));
+        for bad in [
+            "child@attach:kill",
+            "child1@atach:kill",
+            "child1@attach:explode",
+            "child1attach:kill",
+            "child1@attach:corrupt",
+            "",
+        ] {
             assert!(parse(bad).is_err(), "{bad:?} should be refused");
         }
     }

@@ -1,9 +1,13 @@
 //! Ownership of what crosses process boundaries: the exporter owns its buffer and its event and frees them on
 //! drop; an opener holds views that close the mapping or the opened event on drop, and cannot free anything.
+//! [`DeviceMemory`] and [`Event`] are what streams and kernels accept, so that no raw handle leaves here.
+
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 
 use crate::driver::{DevicePtr, Driver, IpcHandleBytes, RawEvent};
+use crate::stop::{self, StopCheck};
 
 fn warn_on_error(what: &str, result: Result<()>) {
     if let Err(e) = result {
@@ -11,11 +15,20 @@ fn warn_on_error(what: &str, result: Result<()>) {
     }
 }
 
+/// Device memory that stays allocated or mapped while it is borrowed.
+pub trait DeviceMemory {
+    /// The device address. Only for the driver's `unsafe fn`s, whose contract the owner upholds.
+    fn ptr(&self) -> DevicePtr;
+    /// Bytes at [`DeviceMemory::ptr`].
+    fn bytes(&self) -> usize;
+}
+
 /// A device buffer this process allocated (`cudaMalloc`): freed on drop.
 pub struct DeviceBuffer<'d> {
     driver: &'d dyn Driver,
     device: i32,
     ptr: DevicePtr,
+    len: usize,
 }
 
 impl<'d> DeviceBuffer<'d> {
@@ -23,20 +36,25 @@ impl<'d> DeviceBuffer<'d> {
         driver.use_device(device)?;
         let ptr =
             driver.alloc(bytes).with_context(|| format!("allocating {bytes} bytes on device {device}"))?;
-        Ok(Self { driver, device, ptr })
+        Ok(Self { driver, device, ptr, len: bytes })
     }
+}
 
-    pub fn ptr(&self) -> DevicePtr {
+impl DeviceMemory for DeviceBuffer<'_> {
+    fn ptr(&self) -> DevicePtr {
         self.ptr
+    }
+    fn bytes(&self) -> usize {
+        self.len
     }
 }
 
 impl Drop for DeviceBuffer<'_> {
     fn drop(&mut self) {
-        warn_on_error(
-            "freeing a device buffer",
-            self.driver.use_device(self.device).and_then(|()| self.driver.free(self.ptr)),
-        );
+        // SAFETY: the pointer came from `alloc` and is freed only here, once; cuMemFree waits for work that
+        // still uses it (and the simulation keeps it mapped until that work has run).
+        let freed = self.driver.use_device(self.device).and_then(|()| unsafe { self.driver.free(self.ptr) });
+        warn_on_error("freeing a device buffer", freed);
     }
 }
 
@@ -50,23 +68,78 @@ impl<'d> ExportedBuffer<'d> {
     /// `cudaMalloc` + `cudaIpcGetMemHandle` on `device`.
     pub fn allocate(driver: &'d dyn Driver, device: i32, bytes: usize) -> Result<Self> {
         let buffer = DeviceBuffer::allocate(driver, device, bytes)?;
-        let handle = driver.ipc_get_mem_handle(buffer.ptr()).context("exporting a buffer's IPC handle")?;
+        // SAFETY: the buffer was just allocated by this driver and is alive.
+        let handle =
+            unsafe { driver.ipc_get_mem_handle(buffer.ptr) }.context("exporting a buffer's IPC handle")?;
         Ok(Self { buffer, handle })
     }
 
     pub fn handle(&self) -> &IpcHandleBytes {
         &self.handle
     }
+}
 
-    pub fn ptr(&self) -> DevicePtr {
-        self.buffer.ptr()
+impl DeviceMemory for ExportedBuffer<'_> {
+    fn ptr(&self) -> DevicePtr {
+        self.buffer.ptr
+    }
+    fn bytes(&self) -> usize {
+        self.buffer.len
+    }
+}
+
+/// Another process's buffer, mapped into this one (`cudaIpcOpenMemHandle`): unmapped on drop.
+pub struct OpenedBuffer<'d> {
+    driver: &'d dyn Driver,
+    ptr: DevicePtr,
+    len: usize,
+}
+
+impl<'d> OpenedBuffer<'d> {
+    /// Maps the buffer of `handle`, which its exporter says has `len` bytes.
+    pub fn open(driver: &'d dyn Driver, handle: &IpcHandleBytes, len: usize) -> Result<Self> {
+        Ok(Self { driver, ptr: driver.ipc_open_mem_handle(handle)?, len })
+    }
+}
+
+impl DeviceMemory for OpenedBuffer<'_> {
+    fn ptr(&self) -> DevicePtr {
+        self.ptr
+    }
+    fn bytes(&self) -> usize {
+        self.len
+    }
+}
+
+impl Drop for OpenedBuffer<'_> {
+    fn drop(&mut self) {
+        // SAFETY: the mapping came from `ipc_open_mem_handle` and is closed only here, once.
+        warn_on_error("closing an opened IPC buffer", unsafe { self.driver.ipc_close_mem_handle(self.ptr) });
     }
 }
 
 /// Any event a stream can wait for or record: exported by this process or opened from another.
 pub trait Event {
+    fn driver(&self) -> &dyn Driver;
+    /// The raw event. Only for the driver's `unsafe fn`s, whose contract the owner upholds.
     fn raw(&self) -> RawEvent;
+
+    /// Whether the work the event last captured has run.
+    fn is_complete(&self) -> Result<bool> {
+        // SAFETY: the event is alive as long as `self`.
+        unsafe { self.driver().query_event(self.raw()) }
+    }
+
+    /// The host waits for the work the event last captured (`cudaEventSynchronize`), asking `stop` while it
+    /// waits, so that an abort always reaches it.
+    fn synchronize(&self, stop: &dyn StopCheck) -> Result<()> {
+        stop::poll(|| self.is_complete(), stop, None).map(drop)
+    }
 }
+
+/// How long an exported event's owner waits for its last recorded work before destroying it anyway (the
+/// driver releases an event with pending work once that work is done).
+const EVENT_DROP_WAIT: Duration = Duration::from_millis(500);
 
 /// An interprocess event created and exported by this process (the parent): on drop it waits for the event's
 /// last recorded work, then destroys it (the original's clean-up order).
@@ -83,7 +156,9 @@ impl<'d> ExportedEvent<'d> {
         driver.use_device(device)?;
         let event = driver.create_interprocess_event()?;
         let mut exported = Self { driver, device, event, handle: [0; 64] };
-        exported.handle = driver.ipc_get_event_handle(event).context("exporting an event's IPC handle")?;
+        // SAFETY: the event was just created by this driver; `exported` destroys it if this fails.
+        exported.handle =
+            unsafe { driver.ipc_get_event_handle(event) }.context("exporting an event's IPC handle")?;
         Ok(exported)
     }
 
@@ -93,6 +168,9 @@ impl<'d> ExportedEvent<'d> {
 }
 
 impl Event for ExportedEvent<'_> {
+    fn driver(&self) -> &dyn Driver {
+        self.driver
+    }
     fn raw(&self) -> RawEvent {
         self.event
     }
@@ -101,12 +179,12 @@ impl Event for ExportedEvent<'_> {
 impl Drop for ExportedEvent<'_> {
     fn drop(&mut self) {
         let d = self.driver;
-        warn_on_error(
-            "synchronising and destroying an exported event",
-            d.use_device(self.device)
-                .and_then(|()| d.synchronize_event(self.event))
-                .and_then(|()| d.destroy_event(self.event)),
-        );
+        let waited = d
+            .use_device(self.device)
+            .and_then(|()| stop::poll(|| self.is_complete(), &stop::never, Some(EVENT_DROP_WAIT)).map(drop));
+        warn_on_error("waiting for an exported event", waited);
+        // SAFETY: created by this driver, destroyed only here, once.
+        warn_on_error("destroying an exported event", unsafe { d.destroy_event(self.event) });
     }
 }
 
@@ -115,28 +193,6 @@ impl Drop for ExportedEvent<'_> {
 pub struct ProcessExports<'d> {
     pub event: ExportedEvent<'d>,
     pub buffer: ExportedBuffer<'d>,
-}
-
-/// Another process's buffer, mapped into this one (`cudaIpcOpenMemHandle`): unmapped on drop.
-pub struct OpenedBuffer<'d> {
-    driver: &'d dyn Driver,
-    ptr: DevicePtr,
-}
-
-impl<'d> OpenedBuffer<'d> {
-    pub fn open(driver: &'d dyn Driver, handle: &IpcHandleBytes) -> Result<Self> {
-        Ok(Self { driver, ptr: driver.ipc_open_mem_handle(handle)? })
-    }
-
-    pub fn ptr(&self) -> DevicePtr {
-        self.ptr
-    }
-}
-
-impl Drop for OpenedBuffer<'_> {
-    fn drop(&mut self) {
-        warn_on_error("closing an opened IPC buffer", self.driver.ipc_close_mem_handle(self.ptr));
-    }
 }
 
 /// Another process's event, opened in this one (`cudaIpcOpenEventHandle`): destroyed on drop.
@@ -152,6 +208,9 @@ impl<'d> OpenedEvent<'d> {
 }
 
 impl Event for OpenedEvent<'_> {
+    fn driver(&self) -> &dyn Driver {
+        self.driver
+    }
     fn raw(&self) -> RawEvent {
         self.event
     }
@@ -159,6 +218,7 @@ impl Event for OpenedEvent<'_> {
 
 impl Drop for OpenedEvent<'_> {
     fn drop(&mut self) {
-        warn_on_error("destroying an opened IPC event", self.driver.destroy_event(self.event));
+        // SAFETY: opened by this driver, destroyed only here, once.
+        warn_on_error("destroying an opened IPC event", unsafe { self.driver.destroy_event(self.event) });
     }
 }

@@ -1,10 +1,10 @@
-//! `simpleKernel`: its embedded image (see build.rs), its occupancy-sized grid, the non-blocking stream it
-//! runs on, and its launch.
+//! `simpleKernel`: its embedded image (see build.rs), its occupancy-sized grid, and its launch.
 
 use anyhow::{Context, Result, ensure};
 
-use crate::driver::{Driver, RawFunction, RawStream};
-use crate::ipc::{Event, OpenedBuffer};
+use crate::driver::{Driver, RawFunction};
+use crate::ipc::DeviceMemory;
+use crate::stream::Stream;
 
 /// The kernel image build.rs embedded: a fatbin made by nvcc, or the committed PTX (NUL-terminated).
 pub static IMAGE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/simple_kernel.image"));
@@ -17,45 +17,6 @@ pub const LOAD_HINT: &str = "the driver could not load simpleKernel; the embedde
 /// The original's block size.
 pub const THREADS_PER_BLOCK: u32 = 128;
 
-/// A stream created with `cudaStreamNonBlocking`: destroyed on drop.
-pub struct Stream<'d> {
-    driver: &'d dyn Driver,
-    raw: RawStream,
-}
-
-impl<'d> Stream<'d> {
-    pub fn non_blocking(driver: &'d dyn Driver) -> Result<Self> {
-        Ok(Self { driver, raw: driver.create_non_blocking_stream()? })
-    }
-
-    pub fn raw(&self) -> RawStream {
-        self.raw
-    }
-
-    /// `cudaStreamWaitEvent`: later work on this stream waits for the event's last recorded work.
-    pub fn wait_for(&self, event: &impl Event) -> Result<()> {
-        self.driver.stream_wait_event(self.raw, event.raw())
-    }
-
-    /// `cudaEventRecord` of `event` on this stream.
-    pub fn record(&self, event: &impl Event) -> Result<()> {
-        self.driver.record_event(event.raw(), self.raw)
-    }
-
-    /// Waits until everything enqueued so far has run.
-    pub fn synchronize(&self) -> Result<()> {
-        self.driver.synchronize_stream(self.raw)
-    }
-}
-
-impl Drop for Stream<'_> {
-    fn drop(&mut self) {
-        if let Err(e) = self.driver.destroy_stream(self.raw) {
-            eprintln!("warning: destroying a stream: {e:#}");
-        }
-    }
-}
-
 /// `simpleKernel`, loaded on the current device, with the grid the original computes.
 pub struct SimpleKernel<'d> {
     driver: &'d dyn Driver,
@@ -67,8 +28,9 @@ impl<'d> SimpleKernel<'d> {
     /// Loads the kernel; grid = max active blocks per multiprocessor (128 threads, no dynamic shared memory)
     /// times the number of multiprocessors.
     pub fn load(driver: &'d dyn Driver, multiprocessors: u32) -> Result<Self> {
-        let function = driver.load_simple_kernel()?;
-        let per_sm = driver.max_active_blocks_per_multiprocessor(function, THREADS_PER_BLOCK)?;
+        let function = driver.load_kernel(IMAGE, c"simpleKernel").context(LOAD_HINT)?;
+        // SAFETY: the function was just loaded by this driver and stays loaded as long as it.
+        let per_sm = unsafe { driver.max_active_blocks_per_multiprocessor(function, THREADS_PER_BLOCK) }?;
         let grid = per_sm.saturating_mul(multiprocessors);
         ensure!(
             grid > 0,
@@ -78,15 +40,24 @@ impl<'d> SimpleKernel<'d> {
     }
 
     /// `simpleKernel<<<grid, 128, 0, stream>>>(target, size, value)`, with the launch checked.
-    pub fn launch(&self, stream: &Stream, target: &OpenedBuffer, size: usize, value: u8) -> Result<()> {
+    pub fn launch(&self, stream: &Stream, target: &impl DeviceMemory, size: usize, value: u8) -> Result<()> {
+        ensure!(
+            size <= target.bytes(),
+            "simpleKernel: {size} bytes do not fit a buffer of {}",
+            target.bytes()
+        );
         let size = i32::try_from(size).context("buffer size does not fit simpleKernel's int")?;
-        self.driver.launch_simple_kernel(
-            self.function,
-            self.grid,
-            THREADS_PER_BLOCK,
-            stream.raw(),
-            (target.ptr(), size, value),
-        )
+        // SAFETY: simpleKernel takes (char *, int, char); `size` bytes fit in `target` (checked), which is
+        // borrowed, and freeing or closing device memory waits for the work that uses it.
+        unsafe {
+            self.driver.launch_ptr_int_char(
+                self.function,
+                self.grid,
+                THREADS_PER_BLOCK,
+                stream.raw(),
+                (target.ptr(), size, value),
+            )
+        }
     }
 }
 

@@ -15,72 +15,74 @@ use crate::Outcome;
 use crate::children::Children;
 use crate::cli::Cli;
 use crate::devices;
-use crate::driver::{self, Driver};
+use crate::driver::Driver;
+use crate::driver_files;
 use crate::fault::{self, Who};
 use crate::ipc::{ExportedBuffer, ExportedEvent, ProcessExports};
+use crate::phase::Phase;
 use crate::segment::{self, RunPlan, Segment, SharedState};
-use crate::timings::{self, Phases, Step, Stopwatch};
+use crate::timings::{self, Phases, Stopwatch};
 
 pub fn run(cli: &Cli) -> Result<Outcome> {
-    let mut watch = Stopwatch::start();
+    let mut watch = Stopwatch::start(Who::Parent, Phase::CudaStart)?;
     let name = segment::name_for(std::process::id());
     println!("PP: lshmName = {name}");
     let segment = Segment::create(&name)?;
     let state = segment.state();
 
-    let Some(cuda) = driver::load_or_waive()? else { return Ok(Outcome::Waived) };
+    let Some(cuda) = devices::load_or_waive()? else { return Ok(Outcome::Waived) };
     let driver: &dyn Driver = &*cuda;
-    watch.lap(Step::CudaStart);
 
+    watch.enter(Phase::DeviceSelection)?;
     let chosen = devices::select(driver)?;
     if chosen.is_empty() {
         println!("No CUDA devices support IPC");
         return Ok(Outcome::Waived);
     }
     let process_devices = devices::plan(&chosen, cli.procs_per_device as usize)?;
+    fault::validate_for(process_devices.len())?;
     state.describe_run(&RunPlan {
         devices: &process_devices,
         procs_per_device: cli.procs_per_device as usize,
-        data_size: driver.buffer_size(),
+        data_size: segment::data_size(driver.simulated()),
         options: if cli.bind_numa { segment::OPTION_BIND_NUMA } else { 0 },
     });
-    watch.lap(Step::DeviceSelection);
 
     // Declared before the children: dropped (events synchronised and destroyed, buffers freed) after them.
     let exports;
     let mut children;
     if cli.sequential {
-        exports = export_all(driver, state, &chosen, &process_devices, &mut watch)?;
+        watch.enter(Phase::AllocateExport)?;
+        exports = export_all(driver, state, &chosen, &process_devices, &mut watch, Phase::StartChildren)?;
         children = Children::spawn(state, 0..process_devices.len(), &[])?;
-        watch.lap(Step::StartChildren);
     } else {
+        watch.enter(Phase::StartChildren)?;
         children = Children::spawn(state, 0..process_devices.len(), &[])?;
-        watch.lap(Step::StartChildren);
-        exports = export_all(driver, state, &chosen, &process_devices, &mut watch)?;
+        watch.enter(Phase::AllocateExport)?;
+        exports = export_all(driver, state, &chosen, &process_devices, &mut watch, Phase::WaitChildren)?;
     }
 
-    fault::at(Who::Parent, fault::Phase::WaitChildren)?;
+    watch.enter(Phase::WaitChildren)?;
     let n = process_devices.len();
     let all_finished = || state.finished.load(Ordering::Acquire) as usize == n;
-    let mut names_removed = false;
+    let mut names_removed = driver.simulated();
     children.wait(all_finished, || {
         // Once every child has opened the handles, the driver's own files for them need no name any more.
         if !names_removed && state.opened.load(Ordering::Acquire) as usize == n {
             names_removed = true;
-            if let Err(e) = driver.remove_exported_names() {
+            if let Err(e) = driver_files::remove_event_files_of(std::process::id()) {
                 eprintln!("warning: {e:#}");
             }
         }
     })?;
-    watch.lap(Step::WaitChildren);
     // Every child has verified and closed what it opened: free the buffers and release CUDA while the
     // children tear their own contexts down (that takes longer than the whole round-robin), then collect
     // their exit statuses.
+    watch.enter(Phase::CleanUp)?;
     drop(exports);
     drop(cuda);
-    watch.lap(Step::CleanUp);
+    watch.enter(Phase::WaitChildren)?;
     children.wait(|| false, || {})?;
-    watch.lap(Step::WaitChildren);
 
     report(cli, state, &watch.finish())?;
     Ok(Outcome::Passed)
@@ -91,20 +93,27 @@ type Indexed<'d> = Vec<(usize, ProcessExports<'d>)>;
 
 /// Makes each chosen device's context current, allocates and exports every process's buffer and event into
 /// the segment, then lets the children go on. Several devices are set up in parallel, one thread each.
+/// `next` is the phase the parent enters when the handles are published.
 fn export_all<'d>(
     driver: &'d dyn Driver,
     state: &SharedState,
     chosen: &[i32],
     process_devices: &[i32],
     watch: &mut Stopwatch,
+    next: Phase,
 ) -> Result<Vec<ProcessExports<'d>>> {
     let per_device: Vec<Result<(Duration, Indexed<'d>)>> = std::thread::scope(|scope| {
-        let workers: Vec<_> = chosen
-            .iter()
-            .map(|&device| scope.spawn(move || export_device(driver, device, process_devices)))
-            .collect();
-        let joined = workers.into_iter().map(|worker| worker.join());
-        joined.map(|r| r.unwrap_or_else(|_| Err(anyhow!("a device set-up thread panicked")))).collect()
+        let mut workers = Vec::with_capacity(chosen.len());
+        for &device in chosen {
+            let worker = std::thread::Builder::new()
+                .spawn_scoped(scope, move || export_device(driver, device, process_devices))
+                .with_context(|| format!("starting the set-up thread of device {device}"));
+            workers.push(worker);
+        }
+        let joined = workers
+            .into_iter()
+            .map(|worker| worker?.join().unwrap_or_else(|_| Err(anyhow!("a device set-up thread failed"))));
+        joined.collect()
     });
     let mut exports: Indexed<'d> = Vec::with_capacity(process_devices.len());
     let mut slowest_context = Duration::ZERO;
@@ -119,7 +128,7 @@ fn export_all<'d>(
         state.event_handles[*index].store(export.event.handle());
     }
     state.publish_ready();
-    watch.lap_with_part(Step::AllocateExport, (Step::Context, slowest_context));
+    watch.enter_with_part(next, Some((Phase::Context, slowest_context)))?;
     Ok(exports.into_iter().map(|(_, e)| e).collect())
 }
 
@@ -135,7 +144,7 @@ fn export_device<'d>(
     let mut exported = Vec::new();
     for (index, _) in process_devices.iter().enumerate().filter(|(_, d)| **d == device) {
         let event = ExportedEvent::create(driver, device)?;
-        let buffer = ExportedBuffer::allocate(driver, device, driver.buffer_size())
+        let buffer = ExportedBuffer::allocate(driver, device, segment::data_size(driver.simulated()))
             .with_context(|| format!("buffer of process {index}"))?;
         exported.push((index, ProcessExports { event, buffer }));
     }

@@ -17,25 +17,37 @@ use nix::fcntl::OFlag;
 use nix::sys::mman::{shm_open, shm_unlink};
 use nix::sys::stat::{Mode, fstat};
 
-use crate::driver::{IPC_HANDLE_SIZE, IpcHandleBytes};
+use crate::barrier::Barrier;
+use crate::futex;
 
 /// Most processes in one run: the original's `MAX_DEVICES`, one slot per process.
 pub const MAX_PROCESSES: usize = 32;
 /// Bytes in each process's buffer (the original's `DATA_SIZE`).
 pub const DATA_SIZE: usize = 64 * 1024 * 1024;
+/// Bytes in each buffer on simulated devices: small, so that tests with 32 processes on 2 cores stay quick.
+pub const SIMULATED_DATA_SIZE: usize = 256 * 1024;
+
+/// The size of every process's buffer: the original's, or the simulation's.
+pub fn data_size(simulated: bool) -> usize {
+    if simulated { SIMULATED_DATA_SIZE } else { DATA_SIZE }
+}
 /// `"SIMPLIPC"`, the first eight bytes of every segment this program makes.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SIMPLIPC");
 /// `SharedState::options` bit: children pin themselves to their GPU's NUMA node.
 pub const OPTION_BIND_NUMA: u32 = 1;
 /// Changes whenever `SharedState` does, so that mismatched binaries refuse each other's segments.
-pub const LAYOUT_VERSION: u32 = 1;
+pub const LAYOUT_VERSION: u32 = 2;
+/// Bytes of an IPC memory or event handle (`CU_HANDLE_SIZE`): the segment carries them as opaque bytes.
+pub const HANDLE_SIZE: usize = 64;
+/// The bytes of one handle.
+pub type HandleBytes = [u8; HANDLE_SIZE];
 /// Phase timings each process can leave in the segment (see `timings`).
 pub const TIMING_SLOTS: usize = 16;
 
 /// Where the run stands; children wait on it (it is also a futex word).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u32)]
-pub enum Phase {
+pub enum RunState {
     /// Header and devices written; buffers and events not yet exported.
     Starting = 0,
     /// Every handle is in the segment: children may open them.
@@ -46,10 +58,10 @@ pub enum Phase {
 
 /// One IPC handle's 64 bytes, as atomics.
 #[repr(C)]
-pub struct HandleSlot([AtomicU64; IPC_HANDLE_SIZE / 8]);
+pub struct HandleSlot([AtomicU64; HANDLE_SIZE / 8]);
 
 impl HandleSlot {
-    pub fn store(&self, handle: &IpcHandleBytes) {
+    pub fn store(&self, handle: &HandleBytes) {
         for (word, bytes) in self.0.iter().zip(handle.chunks_exact(8)) {
             let mut le = [0u8; 8];
             le.copy_from_slice(bytes);
@@ -57,13 +69,22 @@ impl HandleSlot {
         }
     }
 
-    pub fn load(&self) -> IpcHandleBytes {
-        let mut handle = [0u8; IPC_HANDLE_SIZE];
+    pub fn load(&self) -> HandleBytes {
+        let mut handle = [0u8; HANDLE_SIZE];
         for (word, bytes) in self.0.iter().zip(handle.chunks_exact_mut(8)) {
             bytes.copy_from_slice(&word.load(Ordering::Relaxed).to_le_bytes());
         }
         handle
     }
+}
+
+/// The IPC benchmark's shared words: the consumer raises `ping`, the producer answers with `pong`.
+#[repr(C)]
+pub struct BenchFlags {
+    /// Bytes of the buffer the producer has just published.
+    pub size: AtomicU64,
+    pub ping: AtomicU32,
+    pub pong: AtomicU32,
 }
 
 /// The segment's contents (`shmStruct` in the original, plus a header and the port's fields).
@@ -88,8 +109,8 @@ pub struct SharedState {
     pub event_handles: [HandleSlot; MAX_PROCESSES],
 
     // The port's fields.
-    /// A [`Phase`].
-    pub phase: AtomicU32,
+    /// A [`RunState`].
+    pub run_state: AtomicU32,
     /// Children that have mapped the segment; the one that completes the count removes the name.
     pub attached: AtomicU32,
     /// Children that have opened every handle.
@@ -98,23 +119,23 @@ pub struct SharedState {
     pub finished: AtomicU32,
     /// Set by whoever removes the segment's name, so that it is removed exactly once.
     pub name_removed: AtomicBool,
+    /// The phase each process is in (see `timings::progress_of`), for the watchdog's report.
+    pub progress: [AtomicU32; MAX_PROCESSES],
     /// Phase timings in microseconds, per process (see `timings`).
     pub timings: [[AtomicU64; TIMING_SLOTS]; MAX_PROCESSES],
 
-    // The IPC benchmark's hand-over (see `bench`): the consumer raises `ping`, the producer answers with `pong`.
-    pub bench_size: AtomicU64,
-    pub ping: AtomicU32,
-    pub pong: AtomicU32,
+    /// The IPC benchmark's hand-over flags (see `bench`).
+    pub bench: BenchFlags,
     /// Bit 0: children pin themselves to the CPUs of their device's NUMA node (`--bind-numa`).
     pub options: AtomicU32,
 }
 
 impl SharedState {
-    pub fn phase(&self) -> Phase {
-        match self.phase.load(Ordering::Acquire) {
-            0 => Phase::Starting,
-            1 => Phase::Ready,
-            _ => Phase::Aborted,
+    pub fn run_state(&self) -> RunState {
+        match self.run_state.load(Ordering::Acquire) {
+            0 => RunState::Starting,
+            1 => RunState::Ready,
+            _ => RunState::Aborted,
         }
     }
 
@@ -124,6 +145,11 @@ impl SharedState {
 
     pub fn data_size(&self) -> usize {
         self.data_size.load(Ordering::Relaxed) as usize
+    }
+
+    /// The original's sense-reversal barrier over `barrier` and `sense`, for `participants` processes.
+    pub fn barrier(&self, participants: usize) -> Barrier<'_> {
+        Barrier::new(&self.barrier, &self.sense, participants)
     }
 
     /// Device of process `index`.
@@ -144,20 +170,20 @@ impl SharedState {
 
     /// Lets the waiting children go on: every handle is in the segment (release order publishes them).
     pub fn publish_ready(&self) {
-        let _ = self.phase.compare_exchange(
-            Phase::Starting as u32,
-            Phase::Ready as u32,
+        let _ = self.run_state.compare_exchange(
+            RunState::Starting as u32,
+            RunState::Ready as u32,
             Ordering::AcqRel,
             Ordering::Acquire,
         );
-        crate::barrier::wake_all(&self.phase);
+        futex::wake_all(&self.run_state);
     }
 
     /// Tells every process to stop, and wakes whoever sleeps in a wait.
     pub fn abort(&self) {
-        self.phase.store(Phase::Aborted as u32, Ordering::Release);
-        crate::barrier::wake_all(&self.phase);
-        crate::barrier::wake_all(&self.sense);
+        self.run_state.store(RunState::Aborted as u32, Ordering::Release);
+        futex::wake_all(&self.run_state);
+        futex::wake_all(&self.sense);
     }
 
     /// Checks what a child relies on, so that a forged, stale, zeroed or foreign segment is refused.

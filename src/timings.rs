@@ -1,89 +1,73 @@
-//! Where the time goes: each process measures its phases with a [`Stopwatch`]; children leave theirs in the
-//! segment, and the parent prints them all (`--timings`) or writes them as JSON (`--json FILE`).
+//! Where the time goes, and where each process is: a [`Stopwatch`] marks each phase a process enters. That
+//! one call records the time of the phase it ends, tells the segment which phase the process is in (for the
+//! watchdog's report), and is where a test fault may strike. Children leave their timings in the segment;
+//! the parent prints them all (`--timings`) or writes them as JSON (`--json FILE`).
 
 use std::fmt::Write as _;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+use anyhow::Result;
+
+use crate::fault::{self, Who};
+use crate::phase::Phase;
 use crate::segment::{SharedState, TIMING_SLOTS};
 
-/// The phases, in the order a run goes through them.
+/// The slot of the whole run's wall time, after the phases'.
+const TOTAL: usize = Phase::ALL.len();
+const _: () = assert!(TOTAL < TIMING_SLOTS);
+
+/// What a process's progress word in the segment holds: 0 before it attached, 1 + the phase's index while
+/// it runs, [`FINISHED`] once it is done.
+pub const FINISHED: u32 = u32::MAX;
+
+/// Where a process stands, as its progress word says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Step {
-    CudaStart,
-    Context,
-    DeviceSelection,
-    StartChildren,
-    AllocateExport,
-    /// A child's kernel loading and host buffer for the copy back.
-    Prepare,
-    WaitReady,
-    OpenHandles,
-    RoundRobin,
-    CopyBack,
-    Compare,
-    WaitChildren,
-    CleanUp,
-    Total,
+pub enum Progress {
+    /// It has not attached to the segment yet.
+    Starting,
+    In(Phase),
+    Finished,
 }
 
-impl Step {
-    pub const ALL: [Step; 14] = [
-        Step::CudaStart,
-        Step::Context,
-        Step::DeviceSelection,
-        Step::StartChildren,
-        Step::AllocateExport,
-        Step::Prepare,
-        Step::WaitReady,
-        Step::OpenHandles,
-        Step::RoundRobin,
-        Step::CopyBack,
-        Step::Compare,
-        Step::WaitChildren,
-        Step::CleanUp,
-        Step::Total,
-    ];
-
-    pub fn name(self) -> &'static str {
+impl std::fmt::Display for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Step::CudaStart => "cuda_start",
-            Step::Context => "context",
-            Step::DeviceSelection => "device_selection",
-            Step::StartChildren => "start_children",
-            Step::AllocateExport => "allocate_export",
-            Step::Prepare => "prepare",
-            Step::WaitReady => "wait_ready",
-            Step::OpenHandles => "open_handles",
-            Step::RoundRobin => "round_robin",
-            Step::CopyBack => "copy_back",
-            Step::Compare => "compare",
-            Step::WaitChildren => "wait_children",
-            Step::CleanUp => "clean_up",
-            Step::Total => "total",
+            Progress::Starting => f.write_str("starting (not attached yet)"),
+            Progress::In(phase) => write!(f, "in {}", phase.name()),
+            Progress::Finished => f.write_str("finished"),
         }
     }
-
-    fn slot(self) -> usize {
-        self as usize
-    }
 }
 
-const _: () = assert!(Step::ALL.len() <= TIMING_SLOTS);
+/// What a progress word says.
+pub fn progress_of(word: u32) -> Progress {
+    match word {
+        FINISHED => Progress::Finished,
+        n => n
+            .checked_sub(1)
+            .and_then(|i| Phase::from_index(i as usize))
+            .map_or(Progress::Starting, Progress::In),
+    }
+}
 
 /// Phase durations of one process.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Phases {
-    spent: [Option<Duration>; Step::ALL.len()],
+    spent: [Option<Duration>; TOTAL + 1],
 }
 
 impl Phases {
-    pub fn get(&self, step: Step) -> Option<Duration> {
-        self.spent[step.slot()]
+    pub fn get(&self, phase: Phase) -> Option<Duration> {
+        self.spent[phase.index()]
     }
 
-    fn add(&mut self, step: Step, d: Duration) {
-        let slot = &mut self.spent[step.slot()];
+    pub fn total(&self) -> Option<Duration> {
+        self.spent[TOTAL]
+    }
+
+    fn add(&mut self, phase: Phase, d: Duration) {
+        let slot = &mut self.spent[phase.index()];
         *slot = Some(slot.unwrap_or_default() + d);
     }
 
@@ -105,39 +89,65 @@ impl Phases {
     }
 }
 
-/// Measures consecutive phases of one process.
-pub struct Stopwatch {
+/// Marks the phases of one process.
+pub struct Stopwatch<'s> {
+    who: Who,
     start: Instant,
     last: Instant,
+    current: Phase,
     phases: Phases,
+    progress: Option<&'s AtomicU32>,
 }
 
-impl Stopwatch {
-    pub fn start() -> Self {
+impl Stopwatch<'static> {
+    /// Starts the clock in the process's first phase (where a fault may strike at once).
+    pub fn start(who: Who, first: Phase) -> Result<Self> {
         let now = Instant::now();
-        Self { start: now, last: now, phases: Phases::default() }
+        let watch =
+            Self { who, start: now, last: now, current: first, phases: Phases::default(), progress: None };
+        fault::at(who, first)?;
+        Ok(watch)
+    }
+}
+
+impl<'s> Stopwatch<'s> {
+    /// From now on, tells `progress` (this process's word in the segment) which phase the process is in.
+    pub fn report_to<'t>(self, progress: &'t AtomicU32) -> Stopwatch<'t> {
+        progress.store(self.current.index() as u32 + 1, Ordering::Release);
+        Stopwatch { progress: Some(progress), ..self }
     }
 
-    /// Ends the current phase as `step`.
-    pub fn lap(&mut self, step: Step) {
-        let now = Instant::now();
-        self.phases.add(step, now - self.last);
-        self.last = now;
+    /// Ends the current phase and enters `phase`; a test fault for `phase` strikes here.
+    pub fn enter(&mut self, phase: Phase) -> Result<()> {
+        self.enter_with_part(phase, None)
     }
 
-    /// Ends the current phase as `step`, of which `part.1` is counted as `part.0` instead.
-    pub fn lap_with_part(&mut self, step: Step, part: (Step, Duration)) {
+    /// [`Stopwatch::enter`], where `part.1` of the phase that ends is counted as `part.0` instead.
+    pub fn enter_with_part(&mut self, phase: Phase, part: Option<(Phase, Duration)>) -> Result<()> {
         let now = Instant::now();
         let whole = now - self.last;
-        self.phases.add(part.0, part.1.min(whole));
-        self.phases.add(step, whole.saturating_sub(part.1));
+        let (part_phase, part) = part.unwrap_or((self.current, Duration::ZERO));
+        self.phases.add(part_phase, part.min(whole));
+        self.phases.add(self.current, whole.saturating_sub(part));
         self.last = now;
+        self.current = phase;
+        if let Some(progress) = self.progress {
+            progress.store(phase.index() as u32 + 1, Ordering::Release);
+        }
+        fault::at(self.who, phase)
     }
 
-    /// The phases so far, with the total wall time since start.
-    pub fn finish(&self) -> Phases {
+    /// Ends the current phase; returns every phase so far with the total wall time since start, and marks the
+    /// process finished.
+    pub fn finish(&mut self) -> Phases {
+        let now = Instant::now();
+        self.phases.add(self.current, now - self.last);
+        self.last = now;
+        if let Some(progress) = self.progress {
+            progress.store(FINISHED, Ordering::Release);
+        }
         let mut phases = self.phases.clone();
-        phases.spent[Step::Total.slot()] = Some(self.start.elapsed());
+        phases.spent[TOTAL] = Some(self.start.elapsed());
         phases
     }
 }
@@ -154,10 +164,11 @@ pub fn table(parent: &Phases, children: &[Phases]) -> String {
         let _ = write!(out, "{:>10}", format!("child {i}"));
     }
     out.push('\n');
-    for step in Step::ALL {
-        let _ = write!(out, "{:<18}{:>10}", step.name(), ms(parent.get(step)));
+    let rows = Phase::ALL.into_iter().map(|p| (p.name(), p.index())).chain([("total", TOTAL)]);
+    for (name, slot) in rows {
+        let _ = write!(out, "{:<18}{:>10}", name, ms(parent.spent[slot]));
         for child in children {
-            let _ = write!(out, "{:>10}", ms(child.get(step)));
+            let _ = write!(out, "{:>10}", ms(child.spent[slot]));
         }
         out.push('\n');
     }
@@ -165,9 +176,11 @@ pub fn table(parent: &Phases, children: &[Phases]) -> String {
 }
 
 fn json_object(phases: &Phases) -> String {
-    let fields: Vec<String> = Step::ALL
-        .iter()
-        .filter_map(|&s| phases.get(s).map(|d| format!("\"{}\": {:.3}", s.name(), d.as_secs_f64() * 1e3)))
+    let rows = Phase::ALL.into_iter().map(|p| (p.name(), p.index())).chain([("total", TOTAL)]);
+    let fields: Vec<String> = rows
+        .filter_map(|(name, slot)| {
+            phases.spent[slot].map(|d| format!("\"{name}\": {:.3}", d.as_secs_f64() * 1e3))
+        })
         .collect();
     format!("{{{}}}", fields.join(", "))
 }
@@ -194,16 +207,36 @@ mod tests {
     #[test]
     fn laps_add_up_and_round_trip_through_the_segment() {
         let mut phases = Phases::default();
-        phases.add(Step::RoundRobin, Duration::from_micros(1500));
-        phases.add(Step::RoundRobin, Duration::from_micros(500));
-        phases.add(Step::Total, Duration::from_millis(7));
-        assert_eq!(phases.get(Step::RoundRobin), Some(Duration::from_millis(2)));
-        assert_eq!(phases.get(Step::CopyBack), None);
+        phases.add(Phase::RoundRobin, Duration::from_micros(1500));
+        phases.add(Phase::RoundRobin, Duration::from_micros(500));
+        phases.spent[TOTAL] = Some(Duration::from_millis(7));
+        assert_eq!(phases.get(Phase::RoundRobin), Some(Duration::from_millis(2)));
+        assert_eq!(phases.get(Phase::CopyBack), None);
+        assert!(json(&phases, &[], &[]).contains("\"total\": 7.000"));
         let json = json(&phases, std::slice::from_ref(&phases), &[("procs_per_device", "1".into())]);
         assert!(json.contains("\"round_robin\": 2.000"), "{json}");
         assert!(json.contains("\"procs_per_device\": 1"), "{json}");
         assert!(!json.contains("copy_back"), "unmeasured phases are left out: {json}");
         let text = table(&phases, &[]);
         assert!(text.contains("round_robin") && text.contains("2.00"), "{text}");
+    }
+
+    #[test]
+    fn the_stopwatch_reports_each_phase_entered_and_the_end() {
+        let progress = AtomicU32::new(0);
+        let mut watch = Stopwatch::start(Who::Parent, Phase::CudaStart).unwrap().report_to(&progress);
+        assert_eq!(progress_of(progress.load(Ordering::Relaxed)), Progress::In(Phase::CudaStart));
+        std::thread::sleep(Duration::from_millis(2));
+        watch.enter(Phase::RoundRobin).unwrap();
+        assert_eq!(progress_of(progress.load(Ordering::Relaxed)), Progress::In(Phase::RoundRobin));
+        watch.enter_with_part(Phase::CleanUp, Some((Phase::Context, Duration::from_secs(9)))).unwrap();
+        let phases = watch.finish();
+        assert_eq!(progress_of(progress.load(Ordering::Relaxed)), Progress::Finished);
+        assert!(phases.get(Phase::CudaStart).unwrap() >= Duration::from_millis(2));
+        assert!(phases.get(Phase::Context).is_some(), "the part is counted as its own phase");
+        assert_eq!(phases.get(Phase::RoundRobin), Some(Duration::ZERO), "all of it went to the part");
+        assert!(phases.total().unwrap() >= phases.get(Phase::CudaStart).unwrap());
+        assert_eq!(progress_of(0), Progress::Starting);
+        assert_eq!(Progress::In(Phase::Verify).to_string(), "in verify");
     }
 }

@@ -8,8 +8,7 @@ use memmap2::MmapMut;
 use nix::sys::memfd::{MFdFlags, memfd_create};
 use nix::sys::wait::{WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid, fork};
-use simple_ipc::barrier::Barrier;
-use simple_ipc::segment::{Phase, SharedState};
+use simple_ipc::segment::{RunState, SharedState};
 
 /// A SharedState and a counter in anonymous shared memory, inherited by forked processes.
 struct Shared {
@@ -22,27 +21,27 @@ impl Shared {
         let fd = memfd_create(c"barrier-test", MFdFlags::empty()).unwrap();
         let file = std::fs::File::from(fd);
         file.set_len((size_of::<SharedState>() + 64) as u64).unwrap();
-        // SAFETY (test): nobody truncates the memfd while it is mapped.
+        // SAFETY: (test) nobody truncates the memfd while it is mapped.
         Self { map: unsafe { MmapMut::map_mut(&file) }.unwrap() }
     }
     fn state(&self) -> &SharedState {
-        // SAFETY (test): page-aligned, large enough, all fields atomics.
+        // SAFETY: (test) page-aligned, large enough, all fields atomics.
         unsafe { &*(self.map.as_ptr() as *const SharedState) }
     }
     fn arrivals(&self) -> &AtomicU64 {
         let offset = size_of::<SharedState>().next_multiple_of(8);
-        // SAFETY (test): 8-aligned, inside the mapping.
+        // SAFETY: (test) 8-aligned, inside the mapping.
         unsafe { &*(self.map.as_ptr().add(offset) as *const AtomicU64) }
     }
 }
 
 /// Forks one process running `body`, which returns its exit code.
 fn spawn(body: impl FnOnce() -> i32) -> Pid {
-    // SAFETY (test): the child runs only atomics, futex calls and _exit.
+    // SAFETY: (test) the child runs only atomics, futex calls and _exit.
     match unsafe { fork() }.unwrap() {
         ForkResult::Child => {
             let code = body();
-            // SAFETY (test): leaves the forked child without the harness's atexit handlers.
+            // SAFETY: (test) leaves the forked child without the harness's atexit handlers.
             unsafe { nix::libc::_exit(code) }
         }
         ForkResult::Parent { child } => child,
@@ -50,7 +49,7 @@ fn spawn(body: impl FnOnce() -> i32) -> Pid {
 }
 
 fn aborted(state: &SharedState) -> anyhow::Result<()> {
-    anyhow::ensure!(state.phase() != Phase::Aborted, "aborted");
+    anyhow::ensure!(state.run_state() != RunState::Aborted, "aborted");
     Ok(())
 }
 
@@ -63,7 +62,7 @@ fn nobody_passes_a_round_before_everyone_arrived() {
         .map(|_| {
             spawn(|| {
                 let state = shared.state();
-                let barrier = Barrier::new(state, PROCESSES);
+                let barrier = state.barrier(PROCESSES);
                 let stop = || aborted(state);
                 for round in 0..ROUNDS {
                     shared.arrivals().fetch_add(1, Ordering::AcqRel);
@@ -103,7 +102,7 @@ fn a_dead_participant_ends_every_wait_through_the_abort_flag() {
             spawn(|| {
                 let state = shared.state();
                 let stop = || aborted(state);
-                match Barrier::new(state, PROCESSES).wait(&stop) {
+                match state.barrier(PROCESSES).wait(&stop) {
                     Err(_) => 3,
                     Ok(()) => 0,
                 }

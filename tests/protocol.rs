@@ -68,7 +68,7 @@ fn more_processes_than_cores_in_sequential_order_with_timings() {
     let doc = std::fs::read_to_string(&json).unwrap();
     assert!(doc.contains("\"processes\": 32") && doc.contains("\"round_robin\""), "{doc}");
     assert!(doc.contains("\"procs_per_device\": 32"), "{doc}");
-    let size = simple_ipc::driver::host::SIMULATED_BUFFER_SIZE;
+    let size = simple_ipc::segment::SIMULATED_DATA_SIZE;
     let expected = format!("\"buffer_bytes\": {size}");
     assert!(doc.contains(&expected), "every byte of the buffers is checked: {doc}");
     assert_eq!(doc.matches("\"cuda_start\"").count(), 33, "the parent and 32 children: {doc}");
@@ -154,7 +154,7 @@ fn a_wrong_buffer_is_one_line_and_exit_1() {
     let out = run(simulated("ok").args(["--procs-per-device", "3"]).env(FAULT, "child1@verify:corrupt"));
     let all = text(&out);
     assert_eq!(out.status.code(), Some(1), "{all}");
-    let size = simple_ipc::driver::host::SIMULATED_BUFFER_SIZE;
+    let size = simple_ipc::segment::SIMULATED_DATA_SIZE;
     let offset = (size - 1) / 3;
     let line = format!(
         "Process 1: verification failed: 2 of {size} bytes differ from 2; the first, at offset {offset}, is 9"

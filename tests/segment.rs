@@ -28,7 +28,7 @@ fn write_object(bytes: &[u8]) {
 /// A well-formed segment for `n` processes, as bytes, with one field changed by `forge`.
 fn segment_bytes(n: u64, forge: impl FnOnce(&SharedState)) -> Vec<u8> {
     let mut words = vec![0u64; size_of::<SharedState>().div_ceil(8)];
-    // SAFETY (test): the buffer is 8-aligned and large enough, and every field of SharedState is an atomic.
+    // SAFETY: (test) the buffer is 8-aligned and large enough, and every field of SharedState is an atomic.
     let state = unsafe { &*(words.as_mut_ptr() as *const SharedState) };
     state.magic.store(MAGIC, Ordering::Relaxed);
     state.layout_version.store(LAYOUT_VERSION, Ordering::Relaxed);
@@ -112,7 +112,9 @@ fn child_refuses_every_segment_it_cannot_trust() {
     assert!(out.contains("this is process 5, but the segment has 2 processes"), "{out}");
 
     // A valid segment whose parent never gets ready: the child waits, and stops when the run is aborted.
-    write_object(&segment_bytes(1, |s| s.phase.store(segment::Phase::Aborted as u32, Ordering::Relaxed)));
+    write_object(&segment_bytes(1, |s| {
+        s.run_state.store(segment::RunState::Aborted as u32, Ordering::Relaxed)
+    }));
     let (code, out) = child("0");
     assert_eq!(code, Some(1));
     assert!(out.contains("the run was aborted"), "{out}");
@@ -137,7 +139,7 @@ fn layout_round_trips_between_processes() {
     }
     state.publish_ready();
 
-    // SAFETY (test): the forked child only reads the segment, then leaves with _exit.
+    // SAFETY: (test) the forked child only reads the segment, then leaves with _exit.
     match unsafe { nix::unistd::fork() }.unwrap() {
         nix::unistd::ForkResult::Child => {
             let ok = segment::Segment::open(&name).is_ok_and(|opened| {
@@ -145,12 +147,12 @@ fn layout_round_trips_between_processes() {
                 s.process_count() == 3
                     && (0..3).map(|i| s.device_of(i)).eq([3, 3, 5])
                     && s.data_size() == 1 << 20
-                    && s.phase() == segment::Phase::Ready
+                    && s.run_state() == segment::RunState::Ready
                     && (0..3).all(|i| s.mem_handles[i].load() == [i as u8 + 1; 64])
                     && (0..3).all(|i| s.event_handles[i].load() == [i as u8 + 101; 64])
                     && opened.mark_attached().is_ok()
             });
-            // SAFETY (test): ends the forked child without running the test harness's atexit handlers.
+            // SAFETY: (test) ends the forked child without running the test harness's atexit handlers.
             unsafe { nix::libc::_exit(if ok { 0 } else { 1 }) }
         }
         nix::unistd::ForkResult::Parent { child } => {

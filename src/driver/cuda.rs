@@ -29,6 +29,14 @@ fn check(result: CUresult, what: &str) -> Result<()> {
     Err(anyhow!("{what} failed: {}", describe(result)))
 }
 
+/// A query's answer: done (`Ok(true)`), not yet (`CUDA_ERROR_NOT_READY`), or an error.
+fn ready(result: CUresult, what: &str) -> Result<bool> {
+    if result == CUresult::CUDA_ERROR_NOT_READY {
+        return Ok(false);
+    }
+    check(result, what).map(|()| true)
+}
+
 /// `CUDA_ERROR_INVALID_VALUE (1): invalid argument`, in the driver's words.
 pub fn describe(result: CUresult) -> String {
     let mut name: *const std::ffi::c_char = std::ptr::null();
@@ -117,10 +125,8 @@ impl CudaDriver {
         }
         let mut ctx: sys::CUcontext = std::ptr::null_mut();
         // SAFETY: writes one context handle, released in Drop.
-        check(
-            unsafe { sys::cuDevicePrimaryCtxRetain(&mut ctx, device) },
-            &format!("cuDevicePrimaryCtxRetain(device {device})"),
-        )?;
+        let rc = unsafe { sys::cuDevicePrimaryCtxRetain(&mut ctx, device) };
+        check(rc, &format!("cuDevicePrimaryCtxRetain(device {device})"))?;
         contexts.insert(device, ctx as usize);
         Ok(ctx)
     }
@@ -222,12 +228,12 @@ impl Driver for CudaDriver {
         Ok(DevicePtr(p as u64))
     }
 
-    fn free(&self, p: DevicePtr) -> Result<()> {
+    unsafe fn free(&self, p: DevicePtr) -> Result<()> {
         // SAFETY: the caller (ipc::ExportedBuffer) frees each allocation once.
         check(unsafe { sys::cuMemFree_v2(ptr(p)) }, "cuMemFree")
     }
 
-    fn ipc_get_mem_handle(&self, p: DevicePtr) -> Result<IpcHandleBytes> {
+    unsafe fn ipc_get_mem_handle(&self, p: DevicePtr) -> Result<IpcHandleBytes> {
         let mut handle = MaybeUninit::<sys::CUipcMemHandle>::zeroed();
         // SAFETY: writes one 64-byte handle.
         check(unsafe { sys::cuIpcGetMemHandle(handle.as_mut_ptr(), ptr(p)) }, "cuIpcGetMemHandle")?;
@@ -249,7 +255,7 @@ impl Driver for CudaDriver {
         Ok(DevicePtr(p as u64))
     }
 
-    fn ipc_close_mem_handle(&self, p: DevicePtr) -> Result<()> {
+    unsafe fn ipc_close_mem_handle(&self, p: DevicePtr) -> Result<()> {
         // SAFETY: the caller (ipc::OpenedBuffer) closes each mapping once.
         check(unsafe { sys::cuIpcCloseMemHandle(ptr(p)) }, "cuIpcCloseMemHandle")
     }
@@ -263,7 +269,7 @@ impl Driver for CudaDriver {
         Ok(RawEvent(e as u64))
     }
 
-    fn ipc_get_event_handle(&self, e: RawEvent) -> Result<IpcHandleBytes> {
+    unsafe fn ipc_get_event_handle(&self, e: RawEvent) -> Result<IpcHandleBytes> {
         let mut handle = MaybeUninit::<sys::CUipcEventHandle>::zeroed();
         // SAFETY: writes one 64-byte handle.
         check(unsafe { sys::cuIpcGetEventHandle(handle.as_mut_ptr(), event(e)) }, "cuIpcGetEventHandle")?;
@@ -284,19 +290,19 @@ impl Driver for CudaDriver {
         Ok(RawEvent(e as u64))
     }
 
-    fn destroy_event(&self, e: RawEvent) -> Result<()> {
+    unsafe fn destroy_event(&self, e: RawEvent) -> Result<()> {
         // SAFETY: the owner destroys each event once.
         check(unsafe { sys::cuEventDestroy_v2(event(e)) }, "cuEventDestroy")
     }
 
-    fn record_event(&self, e: RawEvent, s: RawStream) -> Result<()> {
+    unsafe fn record_event(&self, e: RawEvent, s: RawStream) -> Result<()> {
         // SAFETY: both handles are alive (borrowed from their owners by the caller).
         check(unsafe { sys::cuEventRecord(event(e), stream(s)) }, "cuEventRecord")
     }
 
-    fn synchronize_event(&self, e: RawEvent) -> Result<()> {
-        // SAFETY: the event is alive.
-        check(unsafe { sys::cuEventSynchronize(event(e)) }, "cuEventSynchronize")
+    unsafe fn query_event(&self, e: RawEvent) -> Result<bool> {
+        // SAFETY: the caller keeps the event alive.
+        ready(unsafe { sys::cuEventQuery(event(e)) }, "cuEventQuery")
     }
 
     fn create_non_blocking_stream(&self) -> Result<RawStream> {
@@ -307,69 +313,68 @@ impl Driver for CudaDriver {
         Ok(RawStream(s as u64))
     }
 
-    fn destroy_stream(&self, s: RawStream) -> Result<()> {
+    unsafe fn destroy_stream(&self, s: RawStream) -> Result<()> {
         // SAFETY: the owner destroys the stream once.
         check(unsafe { sys::cuStreamDestroy_v2(stream(s)) }, "cuStreamDestroy")
     }
 
-    fn stream_wait_event(&self, s: RawStream, e: RawEvent) -> Result<()> {
+    unsafe fn stream_wait_event(&self, s: RawStream, e: RawEvent) -> Result<()> {
         // SAFETY: both handles are alive; flags must be 0.
         check(unsafe { sys::cuStreamWaitEvent(stream(s), event(e), 0) }, "cuStreamWaitEvent")
     }
 
-    fn synchronize_stream(&self, s: RawStream) -> Result<()> {
-        // SAFETY: the stream is alive.
-        check(unsafe { sys::cuStreamSynchronize(stream(s)) }, "cuStreamSynchronize")
+    unsafe fn query_stream(&self, s: RawStream) -> Result<bool> {
+        // SAFETY: the caller keeps the stream alive.
+        ready(unsafe { sys::cuStreamQuery(stream(s)) }, "cuStreamQuery")
     }
 
-    fn load_simple_kernel(&self) -> Result<RawFunction> {
+    fn load_kernel(&self, image: &[u8], name: &CStr) -> Result<RawFunction> {
         let ctx = self.current_context()?;
         let mut kernels = self.kernels.lock().map_err(|_| anyhow!("kernel table poisoned"))?;
         if let Some(&(_, f)) = kernels.get(&ctx) {
             return Ok(f);
         }
+        const FATBIN_MAGIC: [u8; 4] = 0xBA55_ED50u32.to_le_bytes();
+        let fatbin = image.len() >= 16 && image[..4] == FATBIN_MAGIC;
+        if !fatbin && image.last() != Some(&0) {
+            bail!("a kernel image must be a fatbin or NUL-terminated PTX");
+        }
         // The image is copied to 8-byte aligned memory: a fatbin must be aligned, include_bytes! is not.
-        let image = crate::kernel::IMAGE;
         let mut aligned = vec![0u64; image.len().div_ceil(8)];
         // SAFETY: `aligned` has at least image.len() bytes, and u64 has no invalid bit patterns.
         unsafe {
             std::ptr::copy_nonoverlapping(image.as_ptr(), aligned.as_mut_ptr().cast::<u8>(), image.len())
         };
         let mut module: sys::CUmodule = std::ptr::null_mut();
-        // SAFETY: the image is a complete PTX (NUL-terminated) or fatbin image; the driver copies what it needs.
-        check(
-            unsafe { sys::cuModuleLoadData(&mut module, aligned.as_ptr().cast::<c_void>()) },
-            &format!("cuModuleLoadData(simpleKernel, {})", crate::kernel::IMAGE_FORMAT),
-        )
-        .context(crate::kernel::LOAD_HINT)?;
+        // SAFETY: the image is a fatbin (its header gives its size) or NUL-terminated PTX (both checked
+        // above), so the driver reads no further than it; it copies what it needs.
+        let rc = unsafe { sys::cuModuleLoadData(&mut module, aligned.as_ptr().cast::<c_void>()) };
+        check(rc, &format!("cuModuleLoadData({name:?})"))?;
         let mut f: sys::CUfunction = std::ptr::null_mut();
         // SAFETY: the name is NUL-terminated; the function lives as long as the module (unloaded in Drop).
-        check(
-            unsafe { sys::cuModuleGetFunction(&mut f, module, c"simpleKernel".as_ptr()) },
-            "cuModuleGetFunction(simpleKernel)",
-        )?;
+        let rc = unsafe { sys::cuModuleGetFunction(&mut f, module, name.as_ptr()) };
+        let found = check(rc, &format!("cuModuleGetFunction({name:?})"));
+        if let Err(e) = found {
+            // SAFETY: the module was just loaded and nothing refers to it.
+            unsafe { sys::cuModuleUnload(module) };
+            return Err(e);
+        }
         kernels.insert(ctx, (module as usize, RawFunction(f as u64)));
         Ok(RawFunction(f as u64))
     }
 
-    fn max_active_blocks_per_multiprocessor(&self, kernel: RawFunction, block: u32) -> Result<u32> {
+    unsafe fn max_active_blocks_per_multiprocessor(&self, kernel: RawFunction, block: u32) -> Result<u32> {
         let mut blocks: c_int = 0;
-        // SAFETY: the function handle comes from load_simple_kernel and its module is still loaded.
-        check(
-            unsafe {
-                sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(
-                    &mut blocks,
-                    kernel.0 as sys::CUfunction,
-                    block as c_int,
-                    0,
-                )
-            },
-            "cuOccupancyMaxActiveBlocksPerMultiprocessor",
-        )?;
+        let function = kernel.0 as sys::CUfunction;
+        // SAFETY: the caller promises the function comes from load_kernel, whose module is still loaded.
+        let rc = unsafe {
+            sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(&mut blocks, function, block as c_int, 0)
+        };
+        check(rc, "cuOccupancyMaxActiveBlocksPerMultiprocessor")?;
         Ok(blocks.max(0) as u32)
     }
 
-    fn launch_simple_kernel(
+    unsafe fn launch_ptr_int_char(
         &self,
         kernel: RawFunction,
         grid: u32,
@@ -385,8 +390,8 @@ impl Driver for CudaDriver {
             (&mut size as *mut c_int).cast(),
             (&mut value as *mut std::ffi::c_char).cast(),
         ];
-        // SAFETY: the parameters match simpleKernel(char*, int, char) and outlive the call (the driver copies
-        // them at launch); `target` is a live mapping of at least `size` bytes, held by the caller.
+        // SAFETY: the caller promises a (char *, int, char) kernel and a live range; the parameters outlive
+        // the call (the driver copies them at launch).
         check(
             unsafe {
                 sys::cuLaunchKernel(
@@ -407,27 +412,19 @@ impl Driver for CudaDriver {
         )
     }
 
-    fn copy_to_host(&self, dst: &mut [u8], src: DevicePtr, s: RawStream) -> Result<()> {
-        // SAFETY: `dst` is a live, exclusively borrowed host buffer of dst.len() bytes, and the stream is
-        // synchronised before this function returns, so the borrow covers the whole copy.
-        check(
-            unsafe { sys::cuMemcpyDtoHAsync_v2(dst.as_mut_ptr().cast(), ptr(src), dst.len(), stream(s)) },
-            "cuMemcpyDtoHAsync",
-        )?;
-        self.synchronize_stream(s)
+    unsafe fn copy_to_host(&self, dst: &mut [u8], src: DevicePtr) -> Result<()> {
+        // SAFETY: `dst` is exclusively borrowed for the call, and cuMemcpyDtoH returns only once the copy has
+        // completed or failed, so the device never writes into `dst` after the borrow ends; the caller
+        // promises `src` has dst.len() bytes.
+        check(unsafe { sys::cuMemcpyDtoH_v2(dst.as_mut_ptr().cast(), ptr(src), dst.len()) }, "cuMemcpyDtoH")
     }
 
-    fn copy_from_host(&self, dst: DevicePtr, src: &[u8], s: RawStream) -> Result<()> {
-        // SAFETY: `src` is borrowed for the whole copy: the stream is synchronised before this returns; `dst`
-        // is a live device buffer of at least src.len() bytes, held by the caller.
-        check(
-            unsafe { sys::cuMemcpyHtoDAsync_v2(ptr(dst), src.as_ptr().cast(), src.len(), stream(s)) },
-            "cuMemcpyHtoDAsync",
-        )?;
-        self.synchronize_stream(s)
+    unsafe fn copy_from_host(&self, dst: DevicePtr, src: &[u8]) -> Result<()> {
+        // SAFETY: as above, the other way: the copy has finished reading `src` when the call returns.
+        check(unsafe { sys::cuMemcpyHtoD_v2(ptr(dst), src.as_ptr().cast(), src.len()) }, "cuMemcpyHtoD")
     }
 
-    fn copy_device_to_device(
+    unsafe fn copy_device_to_device(
         &self,
         dst: DevicePtr,
         src: DevicePtr,
@@ -439,12 +436,12 @@ impl Driver for CudaDriver {
         check(unsafe { sys::cuMemcpyDtoDAsync_v2(ptr(dst), ptr(src), bytes, stream(s)) }, "cuMemcpyDtoDAsync")
     }
 
-    fn fill(&self, dst: DevicePtr, value: u8, bytes: usize, s: RawStream) -> Result<()> {
+    unsafe fn fill(&self, dst: DevicePtr, value: u8, bytes: usize, s: RawStream) -> Result<()> {
         // SAFETY: `dst` is a live device allocation or mapping of at least `bytes` bytes, held by the caller.
         check(unsafe { sys::cuMemsetD8Async(ptr(dst), value, bytes, stream(s)) }, "cuMemsetD8Async")
     }
 
-    fn pin_host_memory(&self, host: &mut [u8]) -> Result<bool> {
+    unsafe fn pin_host_memory(&self, host: &mut [u8]) -> Result<bool> {
         // SAFETY: registers a live host range; the caller unregisters it before the memory goes away.
         let rc = unsafe { sys::cuMemHostRegister_v2(host.as_mut_ptr().cast(), host.len(), 0) };
         if rc == CUresult::CUDA_ERROR_NOT_SUPPORTED || rc == CUresult::CUDA_ERROR_OUT_OF_MEMORY {
@@ -454,25 +451,7 @@ impl Driver for CudaDriver {
         Ok(true)
     }
 
-    /// The driver backs interprocess events with `/dev/shm/cuda.shm.<n>.<exporter pid, hex>.<m>`, which it
-    /// removes only when the exporter exits normally (seen on driver 580 after a `kill -9`). Importers map it
-    /// when they open the event handle, so once they all have, the name can go.
-    fn remove_exported_names(&self) -> Result<()> {
-        let pid = format!("{:x}", std::process::id());
-        let entries = std::fs::read_dir("/dev/shm").context("listing /dev/shm")?;
-        for name in entries.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()) {
-            let parts: Vec<&str> = name.split('.').collect();
-            if parts.len() == 5 && parts[..2] == ["cuda", "shm"] && parts[3] == pid {
-                match nix::sys::mman::shm_unlink(name.as_str()) {
-                    Ok(()) | Err(nix::errno::Errno::ENOENT) => {}
-                    Err(e) => return Err(e).with_context(|| format!("shm_unlink({name})")),
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn unpin_host_memory(&self, host: &mut [u8]) -> Result<()> {
+    unsafe fn unpin_host_memory(&self, host: &mut [u8]) -> Result<()> {
         // SAFETY: the range was registered by pin_host_memory.
         check(unsafe { sys::cuMemHostUnregister(host.as_mut_ptr().cast()) }, "cuMemHostUnregister")
     }

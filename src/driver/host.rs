@@ -1,21 +1,31 @@
-//! A [`Driver`] in host memory, so that the process protocol (segment, children, barrier, handles, faults,
-//! signals, clean-up) runs for real in `cargo test` on machines without a GPU.
+//! A [`Driver`] in host memory, so that the process protocol (segment, children, barrier, handles, ordering,
+//! faults, signals, clean-up) runs for real in `cargo test` on machines without a GPU.
 //!
-//! It is chosen only when [`SIMULATE_ENV`] is set; it never stands in for a missing GPU. A "device buffer" is
-//! a memfd; its "IPC handle" names the exporter's pid and descriptor, and opening it maps
-//! `/proc/<pid>/fd/<fd>`, so, as with CUDA, nothing is left in `/dev/shm` when a process dies. Kernels run
-//! synchronously on the CPU, so events and streams only need to exist.
+//! It is chosen only when [`SIMULATE_ENV`] is set; it never stands in for a missing GPU. It is asynchronous
+//! the way a GPU is, so that the tests notice when the ordering the sample exists to show is broken:
+//! - each stream runs its work in order on a worker thread of its own, and a kernel takes a random 0 to 2 ms
+//!   before it writes, so a kernel is not done when its launch returns;
+//! - an interprocess event is two counters in shared memory: recording it takes the next generation when it
+//!   is enqueued and marks it complete when the stream reaches it; a wait (a stream's or the host's) waits for
+//!   the generation that was last recorded when the wait was asked for, as `cuStreamWaitEvent` does.
+//!
+//! A "device buffer" or an event's counters are a memfd; the IPC handle names the exporter's pid and
+//! descriptor, and opening it maps `/proc/<pid>/fd/<fd>`, so, as with CUDA, nothing is left in `/dev/shm`.
 //!
 //! `SIMPLE_IPC_SIMULATE_GPUS` is a comma-separated list, one entry per device: `ok`, or a defect that device
 //! selection must reject: `no-uva` (no unified addressing), `exclusive` (compute mode not Default), `no-peer`
 //! (no peer access to any other device). An empty value is a machine without devices.
 
 use std::collections::HashMap;
+use std::ffi::CStr;
 use std::fs::{File, OpenOptions};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{Sender, channel};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result, anyhow, bail, ensure};
 use memmap2::MmapRaw;
 use nix::sys::memfd::{MFdFlags, memfd_create};
 
@@ -26,10 +36,14 @@ use super::{
 /// The environment variable that selects the simulation (test-only; README documents it).
 pub const SIMULATE_ENV: &str = "SIMPLE_IPC_SIMULATE_GPUS";
 
-/// Size of a simulated device buffer: small, so that tests with 32 processes on 2 cores stay quick.
-pub const SIMULATED_BUFFER_SIZE: usize = 256 * 1024;
-
-const HANDLE_TAG: &[u8; 8] = b"SIMIPC\0\x01";
+const BUFFER_TAG: &[u8; 8] = b"SIMIPC\0\x02";
+const EVENT_TAG: &[u8; 8] = b"SIMEVT\0\x02";
+/// An event's shared counters: the generation last recorded, and the highest one completed.
+const EVENT_BYTES: usize = 16;
+/// The longest a simulated kernel takes before it writes.
+const MAX_KERNEL_DELAY_US: u64 = 2000;
+/// How often a waiting stream worker or host wait looks again.
+const POLL: Duration = Duration::from_micros(50);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum SimulatedDevice {
@@ -39,18 +53,117 @@ enum SimulatedDevice {
     NoPeerAccess,
 }
 
-/// Host-memory stand-in for the CUDA driver.
-pub struct HostDriver {
-    devices: Vec<SimulatedDevice>,
-    /// Every mapping this process holds, by the address it hands out as a device pointer.
-    mappings: Mutex<HashMap<u64, Mapping>>,
-    next_handle: AtomicU64,
-}
-
+/// A shared mapping of a memfd: a buffer, or an event's counters.
 struct Mapping {
     map: MmapRaw,
     /// Kept open by the exporter so that other processes can open `/proc/<pid>/fd/<fd>`.
-    _file: File,
+    file: File,
+}
+
+impl Mapping {
+    fn new(file: File, bytes: usize) -> Result<Arc<Self>> {
+        let map = MmapRaw::map_raw(&file).context("mapping simulated device memory")?;
+        ensure!(map.len() == bytes, "simulated device memory has {} bytes, expected {bytes}", map.len());
+        Ok(Arc::new(Self { map, file }))
+    }
+
+    fn create(bytes: usize) -> Result<Arc<Self>> {
+        let fd = memfd_create(c"simple-ipc-simulated", MFdFlags::empty()).context("memfd_create")?;
+        let file = File::from(fd);
+        file.set_len(bytes as u64).context("sizing simulated device memory")?;
+        Self::new(file, bytes)
+    }
+
+    fn open(handle: &IpcHandleBytes, tag: &[u8; 8]) -> Result<Arc<Self>> {
+        let (pid, fd, len) = decode(handle, tag)?;
+        let path = format!("/proc/{pid}/fd/{fd}");
+        let file = OpenOptions::new().read(true).write(true).open(&path).with_context(|| {
+            format!("opening simulated IPC memory {path}: the exporting process is not visible from here")
+        })?;
+        ensure!(file.metadata()?.len() == len, "simulated IPC memory {path} does not have {len} bytes");
+        Self::new(file, len as usize)
+    }
+
+    fn handle(&self, tag: &[u8; 8]) -> IpcHandleBytes {
+        encode(tag, std::process::id(), self.file.as_raw_fd(), self.map.len() as u64)
+    }
+
+    /// The `i`th 64-bit counter of an event's mapping.
+    fn counter(&self, i: usize) -> &AtomicU64 {
+        debug_assert!((i + 1) * 8 <= EVENT_BYTES && EVENT_BYTES == self.map.len());
+        // SAFETY: only events call this, whose mappings are EVENT_BYTES long (checked when made or opened);
+        // the mapping is page-aligned and lives as long as `self`;
+        // other processes touch it only through atomics too.
+        unsafe { &*self.map.as_ptr().add(i * 8).cast::<AtomicU64>() }
+    }
+}
+
+/// An event's counters, shared by the exporter and every process that opened it.
+struct Event(Arc<Mapping>);
+
+impl Event {
+    fn recorded(&self) -> &AtomicU64 {
+        self.0.counter(0)
+    }
+    fn completed(&self) -> &AtomicU64 {
+        self.0.counter(1)
+    }
+    fn reached(&self, generation: u64) -> bool {
+        self.completed().load(Ordering::Acquire) >= generation
+    }
+}
+
+type Work = Box<dyn FnOnce() + Send>;
+
+/// A stream: work runs in order on a worker thread; `enqueued` and `done` tell whether it is idle.
+struct Stream {
+    queue: Mutex<Option<Sender<Work>>>,
+    enqueued: AtomicU64,
+    done: Arc<AtomicU64>,
+    /// Set when the stream is destroyed, so that a worker stuck in a wait that can never end lets go.
+    destroyed: Arc<AtomicBool>,
+}
+
+/// Host-memory stand-in for the CUDA driver.
+pub struct HostDriver {
+    devices: Vec<SimulatedDevice>,
+    buffers: Mutex<HashMap<u64, Arc<Mapping>>>,
+    events: Mutex<HashMap<u64, Arc<Event>>>,
+    streams: Mutex<HashMap<u64, Arc<Stream>>>,
+    next_id: AtomicU64,
+    random: AtomicU64,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> Result<MutexGuard<'_, T>> {
+    mutex.lock().map_err(|_| anyhow!("a simulated driver table is poisoned"))
+}
+
+fn encode(tag: &[u8; 8], pid: u32, fd: i32, len: u64) -> IpcHandleBytes {
+    let mut handle = [0u8; IPC_HANDLE_SIZE];
+    handle[..8].copy_from_slice(tag);
+    handle[8..12].copy_from_slice(&pid.to_le_bytes());
+    handle[12..16].copy_from_slice(&fd.to_le_bytes());
+    handle[16..24].copy_from_slice(&len.to_le_bytes());
+    handle
+}
+
+fn decode(handle: &IpcHandleBytes, tag: &[u8; 8]) -> Result<(u32, i32, u64)> {
+    ensure!(&handle[..8] == tag, "not a simulated IPC handle of this kind");
+    let mut word = [0u8; 4];
+    word.copy_from_slice(&handle[8..12]);
+    let pid = u32::from_le_bytes(word);
+    word.copy_from_slice(&handle[12..16]);
+    let fd = i32::from_le_bytes(word);
+    let mut len = [0u8; 8];
+    len.copy_from_slice(&handle[16..24]);
+    Ok((pid, fd, u64::from_le_bytes(len)))
+}
+
+/// Waits until `done()`, or until `give_up()`.
+fn poll_until(done: impl Fn() -> bool, give_up: impl Fn() -> bool) {
+    while !done() && !give_up() {
+        std::thread::sleep(POLL);
+    }
 }
 
 impl HostDriver {
@@ -71,7 +184,16 @@ impl HostDriver {
                 other => Err(anyhow!("{SIMULATE_ENV}: unknown device kind {other:?}")),
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(Some(Self { devices, mappings: Mutex::new(HashMap::new()), next_handle: AtomicU64::new(1) }))
+        let seed = u64::from(std::process::id()) << 32
+            | u64::from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.subsec_nanos());
+        Ok(Some(Self {
+            devices,
+            buffers: Mutex::new(HashMap::new()),
+            events: Mutex::new(HashMap::new()),
+            streams: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            random: AtomicU64::new(seed | 1),
+        }))
     }
 
     fn device(&self, device: i32) -> Result<SimulatedDevice> {
@@ -81,65 +203,68 @@ impl HostDriver {
             .ok_or_else(|| anyhow!("invalid device ordinal {device}"))
     }
 
-    fn insert(&self, file: File, bytes: usize) -> Result<DevicePtr> {
-        let map = MmapRaw::map_raw(&file).context("mapping a simulated device buffer")?;
-        if map.len() != bytes {
-            bail!("simulated device buffer has {} bytes, expected {bytes}", map.len());
-        }
-        let address = map.as_mut_ptr() as u64;
-        self.lock()?.insert(address, Mapping { map, _file: file });
+    fn fresh(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// A kernel's run time: xorshift, good enough to shuffle the order of concurrent work.
+    fn kernel_delay(&self) -> Duration {
+        let mut x = self.random.load(Ordering::Relaxed);
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.random.store(x, Ordering::Relaxed);
+        Duration::from_micros(x % (MAX_KERNEL_DELAY_US + 1))
+    }
+
+    fn buffer(&self, ptr: DevicePtr) -> Result<Arc<Mapping>> {
+        lock(&self.buffers)?
+            .get(&ptr.0)
+            .cloned()
+            .ok_or_else(|| anyhow!("invalid device pointer {:#x}", ptr.0))
+    }
+
+    /// The start of `bytes` bytes of a live buffer at `ptr`, with the mapping that keeps them valid.
+    fn range(&self, ptr: DevicePtr, bytes: usize) -> Result<(Arc<Mapping>, usize)> {
+        let mapping = self.buffer(ptr)?;
+        let len = mapping.map.len();
+        ensure!(bytes <= len, "{bytes} bytes do not fit the {len}-byte simulated buffer at {:#x}", ptr.0);
+        Ok((mapping, ptr.0 as usize))
+    }
+
+    fn insert_buffer(&self, mapping: Arc<Mapping>) -> Result<DevicePtr> {
+        let address = mapping.map.as_mut_ptr() as u64;
+        lock(&self.buffers)?.insert(address, mapping);
         Ok(DevicePtr(address))
     }
 
-    fn remove(&self, ptr: DevicePtr) -> Result<()> {
-        self.lock()?.remove(&ptr.0).map(drop).ok_or_else(|| anyhow!("invalid device pointer {:#x}", ptr.0))
+    fn event(&self, event: RawEvent) -> Result<Arc<Event>> {
+        lock(&self.events)?.get(&event.0).cloned().ok_or_else(|| anyhow!("invalid event {:#x}", event.0))
     }
 
-    fn lock(&self) -> Result<std::sync::MutexGuard<'_, HashMap<u64, Mapping>>> {
-        self.mappings.lock().map_err(|_| anyhow!("simulated mapping table poisoned"))
+    fn insert_event(&self, mapping: Arc<Mapping>) -> Result<RawEvent> {
+        let id = self.fresh();
+        lock(&self.events)?.insert(id, Arc::new(Event(mapping)));
+        Ok(RawEvent(id))
     }
 
-    fn with_mapping<T>(&self, ptr: DevicePtr, f: impl FnOnce(&MmapRaw) -> T) -> Result<T> {
-        let mappings = self.lock()?;
-        let mapping = mappings.get(&ptr.0).ok_or_else(|| anyhow!("invalid device pointer {:#x}", ptr.0))?;
-        Ok(f(&mapping.map))
+    fn stream(&self, stream: RawStream) -> Result<Arc<Stream>> {
+        lock(&self.streams)?.get(&stream.0).cloned().ok_or_else(|| anyhow!("invalid stream {:#x}", stream.0))
     }
 
-    /// The start of a simulated device buffer, after checking that `bytes` bytes fit in it.
-    fn range(&self, ptr: DevicePtr, bytes: usize) -> Result<*mut u8> {
-        let len = self.with_mapping(ptr, |map| map.len())?;
-        if bytes > len {
-            bail!("{bytes} bytes do not fit the {len}-byte simulated buffer at {:#x}", ptr.0);
-        }
-        Ok(ptr.0 as *mut u8)
+    /// Puts `work` at the end of `stream`'s queue.
+    fn enqueue(&self, stream: RawStream, work: Work) -> Result<()> {
+        let stream = self.stream(stream)?;
+        let queue = lock(&stream.queue)?;
+        let sender = queue.as_ref().ok_or_else(|| anyhow!("the stream is destroyed"))?;
+        stream.enqueued.fetch_add(1, Ordering::AcqRel);
+        sender.send(work).map_err(|_| anyhow!("the stream's worker is gone"))
     }
-
-    fn fresh(&self) -> u64 {
-        self.next_handle.fetch_add(1, Ordering::Relaxed)
-    }
-}
-
-fn encode(pid: u32, fd: i32, len: u64) -> IpcHandleBytes {
-    let mut handle = [0u8; IPC_HANDLE_SIZE];
-    handle[..8].copy_from_slice(HANDLE_TAG);
-    handle[8..12].copy_from_slice(&pid.to_le_bytes());
-    handle[12..16].copy_from_slice(&fd.to_le_bytes());
-    handle[16..24].copy_from_slice(&len.to_le_bytes());
-    handle
-}
-
-fn decode(handle: &IpcHandleBytes) -> Result<(u32, i32, u64)> {
-    if &handle[..8] != HANDLE_TAG {
-        bail!("not a simulated IPC handle");
-    }
-    let word = |range: std::ops::Range<usize>| -> [u8; 4] { handle[range].try_into().unwrap_or_default() };
-    let len: [u8; 8] = handle[16..24].try_into().unwrap_or_default();
-    Ok((u32::from_le_bytes(word(8..12)), i32::from_le_bytes(word(12..16)), u64::from_le_bytes(len)))
 }
 
 impl Driver for HostDriver {
-    fn buffer_size(&self) -> usize {
-        SIMULATED_BUFFER_SIZE
+    fn simulated(&self) -> bool {
+        true
     }
 
     fn device_count(&self) -> Result<i32> {
@@ -171,144 +296,195 @@ impl Driver for HostDriver {
     }
 
     fn alloc(&self, bytes: usize) -> Result<DevicePtr> {
-        let fd = memfd_create(c"simple-ipc-simulated-buffer", MFdFlags::empty()).context("memfd_create")?;
-        let file = File::from(fd);
-        file.set_len(bytes as u64).context("sizing a simulated device buffer")?;
-        self.insert(file, bytes)
+        self.insert_buffer(Mapping::create(bytes)?)
     }
 
-    fn free(&self, ptr: DevicePtr) -> Result<()> {
-        self.remove(ptr)
+    unsafe fn free(&self, ptr: DevicePtr) -> Result<()> {
+        // Work still queued holds its own reference to the mapping, so it never writes into freed memory.
+        lock(&self.buffers)?
+            .remove(&ptr.0)
+            .map(drop)
+            .ok_or_else(|| anyhow!("invalid device pointer {:#x}", ptr.0))
     }
 
-    fn ipc_get_mem_handle(&self, ptr: DevicePtr) -> Result<IpcHandleBytes> {
-        use std::os::fd::AsRawFd;
-        let mappings = self.lock()?;
-        let mapping = mappings.get(&ptr.0).ok_or_else(|| anyhow!("invalid device pointer {:#x}", ptr.0))?;
-        Ok(encode(std::process::id(), mapping._file.as_raw_fd(), mapping.map.len() as u64))
+    unsafe fn ipc_get_mem_handle(&self, ptr: DevicePtr) -> Result<IpcHandleBytes> {
+        Ok(self.buffer(ptr)?.handle(BUFFER_TAG))
     }
 
     fn ipc_open_mem_handle(&self, handle: &IpcHandleBytes) -> Result<DevicePtr> {
-        let (pid, fd, len) = decode(handle)?;
-        let path = format!("/proc/{pid}/fd/{fd}");
-        let file = OpenOptions::new().read(true).write(true).open(&path).with_context(|| {
-            format!("opening simulated IPC buffer {path}: the exporting process is not visible from here")
-        })?;
-        if file.metadata()?.len() != len {
-            bail!("simulated IPC buffer {path} does not have the {len} bytes its handle says");
-        }
-        self.insert(file, len as usize)
+        self.insert_buffer(Mapping::open(handle, BUFFER_TAG)?)
     }
 
-    fn ipc_close_mem_handle(&self, ptr: DevicePtr) -> Result<()> {
-        self.remove(ptr)
+    unsafe fn ipc_close_mem_handle(&self, ptr: DevicePtr) -> Result<()> {
+        // SAFETY: the same contract as `free`: a simulated mapping is closed like a buffer is freed.
+        unsafe { self.free(ptr) }
     }
 
     fn create_interprocess_event(&self) -> Result<RawEvent> {
-        Ok(RawEvent(self.fresh()))
+        self.insert_event(Mapping::create(EVENT_BYTES)?)
     }
 
-    fn ipc_get_event_handle(&self, event: RawEvent) -> Result<IpcHandleBytes> {
-        Ok(encode(std::process::id(), -1, event.0))
+    unsafe fn ipc_get_event_handle(&self, event: RawEvent) -> Result<IpcHandleBytes> {
+        Ok(self.event(event)?.0.handle(EVENT_TAG))
     }
 
     fn ipc_open_event_handle(&self, handle: &IpcHandleBytes) -> Result<RawEvent> {
-        decode(handle)?;
-        Ok(RawEvent(self.fresh()))
+        let (_, _, len) = decode(handle, EVENT_TAG)?;
+        ensure!(len == EVENT_BYTES as u64, "a simulated event handle declares {len} bytes");
+        self.insert_event(Mapping::open(handle, EVENT_TAG)?)
     }
 
-    fn destroy_event(&self, _event: RawEvent) -> Result<()> {
-        Ok(())
+    unsafe fn destroy_event(&self, event: RawEvent) -> Result<()> {
+        lock(&self.events)?.remove(&event.0).map(drop).ok_or_else(|| anyhow!("invalid event {:#x}", event.0))
     }
 
-    fn record_event(&self, _event: RawEvent, _stream: RawStream) -> Result<()> {
-        Ok(())
+    unsafe fn record_event(&self, event: RawEvent, stream: RawStream) -> Result<()> {
+        let event = self.event(event)?;
+        let generation = event.recorded().fetch_add(1, Ordering::AcqRel) + 1;
+        self.enqueue(
+            stream,
+            Box::new(move || {
+                event.completed().fetch_max(generation, Ordering::AcqRel);
+            }),
+        )
     }
 
-    fn synchronize_event(&self, _event: RawEvent) -> Result<()> {
-        Ok(())
+    unsafe fn query_event(&self, event: RawEvent) -> Result<bool> {
+        let event = self.event(event)?;
+        Ok(event.reached(event.recorded().load(Ordering::Acquire)))
     }
 
     fn create_non_blocking_stream(&self) -> Result<RawStream> {
-        Ok(RawStream(self.fresh()))
+        let (sender, receiver) = channel::<Work>();
+        let done = Arc::new(AtomicU64::new(0));
+        let worker_done = Arc::clone(&done);
+        std::thread::Builder::new()
+            .name("simulated-stream".into())
+            .spawn(move || {
+                for work in receiver {
+                    work();
+                    worker_done.fetch_add(1, Ordering::AcqRel);
+                }
+            })
+            .context("starting a simulated stream's worker thread")?;
+        let id = self.fresh();
+        let stream = Stream {
+            queue: Mutex::new(Some(sender)),
+            enqueued: AtomicU64::new(0),
+            done,
+            destroyed: Arc::new(AtomicBool::new(false)),
+        };
+        lock(&self.streams)?.insert(id, Arc::new(stream));
+        Ok(RawStream(id))
     }
 
-    fn destroy_stream(&self, _stream: RawStream) -> Result<()> {
+    unsafe fn destroy_stream(&self, stream: RawStream) -> Result<()> {
+        // As with CUDA, queued work still runs; the worker ends when its queue is empty.
+        let stream = lock(&self.streams)?.remove(&stream.0).ok_or_else(|| anyhow!("invalid stream"))?;
+        stream.destroyed.store(true, Ordering::Release);
+        lock(&stream.queue)?.take();
         Ok(())
     }
 
-    fn stream_wait_event(&self, _stream: RawStream, _event: RawEvent) -> Result<()> {
-        Ok(())
+    unsafe fn stream_wait_event(&self, stream: RawStream, event: RawEvent) -> Result<()> {
+        let event = self.event(event)?;
+        // The generation recorded now is the one to wait for, not one recorded later.
+        let generation = event.recorded().load(Ordering::Acquire);
+        let destroyed = Arc::clone(&self.stream(stream)?.destroyed);
+        self.enqueue(
+            stream,
+            Box::new(move || poll_until(|| event.reached(generation), || destroyed.load(Ordering::Acquire))),
+        )
     }
 
-    fn synchronize_stream(&self, _stream: RawStream) -> Result<()> {
-        Ok(())
+    unsafe fn query_stream(&self, stream: RawStream) -> Result<bool> {
+        let stream = self.stream(stream)?;
+        Ok(stream.done.load(Ordering::Acquire) == stream.enqueued.load(Ordering::Acquire))
     }
 
-    fn load_simple_kernel(&self) -> Result<RawFunction> {
+    fn load_kernel(&self, _image: &[u8], name: &CStr) -> Result<RawFunction> {
+        ensure!(name == c"simpleKernel", "the simulation has no kernel {name:?}");
         Ok(RawFunction(1))
     }
 
-    fn max_active_blocks_per_multiprocessor(&self, _kernel: RawFunction, _block: u32) -> Result<u32> {
+    unsafe fn max_active_blocks_per_multiprocessor(&self, _kernel: RawFunction, _block: u32) -> Result<u32> {
         Ok(16)
     }
 
-    fn launch_simple_kernel(
+    unsafe fn launch_ptr_int_char(
         &self,
         _kernel: RawFunction,
         _grid: u32,
         _block: u32,
-        _stream: RawStream,
+        stream: RawStream,
         (target, size, value): (DevicePtr, i32, u8),
     ) -> Result<()> {
-        self.with_mapping(target, |map| {
-            let len = usize::try_from(size).unwrap_or(0).min(map.len());
-            // SAFETY: the range lies inside a live shared mapping; other processes write it only at other
-            // steps of the round-robin, which the barrier orders, as the GPU's events do for the real kernel.
-            unsafe { std::ptr::write_bytes(map.as_mut_ptr(), value, len) };
-        })
+        let size = usize::try_from(size).context("negative kernel size")?;
+        let (mapping, start) = self.range(target, size)?;
+        let delay = self.kernel_delay();
+        self.enqueue(
+            stream,
+            Box::new(move || {
+                std::thread::sleep(delay);
+                // SAFETY: `range` checked that `size` bytes from `start` lie in the mapping, which this closure
+                // keeps alive; other processes write it only when the events order them after this work.
+                unsafe { std::ptr::write_bytes(start as *mut u8, value, size) };
+                drop(mapping);
+            }),
+        )
     }
 
-    fn copy_to_host(&self, dst: &mut [u8], src: DevicePtr, _stream: RawStream) -> Result<()> {
-        self.with_mapping(src, |map| {
-            let len = dst.len().min(map.len());
-            // SAFETY: `len` bytes are readable in the mapping and writable in `dst`; they do not overlap.
-            unsafe { std::ptr::copy_nonoverlapping(map.as_ptr(), dst.as_mut_ptr(), len) };
-        })
-    }
-
-    fn copy_from_host(&self, dst: DevicePtr, src: &[u8], _stream: RawStream) -> Result<()> {
-        let dst = self.range(dst, src.len())?;
-        // SAFETY: `range` checked that src.len() bytes lie in a live mapping; a host slice cannot overlap it.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) };
+    unsafe fn copy_to_host(&self, dst: &mut [u8], src: DevicePtr) -> Result<()> {
+        let (_mapping, start) = self.range(src, dst.len())?;
+        // SAFETY: `range` checked that dst.len() bytes from `start` lie in a live mapping; `dst` is a distinct
+        // host slice. The copy is done when this returns.
+        unsafe { std::ptr::copy_nonoverlapping(start as *const u8, dst.as_mut_ptr(), dst.len()) };
         Ok(())
     }
 
-    fn copy_device_to_device(
+    unsafe fn copy_from_host(&self, dst: DevicePtr, src: &[u8]) -> Result<()> {
+        let (_mapping, start) = self.range(dst, src.len())?;
+        // SAFETY: as in `copy_to_host`, the other way.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), start as *mut u8, src.len()) };
+        Ok(())
+    }
+
+    unsafe fn copy_device_to_device(
         &self,
         dst: DevicePtr,
         src: DevicePtr,
         bytes: usize,
-        _stream: RawStream,
+        stream: RawStream,
     ) -> Result<()> {
-        let (dst, src) = (self.range(dst, bytes)?, self.range(src, bytes)?);
-        // SAFETY: both ranges lie in live mappings (checked); `copy` allows them to overlap.
-        unsafe { std::ptr::copy(src, dst, bytes) };
-        Ok(())
+        let (dst_map, dst) = self.range(dst, bytes)?;
+        let (src_map, src) = self.range(src, bytes)?;
+        self.enqueue(
+            stream,
+            Box::new(move || {
+                // SAFETY: both ranges lie in mappings this closure keeps alive (checked); `copy` allows overlap.
+                unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, bytes) };
+                drop((dst_map, src_map));
+            }),
+        )
     }
 
-    fn fill(&self, dst: DevicePtr, value: u8, bytes: usize, _stream: RawStream) -> Result<()> {
-        let dst = self.range(dst, bytes)?;
-        // SAFETY: the range lies in a live mapping (checked).
-        unsafe { std::ptr::write_bytes(dst, value, bytes) };
-        Ok(())
+    unsafe fn fill(&self, dst: DevicePtr, value: u8, bytes: usize, stream: RawStream) -> Result<()> {
+        let (mapping, start) = self.range(dst, bytes)?;
+        self.enqueue(
+            stream,
+            Box::new(move || {
+                // SAFETY: the range lies in a mapping this closure keeps alive (checked).
+                unsafe { std::ptr::write_bytes(start as *mut u8, value, bytes) };
+                drop(mapping);
+            }),
+        )
     }
 
-    fn pin_host_memory(&self, _host: &mut [u8]) -> Result<bool> {
+    unsafe fn pin_host_memory(&self, _host: &mut [u8]) -> Result<bool> {
         Ok(false)
     }
 
-    fn unpin_host_memory(&self, _host: &mut [u8]) -> Result<()> {
-        Ok(())
+    unsafe fn unpin_host_memory(&self, _host: &mut [u8]) -> Result<()> {
+        bail!("the simulation never pins host memory")
     }
 }

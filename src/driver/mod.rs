@@ -1,14 +1,19 @@
-//! The GPU operations simpleIPC needs, as one flat trait over raw handles.
+//! The GPU operations simpleIPC needs, as one flat trait over raw handles: the `result` layer of cudarc's
+//! three (`sys` -> `result` -> `safe`). It imports nothing from the rest of the crate.
 //!
 //! [`cuda::CudaDriver`] implements it with the CUDA driver API, loaded at run time. [`host::HostDriver`]
-//! implements it in host memory for the tests of the process protocol on machines without a GPU; it is chosen
-//! only through the environment variable [`host::SIMULATE_ENV`] (see README, "Testing without a GPU").
+//! implements it in host memory, asynchronously like a GPU, for the tests of the process protocol on machines
+//! without a GPU; it is chosen only through the environment variable [`host::SIMULATE_ENV`].
 //!
-//! The raw handles here are plain values; ownership (who frees or closes what) lives one level up, in
-//! [`crate::ipc`] and [`crate::kernel`].
+//! The raw handles ([`DevicePtr`], [`RawEvent`], [`RawStream`], [`RawFunction`]) are made only in this module
+//! and its children. Every method that takes one is an `unsafe fn`: the caller promises that the handle came
+//! from this driver and is still alive. Ownership (who frees or closes what, and when) lives one level up, in
+//! the owning types of `ipc`, `stream`, `host_buffer` and `kernel`.
 
 pub mod cuda;
 pub mod host;
+
+use std::ffi::CStr;
 
 use anyhow::Result;
 
@@ -20,19 +25,19 @@ pub type IpcHandleBytes = [u8; IPC_HANDLE_SIZE];
 
 /// A device address (`CUdeviceptr`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DevicePtr(pub u64);
+pub struct DevicePtr(u64);
 
 /// A raw event (`CUevent`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RawEvent(pub u64);
+pub struct RawEvent(u64);
 
 /// A raw stream (`CUstream`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RawStream(pub u64);
+pub struct RawStream(u64);
 
-/// A loaded kernel function (`CUfunction`).
+/// A loaded kernel function (`CUfunction`); its module stays loaded as long as the driver.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RawFunction(pub u64);
+pub struct RawFunction(u64);
 
 /// What device selection asks of each device.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -59,10 +64,14 @@ impl std::error::Error for Unavailable {}
 
 /// The driver operations of simpleIPC. Every call acts on the device made current on the calling thread by
 /// [`Driver::use_device`], like the CUDA runtime the original uses.
+///
+/// The common contract of the `unsafe fn`s: every handle passed in was made by this driver in this process
+/// and has not been freed, closed or destroyed; device memory named by a pointer stays allocated (or mapped)
+/// until the work that uses it has finished (a stream or event query says so, or a synchronisation returned).
 pub trait Driver: Send + Sync {
-    /// Bytes in each process's buffer: `DATA_SIZE` (64 MiB) on GPUs; the host simulation uses less.
-    fn buffer_size(&self) -> usize {
-        crate::segment::DATA_SIZE
+    /// True for the host simulation, so that the layers above can say so and size buffers for it.
+    fn simulated(&self) -> bool {
+        false
     }
 
     /// Devices the driver sees.
@@ -74,32 +83,61 @@ pub trait Driver: Send + Sync {
     /// Retains `device`'s primary context and makes it current on this thread (`cudaSetDevice`).
     fn use_device(&self, device: i32) -> Result<()>;
 
-    /// Plain `cuMemAlloc`: memory from the stream-ordered pool cannot be exported (SPEC section 9).
+    /// Plain `cuMemAlloc`: memory from the stream-ordered pool cannot be exported by legacy IPC.
     fn alloc(&self, bytes: usize) -> Result<DevicePtr>;
-    fn free(&self, ptr: DevicePtr) -> Result<()>;
-    fn ipc_get_mem_handle(&self, ptr: DevicePtr) -> Result<IpcHandleBytes>;
-    /// Maps another process's buffer, with lazy peer access enabled.
+    /// # Safety
+    /// `ptr` came from [`Driver::alloc`], is freed once, and no work that uses it is pending.
+    unsafe fn free(&self, ptr: DevicePtr) -> Result<()>;
+    /// # Safety
+    /// `ptr` came from [`Driver::alloc`] and is not freed.
+    unsafe fn ipc_get_mem_handle(&self, ptr: DevicePtr) -> Result<IpcHandleBytes>;
+    /// Maps another process's buffer, with lazy peer access enabled. A forged handle is an error.
     fn ipc_open_mem_handle(&self, handle: &IpcHandleBytes) -> Result<DevicePtr>;
-    fn ipc_close_mem_handle(&self, ptr: DevicePtr) -> Result<()>;
+    /// # Safety
+    /// `ptr` came from [`Driver::ipc_open_mem_handle`], is closed once, and no work that uses it is pending.
+    unsafe fn ipc_close_mem_handle(&self, ptr: DevicePtr) -> Result<()>;
 
     /// An event with `DisableTiming | Interprocess`.
     fn create_interprocess_event(&self) -> Result<RawEvent>;
-    fn ipc_get_event_handle(&self, event: RawEvent) -> Result<IpcHandleBytes>;
+    /// # Safety
+    /// The common contract.
+    unsafe fn ipc_get_event_handle(&self, event: RawEvent) -> Result<IpcHandleBytes>;
     fn ipc_open_event_handle(&self, handle: &IpcHandleBytes) -> Result<RawEvent>;
-    fn destroy_event(&self, event: RawEvent) -> Result<()>;
-    fn record_event(&self, event: RawEvent, stream: RawStream) -> Result<()>;
-    fn synchronize_event(&self, event: RawEvent) -> Result<()>;
+    /// # Safety
+    /// The common contract; the event is destroyed once.
+    unsafe fn destroy_event(&self, event: RawEvent) -> Result<()>;
+    /// # Safety
+    /// The common contract.
+    unsafe fn record_event(&self, event: RawEvent, stream: RawStream) -> Result<()>;
+    /// True once the work the event last captured has run (`cuEventQuery`).
+    /// # Safety
+    /// The common contract.
+    unsafe fn query_event(&self, event: RawEvent) -> Result<bool>;
 
     fn create_non_blocking_stream(&self) -> Result<RawStream>;
-    fn destroy_stream(&self, stream: RawStream) -> Result<()>;
-    fn stream_wait_event(&self, stream: RawStream, event: RawEvent) -> Result<()>;
-    fn synchronize_stream(&self, stream: RawStream) -> Result<()>;
+    /// # Safety
+    /// The common contract; the stream is destroyed once.
+    unsafe fn destroy_stream(&self, stream: RawStream) -> Result<()>;
+    /// Later work on `stream` waits for the work `event` captured when it was last recorded.
+    /// # Safety
+    /// The common contract.
+    unsafe fn stream_wait_event(&self, stream: RawStream, event: RawEvent) -> Result<()>;
+    /// True once everything enqueued on `stream` has run (`cuStreamQuery`).
+    /// # Safety
+    /// The common contract.
+    unsafe fn query_stream(&self, stream: RawStream) -> Result<bool>;
 
-    /// Loads `simpleKernel` from the embedded image; the module stays loaded for the process's life.
-    fn load_simple_kernel(&self) -> Result<RawFunction>;
-    fn max_active_blocks_per_multiprocessor(&self, kernel: RawFunction, block: u32) -> Result<u32>;
-    /// Launches `simpleKernel(ptr, size, value)` on `stream`.
-    fn launch_simple_kernel(
+    /// Loads the kernel `name` from `image` (PTX, NUL-terminated, or a fatbin) on the current device; the
+    /// module stays loaded for the driver's life.
+    fn load_kernel(&self, image: &[u8], name: &CStr) -> Result<RawFunction>;
+    /// # Safety
+    /// `kernel` came from [`Driver::load_kernel`] of this driver.
+    unsafe fn max_active_blocks_per_multiprocessor(&self, kernel: RawFunction, block: u32) -> Result<u32>;
+    /// Enqueues `kernel(ptr, size, value)` (the signature of `simpleKernel`) on `stream`.
+    /// # Safety
+    /// The common contract; `kernel` takes `(char *, int, char)`, and `size` bytes at `ptr` stay allocated
+    /// until the launch has run.
+    unsafe fn launch_ptr_int_char(
         &self,
         kernel: RawFunction,
         grid: u32,
@@ -107,12 +145,19 @@ pub trait Driver: Send + Sync {
         stream: RawStream,
         args: (DevicePtr, i32, u8),
     ) -> Result<()>;
-    /// Copies `dst.len()` bytes from `src` into `dst` in stream order, then waits for the stream.
-    fn copy_to_host(&self, dst: &mut [u8], src: DevicePtr, stream: RawStream) -> Result<()>;
-    /// Copies `src` (host) into `dst` in stream order, then waits for the stream.
-    fn copy_from_host(&self, dst: DevicePtr, src: &[u8], stream: RawStream) -> Result<()>;
+    /// Copies `dst.len()` bytes from `src` into `dst` synchronously: when it returns, with `Ok` or `Err`,
+    /// the device no longer writes into `dst`. It is not ordered after any stream: synchronise first.
+    /// # Safety
+    /// The common contract; `src` has at least `dst.len()` bytes.
+    unsafe fn copy_to_host(&self, dst: &mut [u8], src: DevicePtr) -> Result<()>;
+    /// Copies `src` into `dst` synchronously: when it returns, the device no longer reads `src`.
+    /// # Safety
+    /// The common contract; `dst` has at least `src.len()` bytes.
+    unsafe fn copy_from_host(&self, dst: DevicePtr, src: &[u8]) -> Result<()>;
     /// Enqueues a device-to-device copy of `bytes` bytes (either side may be an IPC mapping).
-    fn copy_device_to_device(
+    /// # Safety
+    /// The common contract; both ranges have `bytes` bytes.
+    unsafe fn copy_device_to_device(
         &self,
         dst: DevicePtr,
         src: DevicePtr,
@@ -120,29 +165,16 @@ pub trait Driver: Send + Sync {
         stream: RawStream,
     ) -> Result<()>;
     /// Enqueues setting `bytes` bytes at `dst` to `value`.
-    fn fill(&self, dst: DevicePtr, value: u8, bytes: usize, stream: RawStream) -> Result<()>;
-    /// Pins `host` memory for fast copies; returns false where the driver cannot (then copies stay pageable).
-    fn pin_host_memory(&self, host: &mut [u8]) -> Result<bool>;
-    /// Removes the names of the files the driver made in `/dev/shm` for this process's exported events, once
-    /// every importer has opened them, so that even a process killed by SIGKILL leaves nothing behind.
-    fn remove_exported_names(&self) -> Result<()> {
-        Ok(())
-    }
-    fn unpin_host_memory(&self, host: &mut [u8]) -> Result<()>;
-}
-
-/// The driver for the parent, or `None` after printing the waived line where nothing can run here.
-pub fn load_or_waive() -> Result<Option<Box<dyn Driver>>> {
-    match load() {
-        Ok(driver) => Ok(Some(driver)),
-        Err(e) => match e.downcast::<Unavailable>() {
-            Ok(reason) => {
-                println!("No CUDA devices support IPC ({reason})");
-                Ok(None)
-            }
-            Err(e) => Err(e),
-        },
-    }
+    /// # Safety
+    /// The common contract; the range has `bytes` bytes.
+    unsafe fn fill(&self, dst: DevicePtr, value: u8, bytes: usize, stream: RawStream) -> Result<()>;
+    /// Pins `host` memory for fast copies; returns false where the driver cannot (copies stay pageable).
+    /// # Safety
+    /// `host` stays mapped until [`Driver::unpin_host_memory`] was called for it.
+    unsafe fn pin_host_memory(&self, host: &mut [u8]) -> Result<bool>;
+    /// # Safety
+    /// `host` was pinned by [`Driver::pin_host_memory`] and no copy into or out of it is pending.
+    unsafe fn unpin_host_memory(&self, host: &mut [u8]) -> Result<()>;
 }
 
 /// The driver for this process: the host simulation when the tests ask for it, else CUDA.

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Proves that `cargo test` notices when the ordering the sample exists to show is broken: for each mutant
+# below, a copy of the source with that one change must FAIL the protocol tests (which run on the
+# asynchronous host simulation, no GPU needed). Exits 0 only if every mutant was caught.
+#   scripts/ordering-mutants.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+# Each mutant: a name, and a sed script applied to src/child.rs.
+mutants=(
+  "no event wait or record in the round-robin|s/^ *stream\.wait_for(&events\[target\])?;\$//;s/^ *stream\.record(&events\[target\])?;\$//"
+  "the round-robin waits on its own event, not the target's|s/^\( *\)stream\.wait_for(&events\[target\])?;\$/\1stream.wait_for(\&events[index])?;/"
+  "no wait for the last writer before the copy back|s/^ *stream\.wait_for(&events\[index\])?;\$//"
+  "no event record in the round-robin|s/^ *stream\.record(&events\[target\])?;\$//"
+)
+export CARGO_TARGET_DIR="$PWD/target/ordering-mutants"
+copy() { rm -rf "$work/tree"; mkdir "$work/tree"; git ls-files -z --cached --others --exclude-standard | xargs -0 cp --parents -t "$work/tree"; }
+# The control: the copy as it is must pass, or a failure below would prove nothing.
+copy
+if ! (cd "$work/tree" && cargo test --quiet --test protocol >"$work/log" 2>&1); then
+  echo "ordering mutants: the unmutated copy fails its tests:"; tail -n 30 "$work/log"; exit 1
+fi
+caught=0
+for mutant in "${mutants[@]}"; do
+  name=${mutant%%|*}
+  script=${mutant#*|}
+  copy
+  sed -i "$script" "$work/tree/src/child.rs"
+  if diff -q src/child.rs "$work/tree/src/child.rs" >/dev/null; then
+    echo "ordering mutant NOT APPLIED (the source changed; update this script): $name"
+    exit 1
+  fi
+  if (cd "$work/tree" && cargo test --quiet --test protocol >"$work/log" 2>&1); then
+    echo "ordering mutant SURVIVED (the tests passed without it): $name"
+    exit 1
+  fi
+  if ! grep -q "verification failed" "$work/log"; then
+    echo "ordering mutant failed the tests, but not through verification: $name"; tail -n 30 "$work/log"; exit 1
+  fi
+  echo "ordering mutant caught: $name"
+  caught=$((caught + 1))
+done
+echo "ordering mutants: $caught passed, 0 failed"

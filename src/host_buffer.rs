@@ -1,0 +1,71 @@
+//! Host memory for copies out of and into device memory: mapped and faulted in up front, pinned where the
+//! driver allows, unpinned on drop. A child copies its buffer back into one to verify it.
+
+use anyhow::{Context, Result, ensure};
+use memmap2::{MmapMut, MmapOptions};
+
+use crate::driver::Driver;
+use crate::ipc::DeviceMemory;
+use crate::stop::StopCheck;
+use crate::stream::Stream;
+
+pub struct HostBuffer<'d> {
+    driver: &'d dyn Driver,
+    memory: MmapMut,
+    pinned: bool,
+}
+
+/// Maps `bytes` of anonymous memory and faults every page in. It needs no driver, so a child starts it on a
+/// thread of its own while CUDA starts.
+pub fn fault_in(bytes: usize) -> Result<MmapMut> {
+    MmapOptions::new().len(bytes).populate().map_anon().context("mapping a host buffer")
+}
+
+impl<'d> HostBuffer<'d> {
+    pub fn prepare(driver: &'d dyn Driver, bytes: usize) -> Result<Self> {
+        Self::pin(driver, fault_in(bytes)?)
+    }
+
+    /// Pins memory made by [`fault_in`] (on the current device's context).
+    pub fn pin(driver: &'d dyn Driver, mut memory: MmapMut) -> Result<Self> {
+        // SAFETY: the memory is owned by the returned value, which unpins it in Drop before unmapping it.
+        let pinned = unsafe { driver.pin_host_memory(&mut memory) }?;
+        Ok(Self { driver, memory, pinned })
+    }
+
+    /// Copies the first `bytes` bytes of `src` here, after everything already on `stream` (which may write
+    /// `src`) has run; returns those bytes. When it returns, the device writes here no more.
+    pub fn copy_from(
+        &mut self,
+        src: &impl DeviceMemory,
+        bytes: usize,
+        stream: &Stream,
+        stop: &dyn StopCheck,
+    ) -> Result<&mut [u8]> {
+        ensure!(bytes <= src.bytes() && bytes <= self.memory.len(), "a copy of {bytes} bytes does not fit");
+        stream.synchronize(stop)?;
+        let dst = &mut self.memory[..bytes];
+        // SAFETY: `src` is borrowed and has `bytes` bytes (checked); the copy is synchronous.
+        unsafe { self.driver.copy_to_host(dst, src.ptr()) }?;
+        Ok(dst)
+    }
+
+    /// Copies the first `bytes` bytes of this buffer into `dst`, synchronously.
+    pub fn copy_to(&self, dst: &impl DeviceMemory, bytes: usize) -> Result<()> {
+        ensure!(bytes <= dst.bytes() && bytes <= self.memory.len(), "a copy of {bytes} bytes does not fit");
+        // SAFETY: `dst` is borrowed and has `bytes` bytes (checked); the copy is synchronous.
+        unsafe { self.driver.copy_from_host(dst.ptr(), &self.memory[..bytes]) }
+    }
+}
+
+impl Drop for HostBuffer<'_> {
+    fn drop(&mut self) {
+        if !self.pinned {
+            return;
+        }
+        // SAFETY: pinned by `pin`; every copy is synchronous, so none is pending.
+        if let Err(e) = unsafe { self.driver.unpin_host_memory(&mut self.memory) } {
+            eprintln!("warning: unpinning a host buffer: {e:#}");
+        }
+    }
+}

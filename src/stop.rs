@@ -1,0 +1,84 @@
+//! Waiting that can always be interrupted: a [`StopCheck`] asked while waiting (the run was aborted, the
+//! parent died, a signal came, the watchdog fired), and [`poll`], which waits for a condition the driver
+//! answers (a stream or event query) without blocking where an abort cannot reach. A leaf.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+
+/// Asked while waiting: `Err` ends the wait with that error.
+pub trait StopCheck {
+    fn check(&self) -> Result<()>;
+}
+
+impl<F: Fn() -> Result<()>> StopCheck for F {
+    fn check(&self) -> Result<()> {
+        self()
+    }
+}
+
+/// Never stops: for waits that end by themselves, such as a drop's bounded wait.
+pub fn never() -> Result<()> {
+    Ok(())
+}
+
+/// How long [`poll`] stays awake (yielding) before it sleeps between looks: GPU work handed over between
+/// processes takes tens of microseconds, so short waits are answered at once.
+const AWAKE_FOR: Duration = Duration::from_micros(200);
+/// The longest sleep between two looks once the wait is long.
+const MAX_SLEEP: Duration = Duration::from_micros(500);
+
+/// Waits until `ready()` answers true, asking `stop` between looks; an error of either ends the wait.
+/// With `limit`, gives up after that long and returns `Ok(false)`.
+pub fn poll(
+    mut ready: impl FnMut() -> Result<bool>,
+    stop: &dyn StopCheck,
+    limit: Option<Duration>,
+) -> Result<bool> {
+    let start = Instant::now();
+    let mut sleep = Duration::from_micros(10);
+    loop {
+        if ready()? {
+            return Ok(true);
+        }
+        let waited = start.elapsed();
+        if limit.is_some_and(|limit| waited >= limit) {
+            return Ok(false);
+        }
+        if waited < AWAKE_FOR {
+            // Short waits stay cheap: no stop check (it may cost a system call) until the wait is long.
+            std::thread::yield_now();
+        } else {
+            stop.check()?;
+            std::thread::sleep(sleep);
+            sleep = (sleep * 2).min(MAX_SLEEP);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    #[test]
+    fn poll_returns_when_ready_stops_on_request_and_honours_its_limit() {
+        let looks = Cell::new(0);
+        let ready = || {
+            looks.set(looks.get() + 1);
+            Ok(looks.get() == 3)
+        };
+        assert!(poll(ready, &never, None).unwrap());
+        assert_eq!(looks.get(), 3);
+
+        let stopped = poll(|| Ok(false), &|| anyhow::bail!("aborted"), None);
+        assert_eq!(stopped.unwrap_err().to_string(), "aborted");
+
+        let start = Instant::now();
+        assert!(!poll(|| Ok(false), &never, Some(Duration::from_millis(20))).unwrap());
+        assert!(start.elapsed() >= Duration::from_millis(20));
+
+        let failed = poll(|| anyhow::bail!("query failed"), &never, None);
+        assert_eq!(failed.unwrap_err().to_string(), "query failed");
+    }
+}

@@ -1,0 +1,78 @@
+//! A stream created with `cudaStreamNonBlocking`, and the ordered work this program puts on it: waiting for
+//! and recording events, filling and copying device memory. Destroyed on drop.
+
+use anyhow::{Result, ensure};
+
+use crate::driver::{Driver, RawStream};
+use crate::ipc::{DeviceMemory, Event};
+use crate::stop::{self, StopCheck};
+
+pub struct Stream<'d> {
+    driver: &'d dyn Driver,
+    raw: RawStream,
+}
+
+/// `bytes` must fit in `memory`: the checks that make the driver's range contract hold.
+fn fits(memory: &impl DeviceMemory, bytes: usize) -> Result<()> {
+    ensure!(bytes <= memory.bytes(), "{bytes} bytes do not fit in a buffer of {}", memory.bytes());
+    Ok(())
+}
+
+impl<'d> Stream<'d> {
+    pub fn non_blocking(driver: &'d dyn Driver) -> Result<Self> {
+        Ok(Self { driver, raw: driver.create_non_blocking_stream()? })
+    }
+
+    pub fn driver(&self) -> &'d dyn Driver {
+        self.driver
+    }
+
+    /// The raw stream. Only for the driver's `unsafe fn`s, whose contract the caller upholds.
+    pub(crate) fn raw(&self) -> RawStream {
+        self.raw
+    }
+
+    /// `cudaStreamWaitEvent`: later work on this stream waits for the work the event last captured.
+    pub fn wait_for(&self, event: &impl Event) -> Result<()> {
+        // SAFETY: the stream and the event are alive while borrowed.
+        unsafe { self.driver.stream_wait_event(self.raw, event.raw()) }
+    }
+
+    /// `cudaEventRecord` of `event` on this stream.
+    pub fn record(&self, event: &impl Event) -> Result<()> {
+        // SAFETY: the stream and the event are alive while borrowed.
+        unsafe { self.driver.record_event(event.raw(), self.raw) }
+    }
+
+    /// Waits until everything enqueued so far has run, asking `stop` while it waits (a query loop, not
+    /// `cuStreamSynchronize`, so that an abort reaches a process whose stream waits for a dead peer).
+    pub fn synchronize(&self, stop: &dyn StopCheck) -> Result<()> {
+        // SAFETY: the stream is alive while borrowed.
+        stop::poll(|| unsafe { self.driver.query_stream(self.raw) }, stop, None).map(drop)
+    }
+
+    /// Enqueues setting the first `bytes` bytes of `dst` to `value`.
+    pub fn fill(&self, dst: &impl DeviceMemory, value: u8, bytes: usize) -> Result<()> {
+        fits(dst, bytes)?;
+        // SAFETY: the range fits (checked); the memory's owner is borrowed, and freeing or closing device
+        // memory waits for the work that uses it.
+        unsafe { self.driver.fill(dst.ptr(), value, bytes, self.raw) }
+    }
+
+    /// Enqueues copying the first `bytes` bytes of `src` into `dst` (either may be an IPC mapping).
+    pub fn copy(&self, dst: &impl DeviceMemory, src: &impl DeviceMemory, bytes: usize) -> Result<()> {
+        fits(dst, bytes)?;
+        fits(src, bytes)?;
+        // SAFETY: as in `fill`, for both ranges.
+        unsafe { self.driver.copy_device_to_device(dst.ptr(), src.ptr(), bytes, self.raw) }
+    }
+}
+
+impl Drop for Stream<'_> {
+    fn drop(&mut self) {
+        // SAFETY: created by this driver, destroyed only here, once; queued work still runs.
+        if let Err(e) = unsafe { self.driver.destroy_stream(self.raw) } {
+            eprintln!("warning: destroying a stream: {e:#}");
+        }
+    }
+}
