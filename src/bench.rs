@@ -23,6 +23,7 @@ use crate::cli::Cli;
 use crate::devices;
 use crate::driver::{self, Driver};
 use crate::futex;
+use crate::guardian::Guardian;
 use crate::host_buffer::HostBuffer;
 use crate::ipc::{DeviceBuffer, Event, ExportedBuffer, ExportedEvent, OpenedBuffer, OpenedEvent};
 use crate::segment::{self, RunPlan, RunState, Segment};
@@ -54,14 +55,16 @@ fn copies(size: usize) -> u32 {
 
 /// The producer: the parent's side of `--bench`.
 pub fn run_producer(cli: &Cli) -> Result<Outcome> {
+    let started = Instant::now();
     let name = segment::name_for(std::process::id());
     let segment = Segment::create(&name)?;
     let state = segment.state();
+    let _guardian = Guardian::start()?;
     let Some(cuda) = devices::load_or_waive()? else { return Ok(Outcome::Waived) };
     let driver: &dyn Driver = &*cuda;
     let chosen = devices::select(driver)?;
     let (Some(&producer), Some(&consumer)) = (chosen.first(), chosen.last()) else {
-        println!("No CUDA devices support IPC");
+        say!("No CUDA devices support IPC")?;
         return Ok(Outcome::Waived);
     };
     let max = cli.bench_max_bytes as usize;
@@ -72,13 +75,14 @@ pub fn run_producer(cli: &Cli) -> Result<Outcome> {
         options: 0,
     });
     let describe = |d: i32| driver.device_info(d).map(|i| format!("device {d} ({})", i.name));
-    println!(
+    say!(
         "IPC hand-over benchmark: producer on {}, consumer on {}",
         describe(producer)?,
         describe(consumer)?
-    );
+    )?;
 
-    let mut children = Children::spawn(state, CONSUMER..CONSUMER + 1, &["--bench"])?;
+    let mut children =
+        Children::spawn(&segment, CONSUMER..CONSUMER + 1, &["--bench"], started, cli.timeout())?;
     driver.use_device(producer)?;
     let stream = Stream::non_blocking(driver)?;
     let ready = ExportedEvent::create(driver, producer)?;
@@ -155,11 +159,11 @@ struct Row {
 }
 
 /// The consumer: the child's side of `--bench`.
-pub fn run_consumer(index: usize) -> Result<()> {
+pub fn run_consumer(index: usize, segment_fd: Option<i32>) -> Result<()> {
     if index != CONSUMER {
         bail!("the benchmark's consumer is process {CONSUMER}, not {index}");
     }
-    let (segment, parent_pid) = crate::child::attach(index)?;
+    let (segment, parent_pid) = crate::child::attach(index, segment_fd)?;
     let state = segment.state();
     let stop = move || crate::child::still_running(state, parent_pid);
     let cuda = driver::load().context("starting CUDA")?;
@@ -183,13 +187,19 @@ pub fn run_consumer(index: usize) -> Result<()> {
         barrier::wait_until(&state.bench.pong, |v| v >= ping, &stop)?;
         flag_trips.push(start.elapsed());
     }
-    println!("shared-flag round trip alone, us: {}", percentiles(&mut flag_trips));
+    say!("shared-flag round trip alone, us: {}", percentiles(&mut flag_trips))?;
 
-    println!("hand-over round trips in us, p50 (p10-p90): the GPU waits (stream) or the host waits (host)");
-    println!(
+    say!("hand-over round trips in us, p50 (p10-p90): the GPU waits (stream) or the host waits (host)")?;
+    say!(
         "{:>9}  {:>24}  {:>24}  {:>10}  {:>12}  {:>8}  {:>10}",
-        "size", "stream-ordered", "host-ordered", "IPC GB/s", "local GB/s", "IPC %", "staged GB/s"
-    );
+        "size",
+        "stream-ordered",
+        "host-ordered",
+        "IPC GB/s",
+        "local GB/s",
+        "IPC %",
+        "staged GB/s"
+    )?;
     for size in sizes(max) {
         barrier.wait(&stop)?;
         if state.bench.size.load(Ordering::Relaxed) as usize != size {
@@ -237,7 +247,7 @@ pub fn run_consumer(index: usize) -> Result<()> {
             }
             *column = percentiles(&mut round_trips);
         }
-        print_row(&Row { size, handover, ipc: ipc_rate, local: local_rate, staged: staged_rate });
+        print_row(&Row { size, handover, ipc: ipc_rate, local: local_rate, staged: staged_rate })?;
         drop((shared, into, local));
         barrier.wait(&stop)?;
     }
@@ -255,8 +265,8 @@ fn human(size: usize) -> String {
     }
 }
 
-fn print_row(row: &Row) {
-    println!(
+fn print_row(row: &Row) -> Result<()> {
+    say!(
         "{:>9}  {:>24}  {:>24}  {:>10.1}  {:>12.1}  {:>7.1}%  {:>10.1}",
         human(row.size),
         row.handover[0],
@@ -265,7 +275,7 @@ fn print_row(row: &Row) {
         row.local,
         100.0 * row.ipc / row.local,
         row.staged
-    );
+    )
 }
 
 #[cfg(test)]

@@ -24,9 +24,9 @@ use crate::stream::Stream;
 use crate::timings::Stopwatch;
 use crate::verify::find_mismatches;
 
-pub fn run(index: usize) -> Result<()> {
+pub fn run(index: usize, segment_fd: Option<i32>) -> Result<()> {
     let watch = Stopwatch::start(Who::Child(index), Phase::Attach)?;
-    let (segment, parent_pid) = attach(index)?;
+    let (segment, parent_pid) = attach(index, segment_fd)?;
     let state = segment.state();
     let mut watch = watch.report_to(&state.progress[index]);
     let n = state.process_count();
@@ -48,13 +48,13 @@ pub fn run(index: usize) -> Result<()> {
     );
 
     watch.enter(Phase::Context)?;
-    println!("Process {index}: Starting on device {device}...");
+    say!("Process {index}: Starting on device {device}...")?;
     if state.options.load(Ordering::Relaxed) & segment::OPTION_BIND_NUMA != 0 {
         let bus = driver.device_info(device)?.pci_bus_id;
         match numa::bind_to_device_node(&Sysfs::default(), bus.as_deref())? {
-            Some(place) => println!("Process {index}: bound to the CPUs of device {device}'s NUMA {place}"),
-            None => println!("Process {index}: device {device} has no known NUMA node; not bound"),
-        }
+            Some(place) => say!("Process {index}: bound to the CPUs of device {device}'s NUMA {place}"),
+            None => say!("Process {index}: device {device} has no known NUMA node; not bound"),
+        }?;
     }
     driver.use_device(device)?;
     let stream = Stream::non_blocking(driver)?;
@@ -97,7 +97,7 @@ pub fn run(index: usize) -> Result<()> {
         stream.record(&events[target])?;
         barrier.wait(&stop).with_context(|| format!("in the barrier after step {step}"))?;
         if index == 0 {
-            println!("Step {step} done");
+            say!("Step {step} done")?;
         }
     }
 
@@ -105,7 +105,7 @@ pub fn run(index: usize) -> Result<()> {
     watch.enter(Phase::CopyBack)?;
     stream.wait_for(&events[index])?;
     let data = host.copy_from(&buffers[index], size, &stream, &stop).context("copying the buffer back")?;
-    println!("Process {index}: verifying...");
+    say!("Process {index}: verifying...")?;
     watch.enter(Phase::Verify)?;
     let expected = ((index + 1) % n) as u8;
     if fault::corrupts(Who::Child(index)) {
@@ -124,19 +124,22 @@ pub fn run(index: usize) -> Result<()> {
     watch.enter(Phase::CleanUp)?;
     drop((events, buffers, host, kernel, stream));
     watch.finish().publish(state, index);
-    println!("Process {index} complete!");
+    say!("Process {index} complete!")?;
     // The parent may free the buffers now, while this process tears its CUDA context down.
     state.finished.fetch_add(1, Ordering::AcqRel);
     Ok(())
 }
 
-/// Opens the parent's segment (`simpleIPCshm<getppid()>`) after checking it, and reports this child attached.
-/// Returns the segment and the parent's pid.
-pub fn attach(index: usize) -> Result<(Segment, i32)> {
+/// Maps the parent's segment (`simpleIPCshm<getppid()>`), inherited as descriptor `segment_fd`, after
+/// checking it. Returns the segment and the parent's pid.
+pub fn attach(index: usize, segment_fd: Option<i32>) -> Result<(Segment, i32)> {
     let parent_pid = getppid().as_raw();
     let name = segment::name_for(parent_pid as u32);
-    println!("CP: lshmName = {name}");
-    let segment = Segment::open(&name).context("Failed to create shared memory slab")?;
+    say!("CP: lshmName = {name}")?;
+    let segment = segment_fd
+        .context("no segment descriptor: children are started by the parent, not by hand")
+        .and_then(Segment::open_inherited)
+        .context("Failed to create shared memory slab")?;
     let state = segment.state();
     let n = state.process_count();
     ensure!(index < n, "this is process {index}, but the segment has {n} processes");
@@ -145,7 +148,6 @@ pub fn attach(index: usize) -> Result<(Segment, i32)> {
         creator == parent_pid as u32,
         "the segment was made by process {creator}, not by our parent {parent_pid}"
     );
-    segment.mark_attached()?;
     Ok((segment, parent_pid))
 }
 

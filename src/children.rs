@@ -1,20 +1,22 @@
-//! The parent's children: started by re-executing this program (`/proc/self/exe`) with their index, watched
-//! until they all exit, and stopped together as soon as one fails or a signal comes. Dropping [`Children`]
-//! stops and reaps whatever still runs, so no path out of the parent leaves a child behind.
+//! The parent's children: started by re-executing this program (`/proc/self/exe`) with their index and the
+//! segment's descriptor, watched until they all exit, and stopped together as soon as one fails, a signal
+//! comes or the watchdog's deadline passes. Dropping [`Children`] stops and reaps whatever still runs, so no
+//! path out of the parent leaves a child behind.
 
 use std::ops::Range;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow, bail};
 use nix::errno::Errno;
 use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
 use nix::unistd::Pid;
 
-use crate::segment::SharedState;
+use crate::segment::{Segment, SharedState};
 use crate::signals;
+use crate::timings::progress_of;
 
 /// How long stopped children get to close what they opened before they are killed.
 const GRACE: Duration = Duration::from_secs(1);
@@ -46,6 +48,8 @@ impl std::error::Error for ChildFailed {}
 pub struct Children<'s> {
     state: &'s SharedState,
     running: Vec<Running>,
+    /// When the watchdog stops the run (`--timeout`); `None`: never.
+    deadline: Option<(Instant, Duration)>,
 }
 
 fn describe(status: WaitStatus) -> Option<String> {
@@ -58,18 +62,31 @@ fn describe(status: WaitStatus) -> Option<String> {
 }
 
 impl<'s> Children<'s> {
-    /// Starts a child for each index, with `args` before the index. Each gets SIGKILL if the parent dies
-    /// (`PR_SET_PDEATHSIG`).
-    pub fn spawn(state: &'s SharedState, indices: Range<usize>, args: &[&str]) -> Result<Self> {
-        let mut children = Self { state, running: Vec::with_capacity(indices.len()) };
+    /// Starts a child for each index, with `args` before the index and the segment's descriptor. Each gets
+    /// SIGKILL if the parent dies (`PR_SET_PDEATHSIG`). With a `timeout`, [`Children::wait`] stops the run
+    /// once that long has passed since `started`.
+    pub fn spawn(
+        segment: &'s Segment,
+        indices: Range<usize>,
+        args: &[&str],
+        started: Instant,
+        timeout: Option<Duration>,
+    ) -> Result<Self> {
+        let state = segment.state();
+        let deadline = timeout.map(|t| (started + t, t));
+        let mut children = Self { state, running: Vec::with_capacity(indices.len()), deadline };
         let argv0 = std::env::args_os().next().unwrap_or_else(|| "simple-ipc".into());
+        let fd = segment.fd();
         for index in indices {
             let mut command = Command::new("/proc/self/exe");
-            command.arg0(&argv0).args(args).arg(index.to_string()).stdin(Stdio::null());
-            // SAFETY: runs in the forked child before exec; prctl is async-signal-safe and allocates nothing.
+            command.arg0(&argv0).args(args).arg("--segment-fd").arg(fd.to_string()).arg(index.to_string());
+            command.stdin(Stdio::null());
+            // SAFETY: runs in the forked child before exec; prctl and fcntl are async-signal-safe and
+            // allocate nothing.
             unsafe {
-                command.pre_exec(|| {
-                    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
+                command.pre_exec(move || {
+                    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)?;
+                    Segment::inherit(fd)
                 });
             }
             // On error, `children` is dropped here and stops the ones already started.
@@ -93,10 +110,20 @@ impl<'s> Children<'s> {
                 self.stop(None);
                 return Err(interrupted);
             }
+            if let Some((deadline, timeout)) = self.deadline
+                && Instant::now() >= deadline
+            {
+                let report = self.where_each_one_is();
+                self.stop(None);
+                return Err(anyhow!(
+                    "the run did not finish within {} s (--timeout); stopped it. {report}",
+                    timeout.as_secs_f64()
+                ));
+            }
             if let Some(failure) = self.reap(WaitPidFlag::WNOHANG) {
                 let seen = Instant::now();
                 self.stop(Some(failure.index));
-                eprintln!(
+                warn!(
                     "simple-ipc: every process stopped {:.0} ms after process {} was seen to fail",
                     seen.elapsed().as_secs_f64() * 1e3,
                     failure.index
@@ -106,6 +133,20 @@ impl<'s> Children<'s> {
             std::thread::sleep(POLL);
         }
         Ok(())
+    }
+
+    /// Which children are still running, and the phase each one reported last.
+    fn where_each_one_is(&self) -> String {
+        let places: Vec<String> = self
+            .running
+            .iter()
+            .map(|child| {
+                let word = self.state.progress[child.index].load(std::sync::atomic::Ordering::Acquire);
+                let stopped = is_stopped(child.pid).then_some(", stopped (SIGSTOP)").unwrap_or_default();
+                format!("process {} was {}{stopped}", child.index, progress_of(word))
+            })
+            .collect();
+        format!("Not finished: {}.", places.join("; "))
     }
 
     /// Reaps the children that have exited; returns the first failure among them.
@@ -154,13 +195,21 @@ impl<'s> Children<'s> {
         for child in &self.running {
             let _ = kill(child.pid, Signal::SIGKILL);
             if let Some(failed) = failed {
-                eprintln!("Process {} did not stop after process {failed} failed: killed", child.index);
+                warn!("Process {} did not stop after process {failed} failed: killed", child.index);
             }
         }
         for child in self.running.drain(..) {
             let _ = waitpid(child.pid, None);
         }
     }
+}
+
+/// Whether the process is stopped by a signal (its state in `/proc/<pid>/stat` is `T`).
+fn is_stopped(pid: Pid) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| stat.rsplit_once(')').map(|(_, rest)| rest.trim_start().starts_with('T')))
+        .unwrap_or(false)
 }
 
 impl Drop for Children<'_> {

@@ -21,6 +21,10 @@ pub struct Cli {
     #[arg(hide = true, value_parser = clap::value_parser!(u32).range(0..MAX_PROCESSES as i64))]
     pub child: Option<u32>,
 
+    /// The descriptor of the parent's segment, which a child inherits (not for users).
+    #[arg(long, hide = true, requires = "child", value_name = "FD")]
+    pub segment_fd: Option<i32>,
+
     /// Processes per chosen GPU, each with its own buffer and event, all in one round-robin.
     #[arg(long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=MAX_PROCESSES as i64))]
@@ -30,7 +34,7 @@ pub struct Cli {
     #[arg(long)]
     pub timings: bool,
 
-    /// Write the phase timings as one JSON document to FILE.
+    /// Write the phase timings as one JSON document to FILE (a regular file; an existing one is replaced).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
 
@@ -38,9 +42,14 @@ pub struct Cli {
     #[arg(long)]
     pub sequential: bool,
 
+    /// Stop the run, name each process that had not finished and where it was, and exit 1 after this many
+    /// seconds; 0: never.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    pub timeout: u64,
+
     /// Run the IPC benchmark instead: a producer and a consumer hand buffers of 4 KiB up to
     /// --bench-max-bytes over, and a table compares the copy through IPC with the local and staged ones.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["topology", "sequential", "timings", "json", "procs_per_device", "bind_numa"])]
     pub bench: bool,
 
     /// Largest buffer of the benchmark.
@@ -49,12 +58,19 @@ pub struct Cli {
     pub bench_max_bytes: u64,
 
     /// Print the peer-access matrix of the GPUs and the NUMA node and CPUs of each, then exit.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["sequential", "timings", "json", "procs_per_device", "bind_numa"])]
     pub topology: bool,
 
     /// Pin each child to the CPUs of its GPU's NUMA node.
     #[arg(long)]
     pub bind_numa: bool,
+}
+
+impl Cli {
+    /// The watchdog's limit, `None` for `--timeout 0`.
+    pub fn timeout(&self) -> Option<std::time::Duration> {
+        (self.timeout > 0).then(|| std::time::Duration::from_secs(self.timeout))
+    }
 }
 
 /// Parses this process's arguments; on `Err`, print the error and exit with [`usage_exit_code`].
@@ -71,7 +87,7 @@ pub fn usage_exit_code(e: &clap::Error) -> u8 {
 pub fn print_usage_error(e: &clap::Error) {
     let _ = e.print();
     if e.use_stderr() && !e.render().to_string().contains("Usage:") {
-        eprintln!("\n{}", Cli::command().render_usage());
+        warn!("\n{}", Cli::command().render_usage());
     }
 }
 
@@ -95,6 +111,9 @@ mod tests {
         assert_eq!((parent.child, parent.procs_per_device, parent.sequential), (None, 1, false));
         assert_eq!(run(&["7"]).unwrap().child, Some(7));
         assert_eq!(run(&["--procs-per-device", "4"]).unwrap().procs_per_device, 4);
+        assert_eq!(run(&["--segment-fd", "5", "3"]).unwrap().segment_fd, Some(5));
+        assert_eq!(parent.timeout(), Some(std::time::Duration::from_secs(60)), "a generous default");
+        assert_eq!(run(&["--timeout", "0"]).unwrap().timeout(), None, "0 turns the watchdog off");
         for bad in [
             &["32"][..],
             &["-1"],
@@ -103,6 +122,11 @@ mod tests {
             &["--procs-per-device", "0"],
             &["--nope"],
             &["1", "2"],
+            &["--bench", "--topology"],
+            &["--bench", "--sequential"],
+            &["--topology", "--procs-per-device", "2"],
+            &["--segment-fd", "3"],
+            &["--timeout", "-1"],
         ] {
             assert!(run(bad).is_none(), "{bad:?} must be a usage error");
         }

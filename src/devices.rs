@@ -7,13 +7,28 @@ use anyhow::{Context, Result, ensure};
 use crate::driver::{self, Driver, Unavailable};
 use crate::segment::MAX_PROCESSES;
 
+/// The variable that sets how many hardware work queues a context gets (CUDA's default is 8).
+pub const MAX_CONNECTIONS_ENV: &str = "CUDA_DEVICE_MAX_CONNECTIONS";
+
+/// Asks for one hardware work queue per context unless the user chose a number: every process here uses one
+/// stream, and on the H200 host it made the whole run about 200 ms faster (contexts are created faster, and
+/// the creations of concurrent processes, which the driver serialises, shorter). Call it before any thread
+/// starts; children inherit it.
+pub fn prefer_fast_context_creation() {
+    if std::env::var_os(MAX_CONNECTIONS_ENV).is_none() {
+        // SAFETY: main calls this first, while the process has a single thread, so no other thread can be
+        // reading the environment.
+        unsafe { std::env::set_var(MAX_CONNECTIONS_ENV, "1") };
+    }
+}
+
 /// The driver for the parent, or `None` after printing the waived line where nothing can run here.
 pub fn load_or_waive() -> Result<Option<Box<dyn Driver>>> {
     match driver::load() {
         Ok(driver) => Ok(Some(driver)),
         Err(e) => match e.downcast::<Unavailable>() {
             Ok(reason) => {
-                println!("No CUDA devices support IPC ({reason})");
+                say!("No CUDA devices support IPC ({reason})")?;
                 Ok(None)
             }
             Err(e) => Err(e),
@@ -31,15 +46,15 @@ pub fn select(driver: &dyn Driver) -> Result<Vec<i32>> {
         }
         let info = driver.device_info(device).with_context(|| format!("querying device {device}"))?;
         if !info.unified_addressing {
-            println!("Device {device} does not support unified addressing, skipping...");
+            say!("Device {device} does not support unified addressing, skipping...")?;
             continue;
         }
         if !info.default_compute_mode {
-            println!("Device {device} is in an unsupported compute mode for this sample");
+            say!("Device {device} is in an unsupported compute mode for this sample")?;
             continue;
         }
         if !peers_both_ways(driver, device, &chosen)? {
-            println!("Device {device} is not peer capable with some other selected peers, skipping");
+            say!("Device {device} is not peer capable with some other selected peers, skipping")?;
             continue;
         }
         // Not needed for IPC, but it sets the peers up, as the original does.

@@ -81,7 +81,7 @@ pub fn at(who: Who, phase: Phase) -> Result<()> {
     if target != who || at != phase || action == Action::Corrupt {
         return Ok(());
     }
-    eprintln!("test fault: {spec} strikes");
+    warn!("test fault: {spec} strikes");
     match action {
         Action::Kill => {
             nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL)?;

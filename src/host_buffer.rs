@@ -65,7 +65,7 @@ impl Drop for HostBuffer<'_> {
         }
         // SAFETY: pinned by `pin`; every copy is synchronous, so none is pending.
         if let Err(e) = unsafe { self.driver.unpin_host_memory(&mut self.memory) } {
-            eprintln!("warning: unpinning a host buffer: {e:#}");
+            warn!("warning: unpinning a host buffer: {e:#}");
         }
     }
 }

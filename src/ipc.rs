@@ -11,7 +11,7 @@ use crate::stop::{self, StopCheck};
 
 fn warn_on_error(what: &str, result: Result<()>) {
     if let Err(e) = result {
-        eprintln!("warning: {what}: {e:#}");
+        warn!("warning: {what}: {e:#}");
     }
 }
 

@@ -6,6 +6,9 @@
 //! IPC events and the [`barrier`], and checks its own buffer ([`verify`]). The GPU is reached through
 //! [`driver`]; [`signals`], [`fault`] and [`timings`] serve the parent and the children alike.
 
+#[macro_use]
+pub mod output;
+
 pub mod barrier;
 pub mod bench;
 pub mod child;
@@ -16,6 +19,7 @@ pub mod driver;
 pub mod driver_files;
 pub mod fault;
 pub mod futex;
+pub mod guardian;
 pub mod host_buffer;
 pub mod ipc;
 pub mod kernel;

@@ -1,22 +1,29 @@
 //! simple-ipc's entry point: parse the command line, run the parent or a child, turn the result into the
 //! exit status (0 passed, 1 failed, 2 waived, 128+N stopped by signal N).
 
-use std::io::Write;
-
-use nix::sys::signal::{SigHandler, Signal, signal};
 use std::process::ExitCode;
 
-use simple_ipc::cli;
+use nix::sys::signal::{SigHandler, Signal, signal};
+
 use simple_ipc::signals::Interrupted;
 use simple_ipc::{
-    EXIT_FAILURE, EXIT_SUCCESS, EXIT_WAIVED, Outcome, bench, child, fault, parent, signals, topology,
+    EXIT_FAILURE, EXIT_SUCCESS, EXIT_WAIVED, Outcome, bench, child, cli, devices, driver, fault, parent, say,
+    signals, topology, warn,
 };
 
 fn main() -> ExitCode {
     // Like a C program, end quietly when the reader of our output goes away (`simple-ipc | head`).
     // SAFETY: restoring the default disposition installs no handler; nothing else runs yet.
     let _ = unsafe { signal(Signal::SIGPIPE, SigHandler::SigDfl) };
-    simple_ipc::driver::cuda::prefer_fast_context_creation();
+    // A file size limit (`ulimit -f`) makes a write fail with EFBIG instead of killing the process.
+    // SAFETY: ignoring a signal installs no handler; nothing else runs yet.
+    let _ = unsafe { signal(Signal::SIGXFSZ, SigHandler::SigIgn) };
+    // No panic reaches the user as status 101: it is a failure like any other, said in one line.
+    std::panic::set_hook(Box::new(|panic| {
+        warn!("simple-ipc: internal error: {panic}");
+        std::process::exit(i32::from(EXIT_FAILURE));
+    }));
+    devices::prefer_fast_context_creation();
     let cli = match cli::parse() {
         Ok(cli) => cli,
         Err(usage) => {
@@ -24,31 +31,43 @@ fn main() -> ExitCode {
             return ExitCode::from(cli::usage_exit_code(&usage));
         }
     };
-    if cfg!(any(target_arch = "aarch64", target_arch = "arm")) {
-        println!("Not supported on ARM");
-        return ExitCode::from(EXIT_WAIVED);
-    }
     let who = match cli.child {
         Some(index) => format!("Process {index}"),
         None => "simple-ipc".to_owned(),
     };
-    let result = signals::install().and_then(|()| fault::validate_env()).and_then(|()| match cli.child {
-        Some(index) if cli.bench => bench::run_consumer(index as usize).map(|()| Outcome::Passed),
-        Some(index) => child::run(index as usize).map(|()| Outcome::Passed),
-        None if cli.bench => bench::run_producer(&cli),
-        None if cli.topology => topology::run(),
-        None => parent::run(&cli),
-    });
-    match result {
+    match run(&cli) {
         Ok(Outcome::Passed) => ExitCode::from(EXIT_SUCCESS),
         Ok(Outcome::Waived) => ExitCode::from(EXIT_WAIVED),
         Err(e) => {
-            // One write, so that the lines of several processes sharing stderr do not interleave.
-            let _ = std::io::stderr().write_all(format!("{who}: {e:#}\n").as_bytes());
+            warn!("{who}: {e:#}");
             match e.chain().find_map(|cause| cause.downcast_ref::<Interrupted>()) {
                 Some(Interrupted(signal)) => ExitCode::from(128 + *signal as u8),
                 None => ExitCode::from(EXIT_FAILURE),
             }
         }
+    }
+}
+
+fn run(cli: &cli::Cli) -> anyhow::Result<Outcome> {
+    if cfg!(any(target_arch = "aarch64", target_arch = "arm")) {
+        say!("Not supported on ARM")?;
+        return Ok(Outcome::Waived);
+    }
+    signals::install()?;
+    fault::validate_env()?;
+    if cli.child.is_none() && driver::host::requested() {
+        say!(
+            "SIMULATED GPUs ({}): a test of the process protocol in host memory, not of a GPU",
+            driver::host::SIMULATE_ENV
+        )?;
+    }
+    match cli.child {
+        Some(index) if cli.bench => {
+            bench::run_consumer(index as usize, cli.segment_fd).map(|()| Outcome::Passed)
+        }
+        Some(index) => child::run(index as usize, cli.segment_fd).map(|()| Outcome::Passed),
+        None if cli.bench => bench::run_producer(cli),
+        None if cli.topology => topology::run(),
+        None => parent::run(cli),
     }
 }

@@ -18,17 +18,24 @@ use crate::devices;
 use crate::driver::Driver;
 use crate::driver_files;
 use crate::fault::{self, Who};
+use crate::guardian::Guardian;
 use crate::ipc::{ExportedBuffer, ExportedEvent, ProcessExports};
+use crate::output::JsonFile;
 use crate::phase::Phase;
 use crate::segment::{self, RunPlan, Segment, SharedState};
 use crate::timings::{self, Phases, Stopwatch};
 
 pub fn run(cli: &Cli) -> Result<Outcome> {
+    let started = Instant::now();
     let mut watch = Stopwatch::start(Who::Parent, Phase::CudaStart)?;
+    // Opened before anything runs: a bad path fails at once, and a FIFO can never block the end of a run.
+    let json = cli.json.as_deref().map(JsonFile::create).transpose()?;
     let name = segment::name_for(std::process::id());
-    println!("PP: lshmName = {name}");
+    say!("PP: lshmName = {name}")?;
     let segment = Segment::create(&name)?;
     let state = segment.state();
+    // Forked before CUDA starts threads; removes the driver's files for our events if we are killed.
+    let _guardian = Guardian::start()?;
 
     let Some(cuda) = devices::load_or_waive()? else { return Ok(Outcome::Waived) };
     let driver: &dyn Driver = &*cuda;
@@ -36,7 +43,7 @@ pub fn run(cli: &Cli) -> Result<Outcome> {
     watch.enter(Phase::DeviceSelection)?;
     let chosen = devices::select(driver)?;
     if chosen.is_empty() {
-        println!("No CUDA devices support IPC");
+        say!("No CUDA devices support IPC")?;
         return Ok(Outcome::Waived);
     }
     let process_devices = devices::plan(&chosen, cli.procs_per_device as usize)?;
@@ -54,10 +61,10 @@ pub fn run(cli: &Cli) -> Result<Outcome> {
     if cli.sequential {
         watch.enter(Phase::AllocateExport)?;
         exports = export_all(driver, state, &chosen, &process_devices, &mut watch, Phase::StartChildren)?;
-        children = Children::spawn(state, 0..process_devices.len(), &[])?;
+        children = Children::spawn(&segment, 0..process_devices.len(), &[], started, cli.timeout())?;
     } else {
         watch.enter(Phase::StartChildren)?;
-        children = Children::spawn(state, 0..process_devices.len(), &[])?;
+        children = Children::spawn(&segment, 0..process_devices.len(), &[], started, cli.timeout())?;
         watch.enter(Phase::AllocateExport)?;
         exports = export_all(driver, state, &chosen, &process_devices, &mut watch, Phase::WaitChildren)?;
     }
@@ -65,13 +72,13 @@ pub fn run(cli: &Cli) -> Result<Outcome> {
     watch.enter(Phase::WaitChildren)?;
     let n = process_devices.len();
     let all_finished = || state.finished.load(Ordering::Acquire) as usize == n;
-    let mut names_removed = driver.simulated();
+    let mut names_removed = false;
     children.wait(all_finished, || {
         // Once every child has opened the handles, the driver's own files for them need no name any more.
         if !names_removed && state.opened.load(Ordering::Acquire) as usize == n {
             names_removed = true;
             if let Err(e) = driver_files::remove_event_files_of(std::process::id()) {
-                eprintln!("warning: {e:#}");
+                warn!("warning: {e:#}");
             }
         }
     })?;
@@ -84,7 +91,7 @@ pub fn run(cli: &Cli) -> Result<Outcome> {
     watch.enter(Phase::WaitChildren)?;
     children.wait(|| false, || {})?;
 
-    report(cli, state, &watch.finish())?;
+    report(cli, json, state, &watch.finish())?;
     Ok(Outcome::Passed)
 }
 
@@ -152,23 +159,23 @@ fn export_device<'d>(
 }
 
 /// `--timings` and `--json`: the parent's phases and what each child left in the segment.
-fn report(cli: &Cli, state: &SharedState, parent: &Phases) -> Result<()> {
-    if !cli.timings && cli.json.is_none() {
+fn report(cli: &Cli, json: Option<JsonFile>, state: &SharedState, parent: &Phases) -> Result<()> {
+    if !cli.timings && json.is_none() {
         return Ok(());
     }
     let children: Vec<Phases> = (0..state.process_count()).map(|i| Phases::read(state, i)).collect();
     if cli.timings {
-        print!("{}", timings::table(parent, &children));
+        crate::output::text(&timings::table(parent, &children))?;
     }
-    if let Some(path) = &cli.json {
+    if let Some(json) = json {
         let extra = [
             ("processes", state.process_count().to_string()),
             ("procs_per_device", state.procs_per_device.load(Ordering::Relaxed).to_string()),
             ("buffer_bytes", state.data_size().to_string()),
             ("sequential", cli.sequential.to_string()),
+            ("simulated", crate::driver::host::requested().to_string()),
         ];
-        std::fs::write(path, timings::json(parent, &children, &extra))
-            .with_context(|| format!("writing {}", path.display()))?;
+        json.write(&timings::json(parent, &children, &extra))?;
     }
     Ok(())
 }

@@ -1,21 +1,30 @@
-//! The POSIX shared memory segment `simpleIPCshm<parent pid>`: its layout, its creation by the parent, its
-//! checked opening by a child, and the removal of its name.
+//! The shared memory segment `simpleIPCshm<parent pid>`: its layout, its creation by the parent, and its
+//! checked opening by a child.
+//!
+//! The original opens `/dev/shm/simpleIPCshm<pid>` with `shm_open` and never removes it, and its children
+//! find it by that name. Here the segment is the same kind of memory (shmem), made with `memfd_create` under
+//! that name: it never has a name in `/dev/shm`, so no way of killing any process can leave a file, and two
+//! runs in different PID namespaces (containers sharing `/dev/shm`, where each parent can be pid 1) cannot
+//! collide. The children inherit its descriptor instead (`--segment-fd`). Its space is reserved when it is
+//! made (`posix_fallocate`), so a full tmpfs or a file size limit is an error, not a SIGBUS later, and it
+//! is sealed against growing and shrinking, so no process can make another's mapping fault.
 //!
 //! The layout keeps the original's fields in the original's order (`nprocesses`, `barrier`, `sense`,
 //! `devices`, `memHandle`, `eventHandle`), behind a header the child checks before it trusts anything, and
 //! followed by the port's own fields. Every field is an atomic, so any bytes are a valid `SharedState` and
 //! several processes may touch any field at once; plain data is published by the parent through `phase`.
 
+use std::ffi::CString;
 use std::fs::File;
 use std::mem::size_of;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, ensure};
 use memmap2::MmapRaw;
-use nix::errno::Errno;
-use nix::fcntl::OFlag;
-use nix::sys::mman::{shm_open, shm_unlink};
-use nix::sys::stat::{Mode, fstat};
+use nix::fcntl::{FcntlArg, FdFlag, SealFlag, fcntl};
+use nix::sys::memfd::{MFdFlags, memfd_create};
+use nix::sys::stat::fstat;
 
 use crate::barrier::Barrier;
 use crate::futex;
@@ -111,14 +120,10 @@ pub struct SharedState {
     // The port's fields.
     /// A [`RunState`].
     pub run_state: AtomicU32,
-    /// Children that have mapped the segment; the one that completes the count removes the name.
-    pub attached: AtomicU32,
     /// Children that have opened every handle.
     pub opened: AtomicU32,
     /// Children that have verified their buffer and closed every handle they opened.
     pub finished: AtomicU32,
-    /// Set by whoever removes the segment's name, so that it is removed exactly once.
-    pub name_removed: AtomicBool,
     /// The phase each process is in (see `timings::progress_of`), for the watchdog's report.
     pub progress: [AtomicU32; MAX_PROCESSES],
     /// Phase timings in microseconds, per process (see `timings`).
@@ -236,110 +241,99 @@ pub fn name_for(pid: u32) -> String {
     format!("simpleIPCshm{pid}")
 }
 
-/// A mapped segment. The parent's copy removes the name on drop; a child's only unmaps.
+/// The seals every segment carries: its size can never change.
+fn seals() -> SealFlag {
+    SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_SEAL
+}
+
+/// A mapped segment, with its descriptor (which the parent hands to its children).
 pub struct Segment {
-    name: String,
+    fd: OwnedFd,
     map: MmapRaw,
-    owner: bool,
 }
 
 impl Segment {
-    /// Creates the segment exclusively, mode 0600, and writes its header. An existing object of that name is
-    /// refused and left untouched.
+    /// Creates the segment: anonymous shared memory called `name`, its space reserved, its size sealed, its
+    /// header written. Its descriptor is closed on exec unless [`Segment::inherit`] says otherwise.
     pub fn create(name: &str) -> Result<Self> {
-        let fd = match shm_open(
-            name,
-            OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_RDWR,
-            Mode::S_IRUSR | Mode::S_IWUSR,
-        ) {
-            Err(Errno::EEXIST) => bail!(
-                "shared memory object /dev/shm/{name} already exists; refusing to reuse or remove it \
-                 (another program made it, or an old run left it: remove it yourself if you know it is stale)"
-            ),
-            other => other.with_context(|| format!("shm_open(/dev/shm/{name}, O_CREAT | O_EXCL)"))?,
-        };
-        // The name is ours from here on: removed again if the object cannot be sized or mapped.
-        let file = File::from(fd);
-        let mapped = file
-            .set_len(size_of::<SharedState>() as u64)
-            .with_context(|| format!("ftruncate({name})"))
-            .and_then(|()| MmapRaw::map_raw(&file).with_context(|| format!("mmap({name})")));
-        let map = match mapped {
-            Ok(map) => map,
-            Err(e) => {
-                let _ = shm_unlink(name);
-                return Err(e);
-            }
-        };
-        let segment = Self { name: name.to_owned(), map, owner: true };
+        let bytes = size_of::<SharedState>();
+        let c_name = CString::new(name).context("segment name")?;
+        let fd = memfd_create(c_name.as_c_str(), MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING)
+            .with_context(|| format!("memfd_create({name})"))?;
+        nix::fcntl::posix_fallocate(&fd, 0, bytes as i64).with_context(|| {
+            format!(
+                "reserving {bytes} bytes of shared memory for the segment {name} (is memory or tmpfs full?)"
+            )
+        })?;
+        fcntl(&fd, FcntlArg::F_ADD_SEALS(seals())).with_context(|| format!("sealing the segment {name}"))?;
+        let map = MmapRaw::map_raw(&File::from(fd.try_clone().context("dup")?))
+            .with_context(|| format!("mmap({name})"))?;
+        let segment = Self { fd, map };
         let state = segment.state();
         state.magic.store(MAGIC, Ordering::Relaxed);
         state.layout_version.store(LAYOUT_VERSION, Ordering::Relaxed);
-        state.segment_size.store(size_of::<SharedState>() as u64, Ordering::Relaxed);
+        state.segment_size.store(bytes as u64, Ordering::Relaxed);
         state.parent_pid.store(std::process::id(), Ordering::Relaxed);
         Ok(segment)
     }
 
-    /// Opens and maps the segment of a parent, after checking the object's owner and size, and then the
-    /// header: a short object is refused before it is mapped, so it cannot raise SIGBUS.
-    pub fn open(name: &str) -> Result<Self> {
-        let fd = shm_open(name, OFlag::O_RDWR, Mode::empty())
-            .with_context(|| format!("shm_open(/dev/shm/{name})"))?;
-        let stat = fstat(&fd).with_context(|| format!("fstat({name})"))?;
+    /// The descriptor a child gets (`--segment-fd`).
+    pub fn fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    /// Lets a program started by exec in a forked child of this process inherit the segment's descriptor.
+    /// Call it between fork and exec only (it is async-signal-safe).
+    pub fn inherit(fd: RawFd) -> std::io::Result<()> {
+        // SAFETY: the caller is between fork and exec, where `fd` (a descriptor of the parent's Segment,
+        // copied by fork) is open; clearing FD_CLOEXEC changes nothing else.
+        let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+        fcntl(fd, FcntlArg::F_SETFD(FdFlag::empty())).map(drop).map_err(std::io::Error::from)
+    }
+
+    /// Maps the segment a child inherited as descriptor `fd`, after checking it: ours (owner), sealed, of
+    /// the layout's size, then its header. A short or growable object is refused before it is mapped, so it
+    /// cannot raise SIGBUS.
+    pub fn open_inherited(fd: RawFd) -> Result<Self> {
+        ensure!(fd > 2, "descriptor {fd} is not a segment (it is standard input, output or error)");
+        // SAFETY: only asks whether the number is an open descriptor; nothing is owned or closed.
+        let open = fcntl(unsafe { BorrowedFd::borrow_raw(fd) }, FcntlArg::F_GETFD);
+        open.with_context(|| format!("fstat(segment descriptor {fd}): it is not open"))?;
+        // SAFETY: the descriptor is open (checked) and was given to this process to own: the parent cleared
+        // FD_CLOEXEC on it for this process alone.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let stat = fstat(&fd).context("fstat(segment descriptor)")?;
         let me = nix::unistd::geteuid();
+        ensure!(stat.st_uid == me.as_raw(), "the segment belongs to uid {}, not to us ({me})", stat.st_uid);
+        let sealed = fcntl(&fd, FcntlArg::F_GET_SEALS).map(SealFlag::from_bits_truncate);
         ensure!(
-            stat.st_uid == me.as_raw(),
-            "/dev/shm/{name} belongs to uid {}, not to us ({me})",
-            stat.st_uid
+            sealed.is_ok_and(|s| s.contains(seals())),
+            "the segment's size is not sealed: it is not one that simple-ipc made"
         );
         let size = usize::try_from(stat.st_size).unwrap_or(0);
         ensure!(
             size == size_of::<SharedState>(),
-            "/dev/shm/{name} has {size} bytes; a segment has {}",
+            "the segment has {size} bytes; a segment has {}",
             size_of::<SharedState>()
         );
-        let map = MmapRaw::map_raw(&File::from(fd)).with_context(|| format!("mmap({name})"))?;
-        let segment = Self { name: name.to_owned(), map, owner: false };
-        segment.state().validate(size).with_context(|| format!("/dev/shm/{name} is not a usable segment"))?;
+        // Not inherited any further than this process.
+        fcntl(&fd, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC)).context("fcntl(FD_CLOEXEC)")?;
+        let map = MmapRaw::map_raw(&File::from(fd.try_clone().context("dup")?)).context("mmap(segment)")?;
+        let segment = Self { fd, map };
+        segment.state().validate(size).context("not a usable segment")?;
         Ok(segment)
     }
 
     pub fn state(&self) -> &SharedState {
         // SAFETY: the mapping is page-aligned and at least size_of::<SharedState>() bytes (checked on open, set
-        // on create) and lives as long as `self`; every field is an atomic, so any bytes are a valid value and
-        // concurrent access from other processes is allowed.
+        // on create, sealed) and lives as long as `self`; every field is an atomic, so any bytes are a valid
+        // value and concurrent access from other processes is allowed.
         unsafe { &*self.map.as_ptr().cast::<SharedState>() }
-    }
-
-    /// Removes the name from `/dev/shm` (once, whoever calls it first); the mappings stay valid.
-    pub fn remove_name(&self) -> Result<()> {
-        if self.state().name_removed.swap(true, Ordering::AcqRel) {
-            return Ok(());
-        }
-        match shm_unlink(self.name.as_str()) {
-            Ok(()) | Err(Errno::ENOENT) => Ok(()),
-            Err(e) => Err(e).with_context(|| format!("shm_unlink({})", self.name)),
-        }
-    }
-
-    /// A child reports that it has mapped the segment; the last one removes the name, so that nothing is left
-    /// in `/dev/shm` even if the parent is killed later.
-    pub fn mark_attached(&self) -> Result<()> {
-        let state = self.state();
-        let attached = state.attached.fetch_add(1, Ordering::AcqRel) + 1;
-        if attached as usize == state.process_count() {
-            self.remove_name()?;
-        }
-        Ok(())
     }
 }
 
-impl Drop for Segment {
-    fn drop(&mut self) {
-        if self.owner
-            && let Err(e) = self.remove_name()
-        {
-            eprintln!("warning: {e:#}");
-        }
+impl AsFd for Segment {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
     }
 }

@@ -72,7 +72,7 @@ impl Drop for Stream<'_> {
     fn drop(&mut self) {
         // SAFETY: created by this driver, destroyed only here, once; queued work still runs.
         if let Err(e) = unsafe { self.driver.destroy_stream(self.raw) } {
-            eprintln!("warning: destroying a stream: {e:#}");
+            warn!("warning: destroying a stream: {e:#}");
         }
     }
 }

@@ -10,7 +10,7 @@ use crate::numa::Sysfs;
 /// `--topology`: prints the report, or the waived line where there is no GPU.
 pub fn run() -> Result<crate::Outcome> {
     let Some(driver) = crate::devices::load_or_waive()? else { return Ok(crate::Outcome::Waived) };
-    print!("{}", report(&*driver)?);
+    crate::output::text(&report(&*driver)?)?;
     Ok(crate::Outcome::Passed)
 }
 

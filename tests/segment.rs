@@ -1,28 +1,35 @@
-//! The segment between real processes: a child refuses every segment it cannot trust (missing, empty,
-//! short, zeroed, forged, stale, out of range) with exit 1 and a message, never a panic or a signal; and the
-//! layout round-trips from the parent's process to another.
+//! The segment between real processes: a child refuses every segment it cannot trust (missing, not a
+//! descriptor, unsealed, empty, short, zeroed, forged, stale, out of range) with exit 1 and a message, never
+//! a panic or a signal; and the layout round-trips from the parent's process to another.
 //!
-//! The test process plays the parent: a child finds `simpleIPCshm<getppid()>`, which is this process's pid.
-//! The cases share that one name, so they run one after another in a single test.
+//! The test process plays the parent: it hands each child an object as the inherited `--segment-fd`.
 
 mod common;
 
 use std::io::Write;
 use std::mem::size_of;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::process::CommandExt;
 use std::sync::atomic::Ordering;
+
+use nix::fcntl::{FcntlArg, FdFlag, SealFlag, fcntl};
+use nix::sys::memfd::{MFdFlags, memfd_create};
 
 use common::{FAULT, SIMULATE, bin, text};
 use simple_ipc::segment::{self, LAYOUT_VERSION, MAGIC, SharedState};
 
-fn path() -> String {
-    format!("/dev/shm/{}", segment::name_for(std::process::id()))
-}
-
-fn write_object(bytes: &[u8]) {
-    let _ = std::fs::remove_file(path());
-    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path()).unwrap();
+/// An anonymous shared memory object holding `bytes`, sealed against resizing when `sealed`, as the parent
+/// makes its segment.
+fn object(bytes: &[u8], sealed: bool) -> OwnedFd {
+    let flags = MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING;
+    let fd = memfd_create(c"simpleIPCshm-test", flags).unwrap();
+    let mut file = std::fs::File::from(fd.try_clone().unwrap());
     file.write_all(bytes).unwrap();
+    if sealed {
+        let seals = SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_SEAL;
+        fcntl(&fd, FcntlArg::F_ADD_SEALS(seals)).unwrap();
+    }
+    fd
 }
 
 /// A well-formed segment for `n` processes, as bytes, with one field changed by `forge`.
@@ -45,17 +52,33 @@ fn segment_bytes(n: u64, forge: impl FnOnce(&SharedState)) -> Vec<u8> {
     bytes[..size_of::<SharedState>()].to_vec()
 }
 
-fn child(index: &str) -> (Option<i32>, String) {
-    let out =
-        std::process::Command::new(bin()).arg(index).env(SIMULATE, "ok").env_remove(FAULT).output().unwrap();
+/// Runs child `index` with `segment` as its inherited descriptor (or with none).
+fn child(index: &str, segment: Option<&OwnedFd>) -> (Option<i32>, String) {
+    let mut command = std::process::Command::new(bin());
+    command.env(SIMULATE, "ok").env_remove(FAULT);
+    if let Some(fd) = segment.map(|fd| fd.as_raw_fd()) {
+        command.arg("--segment-fd").arg(fd.to_string());
+        // SAFETY: (test) between fork and exec; fcntl is async-signal-safe.
+        unsafe {
+            command.pre_exec(move || {
+                let fd = BorrowedFd::borrow_raw(fd);
+                fcntl(fd, FcntlArg::F_SETFD(FdFlag::empty())).map(drop).map_err(std::io::Error::from)
+            });
+        }
+    }
+    let out = command.arg(index).output().unwrap();
     (out.status.code(), text(&out))
+}
+
+fn child_with(index: &str, bytes: &[u8]) -> (Option<i32>, String) {
+    child(index, Some(&object(bytes, true)))
 }
 
 #[test]
 fn child_refuses_every_segment_it_cannot_trust() {
-    let _ = std::fs::remove_file(path());
-    let (code, out) = child("0");
+    let (code, out) = child("0", None);
     assert_eq!(code, Some(1), "no segment: {out}");
+    assert!(out.contains("children are started by the parent"), "{out}");
     assert!(out.contains("Failed to create shared memory slab"), "{out}");
 
     let full = size_of::<SharedState>();
@@ -98,27 +121,46 @@ fn child_refuses_every_segment_it_cannot_trust() {
         ),
     ];
     for (what, bytes, message) in cases {
-        write_object(&bytes);
-        let (code, out) = child("0");
+        let (code, out) = child_with("0", &bytes);
         assert_eq!(code, Some(1), "{what}: must exit 1, not crash: {out}");
         assert!(out.contains(message), "{what}: expected {message:?} in {out}");
         assert!(!out.contains("panicked"), "{what}: {out}");
     }
 
+    // A well-formed segment that could still grow or shrink under the child's mapping.
+    let (code, out) = child("0", Some(&object(&segment_bytes(1, |_| {}), false)));
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("not sealed"), "{out}");
+
+    // Descriptors that are not a segment.
+    let stdout = std::io::stdout();
+    for (what, fd) in [("standard output", stdout.as_fd().try_clone_to_owned().unwrap())] {
+        let (code, out) = child("0", Some(&fd));
+        assert_eq!(code, Some(1), "{what}: {out}");
+    }
+    let mut command = std::process::Command::new(bin());
+    let out =
+        command.args(["--segment-fd", "977", "0"]).env(SIMULATE, "ok").env_remove(FAULT).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "a descriptor that is not open: {}", text(&out));
+    assert!(text(&out).contains("fstat"), "{}", text(&out));
+    let out = std::process::Command::new(bin())
+        .args(["--segment-fd", "1", "0"])
+        .env(SIMULATE, "ok")
+        .output()
+        .unwrap();
+    assert!(text(&out).contains("descriptor 1 is not a segment"), "{}", text(&out));
+
     // An index past the segment's process count.
-    write_object(&segment_bytes(2, |_| {}));
-    let (code, out) = child("5");
+    let (code, out) = child_with("5", &segment_bytes(2, |_| {}));
     assert_eq!(code, Some(1));
     assert!(out.contains("this is process 5, but the segment has 2 processes"), "{out}");
 
     // A valid segment whose parent never gets ready: the child waits, and stops when the run is aborted.
-    write_object(&segment_bytes(1, |s| {
-        s.run_state.store(segment::RunState::Aborted as u32, Ordering::Relaxed)
-    }));
-    let (code, out) = child("0");
+    let aborted =
+        segment_bytes(1, |s| s.run_state.store(segment::RunState::Aborted as u32, Ordering::Relaxed));
+    let (code, out) = child_with("0", &aborted);
     assert_eq!(code, Some(1));
     assert!(out.contains("the run was aborted"), "{out}");
-    assert!(!std::path::Path::new(&path()).exists(), "the last child to attach removes the name");
 }
 
 /// What one process writes through `Segment::create` another reads through `Segment::open`.
@@ -126,6 +168,7 @@ fn child_refuses_every_segment_it_cannot_trust() {
 fn layout_round_trips_between_processes() {
     let name = format!("simpleIPCshm-roundtrip-{}", std::process::id());
     let created = segment::Segment::create(&name).unwrap();
+    assert!(!std::path::Path::new(&format!("/dev/shm/{name}")).exists(), "the segment never has a name");
     let state = created.state();
     state.describe_run(&segment::RunPlan {
         devices: &[3, 3, 5],
@@ -142,7 +185,7 @@ fn layout_round_trips_between_processes() {
     // SAFETY: (test) the forked child only reads the segment, then leaves with _exit.
     match unsafe { nix::unistd::fork() }.unwrap() {
         nix::unistd::ForkResult::Child => {
-            let ok = segment::Segment::open(&name).is_ok_and(|opened| {
+            let ok = segment::Segment::open_inherited(created.fd()).is_ok_and(|opened| {
                 let s = opened.state();
                 s.process_count() == 3
                     && (0..3).map(|i| s.device_of(i)).eq([3, 3, 5])
@@ -150,7 +193,7 @@ fn layout_round_trips_between_processes() {
                     && s.run_state() == segment::RunState::Ready
                     && (0..3).all(|i| s.mem_handles[i].load() == [i as u8 + 1; 64])
                     && (0..3).all(|i| s.event_handles[i].load() == [i as u8 + 101; 64])
-                    && opened.mark_attached().is_ok()
+                    && opened.state().opened.fetch_add(1, Ordering::AcqRel) == 0
             });
             // SAFETY: (test) ends the forked child without running the test harness's atexit handlers.
             unsafe { nix::libc::_exit(if ok { 0 } else { 1 }) }
@@ -164,11 +207,5 @@ fn layout_round_trips_between_processes() {
             );
         }
     }
-    assert_eq!(state.attached.load(Ordering::Relaxed), 1, "the other process's write came back");
-    assert!(std::path::Path::new(&format!("/dev/shm/{name}")).exists(), "1 of 3 attached: the name stays");
-    drop(created);
-    assert!(
-        !std::path::Path::new(&format!("/dev/shm/{name}")).exists(),
-        "the creator removes the name on drop"
-    );
+    assert_eq!(state.opened.load(Ordering::Relaxed), 1, "the other process's write came back");
 }

@@ -80,21 +80,6 @@ pub fn ipc_open_hint(result: CUresult) -> Option<&'static str> {
     }
 }
 
-/// The variable that sets how many hardware work queues a context gets (CUDA's default is 8).
-pub const MAX_CONNECTIONS_ENV: &str = "CUDA_DEVICE_MAX_CONNECTIONS";
-
-/// Asks for one hardware work queue per context unless the user chose a number: every process here uses one
-/// stream, and on the H200 host it made the whole run about 200 ms faster (contexts are created faster, and
-/// the creations of concurrent processes, which the driver serialises, shorter). Call it before any thread
-/// starts; children inherit it.
-pub fn prefer_fast_context_creation() {
-    if std::env::var_os(MAX_CONNECTIONS_ENV).is_none() {
-        // SAFETY: main calls this first, while the process has a single thread, so no other thread can be
-        // reading the environment.
-        unsafe { std::env::set_var(MAX_CONNECTIONS_ENV, "1") };
-    }
-}
-
 impl CudaDriver {
     /// Loads `libcuda` and initialises it; `Unavailable` when this machine has no usable GPU.
     pub fn load() -> Result<Self> {

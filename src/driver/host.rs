@@ -10,7 +10,9 @@
 //!   the generation that was last recorded when the wait was asked for, as `cuStreamWaitEvent` does.
 //!
 //! A "device buffer" or an event's counters are a memfd; the IPC handle names the exporter's pid and
-//! descriptor, and opening it maps `/proc/<pid>/fd/<fd>`, so, as with CUDA, nothing is left in `/dev/shm`.
+//! descriptor, and opening it maps `/proc/<pid>/fd/<fd>`. Like the CUDA driver, an exported event also has a
+//! file `/dev/shm/cuda.shm.0.<pid, hex>.<n>`, removed when the exporter ends normally and left when it is
+//! killed, so that the tests check that the program removes what the driver would leave.
 //!
 //! `SIMPLE_IPC_SIMULATE_GPUS` is a comma-separated list, one entry per device: `ok`, or a defect that device
 //! selection must reject: `no-uva` (no unified addressing), `exclusive` (compute mode not Default), `no-peer`
@@ -35,6 +37,11 @@ use super::{
 
 /// The environment variable that selects the simulation (test-only; README documents it).
 pub const SIMULATE_ENV: &str = "SIMPLE_IPC_SIMULATE_GPUS";
+
+/// Whether this process was asked to simulate its GPUs.
+pub fn requested() -> bool {
+    std::env::var_os(SIMULATE_ENV).is_some()
+}
 
 const BUFFER_TAG: &[u8; 8] = b"SIMIPC\0\x02";
 const EVENT_TAG: &[u8; 8] = b"SIMEVT\0\x02";
@@ -132,6 +139,16 @@ pub struct HostDriver {
     streams: Mutex<HashMap<u64, Arc<Stream>>>,
     next_id: AtomicU64,
     random: AtomicU64,
+    /// The files in /dev/shm this process's exported events have, as the CUDA driver makes them.
+    driver_files: Mutex<Vec<String>>,
+}
+
+impl Drop for HostDriver {
+    fn drop(&mut self) {
+        for name in self.driver_files.get_mut().map(std::mem::take).unwrap_or_default() {
+            let _ = std::fs::remove_file(name);
+        }
+    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> Result<MutexGuard<'_, T>> {
@@ -193,6 +210,7 @@ impl HostDriver {
             streams: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             random: AtomicU64::new(seed | 1),
+            driver_files: Mutex::new(Vec::new()),
         }))
     }
 
@@ -321,7 +339,13 @@ impl Driver for HostDriver {
     }
 
     fn create_interprocess_event(&self) -> Result<RawEvent> {
-        self.insert_event(Mapping::create(EVENT_BYTES)?)
+        let event = self.insert_event(Mapping::create(EVENT_BYTES)?)?;
+        // Like the CUDA driver, leave a file in /dev/shm for every exported event, removed only when this
+        // process ends normally, so that the tests see what a killed exporter leaves.
+        let name = format!("/dev/shm/cuda.shm.0.{:x}.{}", std::process::id(), event.0);
+        std::fs::write(&name, b"").with_context(|| format!("creating {name}, as the CUDA driver does"))?;
+        lock(&self.driver_files)?.push(name);
+        Ok(event)
     }
 
     unsafe fn ipc_get_event_handle(&self, event: RawEvent) -> Result<IpcHandleBytes> {

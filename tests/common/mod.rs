@@ -55,31 +55,61 @@ pub fn shm_exists(name: &str) -> bool {
     Path::new("/dev/shm").join(name).exists()
 }
 
-/// Starts a simulated run whose child 0 hangs in the round-robin, and returns once every child has attached
-/// (the segment's name is gone then): the moment to kill or interrupt the parent.
+/// Starts a simulated run whose child 0 hangs in the round-robin, and returns once every child has started
+/// (a thread keeps reading its output): the moment to kill or interrupt the parent.
 pub fn start_hanging_run(procs: u32) -> Child {
     let mut child = simulated("ok")
         .args(["--procs-per-device", &procs.to_string()])
         .env(FAULT, "child0@round-robin:hang")
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .expect("the binary starts");
-    let name = format!("simpleIPCshm{}", child.id());
-    let start = Instant::now();
-    // The name appears when the parent creates the segment and goes when the last child attaches.
-    let mut seen = false;
-    while start.elapsed() < Duration::from_secs(10) {
-        let exists = shm_exists(&name);
-        seen |= exists;
-        if (seen && !exists) || (!seen && start.elapsed() > Duration::from_secs(1)) {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    let started = wait_for_lines(&mut child, "Starting on device", procs as usize, Duration::from_secs(10));
+    assert_eq!(started, procs as usize, "not every child started");
     assert!(child.try_wait().unwrap().is_none(), "the run ended before it could be interrupted");
     // Let the other children reach the barrier, where they wait for child 0.
     std::thread::sleep(Duration::from_millis(300));
     child
+}
+
+/// Reads the child's stdout on a thread of its own until `count` lines contain `needle` or `limit` passes;
+/// returns how many did. The thread goes on draining the output, so that the child never blocks on it.
+pub fn wait_for_lines(child: &mut Child, needle: &str, count: usize, limit: Duration) -> usize {
+    use std::io::BufRead;
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let needle = needle.to_owned();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            if line.contains(&needle) {
+                let _ = tx.send(());
+            }
+        }
+    });
+    let deadline = Instant::now() + limit;
+    let mut seen = 0;
+    while seen < count {
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(()) => seen += 1,
+            Err(_) => break,
+        }
+    }
+    seen
+}
+
+/// The names in /dev/shm that a run of parent `pid` could leave: its segment's old name and the files the
+/// driver makes for its events.
+pub fn leftovers(pid: u32) -> Vec<String> {
+    let segment = format!("simpleIPCshm{pid}");
+    let events = format!(".{pid:x}.");
+    std::fs::read_dir("/dev/shm")
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .filter(|name| *name == segment || (name.starts_with("cuda.shm.") && name.contains(&events)))
+                .collect()
+        })
+        .unwrap_or_default()
 }
