@@ -142,7 +142,7 @@ impl<'s> Children<'s> {
             .iter()
             .map(|child| {
                 let word = self.state.progress[child.index].load(std::sync::atomic::Ordering::Acquire);
-                let stopped = is_stopped(child.pid).then_some(", stopped (SIGSTOP)").unwrap_or_default();
+                let stopped = if is_stopped(child.pid) { ", stopped (SIGSTOP)" } else { "" };
                 format!("process {} was {}{stopped}", child.index, progress_of(word))
             })
             .collect();

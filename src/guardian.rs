@@ -52,12 +52,8 @@ fn watch(read: &OwnedFd, parent: u32) {
         let _ = nix::unistd::dup2_stderr(&null);
     }
     let mut byte = [0u8; 1];
-    loop {
-        match nix::unistd::read(read, &mut byte) {
-            Err(Errno::EINTR) => continue, // a stop signal for the whole group: the parent handles it
-            _ => break,
-        }
-    }
+    // EINTR: a stop signal for the whole group, which the parent handles; wait on.
+    while let Err(Errno::EINTR) = nix::unistd::read(read, &mut byte) {}
     let _ = driver_files::remove_event_files_of(parent);
 }
 

@@ -12,6 +12,7 @@ use simple_ipc::{
 };
 
 fn main() -> ExitCode {
+    simple_ipc::output::fill_closed_standard_descriptors();
     // Like a C program, end quietly when the reader of our output goes away (`simple-ipc | head`).
     // SAFETY: restoring the default disposition installs no handler; nothing else runs yet.
     let _ = unsafe { signal(Signal::SIGPIPE, SigHandler::SigDfl) };

@@ -10,6 +10,26 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 
+/// Opens `/dev/null` on standard input, output or error where one is closed, so that no descriptor the
+/// program opens later (the segment, a pipe) takes its number and receives what is meant for it. Call it
+/// first thing, while the process has one thread.
+pub fn fill_closed_standard_descriptors() {
+    for fd in 0..3 {
+        // SAFETY: only asks whether the number is open; nothing is owned or closed.
+        let closed = nix::fcntl::fcntl(
+            unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) },
+            nix::fcntl::FcntlArg::F_GETFD,
+        )
+        .is_err();
+        if closed {
+            // The lowest free number is `fd` itself, since the numbers below it are open.
+            let null = std::fs::OpenOptions::new().read(fd == 0).write(fd != 0).open("/dev/null");
+            // Kept open for the process's life, as the standard descriptor it stands for.
+            std::mem::forget(null);
+        }
+    }
+}
+
 /// Writes a line (use [`say!`](crate::say)) and flushes it, so that the lines of several processes come
 /// out in the order they were written.
 pub fn line(args: std::fmt::Arguments) -> Result<()> {
