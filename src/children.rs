@@ -18,8 +18,9 @@ use crate::segment::{Segment, SharedState};
 use crate::signals;
 use crate::timings::progress_of;
 
-/// How long stopped children get to close what they opened before they are killed.
-const GRACE: Duration = Duration::from_secs(1);
+/// How long stopped children get to close what they opened before they are killed: every wait of a child
+/// looks at the abort flag at least every 10 ms, so one that has not left by then is hung or stopped.
+const GRACE: Duration = Duration::from_millis(300);
 /// How often the parent looks at its children while they run.
 const POLL: Duration = Duration::from_millis(1);
 

@@ -2,8 +2,6 @@
 //! drop; an opener holds views that close the mapping or the opened event on drop, and cannot free anything.
 //! [`DeviceMemory`] and [`Event`] are what streams and kernels accept, so that no raw handle leaves here.
 
-use std::time::Duration;
-
 use anyhow::{Context, Result};
 
 use crate::driver::{DevicePtr, Driver, IpcHandleBytes, RawEvent};
@@ -137,12 +135,9 @@ pub trait Event {
     }
 }
 
-/// How long an exported event's owner waits for its last recorded work before destroying it anyway (the
-/// driver releases an event with pending work once that work is done).
-const EVENT_DROP_WAIT: Duration = Duration::from_millis(500);
-
-/// An interprocess event created and exported by this process (the parent): on drop it waits for the event's
-/// last recorded work, then destroys it (the original's clean-up order).
+/// An interprocess event created and exported by this process (the parent): destroyed on drop. The driver
+/// releases an event whose recorded work is still pending once that work is done, so a failed run does not
+/// wait for work that a dead process recorded; a run that passed synchronises it first, as the original does.
 pub struct ExportedEvent<'d> {
     driver: &'d dyn Driver,
     device: i32,
@@ -179,18 +174,16 @@ impl Event for ExportedEvent<'_> {
 impl Drop for ExportedEvent<'_> {
     fn drop(&mut self) {
         let d = self.driver;
-        let waited = d
-            .use_device(self.device)
-            .and_then(|()| stop::poll(|| self.is_complete(), &stop::never, Some(EVENT_DROP_WAIT)).map(drop));
-        warn_on_error("waiting for an exported event", waited);
         // SAFETY: created by this driver, destroyed only here, once.
-        warn_on_error("destroying an exported event", unsafe { d.destroy_event(self.event) });
+        let destroyed = d.use_device(self.device).and_then(|()| unsafe { d.destroy_event(self.event) });
+        warn_on_error("destroying an exported event", destroyed);
     }
 }
 
-/// What one process exports: its buffer and its event. The event is declared first, so it is synchronised
-/// and destroyed before the buffer is freed.
+/// What one process exports: its buffer and its event, on `device`. The event is declared first, so it is
+/// destroyed before the buffer is freed.
 pub struct ProcessExports<'d> {
+    pub device: i32,
     pub event: ExportedEvent<'d>,
     pub buffer: ExportedBuffer<'d>,
 }

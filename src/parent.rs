@@ -19,10 +19,11 @@ use crate::driver::Driver;
 use crate::driver_files;
 use crate::fault::{self, Who};
 use crate::guardian::Guardian;
-use crate::ipc::{ExportedBuffer, ExportedEvent, ProcessExports};
+use crate::ipc::{Event, ExportedBuffer, ExportedEvent, ProcessExports};
 use crate::output::JsonFile;
 use crate::phase::Phase;
 use crate::segment::{self, RunPlan, Segment, SharedState};
+use crate::signals;
 use crate::timings::{self, Phases, Stopwatch};
 
 pub fn run(cli: &Cli) -> Result<Outcome> {
@@ -82,10 +83,14 @@ pub fn run(cli: &Cli) -> Result<Outcome> {
             }
         }
     })?;
-    // Every child has verified and closed what it opened: free the buffers and release CUDA while the
-    // children tear their own contexts down (that takes longer than the whole round-robin), then collect
-    // their exit statuses.
+    // Every child has verified and closed what it opened: as the original, wait for each event's last work,
+    // destroy the events and free the buffers; release CUDA while the children tear their own contexts down
+    // (that takes longer than the whole round-robin); then collect their exit statuses.
     watch.enter(Phase::CleanUp)?;
+    for export in &exports {
+        driver.use_device(export.device)?;
+        export.event.synchronize(&signals::check)?;
+    }
     drop(exports);
     drop(cuda);
     watch.enter(Phase::WaitChildren)?;
@@ -153,7 +158,7 @@ fn export_device<'d>(
         let event = ExportedEvent::create(driver, device)?;
         let buffer = ExportedBuffer::allocate(driver, device, segment::data_size(driver.simulated()))
             .with_context(|| format!("buffer of process {index}"))?;
-        exported.push((index, ProcessExports { event, buffer }));
+        exported.push((index, ProcessExports { device, event, buffer }));
     }
     Ok((context, exported))
 }
