@@ -7,7 +7,8 @@
 #   nvcc -O2 -I<cuda-samples>/Common -o /tmp/simpleIPC <cuda-samples>/Samples/0_Introduction/simpleIPC/simpleIPC.cu \
 #        <cuda-samples>/Common/helper_multiprocess.cpp
 #   nvcc -O2 -std=c++17 -o /tmp/ipc-floor ipc-floor.cu -lcuda
-# The original leaves /dev/shm/simpleIPCshm<pid> behind at every run; this script removes exactly those.
+# The original leaves /dev/shm/simpleIPCshm<pid> and the driver's cuda.shm.* files behind at every run; this
+# script removes exactly those.
 set -u
 ours=$(realpath "$1"); original=$(realpath "$2"); floor=$(realpath "$3"); rounds=${4:-5}
 gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
@@ -16,8 +17,11 @@ median() { tr ' ' '\n' | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", a / b }'; }
 
 echo "== $gpus GPU(s); $rounds paired rounds each; medians in ms"
-# Removes the segments a run of the original left (names that appeared since $1 was listed).
-clean_original() { for f in $(comm -13 <(echo "$1") <(ls /dev/shm) | grep '^simpleIPCshm[0-9]*$'); do rm -f "/dev/shm/$f"; done; }
+# Removes what a run of the original left in /dev/shm (its segment and the driver's event files: the names
+# that appeared since $1 was listed).
+clean_original() {
+  for f in $(comm -13 <(echo "$1") <(ls /dev/shm) | grep -E '^(simpleIPCshm[0-9]+|cuda\.shm\..*)$'); do rm -f "/dev/shm/$f"; done
+}
 echo "-- NVIDIA's simpleIPC, one run's output:"
 before=$(ls /dev/shm)
 "$original" 2>&1 | sed 's/^/   /'

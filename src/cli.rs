@@ -21,6 +21,14 @@ pub struct Cli {
     #[arg(hide = true, value_parser = clap::value_parser!(u32).range(0..MAX_PROCESSES as i64))]
     pub child: Option<u32>,
 
+    /// The guardian's role: the parent's pid (not for users).
+    #[arg(long, hide = true, requires = "guardian_fd", value_name = "PID")]
+    pub guardian_for: Option<u32>,
+
+    /// The guardian's role: the pipe it watches (not for users).
+    #[arg(long, hide = true, requires = "guardian_for", value_name = "FD")]
+    pub guardian_fd: Option<i32>,
+
     /// The descriptor of the parent's segment, which a child inherits (not for users).
     #[arg(long, hide = true, requires = "child", value_name = "FD")]
     pub segment_fd: Option<i32>,

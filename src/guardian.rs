@@ -1,65 +1,68 @@
-//! What outlives a killed parent: a small process forked at the parent's start that waits for the parent to
-//! be gone, however it went (even `kill -9`), and then removes the files the CUDA driver made in `/dev/shm`
-//! for the parent's interprocess events (see `driver_files`), which the driver removes only when the exporter
-//! exits normally. The parent ends it on its way out.
+//! What outlives a killed parent: a small process the parent starts (this program again, with a hidden
+//! role) that waits for the parent to be gone, however it went (even `kill -9`), and then removes the files
+//! the CUDA driver made in `/dev/shm` for the parent's interprocess events (see `driver_files`), which the
+//! driver removes only when the exporter exits normally. The parent ends it on its way out.
+//!
+//! It is started by exec, so it is safe whatever threads the parent has (a tool such as compute-sanitizer
+//! injects some), and with an empty environment, so that no such tool follows it: it makes no CUDA call.
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
 
-use anyhow::{Context, Result, ensure};
+use anyhow::{Context, Result};
 use nix::errno::Errno;
-use nix::sys::wait::waitpid;
-use nix::unistd::{ForkResult, Pid, fork, pipe2};
 
 use crate::driver_files;
 
-/// The guardian of this process's driver files: the write end of a pipe it watches, and its pid.
+/// The parent's handle on its guardian: the write end of the pipe the guardian watches, and the process.
 pub struct Guardian {
     watched: Option<OwnedFd>,
-    pid: Pid,
+    process: Child,
 }
 
 impl Guardian {
-    /// Forks the guardian. Call it while this process has a single thread (before CUDA starts): the forked
-    /// process runs Rust code, which is safe only if no other thread held a lock at the fork.
+    /// Starts the guardian of this process's driver files.
     pub fn start() -> Result<Self> {
-        let threads = std::fs::read_dir("/proc/self/task").map(|t| t.count()).unwrap_or(0);
-        ensure!(threads == 1, "the guardian must be forked while the parent has one thread, not {threads}");
-        let parent = std::process::id();
-        let (read, write) = pipe2(nix::fcntl::OFlag::O_CLOEXEC).context("pipe2 for the guardian")?;
-        // SAFETY: this process has a single thread (checked), so the forked copy may run any code.
-        match unsafe { fork() }.context("forking the guardian")? {
-            ForkResult::Child => {
-                drop(write);
-                watch(&read, parent);
-                // SAFETY: leaves without running the parent's exit handlers or destructors twice.
-                unsafe { nix::libc::_exit(0) }
-            }
-            ForkResult::Parent { child } => {
-                drop(read);
-                Ok(Self { watched: Some(write), pid: child })
-            }
+        let (read, write) =
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).context("pipe2 for the guardian")?;
+        let fd = read.as_raw_fd();
+        let mut command = Command::new("/proc/self/exe");
+        command
+            .args(["--guardian-for", &std::process::id().to_string(), "--guardian-fd", &fd.to_string()])
+            .env_clear()
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        // SAFETY: runs in the forked child before exec; fcntl is async-signal-safe and allocates nothing.
+        unsafe {
+            command.pre_exec(move || {
+                let fd = std::os::fd::BorrowedFd::borrow_raw(fd);
+                nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()))
+                    .map(drop)
+                    .map_err(std::io::Error::from)
+            });
         }
+        let process = command.spawn().context("starting the guardian (/proc/self/exe)")?;
+        drop(read);
+        Ok(Self { watched: Some(write), process })
     }
-}
-
-/// The guardian's life: it waits for end of file (every copy of the write end is closed: the parent exited
-/// or was killed), then removes the parent's event files.
-fn watch(read: &OwnedFd, parent: u32) {
-    if let Ok(null) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null") {
-        // The guardian prints nothing and holds none of the parent's output pipes open.
-        let _ = nix::unistd::dup2_stdin(&null);
-        let _ = nix::unistd::dup2_stdout(&null);
-        let _ = nix::unistd::dup2_stderr(&null);
-    }
-    let mut byte = [0u8; 1];
-    // EINTR: a stop signal for the whole group, which the parent handles; wait on.
-    while let Err(Errno::EINTR) = nix::unistd::read(read, &mut byte) {}
-    let _ = driver_files::remove_event_files_of(parent);
 }
 
 impl Drop for Guardian {
     fn drop(&mut self) {
         self.watched.take();
-        let _ = waitpid(self.pid, None);
+        let _ = self.process.wait();
     }
+}
+
+/// The guardian's life: it waits for end of file on `fd` (every copy of the write end is closed: the parent
+/// exited or was killed), then removes the event files of process `parent`.
+pub fn watch(parent: u32, fd: RawFd) -> Result<()> {
+    let mut byte = [0u8; 1];
+    // SAFETY: the descriptor was handed to this process for this use alone; reading does not close it.
+    let read = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    // EINTR: a stop signal for the whole process group, which the parent handles; wait on.
+    while let Err(Errno::EINTR) = nix::unistd::read(read, &mut byte) {}
+    driver_files::remove_event_files_of(parent).map(drop)
 }

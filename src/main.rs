@@ -7,8 +7,8 @@ use nix::sys::signal::{SigHandler, Signal, signal};
 
 use simple_ipc::signals::Interrupted;
 use simple_ipc::{
-    EXIT_FAILURE, EXIT_SUCCESS, EXIT_WAIVED, Outcome, bench, child, cli, devices, driver, fault, parent, say,
-    signals, topology, warn,
+    EXIT_FAILURE, EXIT_SUCCESS, EXIT_WAIVED, Outcome, bench, child, cli, devices, driver, fault, guardian,
+    parent, say, signals, topology, warn,
 };
 
 fn main() -> ExitCode {
@@ -55,6 +55,9 @@ fn run(cli: &cli::Cli) -> anyhow::Result<Outcome> {
         return Ok(Outcome::Waived);
     }
     signals::install()?;
+    if let (Some(parent), Some(fd)) = (cli.guardian_for, cli.guardian_fd) {
+        return guardian::watch(parent, fd).map(|()| Outcome::Passed);
+    }
     fault::validate_env()?;
     if cli.child.is_none() && driver::host::requested() {
         say!(

@@ -35,7 +35,7 @@ pub fn run(cli: &Cli) -> Result<Outcome> {
     say!("PP: lshmName = {name}")?;
     let segment = Segment::create(&name)?;
     let state = segment.state();
-    // Forked before CUDA starts threads; removes the driver's files for our events if we are killed.
+    // Removes the driver's files for our events if we are killed.
     let _guardian = Guardian::start()?;
 
     let Some(cuda) = devices::load_or_waive()? else { return Ok(Outcome::Waived) };
