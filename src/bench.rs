@@ -25,7 +25,7 @@ use crate::driver::{self, Driver};
 use crate::futex;
 use crate::guardian::Guardian;
 use crate::host_buffer::HostBuffer;
-use crate::ipc::{DeviceBuffer, Event, ExportedBuffer, ExportedEvent, OpenedBuffer, OpenedEvent};
+use crate::ipc::{DeviceBuffer, Event, ExportedBuffer, ExportedEvent, Mechanism, OpenedBuffer, OpenedEvent};
 use crate::segment::{self, RunPlan, RunState, Segment};
 use crate::signals;
 use crate::stream::Stream;
@@ -59,7 +59,7 @@ pub fn run_producer(cli: &Cli) -> Result<Outcome> {
     let name = segment::name_for(std::process::id());
     let segment = Segment::create(&name)?;
     let state = segment.state();
-    let _guardian = Guardian::start()?;
+    let guardian = Guardian::start()?;
     let Some(cuda) = devices::load_or_waive()? else { return Ok(Outcome::Waived) };
     let driver: &dyn Driver = &*cuda;
     let chosen = devices::select(driver)?;
@@ -73,6 +73,7 @@ pub fn run_producer(cli: &Cli) -> Result<Outcome> {
         procs_per_device: 1,
         data_size: max,
         options: 0,
+        mechanism: Mechanism::Legacy.code(),
     });
     let describe = |d: i32| driver.device_info(d).map(|i| format!("device {d} ({})", i.name));
     say!(
@@ -82,7 +83,8 @@ pub fn run_producer(cli: &Cli) -> Result<Outcome> {
     )?;
 
     let mut children =
-        Children::spawn(&segment, CONSUMER..CONSUMER + 1, &["--bench"], started, cli.timeout())?;
+        Children::spawn(&segment, CONSUMER..CONSUMER + 1, &["--bench"], &[], started, cli.timeout())?;
+    guardian.cover(children.pids())?;
     driver.use_device(producer)?;
     let stream = Stream::non_blocking(driver)?;
     let ready = ExportedEvent::create(driver, producer)?;
@@ -101,7 +103,7 @@ pub fn run_producer(cli: &Cli) -> Result<Outcome> {
         futex::wake_all(&state.bench.pong);
     }
     for size in sizes(max) {
-        let buffer = ExportedBuffer::allocate(driver, producer, size)?;
+        let buffer = ExportedBuffer::allocate(driver, Mechanism::Legacy, producer, size)?;
         state.mem_handles[PRODUCER].store(buffer.handle());
         state.bench.size.store(size as u64, Ordering::Relaxed);
         barrier.wait(&stop)?; // the buffer is in the segment
@@ -205,7 +207,8 @@ pub fn run_consumer(index: usize, segment_fd: Option<i32>) -> Result<()> {
         if state.bench.size.load(Ordering::Relaxed) as usize != size {
             bail!("the producer published a buffer of another size");
         }
-        let shared = OpenedBuffer::open(driver, &state.mem_handles[PRODUCER].load(), size)?;
+        let handle = state.mem_handles[PRODUCER].load();
+        let shared = OpenedBuffer::open(driver, Mechanism::Legacy, &handle, None, size, device)?;
         let into = DeviceBuffer::allocate(driver, device, size)?;
         let local = DeviceBuffer::allocate(driver, device, size)?;
         stream.fill(&local, 1, size)?;

@@ -4,6 +4,7 @@
 //! Every wait here ends early when the run is aborted, the parent dies or a stop signal comes; whatever was
 //! opened is closed by its owner on the way out.
 
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::Ordering;
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
@@ -13,7 +14,8 @@ use crate::barrier;
 use crate::driver::{self, Driver};
 use crate::fault::{self, Who};
 use crate::host_buffer::{self, HostBuffer};
-use crate::ipc::{OpenedBuffer, OpenedEvent};
+use crate::inherit;
+use crate::ipc::{Mechanism, OpenedBuffer, OpenedEvent, descriptors};
 use crate::kernel::SimpleKernel;
 use crate::numa::{self, Sysfs};
 use crate::phase::Phase;
@@ -24,12 +26,20 @@ use crate::stream::Stream;
 use crate::timings::Stopwatch;
 use crate::verify::find_mismatches;
 
-pub fn run(index: usize, segment_fd: Option<i32>) -> Result<()> {
+pub fn run(index: usize, segment_fd: Option<i32>, socket_fd: Option<i32>) -> Result<()> {
     let watch = Stopwatch::start(Who::Child(index), Phase::Attach)?;
     let (segment, parent_pid) = attach(index, segment_fd)?;
     let state = segment.state();
     let mut watch = watch.report_to(&state.progress[index]);
     let n = state.process_count();
+    let mechanism = Mechanism::from_code(state.mechanism.load(Ordering::Relaxed))
+        .context("the segment names an IPC mechanism this program does not know")?;
+    // vmm and pool: the socket the descriptors come over, ours from now on.
+    let socket = match (mechanism.uses_descriptors(), socket_fd) {
+        (false, _) => None,
+        (true, Some(fd)) => Some(inherit::take(fd, "descriptor socket")?),
+        (true, None) => bail!("--ipc {} needs a descriptor socket, and none was given", mechanism.name()),
+    };
     let stop = move || -> Result<()> { still_running(state, parent_pid) };
     // Faulting in the host buffer for the copy back needs no CUDA: it runs while CUDA starts.
     let size = state.data_size();
@@ -71,12 +81,19 @@ pub fn run(index: usize, segment_fd: Option<i32>) -> Result<()> {
     stop.check()?;
 
     watch.enter(Phase::OpenHandles)?;
+    let mut descriptors: Vec<Option<OwnedFd>> = match &socket {
+        Some(socket) => {
+            descriptors::receive(socket.as_fd(), mechanism.code(), n, &stop)?.into_iter().map(Some).collect()
+        }
+        None => (0..n).map(|_| None).collect(),
+    };
     let mut buffers = Vec::with_capacity(n);
     let mut events = Vec::with_capacity(n);
-    for other in 0..n {
+    for (other, descriptor) in descriptors.iter_mut().enumerate() {
+        let handle = state.mem_handles[other].load();
         buffers.push(
-            OpenedBuffer::open(driver, &state.mem_handles[other].load(), size)
-                .with_context(|| format!("opening the buffer of process {other}"))?,
+            OpenedBuffer::open(driver, mechanism, &handle, descriptor.take(), size, device)
+                .with_context(|| format!("opening the {} buffer of process {other}", mechanism.name()))?,
         );
         events.push(
             OpenedEvent::open(driver, &state.event_handles[other].load())

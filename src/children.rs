@@ -4,6 +4,7 @@
 //! path out of the parent leaves a child behind.
 
 use std::ops::Range;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -14,6 +15,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
 use nix::unistd::Pid;
 
+use crate::inherit;
 use crate::segment::{Segment, SharedState};
 use crate::signals;
 use crate::timings::progress_of;
@@ -63,13 +65,15 @@ fn describe(status: WaitStatus) -> Option<String> {
 }
 
 impl<'s> Children<'s> {
-    /// Starts a child for each index, with `args` before the index and the segment's descriptor. Each gets
-    /// SIGKILL if the parent dies (`PR_SET_PDEATHSIG`). With a `timeout`, [`Children::wait`] stops the run
-    /// once that long has passed since `started`.
+    /// Starts a child for each index, with `args` before the index and the segment's descriptor, and, where
+    /// `sockets` has one for it, its end of a descriptor socket. Each gets SIGKILL if the parent dies
+    /// (`PR_SET_PDEATHSIG`). With a `timeout`, [`Children::wait`] stops the run once that long has passed
+    /// since `started`.
     pub fn spawn(
         segment: &'s Segment,
         indices: Range<usize>,
         args: &[&str],
+        sockets: &[OwnedFd],
         started: Instant,
         timeout: Option<Duration>,
     ) -> Result<Self> {
@@ -80,14 +84,19 @@ impl<'s> Children<'s> {
         let fd = segment.fd();
         for index in indices {
             let mut command = Command::new("/proc/self/exe");
-            command.arg0(&argv0).args(args).arg("--segment-fd").arg(fd.to_string()).arg(index.to_string());
-            command.stdin(Stdio::null());
+            command.arg0(&argv0).args(args).arg("--segment-fd").arg(fd.to_string());
+            let socket = sockets.get(index).map(|s| s.as_raw_fd());
+            if let Some(socket) = socket {
+                command.arg("--socket-fd").arg(socket.to_string());
+            }
+            command.arg(index.to_string()).stdin(Stdio::null());
             // SAFETY: runs in the forked child before exec; prctl and fcntl are async-signal-safe and
             // allocate nothing.
             unsafe {
                 command.pre_exec(move || {
                     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)?;
-                    Segment::inherit(fd)
+                    inherit::keep_across_exec(fd)?;
+                    socket.map_or(Ok(()), inherit::keep_across_exec)
                 });
             }
             // On error, `children` is dropped here and stops the ones already started.
@@ -168,6 +177,11 @@ impl<'s> Children<'s> {
             false
         });
         failure
+    }
+
+    /// The pids of the children still running.
+    pub fn pids(&self) -> Vec<u32> {
+        self.running.iter().map(|child| child.pid.as_raw() as u32).collect()
     }
 
     /// `Err` once any child has exited (without reaping it, so that [`Children::wait`] still reports how).

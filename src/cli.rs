@@ -3,7 +3,9 @@
 
 use std::path::PathBuf;
 
-use clap::{CommandFactory, Parser};
+use clap::{CommandFactory, Parser, ValueEnum};
+
+use crate::ipc::Mechanism;
 
 use crate::segment::MAX_PROCESSES;
 
@@ -29,9 +31,18 @@ pub struct Cli {
     #[arg(long, hide = true, requires = "guardian_for", value_name = "FD")]
     pub guardian_fd: Option<i32>,
 
+    /// A child's end of the socket its descriptors come over, for vmm and pool (not for users).
+    #[arg(long, hide = true, requires = "child", value_name = "FD")]
+    pub socket_fd: Option<i32>,
+
     /// The descriptor of the parent's segment, which a child inherits (not for users).
     #[arg(long, hide = true, requires = "child", value_name = "FD")]
     pub segment_fd: Option<i32>,
+
+    /// How the buffers are shared: legacy CUDA IPC handles (the original's), virtual memory management
+    /// allocations or memory pool allocations shared as file descriptors, or all three, one run each.
+    #[arg(long, value_enum, value_name = "MECHANISM", default_value_t = IpcArg::Legacy)]
+    pub ipc: IpcArg,
 
     /// Processes per chosen GPU, each with its own buffer and event, all in one round-robin.
     #[arg(long, value_name = "N", default_value_t = 1,
@@ -72,6 +83,27 @@ pub struct Cli {
     /// Pin each child to the CPUs of its GPU's NUMA node.
     #[arg(long)]
     pub bind_numa: bool,
+}
+
+/// `--ipc`: one mechanism, or all of them.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IpcArg {
+    Legacy,
+    Vmm,
+    Pool,
+    All,
+}
+
+impl IpcArg {
+    /// The one mechanism, `None` for `all`.
+    pub fn mechanism(self) -> Option<Mechanism> {
+        match self {
+            IpcArg::Legacy => Some(Mechanism::Legacy),
+            IpcArg::Vmm => Some(Mechanism::Vmm),
+            IpcArg::Pool => Some(Mechanism::Pool),
+            IpcArg::All => None,
+        }
+    }
 }
 
 impl Cli {
@@ -120,6 +152,9 @@ mod tests {
         assert_eq!(run(&["7"]).unwrap().child, Some(7));
         assert_eq!(run(&["--procs-per-device", "4"]).unwrap().procs_per_device, 4);
         assert_eq!(run(&["--segment-fd", "5", "3"]).unwrap().segment_fd, Some(5));
+        assert_eq!(parent.ipc.mechanism(), Some(Mechanism::Legacy), "the original's mechanism by default");
+        assert_eq!(run(&["--ipc", "pool"]).unwrap().ipc.mechanism(), Some(Mechanism::Pool));
+        assert_eq!(run(&["--ipc", "all"]).unwrap().ipc.mechanism(), None);
         assert_eq!(parent.timeout(), Some(std::time::Duration::from_secs(60)), "a generous default");
         assert_eq!(run(&["--timeout", "0"]).unwrap().timeout(), None, "0 turns the watchdog off");
         for bad in [
@@ -135,6 +170,8 @@ mod tests {
             &["--topology", "--procs-per-device", "2"],
             &["--segment-fd", "3"],
             &["--timeout", "-1"],
+            &["--ipc", "cuda"],
+            &["--ipc"],
         ] {
             assert!(run(bad).is_none(), "{bad:?} must be a usage error");
         }

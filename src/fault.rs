@@ -5,7 +5,9 @@
 //! the fault strikes when that process enters that phase. `<action>` is `kill` (the process sends itself
 //! SIGKILL, like a crash or `kill -9`), `error` (it fails with an error), `hang` (it sleeps until killed),
 //! `stop` (it sends itself SIGSTOP, like a process stopped in a debugger) or, at `verify` only, `corrupt`
-//! (two bytes of the copied-back buffer are changed before the comparison, which must then fail). A value
+//! (two bytes of the copied-back buffer are changed before the comparison, which must then fail); the
+//! parent, at `allocate-export`, can also mistreat the descriptors of `--ipc vmm` and `pool`: `send-fewer`
+//! (one descriptor too few), `send-none` (the message without descriptors), `close-socket` (none sent). A value
 //! that is malformed, or names a process the run does not have, is refused, so a typo cannot silently test
 //! nothing; nothing happens unless the variable is set, and a fault that strikes says so on stderr.
 
@@ -28,6 +30,18 @@ enum Action {
     Hang,
     Stop,
     Corrupt,
+    Descriptors(DescriptorFault),
+}
+
+/// What the parent does wrong with the descriptors it sends (test faults).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DescriptorFault {
+    /// One descriptor fewer than the message declares.
+    SendFewer,
+    /// The message, without any descriptor.
+    SendNone,
+    /// Nothing: the socket is closed.
+    CloseSocket,
 }
 
 fn parse(spec: &str) -> Result<(Who, Phase, Action)> {
@@ -46,6 +60,15 @@ fn parse(spec: &str) -> Result<(Who, Phase, Action)> {
         "hang" => Action::Hang,
         "stop" => Action::Stop,
         "corrupt" if phase == Phase::Verify => Action::Corrupt,
+        "send-fewer" | "send-none" | "close-socket"
+            if who == Who::Parent && phase == Phase::AllocateExport =>
+        {
+            Action::Descriptors(match action {
+                "send-fewer" => DescriptorFault::SendFewer,
+                "send-none" => DescriptorFault::SendNone,
+                _ => DescriptorFault::CloseSocket,
+            })
+        }
         _ => return Err(bad()),
     };
     Ok((who, phase, action))
@@ -78,7 +101,7 @@ pub fn at(who: Who, phase: Phase) -> Result<()> {
         return Ok(());
     };
     let (target, at, action) = parse(&spec)?;
-    if target != who || at != phase || action == Action::Corrupt {
+    if target != who || at != phase || matches!(action, Action::Corrupt | Action::Descriptors(_)) {
         return Ok(());
     }
     warn!("test fault: {spec} strikes");
@@ -95,7 +118,19 @@ pub fn at(who: Who, phase: Phase) -> Result<()> {
             nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP)?;
             Ok(())
         }
-        Action::Corrupt => Ok(()),
+        Action::Corrupt | Action::Descriptors(_) => Ok(()),
+    }
+}
+
+/// The descriptor fault the parent is asked to commit, if any (it says so on stderr).
+pub fn descriptor_fault() -> Option<DescriptorFault> {
+    let spec = std::env::var(FAULT_ENV).ok()?;
+    match parse(&spec) {
+        Ok((Who::Parent, Phase::AllocateExport, Action::Descriptors(fault))) => {
+            warn!("test fault: {spec} strikes");
+            Some(fault)
+        }
+        _ => None,
     }
 }
 
@@ -123,12 +158,18 @@ mod tests {
         );
         assert_eq!(parse("child0@verify:corrupt").unwrap(), (Who::Child(0), Phase::Verify, Action::Corrupt));
         assert_eq!(parse("child2@wait_ready:stop").unwrap(), (Who::Child(2), Phase::WaitReady, Action::Stop));
+        assert_eq!(
+            parse("parent@allocate-export:send-fewer").unwrap().2,
+            Action::Descriptors(DescriptorFault::SendFewer)
+        );
         for bad in [
             "child@attach:kill",
             "child1@atach:kill",
             "child1@attach:explode",
             "child1attach:kill",
             "child1@attach:corrupt",
+            "child1@allocate-export:send-none",
+            "parent@verify:close-socket",
             "",
         ] {
             assert!(parse(bad).is_err(), "{bad:?} should be refused");

@@ -7,8 +7,8 @@ use nix::sys::signal::{SigHandler, Signal, signal};
 
 use simple_ipc::signals::Interrupted;
 use simple_ipc::{
-    EXIT_FAILURE, EXIT_SUCCESS, EXIT_WAIVED, Outcome, bench, child, cli, devices, driver, fault, guardian,
-    parent, say, signals, topology, warn,
+    EXIT_FAILURE, EXIT_SUCCESS, EXIT_WAIVED, Outcome, bench, child, cli, devices, driver, every_mechanism,
+    fault, guardian, parent, say, signals, topology, warn,
 };
 
 fn main() -> ExitCode {
@@ -69,9 +69,12 @@ fn run(cli: &cli::Cli) -> anyhow::Result<Outcome> {
         Some(index) if cli.bench => {
             bench::run_consumer(index as usize, cli.segment_fd).map(|()| Outcome::Passed)
         }
-        Some(index) => child::run(index as usize, cli.segment_fd).map(|()| Outcome::Passed),
+        Some(index) => child::run(index as usize, cli.segment_fd, cli.socket_fd).map(|()| Outcome::Passed),
         None if cli.bench => bench::run_producer(cli),
         None if cli.topology => topology::run(),
-        None => parent::run(cli),
+        None => match cli.ipc.mechanism() {
+            Some(mechanism) => parent::run(cli, mechanism),
+            None => every_mechanism::run(cli),
+        },
     }
 }

@@ -6,6 +6,7 @@
 //! keeps the original's order). Ownership sets the clean-up order: the exports are declared before the
 //! children, so the children are stopped and reaped before any buffer is freed.
 
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -17,16 +18,16 @@ use crate::cli::Cli;
 use crate::devices;
 use crate::driver::Driver;
 use crate::driver_files;
-use crate::fault::{self, Who};
+use crate::fault::{self, DescriptorFault, Who};
 use crate::guardian::Guardian;
-use crate::ipc::{Event, ExportedBuffer, ExportedEvent, ProcessExports};
+use crate::ipc::{Event, ExportedBuffer, ExportedEvent, Mechanism, ProcessExports, descriptors};
 use crate::output::JsonFile;
 use crate::phase::Phase;
 use crate::segment::{self, RunPlan, Segment, SharedState};
 use crate::signals;
 use crate::timings::{self, Phases, Stopwatch};
 
-pub fn run(cli: &Cli) -> Result<Outcome> {
+pub fn run(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
     let started = Instant::now();
     let mut watch = Stopwatch::start(Who::Parent, Phase::CudaStart)?;
     // Opened before anything runs: a bad path fails at once, and a FIFO can never block the end of a run.
@@ -36,7 +37,7 @@ pub fn run(cli: &Cli) -> Result<Outcome> {
     let segment = Segment::create(&name)?;
     let state = segment.state();
     // Removes the driver's files for our events if we are killed.
-    let _guardian = Guardian::start()?;
+    let guardian = Guardian::start()?;
 
     let Some(cuda) = devices::load_or_waive()? else { return Ok(Outcome::Waived) };
     let driver: &dyn Driver = &*cuda;
@@ -47,31 +48,46 @@ pub fn run(cli: &Cli) -> Result<Outcome> {
         say!("No CUDA devices support IPC")?;
         return Ok(Outcome::Waived);
     }
+    // Ask the devices, do not assume: a mechanism this host lacks is waived, with its reason.
+    for &device in &chosen {
+        if let Some(reason) = mechanism.unsupported(driver, device)? {
+            say!("No CUDA devices support IPC with --ipc {} ({reason})", mechanism.name())?;
+            return Ok(Outcome::Waived);
+        }
+    }
     let process_devices = devices::plan(&chosen, cli.procs_per_device as usize)?;
-    fault::validate_for(process_devices.len())?;
+    let n = process_devices.len();
+    fault::validate_for(n)?;
     state.describe_run(&RunPlan {
         devices: &process_devices,
         procs_per_device: cli.procs_per_device as usize,
         data_size: segment::data_size(driver.simulated()),
         options: if cli.bind_numa { segment::OPTION_BIND_NUMA } else { 0 },
+        mechanism: mechanism.code(),
     });
+    // vmm and pool: a socket per child, whose other end it inherits, for the descriptors.
+    let (sockets, their_sockets) = descriptor_sockets(mechanism, n)?;
+    let exporter =
+        Exporter { driver, state, chosen: &chosen, process_devices: &process_devices, mechanism, sockets };
 
-    // Declared before the children: dropped (events synchronised and destroyed, buffers freed) after them.
+    // Declared before the children: dropped (events destroyed, buffers freed) after them.
     let exports;
     let mut children;
     if cli.sequential {
         watch.enter(Phase::AllocateExport)?;
-        exports = export_all(driver, state, &chosen, &process_devices, &mut watch, Phase::StartChildren)?;
-        children = Children::spawn(&segment, 0..process_devices.len(), &[], started, cli.timeout())?;
+        exports = exporter.export_all(&mut watch, Phase::StartChildren)?;
+        children = Children::spawn(&segment, 0..n, &[], &their_sockets, started, cli.timeout())?;
+        guardian.cover(children.pids())?;
     } else {
         watch.enter(Phase::StartChildren)?;
-        children = Children::spawn(&segment, 0..process_devices.len(), &[], started, cli.timeout())?;
+        children = Children::spawn(&segment, 0..n, &[], &their_sockets, started, cli.timeout())?;
+        guardian.cover(children.pids())?;
         watch.enter(Phase::AllocateExport)?;
-        exports = export_all(driver, state, &chosen, &process_devices, &mut watch, Phase::WaitChildren)?;
+        exports = exporter.export_all(&mut watch, Phase::WaitChildren)?;
     }
+    drop(their_sockets);
 
     watch.enter(Phase::WaitChildren)?;
-    let n = process_devices.len();
     let all_finished = || state.finished.load(Ordering::Acquire) as usize == n;
     let mut names_removed = false;
     children.wait(all_finished, || {
@@ -103,64 +119,101 @@ pub fn run(cli: &Cli) -> Result<Outcome> {
 /// The exports of some processes, with their indices.
 type Indexed<'d> = Vec<(usize, ProcessExports<'d>)>;
 
-/// Makes each chosen device's context current, allocates and exports every process's buffer and event into
-/// the segment, then lets the children go on. Several devices are set up in parallel, one thread each.
-/// `next` is the phase the parent enters when the handles are published.
-fn export_all<'d>(
-    driver: &'d dyn Driver,
-    state: &SharedState,
-    chosen: &[i32],
-    process_devices: &[i32],
-    watch: &mut Stopwatch,
-    next: Phase,
-) -> Result<Vec<ProcessExports<'d>>> {
-    let per_device: Vec<Result<(Duration, Indexed<'d>)>> = std::thread::scope(|scope| {
-        let mut workers = Vec::with_capacity(chosen.len());
-        for &device in chosen {
-            let worker = std::thread::Builder::new()
-                .spawn_scoped(scope, move || export_device(driver, device, process_devices))
-                .with_context(|| format!("starting the set-up thread of device {device}"));
-            workers.push(worker);
-        }
-        let joined = workers
-            .into_iter()
-            .map(|worker| worker?.join().unwrap_or_else(|_| Err(anyhow!("a device set-up thread failed"))));
-        joined.collect()
-    });
-    let mut exports: Indexed<'d> = Vec::with_capacity(process_devices.len());
-    let mut slowest_context = Duration::ZERO;
-    for result in per_device {
-        let (context, exported) = result?;
-        slowest_context = slowest_context.max(context);
-        exports.extend(exported);
+/// For vmm and pool, one socket pair per child: the parent's ends, and the ends the children inherit.
+fn descriptor_sockets(mechanism: Mechanism, n: usize) -> Result<(Vec<OwnedFd>, Vec<OwnedFd>)> {
+    if !mechanism.uses_descriptors() {
+        return Ok((Vec::new(), Vec::new()));
     }
-    exports.sort_by_key(|(index, _)| *index);
-    for (index, export) in &exports {
-        state.mem_handles[*index].store(export.buffer.handle());
-        state.event_handles[*index].store(export.event.handle());
-    }
-    state.publish_ready();
-    watch.enter_with_part(next, Some((Phase::Context, slowest_context)))?;
-    Ok(exports.into_iter().map(|(_, e)| e).collect())
+    (0..n).map(|_| descriptors::pair()).collect::<Result<Vec<_>>>().map(|pairs| pairs.into_iter().unzip())
 }
 
-/// One device's share of [`export_all`]: its context (timed), then the buffer and event of each of its processes.
-fn export_device<'d>(
+/// What the parent needs to export every process's buffer and event.
+struct Exporter<'a, 'd> {
     driver: &'d dyn Driver,
-    device: i32,
-    process_devices: &[i32],
-) -> Result<(Duration, Indexed<'d>)> {
-    let start = Instant::now();
-    driver.use_device(device).with_context(|| format!("making device {device} current"))?;
-    let context = start.elapsed();
-    let mut exported = Vec::new();
-    for (index, _) in process_devices.iter().enumerate().filter(|(_, d)| **d == device) {
-        let event = ExportedEvent::create(driver, device)?;
-        let buffer = ExportedBuffer::allocate(driver, device, segment::data_size(driver.simulated()))
-            .with_context(|| format!("buffer of process {index}"))?;
-        exported.push((index, ProcessExports { device, event, buffer }));
+    state: &'a SharedState,
+    chosen: &'a [i32],
+    process_devices: &'a [i32],
+    mechanism: Mechanism,
+    /// The parent's end of each child's descriptor socket (vmm and pool only).
+    sockets: Vec<OwnedFd>,
+}
+
+impl<'d> Exporter<'_, 'd> {
+    /// Makes each chosen device's context current, allocates and exports every process's buffer and event
+    /// into the segment (and, for vmm and pool, sends every child the descriptors), then lets the children go
+    /// on. Several devices are set up in parallel, one thread each. `next` is the phase the parent enters when
+    /// the handles are published.
+    fn export_all(self, watch: &mut Stopwatch, next: Phase) -> Result<Vec<ProcessExports<'d>>> {
+        let this = &self;
+        let per_device: Vec<Result<(Duration, Indexed<'d>)>> = std::thread::scope(|scope| {
+            let mut workers = Vec::with_capacity(this.chosen.len());
+            for &device in this.chosen {
+                let worker = std::thread::Builder::new()
+                    .spawn_scoped(scope, move || this.export_device(device))
+                    .with_context(|| format!("starting the set-up thread of device {device}"));
+                workers.push(worker);
+            }
+            let joined = workers.into_iter().map(|worker| {
+                worker?.join().unwrap_or_else(|_| Err(anyhow!("a device set-up thread failed")))
+            });
+            joined.collect()
+        });
+        let mut exports: Indexed<'d> = Vec::with_capacity(self.process_devices.len());
+        let mut slowest_context = Duration::ZERO;
+        for result in per_device {
+            let (context, exported) = result?;
+            slowest_context = slowest_context.max(context);
+            exports.extend(exported);
+        }
+        exports.sort_by_key(|(index, _)| *index);
+        for (index, export) in &exports {
+            self.state.mem_handles[*index].store(export.buffer.handle());
+            self.state.event_handles[*index].store(export.event.handle());
+        }
+        let exports: Vec<ProcessExports<'d>> = exports.into_iter().map(|(_, e)| e).collect();
+        self.send_descriptors(&exports)?;
+        self.state.publish_ready();
+        watch.enter_with_part(next, Some((Phase::Context, slowest_context)))?;
+        Ok(exports)
     }
-    Ok((context, exported))
+
+    /// One device's share of [`Exporter::export_all`]: its context (timed), then the buffer and event of each
+    /// of its processes.
+    fn export_device(&self, device: i32) -> Result<(Duration, Indexed<'d>)> {
+        let driver = self.driver;
+        let start = Instant::now();
+        driver.use_device(device).with_context(|| format!("making device {device} current"))?;
+        let context = start.elapsed();
+        let mut exported = Vec::new();
+        let bytes = segment::data_size(driver.simulated());
+        for (index, _) in self.process_devices.iter().enumerate().filter(|(_, d)| **d == device) {
+            let event = ExportedEvent::create(driver, device)?;
+            let buffer = ExportedBuffer::allocate(driver, self.mechanism, device, bytes)
+                .with_context(|| format!("the {} buffer of process {index}", self.mechanism.name()))?;
+            exported.push((index, ProcessExports { device, event, buffer }));
+        }
+        Ok((context, exported))
+    }
+
+    /// vmm and pool: sends each child one message with every buffer's descriptor, in process order.
+    fn send_descriptors(&self, exports: &[ProcessExports]) -> Result<()> {
+        if self.sockets.is_empty() {
+            return Ok(());
+        }
+        let all: Vec<BorrowedFd> = exports.iter().filter_map(|e| e.buffer.descriptor()).collect();
+        let fault = fault::descriptor_fault();
+        for (child, socket) in self.sockets.iter().enumerate() {
+            let fds = match fault {
+                Some(DescriptorFault::CloseSocket) => continue,
+                Some(DescriptorFault::SendNone) => &[][..],
+                Some(DescriptorFault::SendFewer) => &all[..all.len().saturating_sub(1)],
+                None => &all[..],
+            };
+            descriptors::send(socket, self.mechanism.code(), all.len(), fds)
+                .with_context(|| format!("sending process {child} its descriptors"))?;
+        }
+        Ok(())
+    }
 }
 
 /// `--timings` and `--json`: the parent's phases and what each child left in the segment.
@@ -178,6 +231,14 @@ fn report(cli: &Cli, json: Option<JsonFile>, state: &SharedState, parent: &Phase
             ("procs_per_device", state.procs_per_device.load(Ordering::Relaxed).to_string()),
             ("buffer_bytes", state.data_size().to_string()),
             ("sequential", cli.sequential.to_string()),
+            (
+                "ipc",
+                format!(
+                    "\"{}\"",
+                    Mechanism::from_code(state.mechanism.load(Ordering::Relaxed))
+                        .map_or("?", Mechanism::name)
+                ),
+            ),
             ("simulated", crate::driver::host::requested().to_string()),
         ];
         json.write(&timings::json(parent, &children, &extra))?;

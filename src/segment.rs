@@ -17,12 +17,12 @@
 use std::ffi::CString;
 use std::fs::File;
 use std::mem::size_of;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 use anyhow::{Context, Result, ensure};
 use memmap2::MmapRaw;
-use nix::fcntl::{FcntlArg, FdFlag, SealFlag, fcntl};
+use nix::fcntl::{FcntlArg, SealFlag, fcntl};
 use nix::sys::memfd::{MFdFlags, memfd_create};
 use nix::sys::stat::fstat;
 
@@ -133,6 +133,8 @@ pub struct SharedState {
     pub bench: BenchFlags,
     /// Bit 0: children pin themselves to the CPUs of their device's NUMA node (`--bind-numa`).
     pub options: AtomicU32,
+    /// How the buffers are shared: the code of an `ipc::Mechanism`.
+    pub mechanism: AtomicU32,
 }
 
 impl SharedState {
@@ -168,6 +170,7 @@ impl SharedState {
         self.procs_per_device.store(run.procs_per_device as u32, Ordering::Relaxed);
         self.data_size.store(run.data_size as u64, Ordering::Relaxed);
         self.options.store(run.options, Ordering::Relaxed);
+        self.mechanism.store(run.mechanism, Ordering::Relaxed);
         for (slot, &device) in self.devices.iter().zip(run.devices) {
             slot.store(device, Ordering::Relaxed);
         }
@@ -234,6 +237,8 @@ pub struct RunPlan<'a> {
     pub data_size: usize,
     /// `OPTION_*` bits.
     pub options: u32,
+    /// The code of the `ipc::Mechanism` that shares the buffers.
+    pub mechanism: u32,
 }
 
 /// The segment's name for the parent with process id `pid`.
@@ -254,7 +259,7 @@ pub struct Segment {
 
 impl Segment {
     /// Creates the segment: anonymous shared memory called `name`, its space reserved, its size sealed, its
-    /// header written. Its descriptor is closed on exec unless [`Segment::inherit`] says otherwise.
+    /// header written. Its descriptor is closed on exec unless a child is let to inherit it.
     pub fn create(name: &str) -> Result<Self> {
         let bytes = size_of::<SharedState>();
         let c_name = CString::new(name).context("segment name")?;
@@ -277,31 +282,16 @@ impl Segment {
         Ok(segment)
     }
 
-    /// The descriptor a child gets (`--segment-fd`).
+    /// The descriptor a child gets (`--segment-fd`; see `inherit::keep_across_exec`).
     pub fn fd(&self) -> RawFd {
         self.fd.as_raw_fd()
-    }
-
-    /// Lets a program started by exec in a forked child of this process inherit the segment's descriptor.
-    /// Call it between fork and exec only (it is async-signal-safe).
-    pub fn inherit(fd: RawFd) -> std::io::Result<()> {
-        // SAFETY: the caller is between fork and exec, where `fd` (a descriptor of the parent's Segment,
-        // copied by fork) is open; clearing FD_CLOEXEC changes nothing else.
-        let fd = unsafe { BorrowedFd::borrow_raw(fd) };
-        fcntl(fd, FcntlArg::F_SETFD(FdFlag::empty())).map(drop).map_err(std::io::Error::from)
     }
 
     /// Maps the segment a child inherited as descriptor `fd`, after checking it: ours (owner), sealed, of
     /// the layout's size, then its header. A short or growable object is refused before it is mapped, so it
     /// cannot raise SIGBUS.
     pub fn open_inherited(fd: RawFd) -> Result<Self> {
-        ensure!(fd > 2, "descriptor {fd} is not a segment (it is standard input, output or error)");
-        // SAFETY: only asks whether the number is an open descriptor; nothing is owned or closed.
-        let open = fcntl(unsafe { BorrowedFd::borrow_raw(fd) }, FcntlArg::F_GETFD);
-        open.with_context(|| format!("fstat(segment descriptor {fd}): it is not open"))?;
-        // SAFETY: the descriptor is open (checked) and was given to this process to own: the parent cleared
-        // FD_CLOEXEC on it for this process alone.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let fd = crate::inherit::take(fd, "segment")?;
         let stat = fstat(&fd).context("fstat(segment descriptor)")?;
         let me = nix::unistd::geteuid();
         ensure!(stat.st_uid == me.as_raw(), "the segment belongs to uid {}, not to us ({me})", stat.st_uid);
@@ -316,8 +306,6 @@ impl Segment {
             "the segment has {size} bytes; a segment has {}",
             size_of::<SharedState>()
         );
-        // Not inherited any further than this process.
-        fcntl(&fd, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC)).context("fcntl(FD_CLOEXEC)")?;
         let map = MmapRaw::map_raw(&File::from(fd.try_clone().context("dup")?)).context("mmap(segment)")?;
         let segment = Self { fd, map };
         segment.state().validate(size).context("not a usable segment")?;

@@ -15,7 +15,7 @@ use nix::unistd::Pid;
 /// in /dev/shm.
 fn assert_clean(pid: u32) {
     assert!(wait_group_gone(pid, Duration::from_secs(2)).is_some(), "a process of run {pid} is still there");
-    assert_eq!(leftovers(pid), Vec::<String>::new(), "run {pid} left files in /dev/shm");
+    assert_eq!(leftovers(pid, &[]), Vec::<String>::new(), "run {pid} left files in /dev/shm");
 }
 
 #[test]

@@ -15,8 +15,13 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 fn assert_clean(pid: u32, what: &str) {
+    assert_clean_of(pid, &[], what);
+}
+
+/// [`assert_clean`], with the driver's files of the run's children (`children`) in the comparison.
+fn assert_clean_of(pid: u32, children: &[u32], what: &str) {
     assert!(wait_group_gone(pid, Duration::from_secs(3)).is_some(), "{what}: a process of run {pid} is left");
-    assert_eq!(leftovers(pid), Vec::<String>::new(), "{what}: run {pid} left files in /dev/shm");
+    assert_eq!(leftovers(pid, children), Vec::<String>::new(), "{what}: run {pid} left files in /dev/shm");
 }
 
 /// The documented statuses: 0, 1, 2, or 128+N after a signal; never a panic's 101.
@@ -47,9 +52,10 @@ fn killing_the_parent_at_any_moment_leaves_nothing() {
             .spawn()
             .unwrap();
         std::thread::sleep(at);
+        let children = common::descendants(parent.id());
         let _ = kill(Pid::from_raw(parent.id() as i32), Signal::SIGKILL);
         parent.wait().unwrap();
-        assert_clean(parent.id(), &format!("killed at {} ms", at.as_millis()));
+        assert_clean_of(parent.id(), &children, &format!("killed at {} ms", at.as_millis()));
     }
 }
 
@@ -81,9 +87,11 @@ fn killing_the_benchmark_leaves_nothing() {
         .unwrap();
     let rows = common::wait_for_lines(&mut parent, "KiB", 2, Duration::from_secs(20));
     assert!(rows >= 1, "the benchmark printed its first rows");
+    let consumer = common::descendants(parent.id());
+    assert!(!consumer.is_empty(), "the consumer runs");
     kill(Pid::from_raw(parent.id() as i32), Signal::SIGKILL).unwrap();
     parent.wait().unwrap();
-    assert_clean(parent.id(), "bench killed");
+    assert_clean_of(parent.id(), &consumer, "bench killed: the consumer's event file included");
 }
 
 /// Case 3: a file size limit is an error with a message, not SIGXFSZ.

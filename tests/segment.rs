@@ -46,6 +46,7 @@ fn segment_bytes(n: u64, forge: impl FnOnce(&SharedState)) -> Vec<u8> {
         procs_per_device: n as usize,
         data_size: 4096,
         options: 0,
+        mechanism: 0,
     });
     forge(state);
     let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
@@ -147,7 +148,7 @@ fn child_refuses_every_segment_it_cannot_trust() {
         .env(SIMULATE, "ok")
         .output()
         .unwrap();
-    assert!(text(&out).contains("descriptor 1 is not a segment"), "{}", text(&out));
+    assert!(text(&out).contains("descriptor 1 is not the segment"), "{}", text(&out));
 
     // An index past the segment's process count.
     let (code, out) = child_with("5", &segment_bytes(2, |_| {}));
@@ -174,6 +175,7 @@ fn layout_round_trips_between_processes() {
         procs_per_device: 2,
         data_size: 1 << 20,
         options: 0,
+        mechanism: 0,
     });
     for i in 0..3 {
         state.mem_handles[i].store(&[i as u8 + 1; 64]);

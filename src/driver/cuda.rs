@@ -11,7 +11,12 @@ use std::sync::Mutex;
 use anyhow::{Context, Result, anyhow, bail};
 use cudarc::driver::sys::{self, CUresult};
 
-use super::{DeviceInfo, DevicePtr, Driver, IpcHandleBytes, RawEvent, RawFunction, RawStream, Unavailable};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+
+use super::{
+    Capability, DeviceInfo, DevicePtr, Driver, IpcHandleBytes, RawAllocation, RawEvent, RawFunction, RawPool,
+    RawStream, Unavailable,
+};
 
 /// The CUDA driver, initialised, with the primary contexts this process retained.
 pub struct CudaDriver {
@@ -140,6 +145,42 @@ impl Drop for CudaDriver {
             unsafe { sys::cuDevicePrimaryCtxRelease_v2(device) };
         }
     }
+}
+
+/// Where a device's memory is, for the VMM and pool structures.
+fn on_device(device: i32) -> sys::CUmemLocation {
+    sys::CUmemLocation { type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE, id: device }
+}
+
+/// A shareable allocation on `device`: pinned device memory, exportable as a POSIX file descriptor.
+fn shareable_allocation(device: i32) -> sys::CUmemAllocationProp {
+    // SAFETY: the structure is plain data for which all zeroes is a valid value (no flags, null pointers).
+    let mut prop: sys::CUmemAllocationProp = unsafe { std::mem::zeroed() };
+    prop.type_ = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.requestedHandleTypes = sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    prop.location = on_device(device);
+    prop
+}
+
+/// Read and write access for `device`.
+fn read_write(device: i32) -> sys::CUmemAccessDesc {
+    sys::CUmemAccessDesc {
+        location: on_device(device),
+        flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+    }
+}
+
+/// Takes ownership of a descriptor the driver returned as an int.
+fn own(fd: c_int, what: &str) -> Result<OwnedFd> {
+    if fd < 0 {
+        bail!("{what} returned no descriptor ({fd})");
+    }
+    // SAFETY: the driver just created this descriptor for the caller, who is its only owner.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn pool(p: RawPool) -> sys::CUmemoryPool {
+    p.0 as sys::CUmemoryPool
 }
 
 fn ptr(p: DevicePtr) -> sys::CUdeviceptr {
@@ -424,6 +465,193 @@ impl Driver for CudaDriver {
     unsafe fn fill(&self, dst: DevicePtr, value: u8, bytes: usize, s: RawStream) -> Result<()> {
         // SAFETY: `dst` is a live device allocation or mapping of at least `bytes` bytes, held by the caller.
         check(unsafe { sys::cuMemsetD8Async(ptr(dst), value, bytes, stream(s)) }, "cuMemsetD8Async")
+    }
+
+    fn supports(&self, device: i32, what: Capability) -> Result<bool> {
+        use sys::CUdevice_attribute::*;
+        Ok(match what {
+            Capability::VirtualMemory => {
+                self.attribute(device, CU_DEVICE_ATTRIBUTE_VIRTUAL_ADDRESS_MANAGEMENT_SUPPORTED)? != 0
+            }
+            Capability::PosixFdHandles => {
+                self.attribute(device, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED)? != 0
+            }
+            Capability::MemoryPools => {
+                self.attribute(device, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED)? != 0
+            }
+            Capability::PoolPosixFdHandles => {
+                let posix = sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR.0 as i32;
+                self.attribute(device, CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES)? & posix != 0
+            }
+        })
+    }
+
+    fn vmm_granularity(&self, device: i32) -> Result<usize> {
+        let prop = shareable_allocation(device);
+        let mut granularity = 0usize;
+        let minimum = sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM;
+        // SAFETY: reads the structure, writes one size.
+        let rc = unsafe { sys::cuMemGetAllocationGranularity(&mut granularity, &prop, minimum) };
+        check(rc, "cuMemGetAllocationGranularity")?;
+        Ok(granularity.max(1))
+    }
+
+    fn vmm_create(&self, device: i32, bytes: usize) -> Result<RawAllocation> {
+        let prop = shareable_allocation(device);
+        let mut handle: sys::CUmemGenericAllocationHandle = 0;
+        // SAFETY: reads the structure, writes one handle, released by its owner.
+        let rc = unsafe { sys::cuMemCreate(&mut handle, bytes, &prop, 0) };
+        check(rc, &format!("cuMemCreate({bytes} bytes on device {device}, POSIX file descriptor)"))?;
+        Ok(RawAllocation(handle as u64))
+    }
+
+    unsafe fn vmm_export(&self, allocation: RawAllocation) -> Result<OwnedFd> {
+        let mut fd: c_int = -1;
+        let posix = sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+        // SAFETY: for a POSIX descriptor the driver writes one int; the caller keeps the allocation alive.
+        let rc = unsafe {
+            sys::cuMemExportToShareableHandle((&mut fd as *mut c_int).cast(), allocation.0 as _, posix, 0)
+        };
+        check(rc, "cuMemExportToShareableHandle")?;
+        own(fd, "cuMemExportToShareableHandle")
+    }
+
+    fn vmm_import(&self, fd: BorrowedFd) -> Result<RawAllocation> {
+        let mut handle: sys::CUmemGenericAllocationHandle = 0;
+        let posix = sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+        // SAFETY: for a POSIX descriptor the driver takes the int itself as the "pointer"; it does not close it.
+        let rc = unsafe {
+            sys::cuMemImportFromShareableHandle(&mut handle, fd.as_raw_fd() as usize as *mut c_void, posix)
+        };
+        let imported = check(rc, "cuMemImportFromShareableHandle");
+        match ipc_open_hint(rc) {
+            Some(hint) => imported.context(hint)?,
+            None => imported?,
+        }
+        Ok(RawAllocation(handle as u64))
+    }
+
+    unsafe fn vmm_map(&self, allocation: RawAllocation, bytes: usize, device: i32) -> Result<DevicePtr> {
+        let mut address: sys::CUdeviceptr = 0;
+        // SAFETY: writes one address; the range is freed by vmm_unmap or below.
+        check(unsafe { sys::cuMemAddressReserve(&mut address, bytes, 0, 0, 0) }, "cuMemAddressReserve")?;
+        // SAFETY: the caller promises a live allocation of `bytes`; the range was just reserved.
+        let mapped = check(unsafe { sys::cuMemMap(address, bytes, 0, allocation.0 as _, 0) }, "cuMemMap");
+        let access = read_write(device);
+        let usable = mapped.and_then(|()| {
+            // SAFETY: the range is mapped; one access descriptor is read.
+            let rc = unsafe { sys::cuMemSetAccess(address, bytes, &access, 1) };
+            check(rc, "cuMemSetAccess")
+        });
+        if let Err(e) = usable {
+            // SAFETY: undoes what succeeded above, on a range nothing else knows.
+            unsafe {
+                sys::cuMemUnmap(address, bytes);
+                sys::cuMemAddressFree(address, bytes);
+            }
+            return Err(e);
+        }
+        Ok(DevicePtr(address as u64))
+    }
+
+    unsafe fn vmm_unmap(&self, p: DevicePtr, bytes: usize) -> Result<()> {
+        // SAFETY: the caller promises one live mapping of `bytes` at `p`, with no work pending.
+        check(unsafe { sys::cuMemUnmap(ptr(p), bytes) }, "cuMemUnmap")?;
+        // SAFETY: the range was reserved by vmm_map and is unmapped now.
+        check(unsafe { sys::cuMemAddressFree(ptr(p), bytes) }, "cuMemAddressFree")
+    }
+
+    unsafe fn vmm_release(&self, allocation: RawAllocation) -> Result<()> {
+        // SAFETY: the caller releases each allocation once.
+        check(unsafe { sys::cuMemRelease(allocation.0 as _) }, "cuMemRelease")
+    }
+
+    fn pool_create(&self, device: i32) -> Result<RawPool> {
+        // SAFETY: the structure is plain data for which all zeroes is a valid value.
+        let mut props: sys::CUmemPoolProps = unsafe { std::mem::zeroed() };
+        props.allocType = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+        props.handleTypes = sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+        props.location = on_device(device);
+        let mut created: sys::CUmemoryPool = std::ptr::null_mut();
+        // SAFETY: reads the structure, writes one pool, destroyed by its owner.
+        let rc = unsafe { sys::cuMemPoolCreate(&mut created, &props) };
+        check(rc, &format!("cuMemPoolCreate(device {device}, POSIX file descriptor)"))?;
+        Ok(RawPool(created as u64))
+    }
+
+    unsafe fn pool_export(&self, p: RawPool) -> Result<OwnedFd> {
+        let mut fd: c_int = -1;
+        let posix = sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+        // SAFETY: for a POSIX descriptor the driver writes one int; the caller keeps the pool alive.
+        let rc = unsafe {
+            sys::cuMemPoolExportToShareableHandle((&mut fd as *mut c_int).cast(), pool(p), posix, 0)
+        };
+        check(rc, "cuMemPoolExportToShareableHandle")?;
+        own(fd, "cuMemPoolExportToShareableHandle")
+    }
+
+    fn pool_import(&self, fd: BorrowedFd, device: i32) -> Result<RawPool> {
+        let mut imported: sys::CUmemoryPool = std::ptr::null_mut();
+        let posix = sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+        let handle = fd.as_raw_fd() as usize as *mut c_void;
+        // SAFETY: for a POSIX descriptor the driver takes the int itself as the "pointer"; it does not close it.
+        let rc = unsafe { sys::cuMemPoolImportFromShareableHandle(&mut imported, handle, posix, 0) };
+        let done = check(rc, "cuMemPoolImportFromShareableHandle");
+        match ipc_open_hint(rc) {
+            Some(hint) => done.context(hint)?,
+            None => done?,
+        }
+        let mut location = on_device(device);
+        let mut flags = sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_NONE;
+        // SAFETY: the pool was just imported; reads one location, writes one flag value.
+        check(unsafe { sys::cuMemPoolGetAccess(&mut flags, imported, &mut location) }, "cuMemPoolGetAccess")?;
+        if flags != sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE {
+            let access = read_write(device);
+            // SAFETY: as above; reads one access descriptor.
+            check(unsafe { sys::cuMemPoolSetAccess(imported, &access, 1) }, "cuMemPoolSetAccess")?;
+        }
+        Ok(RawPool(imported as u64))
+    }
+
+    unsafe fn pool_alloc(&self, p: RawPool, bytes: usize) -> Result<DevicePtr> {
+        let mut address: sys::CUdeviceptr = 0;
+        let null_stream: sys::CUstream = std::ptr::null_mut();
+        // SAFETY: the caller keeps the pool alive; writes one address, freed by pool_free.
+        let rc = unsafe { sys::cuMemAllocFromPoolAsync(&mut address, bytes, pool(p), null_stream) };
+        check(rc, &format!("cuMemAllocFromPoolAsync({bytes} bytes)"))?;
+        // SAFETY: the null stream exists as long as the context.
+        check(unsafe { sys::cuStreamSynchronize(null_stream) }, "cuStreamSynchronize")?;
+        Ok(DevicePtr(address as u64))
+    }
+
+    unsafe fn pool_export_pointer(&self, p: DevicePtr) -> Result<IpcHandleBytes> {
+        let mut data = MaybeUninit::<sys::CUmemPoolPtrExportData>::zeroed();
+        // SAFETY: writes the 64 bytes of export data; the caller promises a live pool allocation.
+        check(unsafe { sys::cuMemPoolExportPointer(data.as_mut_ptr(), ptr(p)) }, "cuMemPoolExportPointer")?;
+        // SAFETY: zero-initialised and filled by the driver; export data is plain bytes.
+        Ok(unsafe { data.assume_init() }.reserved)
+    }
+
+    unsafe fn pool_import_pointer(&self, p: RawPool, data: &IpcHandleBytes) -> Result<DevicePtr> {
+        let mut raw = sys::CUmemPoolPtrExportData { reserved: *data };
+        let mut address: sys::CUdeviceptr = 0;
+        // SAFETY: the caller promises an imported pool; reads the export data, writes one address.
+        let rc = unsafe { sys::cuMemPoolImportPointer(&mut address, pool(p), &mut raw) };
+        check(rc, "cuMemPoolImportPointer")?;
+        Ok(DevicePtr(address as u64))
+    }
+
+    unsafe fn pool_free(&self, p: DevicePtr) -> Result<()> {
+        let null_stream: sys::CUstream = std::ptr::null_mut();
+        // SAFETY: the caller frees each pointer once, with no work pending on it.
+        check(unsafe { sys::cuMemFreeAsync(ptr(p), null_stream) }, "cuMemFreeAsync")?;
+        // SAFETY: the null stream exists as long as the context.
+        check(unsafe { sys::cuStreamSynchronize(null_stream) }, "cuStreamSynchronize")
+    }
+
+    unsafe fn pool_destroy(&self, p: RawPool) -> Result<()> {
+        // SAFETY: the caller destroys each pool once, after freeing its allocations.
+        check(unsafe { sys::cuMemPoolDestroy(pool(p)) }, "cuMemPoolDestroy")
     }
 
     unsafe fn pin_host_memory(&self, host: &mut [u8]) -> Result<bool> {

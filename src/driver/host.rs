@@ -16,7 +16,12 @@
 //!
 //! `SIMPLE_IPC_SIMULATE_GPUS` is a comma-separated list, one entry per device: `ok`, or a defect that device
 //! selection must reject: `no-uva` (no unified addressing), `exclusive` (compute mode not Default), `no-peer`
-//! (no peer access to any other device). An empty value is a machine without devices.
+//! (no peer access to any other device), or that a mechanism must waive: `no-legacy-ipc`, `no-vmm`,
+//! `no-pools`; several are joined by `+`. An empty value is a machine without devices.
+//!
+//! The virtual memory management API and memory pools are simulated with descriptors too: an allocation or
+//! a pool is a memfd, exported as a new descriptor of it (which the program passes over a Unix socket), and
+//! a pool's allocations are page-aligned ranges of its memfd.
 
 use std::collections::HashMap;
 use std::ffi::CStr;
@@ -31,8 +36,13 @@ use anyhow::{Context, Result, anyhow, bail, ensure};
 use memmap2::MmapRaw;
 use nix::sys::memfd::{MFdFlags, memfd_create};
 
+use std::os::fd::{BorrowedFd, OwnedFd};
+
+use memmap2::MmapOptions;
+
 use super::{
-    DeviceInfo, DevicePtr, Driver, IPC_HANDLE_SIZE, IpcHandleBytes, RawEvent, RawFunction, RawStream,
+    Capability, DeviceInfo, DevicePtr, Driver, IPC_HANDLE_SIZE, IpcHandleBytes, RawAllocation, RawEvent,
+    RawFunction, RawPool, RawStream,
 };
 
 /// The environment variable that selects the simulation (test-only; README documents it).
@@ -44,6 +54,9 @@ pub fn requested() -> bool {
 }
 
 const BUFFER_TAG: &[u8; 8] = b"SIMIPC\0\x02";
+const POOL_POINTER_TAG: &[u8; 8] = b"SIMPTR\0\x02";
+/// The simulated VMM granularity: not a power of two, so that rounding up is exercised.
+pub const SIMULATED_GRANULARITY: usize = 96 * 1024;
 const EVENT_TAG: &[u8; 8] = b"SIMEVT\0\x02";
 /// An event's shared counters: the generation last recorded, and the highest one completed.
 const EVENT_BYTES: usize = 16;
@@ -58,6 +71,21 @@ enum SimulatedDevice {
     NoUnifiedAddressing,
     ExclusiveComputeMode,
     NoPeerAccess,
+    /// Legacy IPC handles fail (as on WSL and Tegra).
+    NoLegacyIpc,
+    /// No virtual memory management.
+    NoVmm,
+    /// No memory pools.
+    NoPools,
+}
+
+/// What a simulated device lacks: `ok`, or defects joined by `+` (`no-vmm+no-pools`).
+struct Defects(Vec<SimulatedDevice>);
+
+impl Defects {
+    fn lacks(&self, defect: SimulatedDevice) -> bool {
+        self.0.contains(&defect)
+    }
 }
 
 /// A shared mapping of a memfd: a buffer, or an event's counters.
@@ -71,6 +99,16 @@ impl Mapping {
     fn new(file: File, bytes: usize) -> Result<Arc<Self>> {
         let map = MmapRaw::map_raw(&file).context("mapping simulated device memory")?;
         ensure!(map.len() == bytes, "simulated device memory has {} bytes, expected {bytes}", map.len());
+        Ok(Arc::new(Self { map, file }))
+    }
+
+    /// Maps `bytes` of `file` from `offset` (page-aligned).
+    fn at(file: File, offset: u64, bytes: usize) -> Result<Arc<Self>> {
+        let map = MmapOptions::new()
+            .offset(offset)
+            .len(bytes)
+            .map_raw(&file)
+            .context("mapping simulated memory")?;
         Ok(Arc::new(Self { map, file }))
     }
 
@@ -133,7 +171,7 @@ struct Stream {
 
 /// Host-memory stand-in for the CUDA driver.
 pub struct HostDriver {
-    devices: Vec<SimulatedDevice>,
+    devices: Vec<Defects>,
     buffers: Mutex<HashMap<u64, Arc<Mapping>>>,
     events: Mutex<HashMap<u64, Arc<Event>>>,
     streams: Mutex<HashMap<u64, Arc<Stream>>>,
@@ -141,6 +179,22 @@ pub struct HostDriver {
     random: AtomicU64,
     /// The files in /dev/shm this process's exported events have, as the CUDA driver makes them.
     driver_files: Mutex<Vec<String>>,
+    /// The device of each buffer this process allocated with `alloc`.
+    buffer_devices: Mutex<HashMap<u64, i32>>,
+    /// VMM allocations and pools: a memfd each (a pool's also says how much of it is handed out).
+    allocations: Mutex<HashMap<u64, File>>,
+    pools: Mutex<HashMap<u64, (File, u64)>>,
+    /// Where in its pool's memfd each pool allocation lies.
+    pool_offsets: Mutex<HashMap<u64, u64>>,
+}
+
+thread_local! {
+    /// The device `use_device` made current on this thread, as CUDA keeps it per thread.
+    static CURRENT: std::cell::Cell<i32> = const { std::cell::Cell::new(-1) };
+}
+
+fn page_size() -> u64 {
+    nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE).ok().flatten().map_or(4096, |p| p as u64)
 }
 
 impl Drop for HostDriver {
@@ -190,17 +244,21 @@ impl HostDriver {
             return Ok(None);
         };
         let spec = spec.to_string_lossy();
-        let devices = spec
-            .split(',')
-            .filter(|kind| !kind.trim().is_empty())
-            .map(|kind| match kind.trim() {
+        let device = |kind: &str| -> Result<Defects> {
+            let defects = kind.split('+').map(|defect| match defect.trim() {
                 "ok" => Ok(SimulatedDevice::Ok),
                 "no-uva" => Ok(SimulatedDevice::NoUnifiedAddressing),
                 "exclusive" => Ok(SimulatedDevice::ExclusiveComputeMode),
                 "no-peer" => Ok(SimulatedDevice::NoPeerAccess),
+                "no-legacy-ipc" => Ok(SimulatedDevice::NoLegacyIpc),
+                "no-vmm" => Ok(SimulatedDevice::NoVmm),
+                "no-pools" => Ok(SimulatedDevice::NoPools),
                 other => Err(anyhow!("{SIMULATE_ENV}: unknown device kind {other:?}")),
-            })
-            .collect::<Result<Vec<_>>>()?;
+            });
+            Ok(Defects(defects.collect::<Result<Vec<_>>>()?))
+        };
+        let devices =
+            spec.split(',').filter(|kind| !kind.trim().is_empty()).map(device).collect::<Result<Vec<_>>>()?;
         let seed = u64::from(std::process::id()) << 32
             | u64::from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.subsec_nanos());
         Ok(Some(Self {
@@ -211,13 +269,17 @@ impl HostDriver {
             next_id: AtomicU64::new(1),
             random: AtomicU64::new(seed | 1),
             driver_files: Mutex::new(Vec::new()),
+            buffer_devices: Mutex::new(HashMap::new()),
+            allocations: Mutex::new(HashMap::new()),
+            pools: Mutex::new(HashMap::new()),
+            pool_offsets: Mutex::new(HashMap::new()),
         }))
     }
 
-    fn device(&self, device: i32) -> Result<SimulatedDevice> {
+    fn device(&self, device: i32) -> Result<&Defects> {
         usize::try_from(device)
             .ok()
-            .and_then(|d| self.devices.get(d).copied())
+            .and_then(|d| self.devices.get(d))
             .ok_or_else(|| anyhow!("invalid device ordinal {device}"))
     }
 
@@ -293,8 +355,8 @@ impl Driver for HostDriver {
         let kind = self.device(device)?;
         Ok(DeviceInfo {
             name: format!("Simulated GPU {device}"),
-            unified_addressing: kind != SimulatedDevice::NoUnifiedAddressing,
-            default_compute_mode: kind != SimulatedDevice::ExclusiveComputeMode,
+            unified_addressing: !kind.lacks(SimulatedDevice::NoUnifiedAddressing),
+            default_compute_mode: !kind.lacks(SimulatedDevice::ExclusiveComputeMode),
             multiprocessors: 2,
             pci_bus_id: None,
         })
@@ -302,7 +364,7 @@ impl Driver for HostDriver {
 
     fn can_access_peer(&self, device: i32, peer: i32) -> Result<bool> {
         let (a, b) = (self.device(device)?, self.device(peer)?);
-        Ok(a != SimulatedDevice::NoPeerAccess && b != SimulatedDevice::NoPeerAccess)
+        Ok(!a.lacks(SimulatedDevice::NoPeerAccess) && !b.lacks(SimulatedDevice::NoPeerAccess))
     }
 
     fn enable_peer_access(&self, peer: i32) -> Result<()> {
@@ -310,11 +372,15 @@ impl Driver for HostDriver {
     }
 
     fn use_device(&self, device: i32) -> Result<()> {
-        self.device(device).map(drop)
+        self.device(device)?;
+        CURRENT.with(|current| current.set(device));
+        Ok(())
     }
 
     fn alloc(&self, bytes: usize) -> Result<DevicePtr> {
-        self.insert_buffer(Mapping::create(bytes)?)
+        let ptr = self.insert_buffer(Mapping::create(bytes)?)?;
+        lock(&self.buffer_devices)?.insert(ptr.0, CURRENT.with(|c| c.get()));
+        Ok(ptr)
     }
 
     unsafe fn free(&self, ptr: DevicePtr) -> Result<()> {
@@ -326,6 +392,12 @@ impl Driver for HostDriver {
     }
 
     unsafe fn ipc_get_mem_handle(&self, ptr: DevicePtr) -> Result<IpcHandleBytes> {
+        let device = lock(&self.buffer_devices)?.get(&ptr.0).copied().unwrap_or(-1);
+        if self.device(device).is_ok_and(|d| d.lacks(SimulatedDevice::NoLegacyIpc)) {
+            bail!(
+                "cuIpcGetMemHandle failed: CUDA_ERROR_NOT_SUPPORTED (801): operation not supported (simulated)"
+            );
+        }
         Ok(self.buffer(ptr)?.handle(BUFFER_TAG))
     }
 
@@ -502,6 +574,144 @@ impl Driver for HostDriver {
                 drop(mapping);
             }),
         )
+    }
+
+    fn supports(&self, device: i32, what: Capability) -> Result<bool> {
+        let kind = self.device(device)?;
+        Ok(match what {
+            Capability::VirtualMemory | Capability::PosixFdHandles => !kind.lacks(SimulatedDevice::NoVmm),
+            Capability::MemoryPools | Capability::PoolPosixFdHandles => !kind.lacks(SimulatedDevice::NoPools),
+        })
+    }
+
+    fn vmm_granularity(&self, device: i32) -> Result<usize> {
+        self.device(device)?;
+        Ok(SIMULATED_GRANULARITY)
+    }
+
+    fn vmm_create(&self, device: i32, bytes: usize) -> Result<RawAllocation> {
+        self.device(device)?;
+        ensure!(
+            bytes.is_multiple_of(SIMULATED_GRANULARITY),
+            "cuMemCreate: {bytes} bytes is not a multiple of the granularity"
+        );
+        let fd = memfd_create(c"simple-ipc-simulated-vmm", MFdFlags::MFD_CLOEXEC).context("memfd_create")?;
+        let file = File::from(fd);
+        file.set_len(bytes as u64).context("sizing a simulated allocation")?;
+        let id = self.fresh();
+        lock(&self.allocations)?.insert(id, file);
+        Ok(RawAllocation(id))
+    }
+
+    unsafe fn vmm_export(&self, allocation: RawAllocation) -> Result<OwnedFd> {
+        let allocations = lock(&self.allocations)?;
+        let file = allocations.get(&allocation.0).ok_or_else(|| anyhow!("invalid allocation"))?;
+        Ok(OwnedFd::from(file.try_clone().context("dup")?))
+    }
+
+    fn vmm_import(&self, fd: BorrowedFd) -> Result<RawAllocation> {
+        let file = File::from(fd.try_clone_to_owned().context("dup")?);
+        let bytes = file.metadata().context("fstat of an imported allocation")?.len() as usize;
+        ensure!(
+            bytes > 0 && bytes.is_multiple_of(SIMULATED_GRANULARITY),
+            "cuMemImportFromShareableHandle: not a simulated allocation ({bytes} bytes)"
+        );
+        let id = self.fresh();
+        lock(&self.allocations)?.insert(id, file);
+        Ok(RawAllocation(id))
+    }
+
+    unsafe fn vmm_map(&self, allocation: RawAllocation, bytes: usize, device: i32) -> Result<DevicePtr> {
+        self.device(device)?;
+        let file = {
+            let allocations = lock(&self.allocations)?;
+            let file = allocations.get(&allocation.0).ok_or_else(|| anyhow!("invalid allocation"))?;
+            file.try_clone().context("dup")?
+        };
+        ensure!(
+            file.metadata()?.len() == bytes as u64,
+            "cuMemMap: the allocation does not have {bytes} bytes"
+        );
+        self.insert_buffer(Mapping::at(file, 0, bytes)?)
+    }
+
+    unsafe fn vmm_unmap(&self, ptr: DevicePtr, _bytes: usize) -> Result<()> {
+        // SAFETY: the same contract as `free`.
+        unsafe { self.free(ptr) }
+    }
+
+    unsafe fn vmm_release(&self, allocation: RawAllocation) -> Result<()> {
+        lock(&self.allocations)?.remove(&allocation.0).map(drop).ok_or_else(|| anyhow!("invalid allocation"))
+    }
+
+    fn pool_create(&self, device: i32) -> Result<RawPool> {
+        self.device(device)?;
+        let fd = memfd_create(c"simple-ipc-simulated-pool", MFdFlags::MFD_CLOEXEC).context("memfd_create")?;
+        let id = self.fresh();
+        lock(&self.pools)?.insert(id, (File::from(fd), 0));
+        Ok(RawPool(id))
+    }
+
+    unsafe fn pool_export(&self, pool: RawPool) -> Result<OwnedFd> {
+        let pools = lock(&self.pools)?;
+        let (file, _) = pools.get(&pool.0).ok_or_else(|| anyhow!("invalid pool"))?;
+        Ok(OwnedFd::from(file.try_clone().context("dup")?))
+    }
+
+    fn pool_import(&self, fd: BorrowedFd, device: i32) -> Result<RawPool> {
+        self.device(device)?;
+        let file = File::from(fd.try_clone_to_owned().context("dup")?);
+        let id = self.fresh();
+        lock(&self.pools)?.insert(id, (file, 0));
+        Ok(RawPool(id))
+    }
+
+    unsafe fn pool_alloc(&self, pool: RawPool, bytes: usize) -> Result<DevicePtr> {
+        let (file, offset) = {
+            let mut pools = lock(&self.pools)?;
+            let (file, used) = pools.get_mut(&pool.0).ok_or_else(|| anyhow!("invalid pool"))?;
+            let offset = *used;
+            *used += (bytes as u64).next_multiple_of(page_size());
+            file.set_len(*used).context("growing a simulated pool")?;
+            (file.try_clone().context("dup")?, offset)
+        };
+        let ptr = self.insert_buffer(Mapping::at(file, offset, bytes)?)?;
+        lock(&self.pool_offsets)?.insert(ptr.0, offset);
+        Ok(ptr)
+    }
+
+    unsafe fn pool_export_pointer(&self, ptr: DevicePtr) -> Result<IpcHandleBytes> {
+        let offset =
+            lock(&self.pool_offsets)?.get(&ptr.0).copied().ok_or_else(|| anyhow!("not a pool allocation"))?;
+        let len = self.buffer(ptr)?.map.len() as u64;
+        let mut data = encode(POOL_POINTER_TAG, 0, 0, len);
+        data[24..32].copy_from_slice(&offset.to_le_bytes());
+        Ok(data)
+    }
+
+    unsafe fn pool_import_pointer(&self, pool: RawPool, data: &IpcHandleBytes) -> Result<DevicePtr> {
+        let (_, _, len) = decode(data, POOL_POINTER_TAG)?;
+        let mut offset = [0u8; 8];
+        offset.copy_from_slice(&data[24..32]);
+        let offset = u64::from_le_bytes(offset);
+        let file = {
+            let pools = lock(&self.pools)?;
+            let (file, _) = pools.get(&pool.0).ok_or_else(|| anyhow!("invalid pool"))?;
+            file.try_clone().context("dup")?
+        };
+        let size = file.metadata()?.len();
+        ensure!(offset + len <= size, "cuMemPoolImportPointer: the pointer lies outside the pool");
+        self.insert_buffer(Mapping::at(file, offset, len as usize)?)
+    }
+
+    unsafe fn pool_free(&self, ptr: DevicePtr) -> Result<()> {
+        lock(&self.pool_offsets)?.remove(&ptr.0);
+        // SAFETY: the same contract as `free`.
+        unsafe { self.free(ptr) }
+    }
+
+    unsafe fn pool_destroy(&self, pool: RawPool) -> Result<()> {
+        lock(&self.pools)?.remove(&pool.0).map(drop).ok_or_else(|| anyhow!("invalid pool"))
     }
 
     unsafe fn pin_host_memory(&self, _host: &mut [u8]) -> Result<bool> {

@@ -14,6 +14,7 @@ pub mod cuda;
 pub mod host;
 
 use std::ffi::CStr;
+use std::os::fd::{BorrowedFd, OwnedFd};
 
 use anyhow::Result;
 
@@ -38,6 +39,41 @@ pub struct RawStream(u64);
 /// A loaded kernel function (`CUfunction`); its module stays loaded as long as the driver.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RawFunction(u64);
+
+/// A physical allocation of the virtual memory management API (`CUmemGenericAllocationHandle`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RawAllocation(u64);
+
+/// A memory pool, created here or imported (`CUmemoryPool`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RawPool(u64);
+
+/// What a device may or may not offer, asked of it before a mechanism is used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Capability {
+    /// `CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED`
+    VirtualMemory,
+    /// `CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED`
+    PosixFdHandles,
+    /// `CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED`
+    MemoryPools,
+    /// The POSIX file descriptor bit of `CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES`
+    PoolPosixFdHandles,
+}
+
+impl Capability {
+    /// The attribute's name, for messages.
+    pub fn attribute(self) -> &'static str {
+        match self {
+            Capability::VirtualMemory => "CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED",
+            Capability::PosixFdHandles => "CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED",
+            Capability::MemoryPools => "CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED",
+            Capability::PoolPosixFdHandles => {
+                "CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES (POSIX file descriptor)"
+            }
+        }
+    }
+}
 
 /// What device selection asks of each device.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -168,6 +204,62 @@ pub trait Driver: Send + Sync {
     /// # Safety
     /// The common contract; the range has `bytes` bytes.
     unsafe fn fill(&self, dst: DevicePtr, value: u8, bytes: usize, stream: RawStream) -> Result<()>;
+    /// Whether `device` offers `what`.
+    fn supports(&self, device: i32, what: Capability) -> Result<bool>;
+
+    // Virtual memory management (`memMapIPCDrv`): physical allocations shared as file descriptors.
+    /// The allocation granularity of `device` for shareable allocations.
+    fn vmm_granularity(&self, device: i32) -> Result<usize>;
+    /// `cuMemCreate` of `bytes` (a multiple of the granularity) on `device`, exportable as a descriptor.
+    fn vmm_create(&self, device: i32, bytes: usize) -> Result<RawAllocation>;
+    /// `cuMemExportToShareableHandle`: a new descriptor for the allocation, owned by the caller.
+    /// # Safety
+    /// `allocation` came from this driver and is not released.
+    unsafe fn vmm_export(&self, allocation: RawAllocation) -> Result<OwnedFd>;
+    /// `cuMemImportFromShareableHandle`; the descriptor stays the caller's to close.
+    fn vmm_import(&self, fd: BorrowedFd) -> Result<RawAllocation>;
+    /// Reserves an address range of `bytes`, maps `allocation` there and lets `device` read and write it.
+    /// # Safety
+    /// `allocation` came from this driver, is not released, and has `bytes` bytes.
+    unsafe fn vmm_map(&self, allocation: RawAllocation, bytes: usize, device: i32) -> Result<DevicePtr>;
+    /// Unmaps `bytes` at `ptr` and frees the address range.
+    /// # Safety
+    /// `ptr` and `bytes` came from one [`Driver::vmm_map`], unmapped once, with no work pending on it.
+    unsafe fn vmm_unmap(&self, ptr: DevicePtr, bytes: usize) -> Result<()>;
+    /// # Safety
+    /// `allocation` came from this driver and is released once; its mappings may outlive it.
+    unsafe fn vmm_release(&self, allocation: RawAllocation) -> Result<()>;
+
+    // Memory pools (`streamOrderedAllocationIPC`): a pool shared as a descriptor, pointers as export data.
+    /// `cuMemPoolCreate` on `device`, exportable as a POSIX file descriptor.
+    fn pool_create(&self, device: i32) -> Result<RawPool>;
+    /// `cuMemPoolExportToShareableHandle`: a new descriptor for the pool, owned by the caller.
+    /// # Safety
+    /// `pool` was created by this driver and is not destroyed.
+    unsafe fn pool_export(&self, pool: RawPool) -> Result<OwnedFd>;
+    /// `cuMemPoolImportFromShareableHandle`, then read-write access for `device`; the descriptor stays the
+    /// caller's to close.
+    fn pool_import(&self, fd: BorrowedFd, device: i32) -> Result<RawPool>;
+    /// Allocates `bytes` from `pool`, and waits for the allocation.
+    /// # Safety
+    /// `pool` was created by this driver and is not destroyed.
+    unsafe fn pool_alloc(&self, pool: RawPool, bytes: usize) -> Result<DevicePtr>;
+    /// `cuMemPoolExportPointer`: the export data of an allocation of `pool`.
+    /// # Safety
+    /// `ptr` came from [`Driver::pool_alloc`] and is not freed.
+    unsafe fn pool_export_pointer(&self, ptr: DevicePtr) -> Result<IpcHandleBytes>;
+    /// `cuMemPoolImportPointer` from an imported pool.
+    /// # Safety
+    /// `pool` came from [`Driver::pool_import`].
+    unsafe fn pool_import_pointer(&self, pool: RawPool, data: &IpcHandleBytes) -> Result<DevicePtr>;
+    /// Frees an allocation or an imported pointer, and waits for it (an importer frees before the exporter).
+    /// # Safety
+    /// `ptr` came from [`Driver::pool_alloc`] or [`Driver::pool_import_pointer`], freed once, no work pending.
+    unsafe fn pool_free(&self, ptr: DevicePtr) -> Result<()>;
+    /// # Safety
+    /// `pool` was created by this driver, every allocation from it is freed, and it is destroyed once.
+    unsafe fn pool_destroy(&self, pool: RawPool) -> Result<()>;
+
     /// Pins `host` memory for fast copies; returns false where the driver cannot (copies stay pageable).
     /// # Safety
     /// `host` stays mapped until [`Driver::unpin_host_memory`] was called for it.

@@ -34,9 +34,20 @@ pub fn text(output: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
 }
 
-/// True once no process of the group led by `pgid` is left (they are all reaped or gone).
+/// True once no process of the group led by `pgid` is left running: each is reaped, or a zombie that only
+/// waits for init to reap it (which some containers' init does only now and then).
 pub fn group_gone(pgid: u32) -> bool {
-    matches!(kill(Pid::from_raw(-(pgid as i32)), None), Err(Errno::ESRCH))
+    if matches!(kill(Pid::from_raw(-(pgid as i32)), None), Err(Errno::ESRCH)) {
+        return true;
+    }
+    let Ok(entries) = std::fs::read_dir("/proc") else { return false };
+    !entries.flatten().any(|entry| {
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        // pid (comm) state ppid pgrp ...: the fields after the last ')'.
+        let fields: Vec<&str> =
+            stat.rsplit_once(')').map_or("", |(_, rest)| rest).split_whitespace().collect();
+        fields.len() > 2 && fields[2] == pgid.to_string() && fields[0] != "Z"
+    })
 }
 
 /// Waits up to `limit` for the whole process group to be gone; returns how long it took.
@@ -100,16 +111,37 @@ pub fn wait_for_lines(child: &mut Child, needle: &str, count: usize, limit: Dura
 }
 
 /// The names in /dev/shm that a run of parent `pid` could leave: its segment's old name and the files the
-/// driver makes for its events.
-pub fn leftovers(pid: u32) -> Vec<String> {
+/// driver makes for the events of the parent and of its children `children`.
+pub fn leftovers(pid: u32, children: &[u32]) -> Vec<String> {
     let segment = format!("simpleIPCshm{pid}");
-    let events = format!(".{pid:x}.");
+    let events: Vec<String> =
+        std::iter::once(pid).chain(children.iter().copied()).map(|p| format!(".{p:x}.")).collect();
     std::fs::read_dir("/dev/shm")
         .map(|entries| {
             entries
                 .filter_map(|e| e.ok()?.file_name().into_string().ok())
-                .filter(|name| *name == segment || (name.starts_with("cuda.shm.") && name.contains(&events)))
+                .filter(|name| {
+                    *name == segment
+                        || (name.starts_with("cuda.shm.") && events.iter().any(|e| name.contains(e)))
+                })
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// The pids of the processes `pid` has started, and theirs, as /proc lists them now.
+pub fn descendants(pid: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    let mut todo = vec![pid];
+    while let Some(p) = todo.pop() {
+        let tasks = std::fs::read_dir(format!("/proc/{p}/task")).into_iter().flatten().flatten();
+        for task in tasks {
+            let children = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            for child in children.split_whitespace().filter_map(|c| c.parse().ok()) {
+                found.push(child);
+                todo.push(child);
+            }
+        }
+    }
+    found
 }

@@ -1,0 +1,140 @@
+//! `--ipc legacy|vmm|pool|all` on simulated GPUs: the whole protocol with each mechanism, with real
+//! descriptors passed over SCM_RIGHTS between real processes; what a child does when the descriptors do not
+//! come as the segment says; the waivers; and the `--ipc all` table, its JSON and its exit statuses.
+
+mod common;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::{FAULT, leftovers, run, simulated, text, wait_group_gone};
+
+fn assert_clean(pid: u32, what: &str) {
+    assert!(wait_group_gone(pid, Duration::from_secs(3)).is_some(), "{what}: a process of run {pid} is left");
+    assert_eq!(leftovers(pid, &[]), Vec::<String>::new(), "{what}: run {pid} left files in /dev/shm");
+}
+
+/// Runs `command`, returning its pid, status and all its output.
+fn run_pid(command: &mut std::process::Command) -> (u32, Option<i32>, String) {
+    let child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    (pid, out.status.code(), text(&out))
+}
+
+#[test]
+fn every_mechanism_runs_the_whole_protocol_on_several_devices() {
+    for mechanism in ["legacy", "vmm", "pool"] {
+        for ppd in ["1", "4"] {
+            let what = format!("--ipc {mechanism} --procs-per-device {ppd}");
+            let json =
+                std::env::temp_dir().join(format!("simple-ipc-mech-{}-{mechanism}.json", std::process::id()));
+            let (pid, code, all) = run_pid(
+                simulated("ok,ok").args(["--ipc", mechanism, "--procs-per-device", ppd, "--json"]).arg(&json),
+            );
+            assert_eq!(code, Some(0), "{what}: {all}");
+            let n = 2 * ppd.parse::<usize>().unwrap();
+            for i in 0..n {
+                assert!(all.contains(&format!("Process {i} complete!\n")), "{what}: {all}");
+                assert!(all.contains(&format!("Step {i} done\n")), "{what}: {all}");
+            }
+            let doc = std::fs::read_to_string(&json).unwrap();
+            std::fs::remove_file(&json).unwrap();
+            assert!(doc.contains(&format!("\"ipc\": \"{mechanism}\"")), "{what}: the JSON names it: {doc}");
+            assert_clean(pid, &what);
+        }
+    }
+}
+
+/// A child that gets too few descriptors, none, or a socket closed before anything came, exits 1 and says
+/// why; the run stops and leaves nothing.
+#[test]
+fn descriptors_that_do_not_come_as_the_segment_says_fail_the_run() {
+    for mechanism in ["vmm", "pool"] {
+        for (fault, message) in [
+            ("send-fewer", "expected 3 descriptors (one per process), received 2 (the message declares 3)"),
+            ("send-none", "expected 3 descriptors (one per process), received 0 (the message declares 3)"),
+            ("close-socket", "the parent closed the descriptor socket before sending any descriptor"),
+        ] {
+            let what = format!("--ipc {mechanism}, parent@allocate-export:{fault}");
+            let (pid, code, all) = run_pid(
+                simulated("ok")
+                    .args(["--ipc", mechanism, "--procs-per-device", "3"])
+                    .env(FAULT, format!("parent@allocate-export:{fault}")),
+            );
+            assert_eq!(code, Some(1), "{what}: {all}");
+            assert!(all.contains(message), "{what}: {all}");
+            assert!(all.contains("failed! (exit code 1)"), "{what}: the parent names the child: {all}");
+            assert!(!all.contains("panicked"), "{what}: {all}");
+            assert_clean(pid, &what);
+        }
+    }
+}
+
+/// A mechanism a device lacks is waived with its reason (exit 2), never failed.
+#[test]
+fn a_mechanism_the_device_lacks_is_waived_with_the_reason() {
+    for (device, mechanism, reason) in [
+        ("no-vmm", "vmm", "CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED"),
+        ("no-pools", "pool", "CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED"),
+        ("no-legacy-ipc", "legacy", "cannot export a legacy IPC handle, as on WSL and Tegra"),
+    ] {
+        let out = run(simulated(&format!("ok,{device}")).args(["--ipc", mechanism]));
+        let all = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{device}: {all}");
+        assert!(
+            all.contains(&format!("No CUDA devices support IPC with --ipc {mechanism} (device 1")),
+            "{all}"
+        );
+        assert!(all.contains(reason), "{device}: {all}");
+    }
+    // The other mechanisms still run on such a device.
+    let out = run(simulated("ok,no-vmm").args(["--ipc", "pool"]));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+}
+
+#[test]
+fn ipc_all_prints_a_table_and_exits_by_the_worst_result() {
+    let json = std::env::temp_dir().join(format!("simple-ipc-all-test-{}.json", std::process::id()));
+    // One waived, two passed: exit 0.
+    let out =
+        run(simulated("ok,no-vmm").args(["--ipc", "all", "--procs-per-device", "2", "--json"]).arg(&json));
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    let table: Vec<&str> = all.lines().skip_while(|l| !l.starts_with("mechanism")).collect();
+    assert_eq!(table.len(), 4, "a header and a row per mechanism: {all}");
+    assert!(table[1].starts_with("legacy") && table[1].ends_with("passed"), "{}", table[1]);
+    assert!(
+        table[2].starts_with("vmm") && table[2].contains("waived: No CUDA devices support IPC"),
+        "{}",
+        table[2]
+    );
+    assert!(table[3].starts_with("pool") && table[3].ends_with("passed"), "{}", table[3]);
+    let doc = std::fs::read_to_string(&json).unwrap();
+    assert!(
+        doc.contains(r#"{"mechanism": "legacy", "result": "passed", "reason": null, "wall_ms": "#),
+        "{doc}"
+    );
+    assert!(doc.contains(r#"{"mechanism": "vmm", "result": "waived", "reason": "No CUDA devices"#), "{doc}");
+
+    // Every mechanism waived: exit 2.
+    let out = run(simulated("no-legacy-ipc+no-vmm+no-pools").args(["--ipc", "all"]));
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+
+    // One failed: exit 1, and the table says which and why.
+    let out = run(simulated("ok").args(["--ipc", "all"]).env(FAULT, "parent@allocate-export:send-none"));
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{all}");
+    let table: Vec<&str> = all.lines().skip_while(|l| !l.starts_with("mechanism")).collect();
+    assert!(table[1].ends_with("passed"), "legacy has no descriptors to miss: {all}");
+    assert!(table[2].contains("FAILED") && table[3].contains("FAILED"), "{all}");
+    assert!(all.contains("--ipc all: vmm, pool failed"), "{all}");
+    std::fs::remove_file(&json).unwrap();
+}
+
+#[test]
+fn an_unknown_mechanism_is_a_usage_error() {
+    let out = run(simulated("ok").args(["--ipc", "nvlink"]));
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("possible values: legacy, vmm, pool, all"), "{}", text(&out));
+}
