@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Paired comparisons on a CUDA host, from one run: NVIDIA's simpleIPC against simple-ipc (each at its
 # defaults), and the probe's floor (`ipc-floor floor2 N`, the least program doing the same IPC work) against
-# simple-ipc with the same number of processes, for N = 1 (or the GPU count) up to 16.
+# simple-ipc with the same number of processes, for N = 1 (or the GPU count) up to 16; and each IPC
+# mechanism against legacy.
 #   scripts/compare.sh SIMPLE_IPC ORIGINAL IPC_FLOOR [ROUNDS]
 # Build the other two on that host (keep their code out of this repository):
 #   nvcc -O2 -I<cuda-samples>/Common -o /tmp/simpleIPC <cuda-samples>/Samples/0_Introduction/simpleIPC/simpleIPC.cu \
@@ -51,4 +52,16 @@ for n in 1 2 4 8 16; do
   done
   mf=$(echo "${f[*]}" | median); ms_=$(echo "${s[*]}" | median)
   printf "%10s %12s %14s %8s%s\n" "$n" "$mf" "$ms_" "$(ratio "$ms_" "$mf")" "$([ $bad = 1 ] && echo '  (A RUN FAILED)')"
+done
+
+echo "-- each IPC mechanism against legacy, whole runs (--procs-per-device 2):"
+printf "%10s %12s %14s %8s\n" mechanism "legacy, ms" "mechanism, ms" ratio
+for ipc in vmm pool; do
+  l=(); m=(); bad=0
+  for _ in $(seq "$rounds"); do
+    read -r t rc < <(ms "$ours" --ipc legacy --procs-per-device 2); l+=("$t"); [ "$rc" = 0 ] || bad=1
+    read -r t rc < <(ms "$ours" --ipc "$ipc" --procs-per-device 2); m+=("$t"); [ "$rc" = 0 ] || bad=1
+  done
+  ml=$(echo "${l[*]}" | median); mm=$(echo "${m[*]}" | median)
+  printf "%10s %12s %14s %8s%s\n" "$ipc" "$ml" "$mm" "$(ratio "$mm" "$ml")" "$([ $bad = 1 ] && echo '  (A RUN FAILED)')"
 done

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The GPU check: runs a built simple-ipc on a CUDA host and prints one line per case and a summary.
 #   scripts/gpu-check.sh [BINARY]        (default: target/release/simple-ipc)
-# Cases: the default run and --procs-per-device 2, 4 and 8 (exit 0, every "Process i complete!" and every
-# "Step s done"); the faults that need CUDA (a child killed in the round-robin and while verifying, failing
+# Cases: every IPC mechanism (legacy, vmm, pool) with --procs-per-device 1, 2 and 4 (and 8 for legacy;
+# GPU_CHECK_PPDS changes the list), each exiting 0 with every "Process i complete!" and "Step s done" and
+# every descriptor a child received closed again, and --ipc all; the faults that need CUDA (a child killed in the round-robin and while verifying, failing
 # while it opens handles, the parent killed), each stopping every process within 0.5 s; the parent killed
 # with kill -9 at 0, 50, 100, 200 and 300 ms into a --procs-per-device 8 run; SIGINT and SIGTERM; a child
 # stopped with SIGSTOP under the watchdog (--timeout); and, where compute-sanitizer is found, a run under
-# memcheck with leak checking. Every case must leave /dev/shm as it found it, the driver's own
+# memcheck with leak checking for each mechanism. Every case must leave /dev/shm as it found it, the driver's own
 # cuda.shm.* files for the events included.
 # Exit status: 0 if every case passed, 1 otherwise, 2 if the binary waives here (no GPU).
 set -u
@@ -47,31 +48,53 @@ shm_before=$(shm_state)
 "$bin" >"$log/probe" 2>&1; rc=$?
 if [ $rc -eq 2 ]; then cat "$log/probe"; echo "WAIVED: the binary waives on this host"; exit 2; fi
 
-# --- Normal runs ------------------------------------------------------------------------------------------
-for ppd in 1 2 4 8; do
-  name="procs-per-device=$ppd"
-  start=$(now)
-  timeout 120 "$bin" --procs-per-device "$ppd" --json "$log/t.json" >"$log/out" 2>&1; rc=$?
-  wall=$(elapsed "$start" "$(now)")
-  n=$(grep -c '^Process [0-9]*: Starting on device' "$log/out")
-  missing=""
-  for ((i = 0; i < n; i++)); do
-    grep -q "^Process $i complete!\$" "$log/out" || missing+=" complete:$i"
-    grep -q "^Step $i done\$" "$log/out" || missing+=" step:$i"
+# --- Normal runs, every IPC mechanism ---------------------------------------------------------------------
+# Each must exit 0 with every "Process i complete!" and "Step i done", the PP line first, 64 MiB buffers, and
+# every child as many descriptors open after closing its handles as before opening them.
+list() { grep -o "\"$1\": \[[0-9, ]*\]" "$2" | grep -o '\[.*\]'; }
+for ipc in legacy vmm pool; do
+  ppds=${GPU_CHECK_PPDS:-"1 2 4"}
+  [ "$ipc" = legacy ] && ppds="$ppds 8"
+  for ppd in $ppds; do
+    name="--ipc $ipc --procs-per-device $ppd"
+    start=$(now)
+    rm -f "$log/t.json"
+    timeout 120 "$bin" --ipc "$ipc" --procs-per-device "$ppd" --json "$log/t.json" >"$log/out" 2>&1; rc=$?
+    wall=$(elapsed "$start" "$(now)")
+    n=$(grep -c '^Process [0-9]*: Starting on device' "$log/out")
+    missing=""
+    for ((i = 0; i < n; i++)); do
+      grep -q "^Process $i complete!\$" "$log/out" || missing+=" complete:$i"
+      grep -q "^Step $i done\$" "$log/out" || missing+=" step:$i"
+    done
+    first=$(grep -v '^SIMULATED GPUs' "$log/out" | head -n 1)
+    [[ "$first" == "PP: lshmName = simpleIPCshm"* ]] || missing+=" PP-line-not-first"
+    if [ -z "${GPU_CHECK_SIMULATE:-}" ]; then
+      grep -q '"buffer_bytes": 67108864' "$log/t.json" 2>/dev/null || missing+=" 64MiB-buffers"
+    fi
+    before=$(list descriptors_before_open "$log/t.json"); after=$(list descriptors_after_close "$log/t.json")
+    [ -n "$before" ] && [ "$before" = "$after" ] || missing+=" descriptors:$before->$after"
+    shm_after=$(shm_state)
+    if [ $rc -eq 0 ] && [ "$n" -ge "$ppd" ] && [ -z "$missing" ] && [ "$shm_after" = "$shm_before" ]; then
+      record PASS "$name" "exit 0, $n processes, all complete, all steps, descriptors $before = $after, /dev/shm clean, wall ${wall}s"
+    else
+      record FAIL "$name" "exit $rc, $n processes, missing:${missing:- none}, wall ${wall}s"
+      sed 's/^/    /' "$log/out" | tail -n 20
+    fi
   done
-  first=$(grep -v '^SIMULATED GPUs' "$log/out" | head -n 1)
-  [[ "$first" == "PP: lshmName = simpleIPCshm"* ]] || missing+=" PP-line-not-first"
-  if [ -z "${GPU_CHECK_SIMULATE:-}" ]; then
-    grep -q '"buffer_bytes": 67108864' "$log/t.json" 2>/dev/null || missing+=" 64MiB-buffers"
-  fi
-  shm_after=$(shm_state)
-  if [ $rc -eq 0 ] && [ "$n" -ge "$ppd" ] && [ -z "$missing" ] && [ "$shm_after" = "$shm_before" ]; then
-    record PASS "$name" "exit 0, $n processes, all complete, all steps, /dev/shm clean, wall ${wall}s"
-  else
-    record FAIL "$name" "exit $rc, $n processes, missing:${missing:- none}, wall ${wall}s"
-    sed 's/^/    /' "$log/out" | tail -n 20
-  fi
 done
+
+# --ipc all: a table with a row per mechanism, each passed (or waived, with its reason, where the host lacks it).
+start=$(now)
+timeout 300 "$bin" --ipc all --procs-per-device 2 >"$log/out" 2>&1; rc=$?
+wall=$(elapsed "$start" "$(now)")
+rows=$(sed -n '/^mechanism /,$p' "$log/out" | tail -n +2)
+if [ $rc -eq 0 ] && [ "$(echo "$rows" | grep -c 'passed$')" -eq 3 ] && [ "$(shm_state)" = "$shm_before" ]; then
+  record PASS "--ipc all" "exit 0 after ${wall}s: $(echo "$rows" | awk '{ printf "%s %s ms (open one %s ms); ", $1, $2, $3 }')"
+else
+  record FAIL "--ipc all" "exit $rc after ${wall}s"
+  sed 's/^/    /' "$log/out" | tail -n 8
+fi
 
 # --- Faults -----------------------------------------------------------------------------------------------
 # A child that kills itself (SIGKILL, like kill -9 or a crash) at a phase: the run must stop within 2 s.
@@ -159,21 +182,26 @@ else
   for p in $(survivors); do kill -9 "$p"; done
 fi
 
-# --- compute-sanitizer ------------------------------------------------------------------------------------
+# --- compute-sanitizer, every mechanism ---------------------------------------------------------------------
 sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
 if [ -n "$sanitizer" ]; then
-  start=$(now)
-  timeout 300 "$sanitizer" --tool memcheck --leak-check full --target-processes all --error-exitcode 99 \
-    "$bin" --procs-per-device 2 >"$log/out" 2>&1; rc=$?
-  wall=$(elapsed "$start" "$(now)")
-  errors=$(grep -c 'ERROR SUMMARY: 0 errors' "$log/out")
-  bad=$(grep 'ERROR SUMMARY' "$log/out" | grep -vc 'ERROR SUMMARY: 0 errors')
-  if [ $rc -eq 0 ] && [ "$errors" -ge 1 ] && [ "$bad" -eq 0 ]; then
-    record PASS "compute-sanitizer memcheck --leak-check full" "exit 0, ERROR SUMMARY: 0 errors (parent and children), ${wall}s"
-  else
-    record FAIL "compute-sanitizer memcheck --leak-check full" "exit $rc, clean summaries $errors, others $bad"
-    grep -E 'ERROR|Program hit|Leaked|=========' "$log/out" | head -n 30 | sed 's/^/    /'
-  fi
+  for ipc in legacy vmm pool; do
+    start=$(now)
+    rm -f "$log/t.json"
+    timeout 300 "$sanitizer" --tool memcheck --leak-check full --target-processes all --error-exitcode 99 \
+      "$bin" --ipc "$ipc" --procs-per-device 2 --json "$log/t.json" >"$log/out" 2>&1; rc=$?
+    wall=$(elapsed "$start" "$(now)")
+    clean=$(grep -c 'ERROR SUMMARY: 0 errors' "$log/out")
+    bad=$(grep 'ERROR SUMMARY' "$log/out" | grep -vc 'ERROR SUMMARY: 0 errors')
+    before=$(list descriptors_before_open "$log/t.json"); after=$(list descriptors_after_close "$log/t.json")
+    if [ $rc -eq 0 ] && [ "$clean" -ge 1 ] && [ "$bad" -eq 0 ] && [ "$(shm_state)" = "$shm_before" ] \
+       && [ -n "$before" ] && [ "$before" = "$after" ]; then
+      record PASS "compute-sanitizer memcheck --leak-check full, --ipc $ipc" "exit 0, ERROR SUMMARY: 0 errors, descriptors $before = $after, /dev/shm clean, ${wall}s"
+    else
+      record FAIL "compute-sanitizer memcheck --leak-check full, --ipc $ipc" "exit $rc, clean summaries $clean, others $bad, descriptors $before -> $after"
+      grep -E 'ERROR|Program hit|Leaked|=========' "$log/out" | head -n 30 | sed 's/^/    /'
+    fi
+  done
 else
   record FAIL "compute-sanitizer" "not found"
 fi

@@ -81,6 +81,7 @@ pub fn run(index: usize, segment_fd: Option<i32>, socket_fd: Option<i32>) -> Res
     stop.check()?;
 
     watch.enter(Phase::OpenHandles)?;
+    state.descriptors[index][0].store(open_descriptors()?, Ordering::Relaxed);
     let mut descriptors: Vec<Option<OwnedFd>> = match &socket {
         Some(socket) => {
             descriptors::receive(socket.as_fd(), mechanism.code(), n, &stop)?.into_iter().map(Some).collect()
@@ -140,6 +141,7 @@ pub fn run(index: usize, segment_fd: Option<i32>, socket_fd: Option<i32>) -> Res
 
     watch.enter(Phase::CleanUp)?;
     drop((events, buffers, host, kernel, stream));
+    state.descriptors[index][1].store(open_descriptors()?, Ordering::Relaxed);
     watch.finish().publish(state, index);
     say!("Process {index} complete!")?;
     // The parent may free the buffers now, while this process tears its CUDA context down.
@@ -166,6 +168,13 @@ pub fn attach(index: usize, segment_fd: Option<i32>) -> Result<(Segment, i32)> {
         "the segment was made by process {creator}, not by our parent {parent_pid}"
     );
     Ok((segment, parent_pid))
+}
+
+/// How many descriptors this process has open.
+fn open_descriptors() -> Result<u32> {
+    let entries = std::fs::read_dir("/proc/self/fd").context("listing /proc/self/fd")?;
+    // Less the one read_dir itself holds open.
+    Ok((entries.count() as u32).saturating_sub(1))
 }
 
 /// The stop check of every wait in a child.

@@ -216,6 +216,15 @@ impl<'d> Exporter<'_, 'd> {
     }
 }
 
+/// Every child's count of open descriptors before it opened the handles (`when` 0) or after it closed them
+/// (1), as a JSON list.
+fn descriptor_counts(state: &SharedState, when: usize) -> String {
+    let counts: Vec<String> = (0..state.process_count())
+        .map(|i| state.descriptors[i][when].load(Ordering::Relaxed).to_string())
+        .collect();
+    format!("[{}]", counts.join(", "))
+}
+
 /// `--timings` and `--json`: the parent's phases and what each child left in the segment.
 fn report(cli: &Cli, json: Option<JsonFile>, state: &SharedState, parent: &Phases) -> Result<()> {
     if !cli.timings && json.is_none() {
@@ -240,6 +249,8 @@ fn report(cli: &Cli, json: Option<JsonFile>, state: &SharedState, parent: &Phase
                 ),
             ),
             ("simulated", crate::driver::host::requested().to_string()),
+            ("descriptors_before_open", descriptor_counts(state, 0)),
+            ("descriptors_after_close", descriptor_counts(state, 1)),
         ];
         json.write(&timings::json(parent, &children, &extra))?;
     }

@@ -126,6 +126,9 @@ pub struct SharedState {
     pub finished: AtomicU32,
     /// The phase each process is in (see `timings::progress_of`), for the watchdog's report.
     pub progress: [AtomicU32; MAX_PROCESSES],
+    /// Each child's count of open descriptors before it opened the handles and after it closed them: a
+    /// descriptor it received and did not close shows as a difference.
+    pub descriptors: [[AtomicU32; 2]; MAX_PROCESSES],
     /// Phase timings in microseconds, per process (see `timings`).
     pub timings: [[AtomicU64; TIMING_SLOTS]; MAX_PROCESSES],
 

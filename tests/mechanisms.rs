@@ -41,6 +41,15 @@ fn every_mechanism_runs_the_whole_protocol_on_several_devices() {
             let doc = std::fs::read_to_string(&json).unwrap();
             std::fs::remove_file(&json).unwrap();
             assert!(doc.contains(&format!("\"ipc\": \"{mechanism}\"")), "{what}: the JSON names it: {doc}");
+            // Every descriptor a child received is closed: as many open at the end as before opening.
+            let list = |key: &str| -> Vec<u32> {
+                let rest = doc.split(&format!("\"{key}\": [")).nth(1).unwrap();
+                rest.split(']').next().unwrap().split(", ").map(|n| n.parse().unwrap()).collect()
+            };
+            let (before, after) = (list("descriptors_before_open"), list("descriptors_after_close"));
+            assert_eq!(before.len(), n, "{what}: {doc}");
+            assert!(before.iter().all(|&b| b > 0), "{what}: counted: {doc}");
+            assert_eq!(before, after, "{what}: a child left descriptors open: {doc}");
             assert_clean(pid, &what);
         }
     }

@@ -256,8 +256,10 @@ pub trait Driver: Send + Sync {
     /// # Safety
     /// `ptr` came from [`Driver::pool_alloc`] or [`Driver::pool_import_pointer`], freed once, no work pending.
     unsafe fn pool_free(&self, ptr: DevicePtr) -> Result<()>;
+    /// Destroys a pool this process created, or releases one it imported.
     /// # Safety
-    /// `pool` was created by this driver, every allocation from it is freed, and it is destroyed once.
+    /// `pool` was created or imported by this driver, every allocation from it (or pointer imported from
+    /// it) is freed, and it is destroyed once.
     unsafe fn pool_destroy(&self, pool: RawPool) -> Result<()>;
 
     /// Pins `host` memory for fast copies; returns false where the driver cannot (copies stay pageable).

@@ -12,7 +12,7 @@ use anyhow::{Context, Result};
 use super::warn_on_error;
 use crate::driver::{DevicePtr, Driver, IpcHandleBytes, RawPool};
 
-/// A pool this process created: destroyed on drop.
+/// A pool this process created or imported: destroyed on drop.
 struct Pool<'d> {
     driver: &'d dyn Driver,
     raw: RawPool,
@@ -65,9 +65,11 @@ impl<'d> Export<'d> {
     }
 }
 
-/// The importer's side: the imported pointer, freed on drop; the descriptor is closed once imported.
+/// The importer's side: the imported pointer, freed on drop, then the imported pool, released; the
+/// descriptor is closed once imported.
 pub struct View<'d> {
     allocation: Allocation<'d>,
+    _pool: Pool<'d>,
 }
 
 impl<'d> View<'d> {
@@ -77,11 +79,11 @@ impl<'d> View<'d> {
         descriptor: OwnedFd,
         device: i32,
     ) -> Result<Self> {
-        let pool = driver.pool_import(descriptor.as_fd(), device)?;
+        let pool = Pool { driver, raw: driver.pool_import(descriptor.as_fd(), device)? };
         drop(descriptor);
-        // SAFETY: the pool was just imported.
-        let ptr = unsafe { driver.pool_import_pointer(pool, handle) }?;
-        Ok(Self { allocation: Allocation { driver, ptr } })
+        // SAFETY: the pool was just imported and is alive (owned by `pool`).
+        let ptr = unsafe { driver.pool_import_pointer(pool.raw, handle) }?;
+        Ok(Self { allocation: Allocation { driver, ptr }, _pool: pool })
     }
 
     pub fn ptr(&self) -> DevicePtr {
