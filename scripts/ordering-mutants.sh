@@ -9,10 +9,12 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 # Each mutant: a name, and a sed script applied to src/child.rs.
 mutants=(
-  "no event wait or record in the round-robin|s/^ *stream\.wait_for(&events\[target\])?;\$//;s/^ *stream\.record(&events\[target\])?;\$//"
-  "the round-robin waits on its own event, not the target's|s/^\( *\)stream\.wait_for(&events\[target\])?;\$/\1stream.wait_for(\&events[index])?;/"
-  "no wait for the last writer before the copy back|s/^ *stream\.wait_for(&events\[index\])?;\$//"
-  "no event record in the round-robin|s/^ *stream\.record(&events\[target\])?;\$//"
+  "no event wait or record in the round-robin|s/Handover::Events(events) => stream\.wait_for(&events\[target\]),/Handover::Events(_) => Ok(()),/;s/Handover::Events(events) => stream\.record(&events\[target\]),/Handover::Events(_) => Ok(()),/"
+  "the round-robin waits on another buffer's event|s/stream\.wait_for(&events\[target\])/stream.wait_for(\&events[(target + 1) % events.len()])/"
+  "no wait for the last writer before the copy back|s/^ *handover\.before_writing(&stream, index, n)?;\$//"
+  "no event record in the round-robin|s/Handover::Events(events) => stream\.record(&events\[target\]),/Handover::Events(events) => Ok(drop(events)),/"
+  "--sync memops: no flag wait|s/Handover::Flags(flags) => stream\.wait_flag(&flags\[target\], step as u32),/Handover::Flags(_) => Ok(()),/"
+  "--sync memops: the flag says one write more than was done|s/stream\.write_flag(&flags\[target\], step as u32 + 1)/stream.write_flag(\&flags[target], step as u32 + 2)/"
 )
 export CARGO_TARGET_DIR="$PWD/target/ordering-mutants"
 copy() { rm -rf "$work/tree"; mkdir "$work/tree"; git ls-files -z --cached --others --exclude-standard | xargs -0 cp --parents -t "$work/tree"; }

@@ -11,6 +11,7 @@
 //! - the same copy between two local buffers of the consumer (the limit of this path);
 //! - a copy staged through pinned host memory (device to host, then host to device), the way without IPC.
 
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
@@ -25,7 +26,9 @@ use crate::driver::{self, Driver};
 use crate::futex;
 use crate::guardian::Guardian;
 use crate::host_buffer::HostBuffer;
-use crate::ipc::{DeviceBuffer, Event, ExportedBuffer, ExportedEvent, Mechanism, OpenedBuffer, OpenedEvent};
+use crate::ipc::{
+    DeviceBuffer, Event, ExportedBuffer, ExportedEvent, Mechanism, OpenedBuffer, OpenedEvent, descriptors,
+};
 use crate::segment::{self, RunPlan, RunState, Segment};
 use crate::signals;
 use crate::stream::Stream;
@@ -54,7 +57,7 @@ fn copies(size: usize) -> u32 {
 }
 
 /// The producer: the parent's side of `--bench`.
-pub fn run_producer(cli: &Cli) -> Result<Outcome> {
+pub fn run_producer(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
     let started = Instant::now();
     let name = segment::name_for(std::process::id());
     let segment = Segment::create(&name)?;
@@ -73,8 +76,14 @@ pub fn run_producer(cli: &Cli) -> Result<Outcome> {
         procs_per_device: 1,
         data_size: max,
         options: 0,
-        mechanism: Mechanism::Legacy.code(),
+        mechanism: mechanism.code(),
     });
+    for device in [producer, consumer] {
+        if let Some(reason) = mechanism.unsupported(driver, device)? {
+            say!("No CUDA devices support IPC with --ipc {} ({reason})", mechanism.name())?;
+            return Ok(Outcome::Waived);
+        }
+    }
     let describe = |d: i32| driver.device_info(d).map(|i| format!("device {d} ({})", i.name));
     say!(
         "IPC hand-over benchmark: producer on {}, consumer on {}",
@@ -82,8 +91,20 @@ pub fn run_producer(cli: &Cli) -> Result<Outcome> {
         describe(consumer)?
     )?;
 
-    let mut children =
-        Children::spawn(&segment, CONSUMER..CONSUMER + 1, &["--bench"], &[], started, cli.timeout())?;
+    // vmm and pool: each buffer's descriptor goes to the consumer over a socket of its own.
+    let (socket, their_socket) = match mechanism.uses_descriptors() {
+        true => descriptors::pair().map(|(ours, theirs)| (Some(ours), vec![theirs]))?,
+        false => (None, Vec::new()),
+    };
+    let mut children = Children::spawn(
+        &segment,
+        CONSUMER..CONSUMER + 1,
+        &["--bench"],
+        &their_socket,
+        started,
+        cli.timeout(),
+    )?;
+    drop(their_socket);
     guardian.cover(children.pids())?;
     driver.use_device(producer)?;
     let stream = Stream::non_blocking(driver)?;
@@ -103,8 +124,11 @@ pub fn run_producer(cli: &Cli) -> Result<Outcome> {
         futex::wake_all(&state.bench.pong);
     }
     for size in sizes(max) {
-        let buffer = ExportedBuffer::allocate(driver, Mechanism::Legacy, producer, size)?;
+        let buffer = ExportedBuffer::allocate(driver, mechanism, producer, size)?;
         state.mem_handles[PRODUCER].store(buffer.handle());
+        if let (Some(socket), Some(fd)) = (&socket, buffer.descriptor()) {
+            descriptors::send(socket, mechanism.code(), 1, &[fd])?;
+        }
         state.bench.size.store(size as u64, Ordering::Relaxed);
         barrier.wait(&stop)?; // the buffer is in the segment
         for (_, order) in HANDOVERS.iter().flat_map(|&order| (0..trips(size)).map(move |t| (t, order))) {
@@ -161,12 +185,18 @@ struct Row {
 }
 
 /// The consumer: the child's side of `--bench`.
-pub fn run_consumer(index: usize, segment_fd: Option<i32>) -> Result<()> {
+pub fn run_consumer(index: usize, segment_fd: Option<i32>, socket_fd: Option<i32>) -> Result<()> {
     if index != CONSUMER {
         bail!("the benchmark's consumer is process {CONSUMER}, not {index}");
     }
     let (segment, parent_pid) = crate::child::attach(index, segment_fd)?;
     let state = segment.state();
+    let mechanism = Mechanism::from_code(state.mechanism.load(Ordering::Relaxed))
+        .context("the segment names an IPC mechanism this program does not know")?;
+    let socket = match socket_fd {
+        Some(fd) if mechanism.uses_descriptors() => Some(crate::inherit::take(fd, "descriptor socket")?),
+        _ => None,
+    };
     let stop = move || crate::child::still_running(state, parent_pid);
     let cuda = driver::load().context("starting CUDA")?;
     let driver: &dyn Driver = &*cuda;
@@ -208,7 +238,11 @@ pub fn run_consumer(index: usize, segment_fd: Option<i32>) -> Result<()> {
             bail!("the producer published a buffer of another size");
         }
         let handle = state.mem_handles[PRODUCER].load();
-        let shared = OpenedBuffer::open(driver, Mechanism::Legacy, &handle, None, size, device)?;
+        let descriptor = match &socket {
+            Some(socket) => descriptors::receive(socket.as_fd(), mechanism.code(), 1, &stop)?.pop(),
+            None => None,
+        };
+        let shared = OpenedBuffer::open(driver, mechanism, &handle, descriptor, size, device)?;
         let into = DeviceBuffer::allocate(driver, device, size)?;
         let local = DeviceBuffer::allocate(driver, device, size)?;
         stream.fill(&local, 1, size)?;

@@ -15,7 +15,7 @@ use crate::driver::{self, Driver};
 use crate::fault::{self, Who};
 use crate::host_buffer::{self, HostBuffer};
 use crate::inherit;
-use crate::ipc::{Mechanism, OpenedBuffer, OpenedEvent, descriptors};
+use crate::ipc::{Mechanism, OpenedBuffer, OpenedEvent, Slice, descriptors};
 use crate::kernel::SimpleKernel;
 use crate::numa::{self, Sysfs};
 use crate::phase::Phase;
@@ -88,12 +88,15 @@ pub fn run(index: usize, segment_fd: Option<i32>, socket_fd: Option<i32>) -> Res
         }
         None => (0..n).map(|_| None).collect(),
     };
+    let memops = state.options.load(Ordering::Relaxed) & segment::OPTION_SYNC_MEMOPS != 0;
+    // With --sync memops, each buffer has its flag after the data.
+    let allocated = if memops { size + segment::FLAG_BYTES } else { size };
     let mut buffers = Vec::with_capacity(n);
     let mut events = Vec::with_capacity(n);
     for (other, descriptor) in descriptors.iter_mut().enumerate() {
         let handle = state.mem_handles[other].load();
         buffers.push(
-            OpenedBuffer::open(driver, mechanism, &handle, descriptor.take(), size, device)
+            OpenedBuffer::open(driver, mechanism, &handle, descriptor.take(), allocated, device)
                 .with_context(|| format!("opening the {} buffer of process {other}", mechanism.name()))?,
         );
         events.push(
@@ -105,23 +108,29 @@ pub fn run(index: usize, segment_fd: Option<i32>, socket_fd: Option<i32>) -> Res
 
     // The round-robin: at step i, write buffer (i + index) % n, after its last writer, then tell the next one.
     watch.enter(Phase::RoundRobin)?;
+    let handover = if memops {
+        let flags = buffers.iter().map(|b| Slice::of(b, size, segment::FLAG_BYTES)).collect::<Result<_>>()?;
+        Handover::Flags(flags)
+    } else {
+        Handover::Events(&events)
+    };
     let barrier = state.barrier(n);
     for step in 0..n {
         let target = (step + index) % n;
-        stream.wait_for(&events[target])?;
+        handover.before_writing(&stream, target, step)?;
         kernel
             .launch(&stream, &buffers[target], size, index as u8)
             .with_context(|| format!("launching simpleKernel on the buffer of process {target}"))?;
-        stream.record(&events[target])?;
+        handover.after_writing(&stream, target, step)?;
         barrier.wait(&stop).with_context(|| format!("in the barrier after step {step}"))?;
         if index == 0 {
             say!("Step {step} done")?;
         }
     }
 
-    // Our own buffer was written last by process (index + 1) % n.
+    // Our own buffer was written last by process (index + 1) % n, at the last step.
     watch.enter(Phase::CopyBack)?;
-    stream.wait_for(&events[index])?;
+    handover.before_writing(&stream, index, n)?;
     let data = host.copy_from(&buffers[index], size, &stream, &stop).context("copying the buffer back")?;
     say!("Process {index}: verifying...")?;
     watch.enter(Phase::Verify)?;
@@ -140,6 +149,7 @@ pub fn run(index: usize, segment_fd: Option<i32>, socket_fd: Option<i32>) -> Res
     }
 
     watch.enter(Phase::CleanUp)?;
+    drop(handover);
     drop((events, buffers, host, kernel, stream));
     state.descriptors[index][1].store(open_descriptors()?, Ordering::Relaxed);
     watch.finish().publish(state, index);
@@ -168,6 +178,33 @@ pub fn attach(index: usize, segment_fd: Option<i32>) -> Result<(Segment, i32)> {
         "the segment was made by process {creator}, not by our parent {parent_pid}"
     );
     Ok((segment, parent_pid))
+}
+
+/// How a writer of a buffer waits for the one before it and tells the one after it (`--sync`).
+enum Handover<'a, 'd> {
+    /// The original's: the stream waits for the buffer's interprocess event, and records it after the kernel.
+    Events(&'a [OpenedEvent<'d>]),
+    /// Stream memory operations on the buffer's flag, which counts the writes done: the stream waits until
+    /// the flag says `step` writes are done, and writes `step + 1` after the kernel.
+    Flags(Vec<Slice<'a>>),
+}
+
+impl Handover<'_, '_> {
+    /// Work on `stream` from now on waits until buffer `target` has been written `step` times.
+    fn before_writing(&self, stream: &Stream, target: usize, step: usize) -> Result<()> {
+        match self {
+            Handover::Events(events) => stream.wait_for(&events[target]),
+            Handover::Flags(flags) => stream.wait_flag(&flags[target], step as u32),
+        }
+    }
+
+    /// Tells the next writer of buffer `target` that the write of `step` is done, once the stream's work is.
+    fn after_writing(&self, stream: &Stream, target: usize, step: usize) -> Result<()> {
+        match self {
+            Handover::Events(events) => stream.record(&events[target]),
+            Handover::Flags(flags) => stream.write_flag(&flags[target], step as u32 + 1),
+        }
+    }
 }
 
 /// How many descriptors this process has open.

@@ -66,7 +66,7 @@ fn describe(status: WaitStatus) -> Option<String> {
 
 impl<'s> Children<'s> {
     /// Starts a child for each index, with `args` before the index and the segment's descriptor, and, where
-    /// `sockets` has one for it, its end of a descriptor socket. Each gets SIGKILL if the parent dies
+    /// `sockets` has one for it (the first for the first index), its end of a descriptor socket. Each gets SIGKILL if the parent dies
     /// (`PR_SET_PDEATHSIG`). With a `timeout`, [`Children::wait`] stops the run once that long has passed
     /// since `started`.
     pub fn spawn(
@@ -82,10 +82,11 @@ impl<'s> Children<'s> {
         let mut children = Self { state, running: Vec::with_capacity(indices.len()), deadline };
         let argv0 = std::env::args_os().next().unwrap_or_else(|| "simple-ipc".into());
         let fd = segment.fd();
+        let first = indices.start;
         for index in indices {
             let mut command = Command::new("/proc/self/exe");
             command.arg0(&argv0).args(args).arg("--segment-fd").arg(fd.to_string());
-            let socket = sockets.get(index).map(|s| s.as_raw_fd());
+            let socket = sockets.get(index - first).map(|s| s.as_raw_fd());
             if let Some(socket) = socket {
                 command.arg("--socket-fd").arg(socket.to_string());
             }

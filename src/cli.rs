@@ -44,6 +44,11 @@ pub struct Cli {
     #[arg(long, value_enum, value_name = "MECHANISM", default_value_t = IpcArg::Legacy)]
     pub ipc: IpcArg,
 
+    /// How the round-robin orders the writes of a buffer: interprocess events (the original's), or stream
+    /// memory operations on a flag after each buffer, in IPC-mapped device memory.
+    #[arg(long, value_enum, value_name = "HOW", default_value_t = Sync::Events)]
+    pub sync: Sync,
+
     /// Processes per chosen GPU, each with its own buffer and event, all in one round-robin.
     #[arg(long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=MAX_PROCESSES as i64))]
@@ -83,6 +88,15 @@ pub struct Cli {
     /// Pin each child to the CPUs of its GPU's NUMA node.
     #[arg(long)]
     pub bind_numa: bool,
+}
+
+/// `--sync`: how the round-robin hands a buffer from one writer to the next.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sync {
+    /// `cudaStreamWaitEvent` on the buffer's interprocess event, `cudaEventRecord` after the kernel.
+    Events,
+    /// `cuStreamWaitValue32` on the buffer's flag before the kernel, `cuStreamWriteValue32` after it.
+    Memops,
 }
 
 /// `--ipc`: one mechanism, or all of them.
@@ -155,6 +169,8 @@ mod tests {
         assert_eq!(parent.ipc.mechanism(), Some(Mechanism::Legacy), "the original's mechanism by default");
         assert_eq!(run(&["--ipc", "pool"]).unwrap().ipc.mechanism(), Some(Mechanism::Pool));
         assert_eq!(run(&["--ipc", "all"]).unwrap().ipc.mechanism(), None);
+        assert_eq!(parent.sync, Sync::Events, "the original's ordering by default");
+        assert_eq!(run(&["--sync", "memops"]).unwrap().sync, Sync::Memops);
         assert_eq!(parent.timeout(), Some(std::time::Duration::from_secs(60)), "a generous default");
         assert_eq!(run(&["--timeout", "0"]).unwrap().timeout(), None, "0 turns the watchdog off");
         for bad in [
@@ -172,6 +188,7 @@ mod tests {
             &["--timeout", "-1"],
             &["--ipc", "cuda"],
             &["--ipc"],
+            &["--sync", "spin"],
         ] {
             assert!(run(bad).is_none(), "{bad:?} must be a usage error");
         }

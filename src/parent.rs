@@ -14,17 +14,18 @@ use anyhow::{Context, Result, anyhow};
 
 use crate::Outcome;
 use crate::children::Children;
-use crate::cli::Cli;
+use crate::cli::{Cli, Sync};
 use crate::devices;
 use crate::driver::Driver;
 use crate::driver_files;
 use crate::fault::{self, DescriptorFault, Who};
 use crate::guardian::Guardian;
-use crate::ipc::{Event, ExportedBuffer, ExportedEvent, Mechanism, ProcessExports, descriptors};
+use crate::ipc::{Event, ExportedBuffer, ExportedEvent, Mechanism, ProcessExports, Slice, descriptors};
 use crate::output::JsonFile;
 use crate::phase::Phase;
 use crate::segment::{self, RunPlan, Segment, SharedState};
 use crate::signals;
+use crate::stream::Stream;
 use crate::timings::{self, Phases, Stopwatch};
 
 pub fn run(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
@@ -49,9 +50,14 @@ pub fn run(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
         return Ok(Outcome::Waived);
     }
     // Ask the devices, do not assume: a mechanism this host lacks is waived, with its reason.
+    let memops = cli.sync == Sync::Memops;
     for &device in &chosen {
         if let Some(reason) = mechanism.unsupported(driver, device)? {
             say!("No CUDA devices support IPC with --ipc {} ({reason})", mechanism.name())?;
+            return Ok(Outcome::Waived);
+        }
+        if let Some(reason) = driver.stream_memops_unsupported(device)?.filter(|_| memops) {
+            say!("No CUDA devices support IPC with --sync memops ({reason})")?;
             return Ok(Outcome::Waived);
         }
     }
@@ -62,13 +68,21 @@ pub fn run(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
         devices: &process_devices,
         procs_per_device: cli.procs_per_device as usize,
         data_size: segment::data_size(driver.simulated()),
-        options: if cli.bind_numa { segment::OPTION_BIND_NUMA } else { 0 },
+        options: if cli.bind_numa { segment::OPTION_BIND_NUMA } else { 0 }
+            | if memops { segment::OPTION_SYNC_MEMOPS } else { 0 },
         mechanism: mechanism.code(),
     });
     // vmm and pool: a socket per child, whose other end it inherits, for the descriptors.
     let (sockets, their_sockets) = descriptor_sockets(mechanism, n)?;
-    let exporter =
-        Exporter { driver, state, chosen: &chosen, process_devices: &process_devices, mechanism, sockets };
+    let exporter = Exporter {
+        driver,
+        state,
+        chosen: &chosen,
+        process_devices: &process_devices,
+        mechanism,
+        memops,
+        sockets,
+    };
 
     // Declared before the children: dropped (events destroyed, buffers freed) after them.
     let exports;
@@ -134,6 +148,8 @@ struct Exporter<'a, 'd> {
     chosen: &'a [i32],
     process_devices: &'a [i32],
     mechanism: Mechanism,
+    /// `--sync memops`: each buffer has a flag after its data, zeroed before the children may use it.
+    memops: bool,
     /// The parent's end of each child's descriptor socket (vmm and pool only).
     sockets: Vec<OwnedFd>,
 }
@@ -185,12 +201,20 @@ impl<'d> Exporter<'_, 'd> {
         driver.use_device(device).with_context(|| format!("making device {device} current"))?;
         let context = start.elapsed();
         let mut exported = Vec::new();
-        let bytes = segment::data_size(driver.simulated());
+        let data = segment::data_size(driver.simulated());
+        let flag = if self.memops { segment::FLAG_BYTES } else { 0 };
+        let stream = if self.memops { Some(Stream::non_blocking(driver)?) } else { None };
         for (index, _) in self.process_devices.iter().enumerate().filter(|(_, d)| **d == device) {
             let event = ExportedEvent::create(driver, device)?;
-            let buffer = ExportedBuffer::allocate(driver, self.mechanism, device, bytes)
+            let buffer = ExportedBuffer::allocate(driver, self.mechanism, device, data + flag)
                 .with_context(|| format!("the {} buffer of process {index}", self.mechanism.name()))?;
+            if let Some(stream) = &stream {
+                stream.fill(&Slice::of(&buffer, data, flag)?, 0, flag)?; // no write done yet
+            }
             exported.push((index, ProcessExports { device, event, buffer }));
+        }
+        if let Some(stream) = &stream {
+            stream.synchronize(&signals::check)?;
         }
         Ok((context, exported))
     }
@@ -240,6 +264,7 @@ fn report(cli: &Cli, json: Option<JsonFile>, state: &SharedState, parent: &Phase
             ("procs_per_device", state.procs_per_device.load(Ordering::Relaxed).to_string()),
             ("buffer_bytes", state.data_size().to_string()),
             ("sequential", cli.sequential.to_string()),
+            ("sync", format!("\"{}\"", if cli.sync == Sync::Memops { "memops" } else { "events" })),
             (
                 "ipc",
                 format!(

@@ -44,6 +44,12 @@ pub fn data_size(simulated: bool) -> usize {
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SIMPLIPC");
 /// `SharedState::options` bit: children pin themselves to their GPU's NUMA node.
 pub const OPTION_BIND_NUMA: u32 = 1;
+/// `SharedState::options` bit: the round-robin is ordered by stream memory operations on a flag after each
+/// buffer (`--sync memops`), not by the interprocess events.
+pub const OPTION_SYNC_MEMOPS: u32 = 2;
+/// Bytes after each buffer's data that hold its flag for `--sync memops` (a whole 256-byte line, so that the
+/// flag shares it with nothing the kernel writes).
+pub const FLAG_BYTES: usize = 256;
 /// Changes whenever `SharedState` does, so that mismatched binaries refuse each other's segments.
 pub const LAYOUT_VERSION: u32 = 2;
 /// Bytes of an IPC memory or event handle (`CU_HANDLE_SIZE`): the segment carries them as opaque bytes.

@@ -18,6 +18,12 @@ fn fits(memory: &impl DeviceMemory, bytes: usize) -> Result<()> {
     Ok(())
 }
 
+/// A flag is one 4-aligned 32-bit word.
+fn word(flag: &impl DeviceMemory) -> Result<()> {
+    ensure!(flag.bytes() >= 4 && flag.ptr().is_aligned(4), "a flag must be a 4-aligned 32-bit word");
+    Ok(())
+}
+
 impl<'d> Stream<'d> {
     pub fn non_blocking(driver: &'d dyn Driver) -> Result<Self> {
         Ok(Self { driver, raw: driver.create_non_blocking_stream()? })
@@ -49,6 +55,22 @@ impl<'d> Stream<'d> {
     pub fn synchronize(&self, stop: &dyn StopCheck) -> Result<()> {
         // SAFETY: the stream is alive while borrowed.
         stop::poll(|| unsafe { self.driver.query_stream(self.raw) }, stop, None).map(drop)
+    }
+
+    /// Enqueues writing `value` into the 32-bit flag at the start of `flag`, after the work before it (stream
+    /// memory operations).
+    pub fn write_flag(&self, flag: &impl DeviceMemory, value: u32) -> Result<()> {
+        word(flag)?;
+        // SAFETY: a 4-aligned word inside borrowed memory (checked); freeing it waits for the work.
+        unsafe { self.driver.stream_write_u32(self.raw, flag.ptr(), value) }
+    }
+
+    /// Enqueues a wait until the 32-bit flag at the start of `flag` is at least `value`: later work on this
+    /// stream waits for it.
+    pub fn wait_flag(&self, flag: &impl DeviceMemory, at_least: u32) -> Result<()> {
+        word(flag)?;
+        // SAFETY: as in `write_flag`.
+        unsafe { self.driver.stream_wait_u32_geq(self.raw, flag.ptr(), at_least) }
     }
 
     /// Enqueues setting the first `bytes` bytes of `dst` to `value`.

@@ -97,6 +97,13 @@ fn a_mechanism_the_device_lacks_is_waived_with_the_reason() {
         );
         assert!(all.contains(reason), "{device}: {all}");
     }
+    let out = run(simulated("ok,no-memops").args(["--sync", "memops"]));
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("No CUDA devices support IPC with --sync memops (device 1"),
+        "{}",
+        text(&out)
+    );
     // The other mechanisms still run on such a device.
     let out = run(simulated("ok,no-vmm").args(["--ipc", "pool"]));
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));

@@ -58,6 +58,25 @@ fn many_processes_on_several_devices_all_complete_every_step() {
     assert_clean(pid);
 }
 
+/// `--sync memops`: the same round-robin, ordered by stream memory operations on a flag after each buffer.
+#[test]
+fn the_round_robin_ordered_by_stream_memory_operations() {
+    for mechanism in ["legacy", "pool"] {
+        let mut command = simulated("ok,ok");
+        command.args(["--sync", "memops", "--ipc", mechanism, "--procs-per-device", "4"]);
+        let child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        let pid = child.id();
+        let out = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{mechanism}: {}", text(&out));
+        for i in 0..8 {
+            assert!(stdout.contains(&format!("Process {i} complete!\n")), "{mechanism}: {stdout}");
+            assert!(stdout.contains(&format!("Step {i} done\n")), "{mechanism}: {stdout}");
+        }
+        assert_clean(pid);
+    }
+}
+
 #[test]
 fn more_processes_than_cores_in_sequential_order_with_timings() {
     let dir = std::env::temp_dir().join(format!("simple-ipc-test-{}", std::process::id()));

@@ -18,12 +18,38 @@ use super::{
     RawStream, Unavailable,
 };
 
+/// `cuStreamWriteValue32_v2` / `cuStreamWaitValue32_v2`.
+type StreamValue32 = unsafe extern "C" fn(sys::CUstream, sys::CUdeviceptr, u32, c_uint) -> CUresult;
+
+/// The `_v2` stream memory operations, found through `cuGetProcAddress` (so that a driver without them is a
+/// reason to waive, not a missing symbol), or why they are not there.
+struct StreamMemops {
+    write: StreamValue32,
+    wait: StreamValue32,
+}
+
+/// Looks `symbol` up at the CUDA 12.0 version of its API (the `_v2` one for the stream memory operations).
+fn proc_address(symbol: &CStr) -> Result<StreamValue32> {
+    let mut pfn: *mut c_void = std::ptr::null_mut();
+    // SAFETY: the name is NUL-terminated; the driver writes one function pointer or leaves it null.
+    let rc = unsafe { sys::cuGetProcAddress(symbol.as_ptr(), &mut pfn, 12000, 0) };
+    check(rc, &format!("cuGetProcAddress({symbol:?}, CUDA 12.0)"))?;
+    if pfn.is_null() {
+        bail!("this driver has no CUDA 12.0 version of {symbol:?}");
+    }
+    // SAFETY: cuGetProcAddress returned the entry point of that name and version, whose C signature is
+    // CUresult (CUstream, CUdeviceptr, cuuint32_t, unsigned int).
+    Ok(unsafe { std::mem::transmute::<*mut c_void, StreamValue32>(pfn) })
+}
+
 /// The CUDA driver, initialised, with the primary contexts this process retained.
 pub struct CudaDriver {
     /// Primary context of each device used so far, released on drop.
     contexts: Mutex<HashMap<i32, usize>>,
     /// Loaded `simpleKernel` per context (one module per device the process uses).
     kernels: Mutex<HashMap<usize, (usize, RawFunction)>>,
+    /// The stream memory operations, looked up on first use.
+    memops: std::sync::OnceLock<Result<StreamMemops, String>>,
 }
 
 /// Turns a driver result into an error naming `what` was called.
@@ -98,7 +124,11 @@ impl CudaDriver {
             return Err(Unavailable(format!("the CUDA driver has no GPU to offer: {}", describe(rc))).into());
         }
         check(rc, "cuInit")?;
-        Ok(Self { contexts: Mutex::new(HashMap::new()), kernels: Mutex::new(HashMap::new()) })
+        Ok(Self {
+            contexts: Mutex::new(HashMap::new()),
+            kernels: Mutex::new(HashMap::new()),
+            memops: std::sync::OnceLock::new(),
+        })
     }
 
     fn attribute(&self, device: i32, attribute: sys::CUdevice_attribute) -> Result<i32> {
@@ -119,6 +149,15 @@ impl CudaDriver {
         check(rc, &format!("cuDevicePrimaryCtxRetain(device {device})"))?;
         contexts.insert(device, ctx as usize);
         Ok(ctx)
+    }
+
+    fn memops(&self) -> Result<&StreamMemops> {
+        let found = self.memops.get_or_init(|| {
+            let write = proc_address(c"cuStreamWriteValue32").map_err(|e| format!("{e:#}"))?;
+            let wait = proc_address(c"cuStreamWaitValue32").map_err(|e| format!("{e:#}"))?;
+            Ok(StreamMemops { write, wait })
+        });
+        found.as_ref().map_err(|e| anyhow!("{e}"))
     }
 
     fn current_context(&self) -> Result<usize> {
@@ -484,6 +523,26 @@ impl Driver for CudaDriver {
                 self.attribute(device, CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES)? & posix != 0
             }
         })
+    }
+
+    fn stream_memops_unsupported(&self, device: i32) -> Result<Option<String>> {
+        // The v2 operations are the driver's, for every device (CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS
+        // concerns the v1 ones, which driver 580 refuses); what can be missing is the entry points.
+        Ok(self.memops().err().map(|e| format!("device {device}: no stream memory operations: {e:#}")))
+    }
+
+    unsafe fn stream_write_u32(&self, s: RawStream, p: DevicePtr, value: u32) -> Result<()> {
+        let write = self.memops()?.write;
+        let flags = sys::CUstreamWriteValue_flags::CU_STREAM_WRITE_VALUE_DEFAULT as c_uint;
+        // SAFETY: the caller keeps the stream and the 4-aligned word alive until the write has run.
+        check(unsafe { write(stream(s), ptr(p), value, flags) }, "cuStreamWriteValue32_v2")
+    }
+
+    unsafe fn stream_wait_u32_geq(&self, s: RawStream, p: DevicePtr, value: u32) -> Result<()> {
+        let wait = self.memops()?.wait;
+        let flags = sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as c_uint;
+        // SAFETY: as above.
+        check(unsafe { wait(stream(s), ptr(p), value, flags) }, "cuStreamWaitValue32_v2")
     }
 
     fn vmm_granularity(&self, device: i32) -> Result<usize> {

@@ -3,8 +3,8 @@
 //!
 //! It is chosen only when [`SIMULATE_ENV`] is set; it never stands in for a missing GPU. It is asynchronous
 //! the way a GPU is, so that the tests notice when the ordering the sample exists to show is broken:
-//! - each stream runs its work in order on a worker thread of its own, and a kernel takes a random 0 to 2 ms
-//!   before it writes, so a kernel is not done when its launch returns;
+//! - each stream runs its work in order on a worker thread of its own, and a kernel takes a random 4 to 20
+//!   ms before it writes, so a kernel is not done when its launch returns, nor when the next step starts;
 //! - an interprocess event is two counters in shared memory: recording it takes the next generation when it
 //!   is enqueued and marks it complete when the stream reaches it; a wait (a stream's or the host's) waits for
 //!   the generation that was last recorded when the wait was asked for, as `cuStreamWaitEvent` does.
@@ -17,7 +17,7 @@
 //! `SIMPLE_IPC_SIMULATE_GPUS` is a comma-separated list, one entry per device: `ok`, or a defect that device
 //! selection must reject: `no-uva` (no unified addressing), `exclusive` (compute mode not Default), `no-peer`
 //! (no peer access to any other device), or that a mechanism must waive: `no-legacy-ipc`, `no-vmm`,
-//! `no-pools`; several are joined by `+`. An empty value is a machine without devices.
+//! `no-pools`, `no-memops` (no stream memory operations); several are joined by `+`. An empty value is a machine without devices.
 //!
 //! The virtual memory management API and memory pools are simulated with descriptors too: an allocation or
 //! a pool is a memfd, exported as a new descriptor of it (which the program passes over a Unix socket), and
@@ -27,7 +27,7 @@ use std::collections::HashMap;
 use std::ffi::CStr;
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::{Sender, channel};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -60,8 +60,10 @@ pub const SIMULATED_GRANULARITY: usize = 96 * 1024;
 const EVENT_TAG: &[u8; 8] = b"SIMEVT\0\x02";
 /// An event's shared counters: the generation last recorded, and the highest one completed.
 const EVENT_BYTES: usize = 16;
-/// The longest a simulated kernel takes before it writes.
-const MAX_KERNEL_DELAY_US: u64 = 2000;
+/// How long a simulated kernel takes before it writes: random in this range, and longer than a barrier
+/// round of a loaded host (on 2 busy cores one can take milliseconds), so that a kernel is still running
+/// when the next step's work is enqueued, and work that is not ordered comes out in the wrong order.
+const KERNEL_DELAY_US: std::ops::Range<u64> = 4_000..20_000;
 /// How often a waiting stream worker or host wait looks again.
 const POLL: Duration = Duration::from_micros(50);
 
@@ -77,6 +79,8 @@ enum SimulatedDevice {
     NoVmm,
     /// No memory pools.
     NoPools,
+    /// No stream memory operations.
+    NoStreamMemops,
 }
 
 /// What a simulated device lacks: `ok`, or defects joined by `+` (`no-vmm+no-pools`).
@@ -253,6 +257,7 @@ impl HostDriver {
                 "no-legacy-ipc" => Ok(SimulatedDevice::NoLegacyIpc),
                 "no-vmm" => Ok(SimulatedDevice::NoVmm),
                 "no-pools" => Ok(SimulatedDevice::NoPools),
+                "no-memops" => Ok(SimulatedDevice::NoStreamMemops),
                 other => Err(anyhow!("{SIMULATE_ENV}: unknown device kind {other:?}")),
             });
             Ok(Defects(defects.collect::<Result<Vec<_>>>()?))
@@ -294,7 +299,7 @@ impl HostDriver {
         x ^= x >> 7;
         x ^= x << 17;
         self.random.store(x, Ordering::Relaxed);
-        Duration::from_micros(x % (MAX_KERNEL_DELAY_US + 1))
+        Duration::from_micros(KERNEL_DELAY_US.start + x % (KERNEL_DELAY_US.end - KERNEL_DELAY_US.start))
     }
 
     fn buffer(&self, ptr: DevicePtr) -> Result<Arc<Mapping>> {
@@ -304,12 +309,25 @@ impl HostDriver {
             .ok_or_else(|| anyhow!("invalid device pointer {:#x}", ptr.0))
     }
 
-    /// The start of `bytes` bytes of a live buffer at `ptr`, with the mapping that keeps them valid.
+    /// The start of `bytes` bytes at `ptr`, inside one live buffer, with the mapping that keeps them valid.
     fn range(&self, ptr: DevicePtr, bytes: usize) -> Result<(Arc<Mapping>, usize)> {
-        let mapping = self.buffer(ptr)?;
-        let len = mapping.map.len();
-        ensure!(bytes <= len, "{bytes} bytes do not fit the {len}-byte simulated buffer at {:#x}", ptr.0);
-        Ok((mapping, ptr.0 as usize))
+        let buffers = lock(&self.buffers)?;
+        let end = ptr.0.checked_add(bytes as u64).ok_or_else(|| anyhow!("address overflow"))?;
+        let found = buffers.iter().find(|(start, m)| ptr.0 >= **start && end <= **start + m.map.len() as u64);
+        let (_, mapping) =
+            found.ok_or_else(|| anyhow!("no simulated buffer holds {bytes} bytes at {:#x}", ptr.0))?;
+        Ok((Arc::clone(mapping), ptr.0 as usize))
+    }
+
+    /// The 4-aligned 32-bit word at `ptr`, inside a live buffer, with the mapping that keeps it valid.
+    fn word(&self, ptr: DevicePtr) -> Result<(Arc<Mapping>, usize)> {
+        ensure!(ptr.0.is_multiple_of(4), "a 32-bit flag at {:#x} is not 4-aligned", ptr.0);
+        let buffers = lock(&self.buffers)?;
+        let found =
+            buffers.iter().find(|(start, m)| ptr.0 >= **start && ptr.0 + 4 <= **start + m.map.len() as u64);
+        let (_, mapping) =
+            found.ok_or_else(|| anyhow!("no simulated buffer holds the word at {:#x}", ptr.0))?;
+        Ok((Arc::clone(mapping), ptr.0 as usize))
     }
 
     fn insert_buffer(&self, mapping: Arc<Mapping>) -> Result<DevicePtr> {
@@ -582,6 +600,37 @@ impl Driver for HostDriver {
             Capability::VirtualMemory | Capability::PosixFdHandles => !kind.lacks(SimulatedDevice::NoVmm),
             Capability::MemoryPools | Capability::PoolPosixFdHandles => !kind.lacks(SimulatedDevice::NoPools),
         })
+    }
+
+    fn stream_memops_unsupported(&self, device: i32) -> Result<Option<String>> {
+        let lacks = self.device(device)?.lacks(SimulatedDevice::NoStreamMemops);
+        Ok(lacks.then(|| format!("device {device} has no stream memory operations (simulated)")))
+    }
+
+    unsafe fn stream_write_u32(&self, stream: RawStream, ptr: DevicePtr, value: u32) -> Result<()> {
+        let (mapping, word) = self.word(ptr)?;
+        self.enqueue(
+            stream,
+            Box::new(move || {
+                // SAFETY: `word` checked the aligned word lies in the mapping this closure keeps alive.
+                unsafe { &*(word as *const AtomicU32) }.store(value, Ordering::Release);
+                drop(mapping);
+            }),
+        )
+    }
+
+    unsafe fn stream_wait_u32_geq(&self, stream: RawStream, ptr: DevicePtr, value: u32) -> Result<()> {
+        let (mapping, word) = self.word(ptr)?;
+        let destroyed = Arc::clone(&self.stream(stream)?.destroyed);
+        self.enqueue(
+            stream,
+            Box::new(move || {
+                // SAFETY: as in `stream_write_u32`.
+                let word = unsafe { &*(word as *const AtomicU32) };
+                poll_until(|| word.load(Ordering::Acquire) >= value, || destroyed.load(Ordering::Acquire));
+                drop(mapping);
+            }),
+        )
     }
 
     fn vmm_granularity(&self, device: i32) -> Result<usize> {

@@ -28,6 +28,18 @@ pub type IpcHandleBytes = [u8; IPC_HANDLE_SIZE];
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DevicePtr(u64);
 
+impl DevicePtr {
+    /// The address `bytes` further on, inside the same allocation as the caller knows; `None` on overflow.
+    pub fn offset(self, bytes: usize) -> Option<DevicePtr> {
+        self.0.checked_add(bytes as u64).map(DevicePtr)
+    }
+
+    /// Whether the address is a multiple of `align`.
+    pub fn is_aligned(self, align: u64) -> bool {
+        self.0.is_multiple_of(align)
+    }
+}
+
 /// A raw event (`CUevent`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RawEvent(u64);
@@ -206,6 +218,20 @@ pub trait Driver: Send + Sync {
     unsafe fn fill(&self, dst: DevicePtr, value: u8, bytes: usize, stream: RawStream) -> Result<()>;
     /// Whether `device` offers `what`.
     fn supports(&self, device: i32, what: Capability) -> Result<bool>;
+
+    // Stream memory operations on 32-bit flags in device memory (`cuStreamWriteValue32_v2`,
+    // `cuStreamWaitValue32_v2`; the v1 entry points answer CUDA_ERROR_NOT_SUPPORTED on driver 580).
+    /// Why stream memory operations cannot be used on `device`; `None` if they can.
+    fn stream_memops_unsupported(&self, device: i32) -> Result<Option<String>>;
+    /// Enqueues writing `value` to the 32-bit word at `ptr`, after the stream's earlier work (with a memory
+    /// barrier, so that the work's writes are visible first).
+    /// # Safety
+    /// The common contract; `ptr` is a 4-aligned word of live device memory until the write has run.
+    unsafe fn stream_write_u32(&self, stream: RawStream, ptr: DevicePtr, value: u32) -> Result<()>;
+    /// Enqueues a wait until the 32-bit word at `ptr` is at least `value`: later work on the stream waits.
+    /// # Safety
+    /// As for [`Driver::stream_write_u32`].
+    unsafe fn stream_wait_u32_geq(&self, stream: RawStream, ptr: DevicePtr, value: u32) -> Result<()>;
 
     // Virtual memory management (`memMapIPCDrv`): physical allocations shared as file descriptors.
     /// The allocation granularity of `device` for shareable allocations.

@@ -90,6 +90,32 @@ pub trait DeviceMemory {
     fn bytes(&self) -> usize;
 }
 
+/// A part of some device memory (`bytes` from `offset`), borrowed from its owner: a flag after a buffer's
+/// data, say.
+pub struct Slice<'m> {
+    ptr: DevicePtr,
+    bytes: usize,
+    _owner: std::marker::PhantomData<&'m ()>,
+}
+
+impl<'m> Slice<'m> {
+    pub fn of(memory: &'m impl DeviceMemory, offset: usize, bytes: usize) -> Result<Self> {
+        let end = offset.checked_add(bytes).filter(|end| *end <= memory.bytes());
+        end.ok_or_else(|| anyhow!("{bytes} bytes at {offset} do not fit a buffer of {}", memory.bytes()))?;
+        let ptr = memory.ptr().offset(offset).ok_or_else(|| anyhow!("device address overflow"))?;
+        Ok(Self { ptr, bytes, _owner: std::marker::PhantomData })
+    }
+}
+
+impl DeviceMemory for Slice<'_> {
+    fn ptr(&self) -> DevicePtr {
+        self.ptr
+    }
+    fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
 /// A device buffer this process allocated (`cudaMalloc`): freed on drop.
 pub struct DeviceBuffer<'d> {
     driver: &'d dyn Driver,
