@@ -1,17 +1,19 @@
-//! The IPC benchmark (`--bench`): a producer (the parent) and a consumer (its one child) hand buffers over
-//! through IPC handles and events, for sizes from 4 KiB up to `--bench-max-bytes` (1 GiB).
+//! The IPC benchmark (`--bench`): for every (producer GPU, consumer GPU) pair of the chosen devices, a
+//! producer process (the child) exports buffers by the chosen mechanism and answers hand-overs, and the
+//! consumer (the parent) measures:
+//! - hand-over round trips, as median and 10th to 90th percentiles: signal only (no GPU work between) and
+//!   with work (a small fill on each side), by interprocess events (the GPU waits, or the host waits) and by
+//!   stream memory operations on flags in IPC-mapped memory (the host syncs each round, or both sides are
+//!   queued ahead and only the GPUs wait);
+//! - for each size from 4 KiB to `--bench-max-bytes`, the copy rate through the IPC mapping beside the
+//!   limit of that path: an in-process peer copy between the same two GPUs, or a local copy where the pair
+//!   is one GPU. Sizes that fit in the L2 cache are marked: their rates are the cache's, not memory's.
 //!
-//! For each size the consumer measures, and prints as one row of a table:
-//! - (once, first) the round trip of the shared flags alone, without CUDA;
-//! - the hand-over round trip: the consumer records its event and raises `ping` in the segment; the producer
-//!   waits for that event, fills the buffer, records its own event and answers with `pong`; the consumer waits
-//!   for that event and copies the buffer out. Median and 10th-90th percentiles of many trips, once with the
-//!   GPU waiting for the events (`cuStreamWaitEvent`) and once with the host waiting (`cuEventSynchronize`);
-//! - the bandwidth of a copy from the producer's buffer through the IPC mapping into a local buffer;
-//! - the same copy between two local buffers of the consumer (the limit of this path);
-//! - a copy staged through pinned host memory (device to host, then host to device), the way without IPC.
+//! The header of each pair says whether the two processes share a GPU and whether MPS may serve them, and
+//! why that changes the figures. `--json FILE` writes every figure as one document, in the manner of
+//! nvbandwidth's.
 
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
@@ -25,17 +27,26 @@ use crate::devices;
 use crate::driver::{self, Driver};
 use crate::futex;
 use crate::guardian::Guardian;
-use crate::host_buffer::HostBuffer;
 use crate::ipc::{
-    DeviceBuffer, Event, ExportedBuffer, ExportedEvent, Mechanism, OpenedBuffer, OpenedEvent, descriptors,
+    DeviceBuffer, Event, ExportedBuffer, ExportedEvent, Mechanism, OpenedBuffer, OpenedEvent, Slice,
+    descriptors,
 };
-use crate::segment::{self, RunPlan, RunState, Segment};
+use crate::output::JsonFile;
+use crate::segment::{self, RunPlan, Segment, SharedState};
 use crate::signals;
 use crate::stream::Stream;
 
-/// The producer is process 0, the consumer process 1.
-const PRODUCER: usize = 0;
-const CONSUMER: usize = 1;
+/// The consumer is process 0 (the parent), the producer process 1 (its child).
+const CONSUMER: usize = 0;
+const PRODUCER: usize = 1;
+/// The segment's buffer slots: the producer's data buffer of the current size, and its flags.
+const DATA_SLOT: usize = 0;
+const FLAGS_SLOT: usize = 1;
+/// The flags' buffer: the consumer's flag at its start, the producer's one cache line further.
+const FLAGS_BYTES: usize = 4096;
+const PRODUCER_FLAG: usize = 128;
+/// The work of a hand-over "with work": a fill of this many bytes on each side.
+const WORK_BYTES: usize = 4096;
 const SMALLEST: usize = 4 * 1024;
 
 /// 4 KiB, 16 KiB, ... up to `max` (each size four times the last).
@@ -43,110 +54,352 @@ pub fn sizes(max: usize) -> Vec<usize> {
     std::iter::successors(Some(SMALLEST), |s| s.checked_mul(4)).take_while(|s| *s <= max).collect()
 }
 
-/// Round trips of the shared flags alone, before the table.
-const FLAG_TRIPS: u32 = 2001;
-
-/// Round trips per size: enough for a stable median, fewer for large buffers.
-fn trips(size: usize) -> u32 {
-    ((2usize << 30) / size).clamp(7, 201) as u32
-}
-
 /// Copies per bandwidth measurement: about 4 GiB moved, at least 3 copies.
 fn copies(size: usize) -> u32 {
     ((4usize << 30) / size).clamp(3, 1000) as u32
 }
 
-/// The producer: the parent's side of `--bench`.
-pub fn run_producer(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
+/// The hand-overs measured, in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Handover {
+    /// Events, no work: each side's stream waits for the other's event (`cuStreamWaitEvent`).
+    EventsGpuWaits,
+    /// Events, no work: each side's host waits for the other's event (`cuEventSynchronize`).
+    EventsHostWaits,
+    /// Events, a fill on each side, the GPU waits.
+    EventsWithWork,
+    /// Stream memory operations, no work; the consumer's host syncs each round.
+    MemopsHostSynced,
+    /// Stream memory operations, no work; all rounds queued ahead on both sides: the mean of a round.
+    MemopsQueued,
+    /// Stream memory operations, a fill on each side; the host syncs each round.
+    MemopsWithWork,
+}
+
+impl Handover {
+    const ALL: [Handover; 6] = [
+        Handover::EventsGpuWaits,
+        Handover::EventsHostWaits,
+        Handover::EventsWithWork,
+        Handover::MemopsHostSynced,
+        Handover::MemopsQueued,
+        Handover::MemopsWithWork,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Handover::EventsGpuWaits => "events, signal only, GPU waits",
+            Handover::EventsHostWaits => "events, signal only, host waits",
+            Handover::EventsWithWork => "events, a fill on each side",
+            Handover::MemopsHostSynced => "stream memops, signal only, host syncs each round",
+            Handover::MemopsQueued => "stream memops, signal only, queued ahead (mean)",
+            Handover::MemopsWithWork => "stream memops, a fill on each side",
+        }
+    }
+
+    fn memops(self) -> bool {
+        matches!(self, Handover::MemopsHostSynced | Handover::MemopsQueued | Handover::MemopsWithWork)
+    }
+
+    fn work(self) -> bool {
+        matches!(self, Handover::EventsWithWork | Handover::MemopsWithWork)
+    }
+}
+
+/// Round trips per hand-over kind.
+fn rounds(simulated: bool) -> u32 {
+    if simulated { 20 } else { 500 }
+}
+
+/// `p50 (p10-p90)` of round trips, in microseconds.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Spread {
+    pub p50: f64,
+    pub p10: f64,
+    pub p90: f64,
+}
+
+impl Spread {
+    pub fn of(trips: &mut [Duration]) -> Self {
+        trips.sort();
+        let at = |q: usize| {
+            trips.get(trips.len().saturating_sub(1) * q / 100).map_or(0.0, |d| d.as_secs_f64() * 1e6)
+        };
+        Self { p50: at(50), p10: at(10), p90: at(90) }
+    }
+}
+
+/// One line of the results, and of the JSON.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Figures {
+    Handover(Spread),
+    Copy { bytes: usize, ipc: f64, reference: f64, reference_name: &'static str, in_l2: bool },
+    Waived(String),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct TestResult {
+    pub name: String,
+    pub producer: i32,
+    pub consumer: i32,
+    pub figures: Figures,
+}
+
+/// What the two sides of a pair share to hand over.
+struct Pair<'a, 'd> {
+    stream: &'a Stream<'d>,
+    mine: &'a ExportedEvent<'d>,
+    theirs: &'a OpenedEvent<'d>,
+    my_flag: Slice<'a>,
+    their_flag: Slice<'a>,
+    work: &'a DeviceBuffer<'d>,
+}
+
+/// The consumer: the parent's side of `--bench`; it measures, prints and writes the JSON.
+pub fn run_consumer(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
     let started = Instant::now();
-    let name = segment::name_for(std::process::id());
-    let segment = Segment::create(&name)?;
+    let json = cli.json.as_deref().map(JsonFile::create).transpose()?;
+    let segment = Segment::create(&segment::name_for(std::process::id()))?;
     let state = segment.state();
     let guardian = Guardian::start()?;
     let Some(cuda) = devices::load_or_waive()? else { return Ok(Outcome::Waived) };
     let driver: &dyn Driver = &*cuda;
     let chosen = devices::select(driver)?;
-    let (Some(&producer), Some(&consumer)) = (chosen.first(), chosen.last()) else {
+    if chosen.is_empty() {
         say!("No CUDA devices support IPC")?;
         return Ok(Outcome::Waived);
-    };
-    let max = cli.bench_max_bytes as usize;
-    state.describe_run(&RunPlan {
-        devices: &[producer, consumer],
-        procs_per_device: 1,
-        data_size: max,
-        options: 0,
-        mechanism: mechanism.code(),
-    });
-    for device in [producer, consumer] {
+    }
+    for &device in &chosen {
         if let Some(reason) = mechanism.unsupported(driver, device)? {
             say!("No CUDA devices support IPC with --ipc {} ({reason})", mechanism.name())?;
             return Ok(Outcome::Waived);
         }
     }
-    let describe = |d: i32| driver.device_info(d).map(|i| format!("device {d} ({})", i.name));
+    let memops_missing =
+        chosen.iter().find_map(|&d| driver.stream_memops_unsupported(d).transpose()).transpose()?;
+    let pairs: Vec<(i32, i32)> = chosen.iter().flat_map(|&p| chosen.iter().map(move |&c| (p, c))).collect();
+    let max = cli.bench_max_bytes as usize;
+    state.describe_run(&RunPlan {
+        devices: &[chosen[0], chosen[0]],
+        procs_per_device: 1,
+        data_size: max,
+        options: if memops_missing.is_none() { segment::OPTION_SYNC_MEMOPS } else { 0 },
+        mechanism: mechanism.code(),
+    });
+    state.bench.pairs.store(pairs.len() as u32, Ordering::Relaxed);
+    let mps = mps_note();
     say!(
-        "IPC hand-over benchmark: producer on {}, consumer on {}",
-        describe(producer)?,
-        describe(consumer)?
+        "IPC benchmark, {} IPC, {} pair(s) of (producer, consumer) GPUs; {mps}",
+        mechanism.name(),
+        pairs.len()
     )?;
 
-    // vmm and pool: each buffer's descriptor goes to the consumer over a socket of its own.
+    // vmm and pool: the producer sends each buffer's descriptor over a socket.
     let (socket, their_socket) = match mechanism.uses_descriptors() {
         true => descriptors::pair().map(|(ours, theirs)| (Some(ours), vec![theirs]))?,
         false => (None, Vec::new()),
     };
     let mut children = Children::spawn(
         &segment,
-        CONSUMER..CONSUMER + 1,
+        PRODUCER..PRODUCER + 1,
         &["--bench"],
         &their_socket,
         started,
         cli.timeout(),
     )?;
-    drop(their_socket);
     guardian.cover(children.pids())?;
-    driver.use_device(producer)?;
-    let stream = Stream::non_blocking(driver)?;
-    let ready = ExportedEvent::create(driver, producer)?;
-    state.event_handles[PRODUCER].store(ready.handle());
-    let barrier = state.barrier(2);
+    drop(their_socket);
     let stop = || -> Result<()> {
         signals::check()?;
-        children.check_all_alive().context("the consumer stopped")
+        children.check_all_alive().context("the producer stopped")
+    };
+    let receive = |stop: &dyn StopCheck| -> Result<Option<OwnedFd>> {
+        match &socket {
+            Some(socket) => Ok(descriptors::receive(socket.as_fd(), mechanism.code(), 1, stop)?.pop()),
+            None => Ok(None),
+        }
     };
 
-    barrier.wait(&stop)?; // the consumer's event is in the segment
-    let consumed = OpenedEvent::open(driver, &state.event_handles[CONSUMER].load())?;
-    for _ in 0..FLAG_TRIPS {
-        let asked = wait_for_raise(&state.bench.ping, state.bench.pong.load(Ordering::Acquire), &stop)?;
+    let barrier = state.barrier(2);
+    let mut results = Vec::new();
+    for (pair, &(producer, consumer)) in pairs.iter().enumerate() {
+        state.bench.producer_device.store(producer as u32, Ordering::Relaxed);
+        barrier.wait(&stop)?; // the pair is announced
+        driver.use_device(consumer)?;
+        let stream = Stream::non_blocking(driver)?;
+        let mine = ExportedEvent::create(driver, consumer)?;
+        state.event_handles[CONSUMER].store(mine.handle());
+        let work = DeviceBuffer::allocate(driver, consumer, WORK_BYTES)?;
+        barrier.wait(&stop)?; // both events and the producer's flags are published
+        let theirs = OpenedEvent::open(driver, &state.event_handles[PRODUCER].load())?;
+        let flags = OpenedBuffer::open(
+            driver,
+            mechanism,
+            &state.mem_handles[FLAGS_SLOT].load(),
+            receive(&stop)?,
+            FLAGS_BYTES,
+            consumer,
+        )?;
+        let side = Pair {
+            stream: &stream,
+            mine: &mine,
+            theirs: &theirs,
+            my_flag: Slice::of(&flags, 0, 4)?,
+            their_flag: Slice::of(&flags, PRODUCER_FLAG, 4)?,
+            work: &work,
+        };
+        print_pair_header(driver, producer, consumer, &mps, pair)?;
+        let simulated = driver.simulated();
+        let mut memops_done = 0;
+        for handover in Handover::ALL {
+            let figures = match (&memops_missing, handover.memops()) {
+                (Some(reason), true) => Figures::Waived(reason.clone()),
+                _ => {
+                    barrier.wait(&stop)?;
+                    let spread = measure(handover, &side, state, rounds(simulated), &mut memops_done, &stop)?;
+                    Figures::Handover(spread)
+                }
+            };
+            say!("  {:<52} {}", handover.name(), figure_text(&figures))?;
+            results.push(TestResult { name: handover.name().into(), producer, consumer, figures });
+        }
+        barrier.wait(&stop)?; // the hand-overs are done
+        let l2 = driver.device_info(consumer)?.l2_cache_bytes;
+        say!(
+            "  {:>9}  {:>10}  {:>22}  {:>7}",
+            "size",
+            "IPC GB/s",
+            if producer == consumer { "local copy GB/s" } else { "in-process peer GB/s" },
+            "IPC %"
+        )?;
+        for size in sizes(max) {
+            driver.use_device(consumer)?;
+            barrier.wait(&stop)?; // the producer's buffer of this size is published
+            let shared = OpenedBuffer::open(
+                driver,
+                mechanism,
+                &state.mem_handles[DATA_SLOT].load(),
+                receive(&stop)?,
+                size,
+                consumer,
+            )?;
+            let figures = copy_rates(driver, &stream, &shared, producer, consumer, size, l2, &stop)?;
+            drop(shared);
+            barrier.wait(&stop)?; // the consumer's mapping is closed
+            if let Figures::Copy { ipc, reference, in_l2, .. } = &figures {
+                say!(
+                    "  {:>9}{} {:>10.1}  {:>22.1}  {:>6.1}%",
+                    human(size),
+                    if *in_l2 { "*" } else { " " },
+                    ipc,
+                    reference,
+                    100.0 * ipc / reference
+                )?;
+            }
+            results.push(TestResult { name: "copy".into(), producer, consumer, figures });
+        }
+        say!(
+            "  * fits in device {consumer}'s L2 cache ({}): a rate of the cache, not of memory",
+            human(l2 as usize)
+        )?;
+        drop(flags);
+        barrier.wait(&stop)?; // the consumer has closed the flags: the producer may free them
+    }
+    children.wait(|| false, || {})?;
+    if let Some(json) = json {
+        json.write(&json_document(driver, &chosen, mechanism, &mps, &results)?)?;
+    }
+    Ok(Outcome::Passed)
+}
+
+/// Round trips of one kind of hand-over, measured by the consumer; the producer does its part in
+/// [`answer`]. Host flags (`ping`, `pong`) say when the other side has enqueued its part.
+fn measure(
+    handover: Handover,
+    side: &Pair,
+    state: &SharedState,
+    rounds: u32,
+    memops_done: &mut u32,
+    stop: &dyn StopCheck,
+) -> Result<Spread> {
+    let stream = side.stream;
+    let mut trips = Vec::with_capacity(rounds as usize);
+    if handover == Handover::MemopsQueued {
+        let base = *memops_done;
+        let start = Instant::now();
+        for k in base + 1..=base + rounds {
+            stream.write_flag(&side.my_flag, k)?;
+            stream.wait_flag(&side.their_flag, k)?;
+        }
+        stream.synchronize(stop)?;
+        *memops_done += rounds;
+        let mean = start.elapsed() / rounds;
+        return Ok(Spread { p50: mean.as_secs_f64() * 1e6, p10: f64::NAN, p90: f64::NAN });
+    }
+    for _ in 0..rounds {
+        let start = Instant::now();
+        if handover.work() {
+            stream.fill(side.work, 1, WORK_BYTES)?;
+        }
+        if handover.memops() {
+            *memops_done += 1;
+            stream.write_flag(&side.my_flag, *memops_done)?;
+            stream.wait_flag(&side.their_flag, *memops_done)?;
+            stream.synchronize(stop)?;
+        } else {
+            stream.record(side.mine)?;
+            let ping = state.bench.ping.fetch_add(1, Ordering::AcqRel) + 1;
+            futex::wake_all(&state.bench.ping);
+            barrier::wait_until(&state.bench.pong, |v| v >= ping, stop)?;
+            match handover {
+                Handover::EventsHostWaits => side.theirs.synchronize(stop)?,
+                _ => {
+                    stream.wait_for(side.theirs)?;
+                    stream.synchronize(stop)?;
+                }
+            }
+        }
+        trips.push(start.elapsed());
+    }
+    Ok(Spread::of(&mut trips))
+}
+
+/// The producer's part of a hand-over kind: the mirror of [`measure`].
+fn answer(
+    handover: Handover,
+    side: &Pair,
+    state: &SharedState,
+    rounds: u32,
+    memops_done: &mut u32,
+    stop: &dyn StopCheck,
+) -> Result<()> {
+    let stream = side.stream;
+    if handover.memops() {
+        // Everything queued ahead: the GPU waits for each of the consumer's writes, and answers.
+        for _ in 0..rounds {
+            *memops_done += 1;
+            stream.wait_flag(&side.their_flag, *memops_done)?;
+            if handover.work() {
+                stream.fill(side.work, 2, WORK_BYTES)?;
+            }
+            stream.write_flag(&side.my_flag, *memops_done)?;
+        }
+        return stream.synchronize(stop);
+    }
+    for _ in 0..rounds {
+        let asked = wait_for_raise(&state.bench.ping, state.bench.pong.load(Ordering::Acquire), stop)?;
+        match handover {
+            Handover::EventsHostWaits => side.theirs.synchronize(stop)?,
+            _ => stream.wait_for(side.theirs)?,
+        }
+        if handover.work() {
+            stream.fill(side.work, 2, WORK_BYTES)?;
+        }
+        stream.record(side.mine)?;
         state.bench.pong.store(asked, Ordering::Release);
         futex::wake_all(&state.bench.pong);
     }
-    for size in sizes(max) {
-        let buffer = ExportedBuffer::allocate(driver, mechanism, producer, size)?;
-        state.mem_handles[PRODUCER].store(buffer.handle());
-        if let (Some(socket), Some(fd)) = (&socket, buffer.descriptor()) {
-            descriptors::send(socket, mechanism.code(), 1, &[fd])?;
-        }
-        state.bench.size.store(size as u64, Ordering::Relaxed);
-        barrier.wait(&stop)?; // the buffer is in the segment
-        for (_, order) in HANDOVERS.iter().flat_map(|&order| (0..trips(size)).map(move |t| (t, order))) {
-            let asked = wait_for_raise(&state.bench.ping, state.bench.pong.load(Ordering::Acquire), &stop)?;
-            match order {
-                Handover::StreamOrdered => stream.wait_for(&consumed)?,
-                Handover::HostOrdered => consumed.synchronize(&stop)?,
-            }
-            stream.fill(&buffer, asked as u8, size)?;
-            stream.record(&ready)?;
-            state.bench.pong.store(asked, Ordering::Release);
-            futex::wake_all(&state.bench.pong);
-        }
-        barrier.wait(&stop)?; // the consumer has closed its mapping
-        stream.synchronize(&stop)?;
-    }
-    children.wait(|| false, || {})?;
-    Ok(Outcome::Passed)
+    stream.synchronize(stop)
 }
 
 /// Waits until `word` exceeds `seen`; returns its new value.
@@ -155,143 +408,158 @@ fn wait_for_raise(word: &AtomicU32, seen: u32, stop: &dyn StopCheck) -> Result<u
     Ok(word.load(Ordering::Acquire))
 }
 
-/// `p50 (p10-p90)` of round-trip times, in microseconds.
-fn percentiles(trips: &mut [Duration]) -> String {
-    trips.sort();
-    let at =
-        |q: usize| trips.get(trips.len().saturating_sub(1) * q / 100).map_or(0.0, |d| d.as_secs_f64() * 1e6);
-    format!("{:.1} ({:.1}-{:.1})", at(50), at(10), at(90))
-}
-
-/// How each side waits for the other's event in a hand-over.
-#[derive(Clone, Copy)]
-enum Handover {
-    /// `cuStreamWaitEvent`: the GPU waits; the host only enqueues.
-    StreamOrdered,
-    /// `cuEventSynchronize`: the host waits for the event, then enqueues.
-    HostOrdered,
-}
-
-const HANDOVERS: [Handover; 2] = [Handover::StreamOrdered, Handover::HostOrdered];
-
-/// One row of the table.
-struct Row {
+/// The copy rate through the IPC mapping, and the limit of that path: an in-process peer copy from a buffer
+/// of this process on the producer's GPU, or a local copy where the pair is one GPU.
+#[allow(clippy::too_many_arguments)]
+fn copy_rates(
+    driver: &dyn Driver,
+    stream: &Stream,
+    shared: &OpenedBuffer,
+    producer: i32,
+    consumer: i32,
     size: usize,
-    /// Round trip per [`HANDOVERS`] entry.
-    handover: [String; 2],
-    ipc: f64,
-    local: f64,
-    staged: f64,
+    l2: u64,
+    stop: &dyn StopCheck,
+) -> Result<Figures> {
+    let source = DeviceBuffer::allocate(driver, producer, size)?;
+    driver.use_device(consumer)?;
+    let into = DeviceBuffer::allocate(driver, consumer, size)?;
+    stream.fill(&into, 0, size)?;
+    // Bytes per second of `copy`, repeated after one warm-up, in GB/s.
+    let rate = |copy: &dyn Fn() -> Result<()>| -> Result<f64> {
+        copy()?;
+        stream.synchronize(stop)?;
+        let n = copies(size);
+        let start = Instant::now();
+        for _ in 0..n {
+            copy()?;
+        }
+        stream.synchronize(stop)?;
+        Ok(size as f64 * f64::from(n) / start.elapsed().as_secs_f64() / 1e9)
+    };
+    let ipc = rate(&|| stream.copy(&into, shared, size))?;
+    let reference = rate(&|| stream.copy(&into, &source, size))?;
+    let reference_name = if producer == consumer { "local copy" } else { "in-process peer copy" };
+    Ok(Figures::Copy { bytes: size, ipc, reference, reference_name, in_l2: size as u64 <= l2 })
 }
 
-/// The consumer: the child's side of `--bench`.
-pub fn run_consumer(index: usize, segment_fd: Option<i32>, socket_fd: Option<i32>) -> Result<()> {
-    if index != CONSUMER {
-        bail!("the benchmark's consumer is process {CONSUMER}, not {index}");
+/// The producer: the child's side of `--bench`.
+pub fn run_producer(index: usize, segment_fd: Option<i32>, socket_fd: Option<i32>) -> Result<()> {
+    if index != PRODUCER {
+        bail!("the benchmark's producer is process {PRODUCER}, not {index}");
     }
     let (segment, parent_pid) = crate::child::attach(index, segment_fd)?;
     let state = segment.state();
     let mechanism = Mechanism::from_code(state.mechanism.load(Ordering::Relaxed))
         .context("the segment names an IPC mechanism this program does not know")?;
+    let memops = state.options.load(Ordering::Relaxed) & segment::OPTION_SYNC_MEMOPS != 0;
     let socket = match socket_fd {
         Some(fd) if mechanism.uses_descriptors() => Some(crate::inherit::take(fd, "descriptor socket")?),
         _ => None,
     };
+    let send = |buffer: &ExportedBuffer| -> Result<()> {
+        if let (Some(socket), Some(fd)) = (&socket, buffer.descriptor()) {
+            descriptors::send(socket, mechanism.code(), 1, &[fd])?;
+        }
+        Ok(())
+    };
     let stop = move || crate::child::still_running(state, parent_pid);
     let cuda = driver::load().context("starting CUDA")?;
     let driver: &dyn Driver = &*cuda;
-    let device = state.device_of(CONSUMER);
-    driver.use_device(device)?;
-    let stream = Stream::non_blocking(driver)?;
-    let consumed = ExportedEvent::create(driver, device)?;
-    state.event_handles[CONSUMER].store(consumed.handle());
     let barrier = state.barrier(2);
-    barrier.wait(&stop)?;
-    let ready = OpenedEvent::open(driver, &state.event_handles[PRODUCER].load())?;
-    let max = state.data_size();
-    let mut host = HostBuffer::prepare(driver, max)?;
-
-    let mut flag_trips = Vec::new();
-    for _ in 0..FLAG_TRIPS {
-        let start = Instant::now();
-        let ping = state.bench.ping.fetch_add(1, Ordering::AcqRel) + 1;
-        futex::wake_all(&state.bench.ping);
-        barrier::wait_until(&state.bench.pong, |v| v >= ping, &stop)?;
-        flag_trips.push(start.elapsed());
-    }
-    say!("shared-flag round trip alone, us: {}", percentiles(&mut flag_trips))?;
-
-    say!("hand-over round trips in us, p50 (p10-p90): the GPU waits (stream) or the host waits (host)")?;
-    say!(
-        "{:>9}  {:>24}  {:>24}  {:>10}  {:>12}  {:>8}  {:>10}",
-        "size",
-        "stream-ordered",
-        "host-ordered",
-        "IPC GB/s",
-        "local GB/s",
-        "IPC %",
-        "staged GB/s"
-    )?;
-    for size in sizes(max) {
-        barrier.wait(&stop)?;
-        if state.bench.size.load(Ordering::Relaxed) as usize != size {
-            bail!("the producer published a buffer of another size");
-        }
-        let handle = state.mem_handles[PRODUCER].load();
-        let descriptor = match &socket {
-            Some(socket) => descriptors::receive(socket.as_fd(), mechanism.code(), 1, &stop)?.pop(),
-            None => None,
+    let rounds = rounds(driver.simulated());
+    for _ in 0..state.bench.pairs.load(Ordering::Relaxed) {
+        barrier.wait(&stop)?; // the pair is announced
+        let device = state.bench.producer_device.load(Ordering::Relaxed) as i32;
+        driver.use_device(device)?;
+        let stream = Stream::non_blocking(driver)?;
+        let mine = ExportedEvent::create(driver, device)?;
+        state.event_handles[PRODUCER].store(mine.handle());
+        let work = DeviceBuffer::allocate(driver, device, WORK_BYTES)?;
+        let flags = ExportedBuffer::allocate(driver, mechanism, device, FLAGS_BYTES)?;
+        stream.fill(&flags, 0, FLAGS_BYTES)?;
+        stream.synchronize(&stop)?;
+        state.mem_handles[FLAGS_SLOT].store(flags.handle());
+        send(&flags)?;
+        barrier.wait(&stop)?; // both events and the flags are published
+        let theirs = OpenedEvent::open(driver, &state.event_handles[CONSUMER].load())?;
+        let side = Pair {
+            stream: &stream,
+            mine: &mine,
+            theirs: &theirs,
+            my_flag: Slice::of(&flags, PRODUCER_FLAG, 4)?,
+            their_flag: Slice::of(&flags, 0, 4)?,
+            work: &work,
         };
-        let shared = OpenedBuffer::open(driver, mechanism, &handle, descriptor, size, device)?;
-        let into = DeviceBuffer::allocate(driver, device, size)?;
-        let local = DeviceBuffer::allocate(driver, device, size)?;
-        stream.fill(&local, 1, size)?;
-
-        // Bytes per second of `copy`, repeated `n` times after one warm-up, in GB/s.
-        let rate = |n: u32, copy: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
-            copy()?;
-            stream.synchronize(&stop)?;
-            let start = Instant::now();
-            for _ in 0..n {
-                copy()?;
-            }
-            stream.synchronize(&stop)?;
-            Ok(size as f64 * f64::from(n) / start.elapsed().as_secs_f64() / 1e9)
-        };
-        let local_rate = rate(copies(size), &mut || stream.copy(&into, &local, size))?;
-        let ipc_rate = rate(copies(size), &mut || stream.copy(&into, &shared, size))?;
-        let staged_rate = rate(copies(size).min(50), &mut || {
-            host.copy_from(&local, size, &stream, &stop)?;
-            host.copy_to(&into, size)
-        })?;
-
-        let mut handover = HANDOVERS.map(|_| String::new());
-        for (column, order) in handover.iter_mut().zip(HANDOVERS) {
-            let mut round_trips = Vec::new();
-            for _ in 0..trips(size) {
-                let start = Instant::now();
-                stream.record(&consumed)?;
-                let ping = state.bench.ping.fetch_add(1, Ordering::AcqRel) + 1;
-                futex::wake_all(&state.bench.ping);
-                barrier::wait_until(&state.bench.pong, |v| v >= ping, &stop)?;
-                match order {
-                    Handover::StreamOrdered => stream.wait_for(&ready)?,
-                    Handover::HostOrdered => ready.synchronize(&stop)?,
-                }
-                stream.copy(&into, &shared, size)?;
-                stream.synchronize(&stop)?;
-                round_trips.push(start.elapsed());
-            }
-            *column = percentiles(&mut round_trips);
+        let mut memops_done = 0;
+        for handover in Handover::ALL.into_iter().filter(|h| memops || !h.memops()) {
+            barrier.wait(&stop)?;
+            answer(handover, &side, state, rounds, &mut memops_done, &stop)?;
         }
-        print_row(&Row { size, handover, ipc: ipc_rate, local: local_rate, staged: staged_rate })?;
-        drop((shared, into, local));
-        barrier.wait(&stop)?;
-    }
-    if state.run_state() == RunState::Aborted {
-        bail!("the run was aborted");
+        barrier.wait(&stop)?; // the hand-overs are done
+        for size in sizes(state.data_size()) {
+            let buffer = ExportedBuffer::allocate(driver, mechanism, device, size)?;
+            stream.fill(&buffer, 7, size)?;
+            stream.synchronize(&stop)?;
+            state.mem_handles[DATA_SLOT].store(buffer.handle());
+            send(&buffer)?;
+            barrier.wait(&stop)?; // published
+            barrier.wait(&stop)?; // the consumer has closed its mapping
+        }
+        barrier.wait(&stop)?; // the consumer has closed the flags
     }
     Ok(())
+}
+
+/// Whether an MPS control daemon is there to serve the processes (its pipe directory), in words.
+fn mps_note() -> String {
+    let dir = std::env::var("CUDA_MPS_PIPE_DIRECTORY").unwrap_or_else(|_| "/tmp/nvidia-mps".into());
+    if std::path::Path::new(&dir).join("control").exists() {
+        format!("MPS: a control daemon listens at {dir}")
+    } else {
+        format!("MPS: no control daemon at {dir}")
+    }
+}
+
+fn print_pair_header(
+    driver: &dyn Driver,
+    producer: i32,
+    consumer: i32,
+    mps: &str,
+    pair: usize,
+) -> Result<()> {
+    let name = |d: i32| driver.device_info(d).map(|i| i.name);
+    let same = producer == consumer;
+    say!(
+        "== pair {pair}: producer on device {producer} ({}), consumer on device {consumer} ({}): {}",
+        name(producer)?,
+        name(consumer)?,
+        if same { "one GPU" } else { "two GPUs" }
+    )?;
+    let why = match (same, mps.contains("listens")) {
+        (true, false) => {
+            "one GPU without MPS: a hand-over of GPU work between two processes waits for a time-slice \
+             context switch (about 140 us each way); signals alone do not"
+        }
+        (true, true) => {
+            "one GPU, and if both processes are MPS clients they share its hardware queues: no context \
+             switch separates their work"
+        }
+        (false, _) => {
+            "two GPUs: each side's work runs on its own GPU; a hand-over costs the signal's trip between them"
+        }
+    };
+    say!("   why the figures are what they are: {why}")?;
+    say!("   hand-over round trips in us, p50 (p10-p90):")
+}
+
+fn figure_text(figures: &Figures) -> String {
+    match figures {
+        Figures::Handover(s) if s.p10.is_nan() => format!("{:.1} (mean)", s.p50),
+        Figures::Handover(s) => format!("{:.1} ({:.1}-{:.1})", s.p50, s.p10, s.p90),
+        Figures::Waived(reason) => format!("waived: {reason}"),
+        Figures::Copy { ipc, .. } => format!("{ipc:.1} GB/s"),
+    }
 }
 
 fn human(size: usize) -> String {
@@ -302,17 +570,69 @@ fn human(size: usize) -> String {
     }
 }
 
-fn print_row(row: &Row) -> Result<()> {
-    say!(
-        "{:>9}  {:>24}  {:>24}  {:>10.1}  {:>12.1}  {:>7.1}%  {:>10.1}",
-        human(row.size),
-        row.handover[0],
-        row.handover[1],
-        row.ipc,
-        row.local,
-        100.0 * row.ipc / row.local,
-        row.staged
-    )
+fn json_number(x: f64) -> String {
+    if x.is_finite() { format!("{x:.3}") } else { "null".into() }
+}
+
+/// Every figure as one JSON document, in the manner of nvbandwidth's: the devices, the driver, and for each
+/// test its name, the pair, its status (Passed or Waived) and its figures.
+pub fn json_document(
+    driver: &dyn Driver,
+    devices: &[i32],
+    mechanism: Mechanism,
+    mps: &str,
+    results: &[TestResult],
+) -> Result<String> {
+    let mut listed = Vec::new();
+    for &d in devices {
+        let info = driver.device_info(d)?;
+        listed.push(format!(
+            "{{\"index\": {d}, \"name\": \"{}\", \"l2_cache_bytes\": {}}}",
+            info.name.replace('"', "'"),
+            info.l2_cache_bytes
+        ));
+    }
+    let tests: Vec<String> = results
+        .iter()
+        .map(|r| {
+            let (status, figures) = match &r.figures {
+                Figures::Handover(s) => (
+                    "Passed",
+                    format!(
+                        "\"unit\": \"us\", \"p50\": {}, \"p10\": {}, \"p90\": {}",
+                        json_number(s.p50),
+                        json_number(s.p10),
+                        json_number(s.p90)
+                    ),
+                ),
+                Figures::Copy { bytes, ipc, reference, reference_name, in_l2 } => (
+                    "Passed",
+                    format!(
+                        "\"unit\": \"GB/s\", \"bytes\": {bytes}, \"ipc\": {}, \"reference\": {}, \
+                         \"reference_name\": \"{reference_name}\", \"ipc_percent\": {}, \"fits_in_l2\": {in_l2}",
+                        json_number(*ipc),
+                        json_number(*reference),
+                        json_number(100.0 * ipc / reference)
+                    ),
+                ),
+                Figures::Waived(reason) => ("Waived", format!("\"reason\": \"{}\"", reason.replace('"', "'"))),
+            };
+            format!(
+                "{{\"name\": \"{}\", \"producer\": {}, \"consumer\": {}, \"status\": \"{status}\", {figures}}}",
+                r.name, r.producer, r.consumer
+            )
+        })
+        .collect();
+    Ok(format!(
+        "{{\"simple_ipc_bench\": {{\"driver_version\": {}, \"simulated\": {}, \"mechanism\": \"{}\", \"mps\": \"{}\", \
+         \"devices\": [{}], \"testcases\": [{}]}}}}\n",
+        driver.version()?,
+        driver.simulated(),
+        mechanism.name(),
+        mps,
+        listed.join(", "),
+        tests.join(", ")
+    ))
 }
 
 #[cfg(test)]
@@ -325,6 +645,17 @@ mod tests {
         assert_eq!(sizes(1 << 30).len(), 10);
         assert_eq!(sizes(1 << 30).last(), Some(&(1 << 30)));
         assert!(sizes(1000).is_empty());
-        assert!(trips(4096) > trips(1 << 30) && trips(1 << 30) >= 7);
+        assert!(copies(4096) > copies(1 << 30) && copies(1 << 30) >= 3);
+    }
+
+    #[test]
+    fn spreads_are_percentiles_of_the_sorted_trips() {
+        let mut trips: Vec<Duration> = (1..=11).rev().map(Duration::from_micros).collect();
+        let spread = Spread::of(&mut trips);
+        assert_eq!((spread.p50, spread.p10, spread.p90), (6.0, 2.0, 10.0));
+        assert_eq!(figure_text(&Figures::Handover(spread)), "6.0 (2.0-10.0)");
+        let mean = Spread { p50: 4.25, p10: f64::NAN, p90: f64::NAN };
+        assert_eq!(figure_text(&Figures::Handover(mean)), "4.2 (mean)");
+        assert_eq!(json_number(f64::NAN), "null");
     }
 }

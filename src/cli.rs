@@ -73,7 +73,7 @@ pub struct Cli {
 
     /// Run the IPC benchmark instead: a producer and a consumer hand buffers of 4 KiB up to
     /// --bench-max-bytes over, and a table compares the copy through IPC with the local and staged ones.
-    #[arg(long, conflicts_with_all = ["topology", "sequential", "timings", "json", "procs_per_device", "bind_numa"])]
+    #[arg(long, conflicts_with_all = ["topology", "sequential", "timings", "procs_per_device", "bind_numa", "sync"])]
     pub bench: bool,
 
     /// Largest buffer of the benchmark.

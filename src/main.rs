@@ -67,11 +67,11 @@ fn run(cli: &cli::Cli) -> anyhow::Result<Outcome> {
     }
     match cli.child {
         Some(index) if cli.bench => {
-            bench::run_consumer(index as usize, cli.segment_fd, cli.socket_fd).map(|()| Outcome::Passed)
+            bench::run_producer(index as usize, cli.segment_fd, cli.socket_fd).map(|()| Outcome::Passed)
         }
         Some(index) => child::run(index as usize, cli.segment_fd, cli.socket_fd).map(|()| Outcome::Passed),
         None if cli.bench => match cli.ipc.mechanism() {
-            Some(mechanism) => bench::run_producer(cli, mechanism),
+            Some(mechanism) => bench::run_consumer(cli, mechanism),
             None => anyhow::bail!("--bench measures one mechanism at a time: give --ipc legacy, vmm or pool"),
         },
         None if cli.topology => topology::run(),

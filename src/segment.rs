@@ -51,7 +51,7 @@ pub const OPTION_SYNC_MEMOPS: u32 = 2;
 /// flag shares it with nothing the kernel writes).
 pub const FLAG_BYTES: usize = 256;
 /// Changes whenever `SharedState` does, so that mismatched binaries refuse each other's segments.
-pub const LAYOUT_VERSION: u32 = 2;
+pub const LAYOUT_VERSION: u32 = 3;
 /// Bytes of an IPC memory or event handle (`CU_HANDLE_SIZE`): the segment carries them as opaque bytes.
 pub const HANDLE_SIZE: usize = 64;
 /// The bytes of one handle.
@@ -96,8 +96,10 @@ impl HandleSlot {
 /// The IPC benchmark's shared words: the consumer raises `ping`, the producer answers with `pong`.
 #[repr(C)]
 pub struct BenchFlags {
-    /// Bytes of the buffer the producer has just published.
-    pub size: AtomicU64,
+    /// How many (producer, consumer) pairs of devices the benchmark goes through.
+    pub pairs: AtomicU32,
+    /// The producer's device in the current pair.
+    pub producer_device: AtomicU32,
     pub ping: AtomicU32,
     pub pong: AtomicU32,
 }

@@ -5,34 +5,80 @@ mod common;
 
 use std::process::Stdio;
 
-use common::{group_gone, run, shm_exists, simulated, text};
+use common::{run, simulated, text};
 
+/// One row set per (producer, consumer) pair: six kinds of hand-over, and per size the IPC copy beside the
+/// local copy (one GPU) or the in-process peer copy (two GPUs), cache-sized rows marked; the JSON has every
+/// figure; nothing is left.
 #[test]
-fn bench_prints_one_row_per_size_and_cleans_up() {
-    let child = simulated("ok")
-        .args(["--bench", "--bench-max-bytes", "65536"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let out = child.wait_with_output().unwrap();
+fn bench_prints_a_row_set_per_pair_and_writes_json() {
+    for mechanism in ["legacy", "pool"] {
+        let json =
+            std::env::temp_dir().join(format!("simple-ipc-bench-{}-{mechanism}.json", std::process::id()));
+        let child = simulated("ok,ok")
+            .args(["--bench", "--ipc", mechanism, "--bench-max-bytes", "262144", "--json"])
+            .arg(&json)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let out = child.wait_with_output().unwrap();
+        let all = text(&out);
+        assert_eq!(out.status.code(), Some(0), "{all}");
+        assert!(all.contains(&format!("IPC benchmark, {mechanism} IPC, 4 pair(s)")), "{all}");
+        assert_eq!(all.matches("== pair ").count(), 4, "{all}");
+        assert_eq!(all.matches("): one GPU\n").count(), 2, "(0,0) and (1,1): {all}");
+        assert_eq!(all.matches("): two GPUs\n").count(), 2, "(0,1) and (1,0): {all}");
+        for kind in [
+            "events, signal only, GPU waits",
+            "events, a fill on each side",
+            "stream memops, signal only, queued ahead (mean)",
+        ] {
+            assert_eq!(all.matches(kind).count(), 4, "{kind}: {all}");
+        }
+        assert_eq!(all.matches("local copy GB/s").count(), 2, "{all}");
+        assert_eq!(all.matches("in-process peer GB/s").count(), 2, "{all}");
+        let rows: Vec<&str> = all.lines().filter(|l| l.trim_start().starts_with(char::is_numeric)).collect();
+        assert_eq!(rows.len(), 4 * 4, "4, 16, 64 and 256 KiB per pair: {all}");
+        // The simulated L2 is 64 KiB: the three smaller sizes are marked, 256 KiB is not.
+        assert_eq!(rows.iter().filter(|r| r.contains("KiB*")).count(), 4 * 3, "{all}");
+        assert!(rows.iter().all(|r| r.ends_with('%')), "{all}");
+        let doc = std::fs::read_to_string(&json).unwrap();
+        std::fs::remove_file(&json).unwrap();
+        assert_eq!(doc.matches("\"status\": \"Passed\"").count(), 4 * (6 + 4), "{doc}");
+        assert!(
+            doc.contains(&format!("\"mechanism\": \"{mechanism}\"")) && doc.contains("\"simulated\": true"),
+            "{doc}"
+        );
+        assert!(
+            doc.contains("\"reference_name\": \"in-process peer copy\"")
+                && doc.contains("\"fits_in_l2\": true"),
+            "{doc}"
+        );
+        assert!(
+            common::wait_group_gone(pid, std::time::Duration::from_secs(3)).is_some(),
+            "the producer is gone"
+        );
+        assert_eq!(common::leftovers(pid, &[]), Vec::<String>::new());
+    }
+}
+
+/// Where stream memory operations are missing, their rows are waived with the reason; the rest runs.
+#[test]
+fn bench_waives_the_memops_rows_where_they_are_missing() {
+    let out = run(simulated("ok,no-memops").args(["--bench", "--bench-max-bytes", "4096"]));
     let all = text(&out);
     assert_eq!(out.status.code(), Some(0), "{all}");
-    assert!(all.contains("IPC hand-over benchmark: producer on device 0"), "{all}");
-    assert!(
-        all.contains("stream-ordered") && all.contains("host-ordered") && all.contains("staged GB/s"),
-        "{all}"
-    );
-    assert!(all.contains("shared-flag round trip alone, us: "), "{all}");
-    let rows: Vec<&str> = all.lines().filter(|l| l.trim_start().starts_with(char::is_numeric)).collect();
-    assert_eq!(rows.len(), 3, "4, 16 and 64 KiB: {all}");
-    for (row, size) in rows.iter().zip(["4 KiB", "16 KiB", "64 KiB"]) {
-        assert!(row.trim_start().starts_with(size), "{row}");
-        assert!(row.contains('%') && row.contains('(') && row.contains('-'), "{row}");
-    }
-    assert!(group_gone(pid), "the consumer is gone");
-    assert!(!shm_exists(&format!("simpleIPCshm{pid}")));
+    assert_eq!(all.matches("waived: device 1 has no stream memory operations").count(), 4 * 3, "{all}");
+    assert_eq!(all.matches("events, signal only, host waits").count(), 4, "{all}");
+}
+
+#[test]
+fn bench_measures_one_mechanism_at_a_time() {
+    let out = run(simulated("ok").args(["--bench", "--ipc", "all"]));
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("--bench measures one mechanism at a time"), "{}", text(&out));
 }
 
 #[test]

@@ -85,7 +85,7 @@ fn killing_the_benchmark_leaves_nothing() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let rows = common::wait_for_lines(&mut parent, "KiB", 2, Duration::from_secs(20));
+    let rows = common::wait_for_lines(&mut parent, "KiB", 2, Duration::from_secs(30));
     assert!(rows >= 1, "the benchmark printed its first rows");
     let consumer = common::descendants(parent.id());
     assert!(!consumer.is_empty(), "the consumer runs");

@@ -233,6 +233,13 @@ fn stream(s: RawStream) -> sys::CUstream {
 }
 
 impl Driver for CudaDriver {
+    fn version(&self) -> Result<i32> {
+        let mut version: c_int = 0;
+        // SAFETY: writes one int.
+        check(unsafe { sys::cuDriverGetVersion(&mut version) }, "cuDriverGetVersion")?;
+        Ok(version)
+    }
+
     fn device_count(&self) -> Result<i32> {
         let mut count: c_int = 0;
         // SAFETY: writes one int.
@@ -260,6 +267,7 @@ impl Driver for CudaDriver {
                 == sys::CUcomputemode::CU_COMPUTEMODE_DEFAULT as i32,
             multiprocessors: self.attribute(device, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?.max(0) as u32,
             pci_bus_id,
+            l2_cache_bytes: self.attribute(device, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)?.max(0) as u64,
         })
     }
 

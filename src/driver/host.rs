@@ -55,6 +55,8 @@ pub fn requested() -> bool {
 
 const BUFFER_TAG: &[u8; 8] = b"SIMIPC\0\x02";
 const POOL_POINTER_TAG: &[u8; 8] = b"SIMPTR\0\x02";
+/// The simulated L2 cache: small, so that the benchmark's marking of cache-sized rows shows in tests.
+pub const SIMULATED_L2_BYTES: u64 = 64 * 1024;
 /// The simulated VMM granularity: not a power of two, so that rounding up is exercised.
 pub const SIMULATED_GRANULARITY: usize = 96 * 1024;
 const EVENT_TAG: &[u8; 8] = b"SIMEVT\0\x02";
@@ -365,6 +367,10 @@ impl Driver for HostDriver {
         true
     }
 
+    fn version(&self) -> Result<i32> {
+        Ok(0)
+    }
+
     fn device_count(&self) -> Result<i32> {
         Ok(self.devices.len() as i32)
     }
@@ -377,6 +383,7 @@ impl Driver for HostDriver {
             default_compute_mode: !kind.lacks(SimulatedDevice::ExclusiveComputeMode),
             multiprocessors: 2,
             pci_bus_id: None,
+            l2_cache_bytes: SIMULATED_L2_BYTES,
         })
     }
 

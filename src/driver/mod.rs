@@ -96,6 +96,8 @@ pub struct DeviceInfo {
     pub multiprocessors: u32,
     /// PCI address (`0000:17:00.0`), used to find the device's NUMA node; `None` where it has none.
     pub pci_bus_id: Option<String>,
+    /// Bytes of L2 cache (`CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE`): copies that fit in it are not memory-bound.
+    pub l2_cache_bytes: u64,
 }
 
 /// Why no GPU work can happen here: the run is waived, not failed.
@@ -122,6 +124,8 @@ pub trait Driver: Send + Sync {
         false
     }
 
+    /// The driver's CUDA version (`cuDriverGetVersion`: 13000 for 13.0).
+    fn version(&self) -> Result<i32>;
     /// Devices the driver sees.
     fn device_count(&self) -> Result<i32>;
     fn device_info(&self, device: i32) -> Result<DeviceInfo>;
