@@ -12,7 +12,8 @@
 # script removes exactly those.
 set -u
 ours=$(realpath "$1"); original=$(realpath "$2"); floor=$(realpath "$3"); rounds=${4:-5}
-gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
+# GPUS: how many GPUs the programs see (nvidia-smi ignores CUDA_VISIBLE_DEVICES, so say it with it).
+gpus=${GPUS:-$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)}
 ms() { local a b; a=$(date +%s%N); "$@" >/tmp/compare.out 2>&1; local rc=$?; b=$(date +%s%N); echo $(( (b - a) / 1000000 )) $rc; }
 median() { tr ' ' '\n' | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", a / b }'; }

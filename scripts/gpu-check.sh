@@ -84,6 +84,23 @@ for ipc in legacy vmm pool; do
   done
 done
 
+# --sync memops: the round-robin ordered by stream memory operations, 1 to 16 processes per GPU.
+for ppd in ${GPU_CHECK_MEMOPS_PPDS:-1 2 4 8 16}; do
+  [ $((ppd * $(nvidia-smi -L 2>/dev/null | wc -l | awk '{ print ($1 > 0 ? $1 : 1) }'))) -le 32 ] || continue
+  timeout 120 "$bin" --sync memops --procs-per-device "$ppd" --json "$log/t.json" >"$log/out" 2>&1; rc=$?
+  n=$(grep -c '^Process [0-9]*: Starting on device' "$log/out")
+  done_=$(grep -c '^Process [0-9]* complete!$' "$log/out")
+  rr=$(grep -o '"round_robin": [0-9.]*' "$log/t.json" | awk '{ s += $2 } END { if (NR) printf "%.2f", s / NR }')
+  if [ $rc -eq 0 ] && [ "$n" -ge "$ppd" ] && [ "$done_" -eq "$n" ] && [ "$(shm_state)" = "$shm_before" ]; then
+    record PASS "--sync memops --procs-per-device $ppd" "exit 0, $n processes verified, round-robin ${rr} ms (mean of the children)"
+  elif [ $rc -eq 2 ]; then
+    record FAIL "--sync memops --procs-per-device $ppd" "waived here: $(tail -n 1 "$log/out")"
+  else
+    record FAIL "--sync memops --procs-per-device $ppd" "exit $rc, $done_ of $n complete"
+    sed 's/^/    /' "$log/out" | tail -n 12
+  fi
+done
+
 # --ipc all: a table with a row per mechanism, each passed (or waived, with its reason, where the host lacks it).
 start=$(now)
 timeout 300 "$bin" --ipc all --procs-per-device 2 >"$log/out" 2>&1; rc=$?

@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Start-up, verification and scaling of simple-ipc on a GPU host, measured in one run.
 
-    scripts/perf.py [BINARY] [--runs N]     (default: target/release/simple-ipc, 5 runs)
+    scripts/perf.py [BINARY] [--runs N] [--probe IPC_FLOOR]     (default: target/release/simple-ipc, 5 runs)
 
 Prints medians over N runs of: the CUDA start-up of one process (the floor: the parent's cuInit plus primary
 context in the --sequential runs, where nothing else competes), the whole run in the default (overlapped) and
 the original's sequential order, the copy back and the comparison of 64 MiB, and the wall time for
 --procs-per-device 1, 2, 4, 8, 16; then the ratios that issue 4 sets targets for; then the --topology report
-and the --bench table (hand-over latency and IPC copy bandwidth, 4 KiB to 1 GiB).
+and the --bench table (hand-over latency and IPC copy bandwidth, 4 KiB to 1 GiB). Given the probe
+(../shared/probes/ipc-floor.cu, built with nvcc), it also prints the whole run against the least program doing
+the same IPC work (`ipc-floor floor2 N`, one GPU visible, one connection each) for N = 1 to 16.
 """
 import json, os, statistics, subprocess, sys, tempfile, time
 
@@ -15,6 +17,9 @@ args = [a for a in sys.argv[1:]]
 runs = 5
 if "--runs" in args:
     i = args.index("--runs"); runs = int(args[i + 1]); del args[i:i + 2]
+probe = None
+if "--probe" in args:
+    i = args.index("--probe"); probe = os.path.realpath(args[i + 1]); del args[i:i + 2]
 binary = os.path.realpath(args[0] if args else "target/release/simple-ipc")
 tmp = tempfile.mkdtemp()
 
@@ -45,7 +50,7 @@ for _ in range(runs):
     w, doc = run()
     m["ovl"].append(w)
     c = doc["children"][0]
-    m["copy"].append(c["copy_back"]); m["compare"].append(c["compare"]); m["child_ctx"].append(c["context"])
+    m["copy"].append(c["copy_back"]); m["compare"].append(c["verify"]); m["child_ctx"].append(c["context"])
     assert "SIMPLE_IPC_SIMULATE_GPUS" in os.environ or doc["buffer_bytes"] == 64 << 20, doc
 r = {k: med(v) for k, v in m.items()}
 
@@ -81,6 +86,25 @@ for ppd in (1, 2, 4, 8, 16):
     print(f"  procs-per-device {ppd:>2}: wall {med(walls):7.1f} ms ({med(walls) / base:4.2f}x)"
           f"  children's contexts, summed {med(ctx):7.1f} ms"
           f"  slowest round-robin {med(rr):6.1f} ms  slowest handle opening {med(opened):5.1f} ms")
+
+def timed(command, env):
+    start = time.perf_counter()
+    out = subprocess.run(command, capture_output=True, text=True, timeout=300, env=dict(os.environ, **env))
+    if out.returncode != 0:
+        sys.exit(f"{' '.join(command)} exited {out.returncode}:\n{out.stdout}{out.stderr}")
+    return (time.perf_counter() - start) * 1e3
+
+
+if probe:
+    print("against the floor: probe floor2 N and simple-ipc --procs-per-device N, one GPU, one connection each")
+    one = {"CUDA_VISIBLE_DEVICES": "0", "CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    for n in (1, 2, 4, 8, 16):
+        floor, ours = [], []
+        for _ in range(runs):
+            floor.append(timed([probe, "floor2", str(n)], dict(one, DEVS="1")))
+            ours.append(timed([binary, "--procs-per-device", str(n)], one))
+        print(f"  N = {n:>2}: floor2 {med(floor):7.1f} ms, simple-ipc {med(ours):7.1f} ms, "
+              f"ratio {med(ours) / med(floor):.2f}x")
 
 for extra in (["--topology"], ["--bench"]):
     print(f"== {os.path.basename(binary)} {' '.join(extra)}", flush=True)
