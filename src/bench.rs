@@ -28,8 +28,8 @@ use crate::driver::{self, Driver};
 use crate::futex;
 use crate::guardian::Guardian;
 use crate::ipc::{
-    DeviceBuffer, Event, ExportedBuffer, ExportedEvent, Mechanism, OpenedBuffer, OpenedEvent, Slice,
-    descriptors,
+    DeviceBuffer, DeviceMemory, Event, ExportedBuffer, ExportedEvent, Mechanism, OpenedBuffer, OpenedEvent,
+    Slice, descriptors,
 };
 use crate::output::JsonFile;
 use crate::segment::{self, RunPlan, Segment, SharedState};
@@ -45,6 +45,8 @@ const FLAGS_SLOT: usize = 1;
 /// The flags' buffer: the consumer's flag at its start, the producer's one cache line further.
 const FLAGS_BYTES: usize = 4096;
 const PRODUCER_FLAG: usize = 128;
+/// A third flag holds a queued-ahead chain until both sides have queued every round.
+const GO_FLAG: usize = 256;
 /// The work of a hand-over "with work": a fill of this many bytes on each side.
 const WORK_BYTES: usize = 4096;
 const SMALLEST: usize = 4 * 1024;
@@ -152,6 +154,8 @@ struct Pair<'a, 'd> {
     theirs: &'a OpenedEvent<'d>,
     my_flag: Slice<'a>,
     their_flag: Slice<'a>,
+    /// The whole flags' buffer (the go flag is in it too).
+    flags: &'a dyn DeviceMemory,
     work: &'a DeviceBuffer<'d>,
 }
 
@@ -169,6 +173,8 @@ pub fn run_consumer(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
         say!("No CUDA devices support IPC")?;
         return Ok(Outcome::Waived);
     }
+    // The in-process peer copies need it.
+    devices::enable_peers(driver, &chosen)?;
     for &device in &chosen {
         if let Some(reason) = mechanism.unsupported(driver, device)? {
             say!("No CUDA devices support IPC with --ipc {} ({reason})", mechanism.name())?;
@@ -246,6 +252,7 @@ pub fn run_consumer(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
             theirs: &theirs,
             my_flag: Slice::of(&flags, 0, 4)?,
             their_flag: Slice::of(&flags, PRODUCER_FLAG, 4)?,
+            flags: &flags,
             work: &work,
         };
         print_pair_header(driver, producer, consumer, &mps, pair)?;
@@ -256,7 +263,15 @@ pub fn run_consumer(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
                 (Some(reason), true) => Figures::Waived(reason.clone()),
                 _ => {
                     barrier.wait(&stop)?;
-                    let spread = measure(handover, &side, state, rounds(simulated), &mut memops_done, &stop)?;
+                    let spread = measure(
+                        handover,
+                        pair as u32,
+                        &side,
+                        state,
+                        rounds(simulated),
+                        &mut memops_done,
+                        &stop,
+                    )?;
                     Figures::Handover(spread)
                 }
             };
@@ -316,6 +331,7 @@ pub fn run_consumer(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
 /// [`answer`]. Host flags (`ping`, `pong`) say when the other side has enqueued its part.
 fn measure(
     handover: Handover,
+    pair: u32,
     side: &Pair,
     state: &SharedState,
     rounds: u32,
@@ -325,14 +341,22 @@ fn measure(
     let stream = side.stream;
     let mut trips = Vec::with_capacity(rounds as usize);
     if handover == Handover::MemopsQueued {
+        // The chain is held on a third flag until both sides have queued every round, then released at
+        // once: only the GPUs' hand-overs are timed, not the host's enqueueing.
+        let go = Slice::of(side.flags, GO_FLAG, 4)?;
+        stream.wait_flag(&go, 1)?;
         let base = *memops_done;
-        let start = Instant::now();
         for k in base + 1..=base + rounds {
             stream.write_flag(&side.my_flag, k)?;
             stream.wait_flag(&side.their_flag, k)?;
         }
-        stream.synchronize(stop)?;
         *memops_done += rounds;
+        // One queued-ahead hand-over per pair: the producer's count says it has queued this pair's.
+        barrier::wait_until(&state.bench.queued, |v| v > pair, stop)?;
+        let release = Stream::non_blocking(stream.driver())?;
+        let start = Instant::now();
+        release.write_flag(&go, 1)?;
+        stream.synchronize(stop)?;
         let mean = start.elapsed() / rounds;
         return Ok(Spread { p50: mean.as_secs_f64() * 1e6, p10: f64::NAN, p90: f64::NAN });
     }
@@ -383,6 +407,10 @@ fn answer(
                 stream.fill(side.work, 2, WORK_BYTES)?;
             }
             stream.write_flag(&side.my_flag, *memops_done)?;
+        }
+        if handover == Handover::MemopsQueued {
+            state.bench.queued.fetch_add(1, Ordering::AcqRel);
+            futex::wake_all(&state.bench.queued);
         }
         return stream.synchronize(stop);
     }
@@ -489,6 +517,7 @@ pub fn run_producer(index: usize, segment_fd: Option<i32>, socket_fd: Option<i32
             theirs: &theirs,
             my_flag: Slice::of(&flags, PRODUCER_FLAG, 4)?,
             their_flag: Slice::of(&flags, 0, 4)?,
+            flags: &flags,
             work: &work,
         };
         let mut memops_done = 0;

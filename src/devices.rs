@@ -1,6 +1,6 @@
 //! Which GPUs take part: the original's three filters (unified addressing, default compute mode, peer access
-//! both ways with every device already chosen), peer access enabled between the chosen ones, and the plan of
-//! which process runs on which device.
+//! both ways with every device already chosen), peer access enabled between the chosen ones (later, off the
+//! children's path), and the plan of which process runs on which device.
 
 use anyhow::{Context, Result, ensure};
 
@@ -57,16 +57,24 @@ pub fn select(driver: &dyn Driver) -> Result<Vec<i32>> {
             say!("Device {device} is not peer capable with some other selected peers, skipping")?;
             continue;
         }
-        // Not needed for IPC, but it sets the peers up, as the original does.
-        for &peer in &chosen {
-            driver.use_device(device)?;
-            driver.enable_peer_access(peer)?;
-            driver.use_device(peer)?;
-            driver.enable_peer_access(device)?;
-        }
         chosen.push(device);
     }
     Ok(chosen)
+}
+
+/// Enables peer access both ways between every two chosen devices, as the original does while it chooses
+/// them. IPC does not need it (the children open with lazy peer access), so the parent does it once the
+/// handles are published, off the children's path: it creates a context on every device, which is slow.
+pub fn enable_peers(driver: &dyn Driver, chosen: &[i32]) -> Result<()> {
+    for (i, &device) in chosen.iter().enumerate() {
+        for &peer in &chosen[..i] {
+            driver.use_device(device)?;
+            driver.enable_peer_access(peer).with_context(|| format!("device {device} to peer {peer}"))?;
+            driver.use_device(peer)?;
+            driver.enable_peer_access(device).with_context(|| format!("device {peer} to peer {device}"))?;
+        }
+    }
+    Ok(())
 }
 
 fn peers_both_ways(driver: &dyn Driver, device: i32, chosen: &[i32]) -> Result<bool> {

@@ -189,6 +189,8 @@ impl<'d> Exporter<'_, 'd> {
         let exports: Vec<ProcessExports<'d>> = exports.into_iter().map(|(_, e)| e).collect();
         self.send_descriptors(&exports)?;
         self.state.publish_ready();
+        // Not needed for IPC, but it sets the peers up, as the original does; the children go on meanwhile.
+        devices::enable_peers(self.driver, self.chosen)?;
         watch.enter_with_part(next, Some((Phase::Context, slowest_context)))?;
         Ok(exports)
     }

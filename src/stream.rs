@@ -13,13 +13,13 @@ pub struct Stream<'d> {
 }
 
 /// `bytes` must fit in `memory`: the checks that make the driver's range contract hold.
-fn fits(memory: &impl DeviceMemory, bytes: usize) -> Result<()> {
+fn fits(memory: &(impl DeviceMemory + ?Sized), bytes: usize) -> Result<()> {
     ensure!(bytes <= memory.bytes(), "{bytes} bytes do not fit in a buffer of {}", memory.bytes());
     Ok(())
 }
 
 /// A flag is one 4-aligned 32-bit word.
-fn word(flag: &impl DeviceMemory) -> Result<()> {
+fn word(flag: &(impl DeviceMemory + ?Sized)) -> Result<()> {
     ensure!(flag.bytes() >= 4 && flag.ptr().is_aligned(4), "a flag must be a 4-aligned 32-bit word");
     Ok(())
 }

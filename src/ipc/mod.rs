@@ -99,7 +99,7 @@ pub struct Slice<'m> {
 }
 
 impl<'m> Slice<'m> {
-    pub fn of(memory: &'m impl DeviceMemory, offset: usize, bytes: usize) -> Result<Self> {
+    pub fn of(memory: &'m (impl DeviceMemory + ?Sized), offset: usize, bytes: usize) -> Result<Self> {
         let end = offset.checked_add(bytes).filter(|end| *end <= memory.bytes());
         end.ok_or_else(|| anyhow!("{bytes} bytes at {offset} do not fit a buffer of {}", memory.bytes()))?;
         let ptr = memory.ptr().offset(offset).ok_or_else(|| anyhow!("device address overflow"))?;
