@@ -678,6 +678,20 @@ mod tests {
     }
 
     #[test]
+    fn the_hand_over_kinds_say_what_they_measure() {
+        let with_work: Vec<Handover> = Handover::ALL.into_iter().filter(|h| h.work()).collect();
+        assert_eq!(with_work, [Handover::EventsWithWork, Handover::MemopsWithWork]);
+        let memops: Vec<Handover> = Handover::ALL.into_iter().filter(|h| h.memops()).collect();
+        assert_eq!(memops, [Handover::MemopsHostSynced, Handover::MemopsQueued, Handover::MemopsWithWork]);
+        assert!(Handover::ALL.iter().all(|h| h.name().contains(if h.memops() {
+            "memops"
+        } else {
+            "events"
+        })));
+        assert!(rounds(true) >= 10 && rounds(false) >= 100, "enough rounds for percentiles");
+    }
+
+    #[test]
     fn spreads_are_percentiles_of_the_sorted_trips() {
         let mut trips: Vec<Duration> = (1..=11).rev().map(Duration::from_micros).collect();
         let spread = Spread::of(&mut trips);

@@ -103,6 +103,29 @@ impl JsonFile {
 mod tests {
     use super::*;
 
+    /// In a forked process (the test harness keeps its own descriptors): with standard output closed, the
+    /// next descriptor opened would be 1; after the filling, 1 is /dev/null and a new one is not 0, 1 or 2.
+    #[test]
+    fn closed_standard_descriptors_are_filled_with_dev_null() {
+        // SAFETY: (test) the forked child only closes, opens, reads links and leaves with _exit.
+        match unsafe { nix::unistd::fork() }.unwrap() {
+            nix::unistd::ForkResult::Child => {
+                // SAFETY: (test) fd 1 of the forked child alone.
+                unsafe { nix::libc::close(1) };
+                fill_closed_standard_descriptors();
+                let one = std::fs::read_link("/proc/self/fd/1").ok();
+                let next = File::open("/proc/self/stat").map(|f| std::os::fd::AsRawFd::as_raw_fd(&f));
+                let ok = one.as_deref() == Some(Path::new("/dev/null")) && next.is_ok_and(|fd| fd > 2);
+                // SAFETY: (test) leaves the forked child without the harness's exit handlers.
+                unsafe { nix::libc::_exit(if ok { 0 } else { 1 }) }
+            }
+            nix::unistd::ForkResult::Parent { child } => {
+                let status = nix::sys::wait::waitpid(child, None).unwrap();
+                assert_eq!(status, nix::sys::wait::WaitStatus::Exited(child, 0), "fd 1 is not /dev/null");
+            }
+        }
+    }
+
     #[test]
     fn json_replaces_a_regular_file_and_refuses_a_fifo_without_blocking() {
         let dir = std::env::temp_dir().join(format!("simple-ipc-json-{}", std::process::id()));

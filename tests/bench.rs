@@ -44,6 +44,20 @@ fn bench_prints_a_row_set_per_pair_and_writes_json() {
         // The simulated L2 is 64 KiB: the three smaller sizes are marked, 256 KiB is not.
         assert_eq!(rows.iter().filter(|r| r.contains("KiB*")).count(), 4 * 3, "{all}");
         assert!(rows.iter().all(|r| r.ends_with('%')), "{all}");
+        // Every round trip is a median within its 10th to 90th percentiles, over more than one round.
+        for line in all.lines().filter(|l| l.contains("events,") || l.contains("memops,")) {
+            let figures = line.rsplit("  ").next().unwrap().trim();
+            if figures.ends_with("(mean)") {
+                assert!(figures.trim_end_matches(" (mean)").parse::<f64>().unwrap() > 0.0, "{line}");
+                continue;
+            }
+            let numbers: Vec<f64> = figures
+                .split(|c: char| c == '(' || c == ')' || c == '-' || c == ' ')
+                .filter_map(|n| n.parse().ok())
+                .collect();
+            let [p50, p10, p90] = numbers[..] else { panic!("{line}") };
+            assert!(p10 <= p50 && p50 <= p90 && p10 < p90 && p10 > 0.0, "{line}");
+        }
         let doc = std::fs::read_to_string(&json).unwrap();
         std::fs::remove_file(&json).unwrap();
         assert_eq!(doc.matches("\"status\": \"Passed\"").count(), 4 * (6 + 4), "{doc}");
