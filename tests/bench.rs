@@ -52,7 +52,7 @@ fn bench_prints_a_row_set_per_pair_and_writes_json() {
                 continue;
             }
             let numbers: Vec<f64> = figures
-                .split(|c: char| c == '(' || c == ')' || c == '-' || c == ' ')
+                .split(['(', ')', '-', ' '])
                 .filter_map(|n| n.parse().ok())
                 .collect();
             let [p50, p10, p90] = numbers[..] else { panic!("{line}") };
