@@ -25,6 +25,7 @@ use crate::children::Children;
 use crate::cli::Cli;
 use crate::devices;
 use crate::driver::{self, Driver};
+use crate::fault::Who;
 use crate::futex;
 use crate::guardian::Guardian;
 use crate::ipc::{
@@ -32,9 +33,11 @@ use crate::ipc::{
     Slice, descriptors,
 };
 use crate::output::JsonFile;
+use crate::phase::Phase;
 use crate::segment::{self, RunPlan, Segment, SharedState};
 use crate::signals;
 use crate::stream::Stream;
+use crate::timings::Stopwatch;
 
 /// The consumer is process 0 (the parent), the producer process 1 (its child).
 const CONSUMER: usize = 0;
@@ -476,8 +479,10 @@ pub fn run_producer(index: usize, segment_fd: Option<i32>, socket_fd: Option<i32
     if index != PRODUCER {
         bail!("the benchmark's producer is process {PRODUCER}, not {index}");
     }
+    let watch = Stopwatch::start(Who::Child(index), Phase::Attach)?;
     let (segment, parent_pid) = crate::child::attach(index, segment_fd)?;
     let state = segment.state();
+    let mut watch = watch.report_to(&state.progress[index]);
     let mechanism = Mechanism::from_code(state.mechanism.load(Ordering::Relaxed))
         .context("the segment names an IPC mechanism this program does not know")?;
     let memops = state.options.load(Ordering::Relaxed) & segment::OPTION_SYNC_MEMOPS != 0;
@@ -492,10 +497,12 @@ pub fn run_producer(index: usize, segment_fd: Option<i32>, socket_fd: Option<i32
         Ok(())
     };
     let stop = move || crate::child::still_running(state, parent_pid);
+    watch.enter(Phase::CudaStart)?;
     let cuda = driver::load().context("starting CUDA")?;
     let driver: &dyn Driver = &*cuda;
     let barrier = state.barrier(2);
     let rounds = rounds(driver.simulated());
+    watch.enter(Phase::RoundRobin)?;
     for _ in 0..state.bench.pairs.load(Ordering::Relaxed) {
         barrier.wait(&stop)?; // the pair is announced
         let device = state.bench.producer_device.load(Ordering::Relaxed) as i32;

@@ -121,15 +121,9 @@ impl<'s> Children<'s> {
                 self.stop(None);
                 return Err(interrupted);
             }
-            if let Some((deadline, timeout)) = self.deadline
-                && Instant::now() >= deadline
-            {
-                let report = self.where_each_one_is();
+            if let Err(late) = self.check_deadline() {
                 self.stop(None);
-                return Err(anyhow!(
-                    "the run did not finish within {} s (--timeout); stopped it. {report}",
-                    timeout.as_secs_f64()
-                ));
+                return Err(late);
             }
             if let Some(failure) = self.reap(WaitPidFlag::WNOHANG) {
                 let seen = Instant::now();
@@ -185,8 +179,22 @@ impl<'s> Children<'s> {
         self.running.iter().map(|child| child.pid.as_raw() as u32).collect()
     }
 
-    /// `Err` once any child has exited (without reaping it, so that [`Children::wait`] still reports how).
+    /// `Err` once the watchdog's deadline has passed, naming where each child still running is.
+    pub fn check_deadline(&self) -> Result<()> {
+        match self.deadline {
+            Some((deadline, timeout)) if Instant::now() >= deadline => Err(anyhow!(
+                "the run did not finish within {} s (--timeout); stopped it. {}",
+                timeout.as_secs_f64(),
+                self.where_each_one_is()
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// `Err` once any child has exited (without reaping it, so that [`Children::wait`] still reports how),
+    /// or the watchdog's deadline has passed: the stop check of a parent that works while its children run.
     pub fn check_all_alive(&self) -> Result<()> {
+        self.check_deadline()?;
         for child in &self.running {
             let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
             match waitid(Id::Pid(child.pid), flags) {

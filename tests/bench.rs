@@ -51,10 +51,8 @@ fn bench_prints_a_row_set_per_pair_and_writes_json() {
                 assert!(figures.trim_end_matches(" (mean)").parse::<f64>().unwrap() > 0.0, "{line}");
                 continue;
             }
-            let numbers: Vec<f64> = figures
-                .split(['(', ')', '-', ' '])
-                .filter_map(|n| n.parse().ok())
-                .collect();
+            let numbers: Vec<f64> =
+                figures.split(['(', ')', '-', ' ']).filter_map(|n| n.parse().ok()).collect();
             let [p50, p10, p90] = numbers[..] else { panic!("{line}") };
             assert!(p10 <= p50 && p50 <= p90 && p10 < p90 && p10 > 0.0, "{line}");
         }

@@ -334,6 +334,27 @@ fn the_watchdog_stops_a_stopped_or_hung_child_and_says_where_each_one_was() {
     }
 }
 
+/// The watchdog also reaches a benchmark whose producer hangs, while the parent measures.
+#[test]
+fn the_watchdog_stops_a_hung_benchmark() {
+    let start = std::time::Instant::now();
+    let child = simulated("ok")
+        .args(["--bench", "--timeout", "2"])
+        .env(FAULT, "child1@attach:hang")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{all}");
+    assert!(all.contains("did not finish within 2 s (--timeout)"), "{all}");
+    assert!(all.contains("process 1 was starting (not attached yet)"), "{all}");
+    assert!(start.elapsed() < Duration::from_secs(6), "stopped after {:?}", start.elapsed());
+    assert_clean(pid, "hung benchmark");
+}
+
 /// The smaller things: a fault naming a process the run lacks is refused; flags that cannot go together
 /// are usage errors; a simulated run says so in its JSON.
 #[test]
