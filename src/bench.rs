@@ -29,8 +29,8 @@ use crate::fault::Who;
 use crate::futex;
 use crate::guardian::Guardian;
 use crate::ipc::{
-    DeviceBuffer, DeviceMemory, Event, ExportedBuffer, ExportedEvent, Mechanism, OpenedBuffer, OpenedEvent,
-    Slice, descriptors,
+    DeviceBuffer, Event, ExportedBuffer, ExportedEvent, Mechanism, OpenedBuffer, OpenedEvent, Slice,
+    descriptors,
 };
 use crate::output::JsonFile;
 use crate::phase::Phase;
@@ -48,8 +48,6 @@ const FLAGS_SLOT: usize = 1;
 /// The flags' buffer: the consumer's flag at its start, the producer's one cache line further.
 const FLAGS_BYTES: usize = 4096;
 const PRODUCER_FLAG: usize = 128;
-/// A third flag holds a queued-ahead chain until both sides have queued every round.
-const GO_FLAG: usize = 256;
 /// The work of a hand-over "with work": a fill of this many bytes on each side.
 const WORK_BYTES: usize = 4096;
 const SMALLEST: usize = 4 * 1024;
@@ -111,6 +109,13 @@ impl Handover {
     }
 }
 
+/// How the hand-over flags are shared: by the benchmark's mechanism, except that stream memory operations
+/// refuse pool memory (`CUDA_ERROR_INVALID_VALUE` on driver 580), so pool's flags are plain device memory
+/// shared by legacy IPC.
+fn flags_mechanism(mechanism: Mechanism) -> Mechanism {
+    if mechanism == Mechanism::Pool { Mechanism::Legacy } else { mechanism }
+}
+
 /// Round trips per hand-over kind.
 fn rounds(simulated: bool) -> u32 {
     if simulated { 20 } else { 500 }
@@ -157,8 +162,6 @@ struct Pair<'a, 'd> {
     theirs: &'a OpenedEvent<'d>,
     my_flag: Slice<'a>,
     their_flag: Slice<'a>,
-    /// The whole flags' buffer (the go flag is in it too).
-    flags: &'a dyn DeviceMemory,
     work: &'a DeviceBuffer<'d>,
 }
 
@@ -241,11 +244,13 @@ pub fn run_consumer(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
         let work = DeviceBuffer::allocate(driver, consumer, WORK_BYTES)?;
         barrier.wait(&stop)?; // both events and the producer's flags are published
         let theirs = OpenedEvent::open(driver, &state.event_handles[PRODUCER].load())?;
+        let flags_by = flags_mechanism(mechanism);
+        let descriptor = if flags_by.uses_descriptors() { receive(&stop)? } else { None };
         let flags = OpenedBuffer::open(
             driver,
-            mechanism,
+            flags_by,
             &state.mem_handles[FLAGS_SLOT].load(),
-            receive(&stop)?,
+            descriptor,
             FLAGS_BYTES,
             consumer,
         )?;
@@ -255,7 +260,6 @@ pub fn run_consumer(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
             theirs: &theirs,
             my_flag: Slice::of(&flags, 0, 4)?,
             their_flag: Slice::of(&flags, PRODUCER_FLAG, 4)?,
-            flags: &flags,
             work: &work,
         };
         print_pair_header(driver, producer, consumer, &mps, pair)?;
@@ -266,15 +270,7 @@ pub fn run_consumer(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
                 (Some(reason), true) => Figures::Waived(reason.clone()),
                 _ => {
                     barrier.wait(&stop)?;
-                    let spread = measure(
-                        handover,
-                        pair as u32,
-                        &side,
-                        state,
-                        rounds(simulated),
-                        &mut memops_done,
-                        &stop,
-                    )?;
+                    let spread = measure(handover, &side, state, rounds(simulated), &mut memops_done, &stop)?;
                     Figures::Handover(spread)
                 }
             };
@@ -334,7 +330,6 @@ pub fn run_consumer(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
 /// [`answer`]. Host flags (`ping`, `pong`) say when the other side has enqueued its part.
 fn measure(
     handover: Handover,
-    pair: u32,
     side: &Pair,
     state: &SharedState,
     rounds: u32,
@@ -344,22 +339,17 @@ fn measure(
     let stream = side.stream;
     let mut trips = Vec::with_capacity(rounds as usize);
     if handover == Handover::MemopsQueued {
-        // The chain is held on a third flag until both sides have queued every round, then released at
-        // once: only the GPUs' hand-overs are timed, not the host's enqueueing.
-        let go = Slice::of(side.flags, GO_FLAG, 4)?;
-        stream.wait_flag(&go, 1)?;
+        // Every round queued at once on both sides; the mean includes the hosts' enqueueing. (Holding the
+        // chain on a flag and releasing it from a second stream deadlocks: with one hardware queue per
+        // context, the release waits behind the held wait.)
         let base = *memops_done;
+        let start = Instant::now();
         for k in base + 1..=base + rounds {
             stream.write_flag(&side.my_flag, k)?;
             stream.wait_flag(&side.their_flag, k)?;
         }
-        *memops_done += rounds;
-        // One queued-ahead hand-over per pair: the producer's count says it has queued this pair's.
-        barrier::wait_until(&state.bench.queued, |v| v > pair, stop)?;
-        let release = Stream::non_blocking(stream.driver())?;
-        let start = Instant::now();
-        release.write_flag(&go, 1)?;
         stream.synchronize(stop)?;
+        *memops_done += rounds;
         let mean = start.elapsed() / rounds;
         return Ok(Spread { p50: mean.as_secs_f64() * 1e6, p10: f64::NAN, p90: f64::NAN });
     }
@@ -410,10 +400,6 @@ fn answer(
                 stream.fill(side.work, 2, WORK_BYTES)?;
             }
             stream.write_flag(&side.my_flag, *memops_done)?;
-        }
-        if handover == Handover::MemopsQueued {
-            state.bench.queued.fetch_add(1, Ordering::AcqRel);
-            futex::wake_all(&state.bench.queued);
         }
         return stream.synchronize(stop);
     }
@@ -511,11 +497,11 @@ pub fn run_producer(index: usize, segment_fd: Option<i32>, socket_fd: Option<i32
         let mine = ExportedEvent::create(driver, device)?;
         state.event_handles[PRODUCER].store(mine.handle());
         let work = DeviceBuffer::allocate(driver, device, WORK_BYTES)?;
-        let flags = ExportedBuffer::allocate(driver, mechanism, device, FLAGS_BYTES)?;
+        let flags = ExportedBuffer::allocate(driver, flags_mechanism(mechanism), device, FLAGS_BYTES)?;
         stream.fill(&flags, 0, FLAGS_BYTES)?;
         stream.synchronize(&stop)?;
         state.mem_handles[FLAGS_SLOT].store(flags.handle());
-        send(&flags)?;
+        send(&flags)?; // nothing to send for legacy flags
         barrier.wait(&stop)?; // both events and the flags are published
         let theirs = OpenedEvent::open(driver, &state.event_handles[CONSUMER].load())?;
         let side = Pair {
@@ -524,7 +510,6 @@ pub fn run_producer(index: usize, segment_fd: Option<i32>, socket_fd: Option<i32
             theirs: &theirs,
             my_flag: Slice::of(&flags, PRODUCER_FLAG, 4)?,
             their_flag: Slice::of(&flags, 0, 4)?,
-            flags: &flags,
             work: &work,
         };
         let mut memops_done = 0;

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use nix::sys::signal::{SigHandler, Signal, signal};
 
+use simple_ipc::ipc::Mechanism;
 use simple_ipc::signals::Interrupted;
 use simple_ipc::{
     EXIT_FAILURE, EXIT_SUCCESS, EXIT_WAIVED, Outcome, bench, child, cli, devices, driver, every_mechanism,
@@ -76,6 +77,10 @@ fn run(cli: &cli::Cli) -> anyhow::Result<Outcome> {
         },
         None if cli.topology => topology::run(),
         None => match cli.ipc.mechanism() {
+            Some(Mechanism::Pool) if cli.sync == cli::Sync::Memops => anyhow::bail!(
+                "--sync memops cannot order pool memory: stream memory operations refuse it \
+                 (CUDA_ERROR_INVALID_VALUE on driver 580); use --ipc legacy or vmm"
+            ),
             Some(mechanism) => parent::run(cli, mechanism),
             None => every_mechanism::run(cli),
         },

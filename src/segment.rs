@@ -51,7 +51,7 @@ pub const OPTION_SYNC_MEMOPS: u32 = 2;
 /// flag shares it with nothing the kernel writes).
 pub const FLAG_BYTES: usize = 256;
 /// Changes whenever `SharedState` does, so that mismatched binaries refuse each other's segments.
-pub const LAYOUT_VERSION: u32 = 4;
+pub const LAYOUT_VERSION: u32 = 5;
 /// Bytes of an IPC memory or event handle (`CU_HANDLE_SIZE`): the segment carries them as opaque bytes.
 pub const HANDLE_SIZE: usize = 64;
 /// The bytes of one handle.
@@ -102,8 +102,6 @@ pub struct BenchFlags {
     pub producer_device: AtomicU32,
     pub ping: AtomicU32,
     pub pong: AtomicU32,
-    /// Raised by the producer once it has queued every round of a queued-ahead hand-over.
-    pub queued: AtomicU32,
 }
 
 /// The segment's contents (`shmStruct` in the original, plus a header and the port's fields).

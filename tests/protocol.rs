@@ -61,7 +61,7 @@ fn many_processes_on_several_devices_all_complete_every_step() {
 /// `--sync memops`: the same round-robin, ordered by stream memory operations on a flag after each buffer.
 #[test]
 fn the_round_robin_ordered_by_stream_memory_operations() {
-    for mechanism in ["legacy", "pool"] {
+    for mechanism in ["legacy", "vmm"] {
         let mut command = simulated("ok,ok");
         command.args(["--sync", "memops", "--ipc", mechanism, "--procs-per-device", "4"]);
         let child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
@@ -75,6 +75,14 @@ fn the_round_robin_ordered_by_stream_memory_operations() {
         }
         assert_clean(pid);
     }
+}
+
+/// Stream memory operations refuse pool memory on the GPU: the combination is refused with the reason.
+#[test]
+fn memops_cannot_order_pool_memory() {
+    let out = run(simulated("ok").args(["--sync", "memops", "--ipc", "pool"]));
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("--sync memops cannot order pool memory"), "{}", text(&out));
 }
 
 #[test]
