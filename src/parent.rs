@@ -20,7 +20,9 @@ use crate::driver::Driver;
 use crate::driver_files;
 use crate::fault::{self, DescriptorFault, Who};
 use crate::guardian::Guardian;
-use crate::ipc::{Event, ExportedBuffer, ExportedEvent, Mechanism, ProcessExports, Slice, descriptors};
+use crate::ipc::{
+    Event, ExportedBuffer, ExportedEvent, Mechanism, Missing, ProcessExports, Slice, descriptors,
+};
 use crate::output::JsonFile;
 use crate::phase::Phase;
 use crate::segment::{self, RunPlan, Segment, SharedState};
@@ -52,7 +54,9 @@ pub fn run(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
     // Ask the devices, do not assume: a mechanism this host lacks is waived, with its reason.
     let memops = cli.sync == Sync::Memops;
     for &device in &chosen {
-        if let Some(reason) = mechanism.unsupported(driver, device)? {
+        // Legacy is asked by an export, on the device's context, in `export_device`: creating the context here
+        // would hold the children back.
+        if let Some(reason) = mechanism.unsupported_by_attributes(driver, device)? {
             say!("No CUDA devices support IPC with --ipc {} ({reason})", mechanism.name())?;
             return Ok(Outcome::Waived);
         }
@@ -89,7 +93,10 @@ pub fn run(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
     let mut children;
     if cli.sequential {
         watch.enter(Phase::AllocateExport)?;
-        exports = exporter.export_all(&mut watch, Phase::StartChildren)?;
+        let Some(exported) = waived_if_missing(exporter.export_all(&mut watch, Phase::StartChildren))? else {
+            return Ok(Outcome::Waived);
+        };
+        exports = exported;
         children = Children::spawn(&segment, 0..n, &[], &their_sockets, started, cli.timeout())?;
         guardian.cover(children.pids())?;
     } else {
@@ -97,7 +104,11 @@ pub fn run(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
         children = Children::spawn(&segment, 0..n, &[], &their_sockets, started, cli.timeout())?;
         guardian.cover(children.pids())?;
         watch.enter(Phase::AllocateExport)?;
-        exports = exporter.export_all(&mut watch, Phase::WaitChildren)?;
+        let Some(exported) = waived_if_missing(exporter.export_all(&mut watch, Phase::WaitChildren))? else {
+            children.stop(None);
+            return Ok(Outcome::Waived);
+        };
+        exports = exported;
     }
     drop(their_sockets);
 
@@ -132,6 +143,20 @@ pub fn run(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
 
 /// The exports of some processes, with their indices.
 type Indexed<'d> = Vec<(usize, ProcessExports<'d>)>;
+
+/// `None`, after printing the waived line, when the export found the mechanism missing on a device.
+fn waived_if_missing<T>(exported: Result<T>) -> Result<Option<T>> {
+    match exported {
+        Ok(exported) => Ok(Some(exported)),
+        Err(e) => match e.downcast::<Missing>() {
+            Ok(Missing(reason)) => {
+                say!("No CUDA devices support IPC with --ipc legacy ({reason})")?;
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        },
+    }
+}
 
 /// For vmm and pool, one socket pair per child: the parent's ends, and the ends the children inherit.
 fn descriptor_sockets(mechanism: Mechanism, n: usize) -> Result<(Vec<OwnedFd>, Vec<OwnedFd>)> {
@@ -202,6 +227,12 @@ impl<'d> Exporter<'_, 'd> {
         let start = Instant::now();
         driver.use_device(device).with_context(|| format!("making device {device} current"))?;
         let context = start.elapsed();
+        // Legacy IPC is asked of the device by exporting a small allocation, now that it has a context.
+        if let Some(reason) =
+            self.mechanism.unsupported(driver, device)?.filter(|_| self.mechanism == Mechanism::Legacy)
+        {
+            return Err(Missing(reason).into());
+        }
         let mut exported = Vec::new();
         let data = segment::data_size(driver.simulated());
         let flag = if self.memops { segment::FLAG_BYTES } else { 0 };

@@ -66,10 +66,20 @@ impl Mechanism {
         self != Mechanism::Legacy
     }
 
-    /// Why `device` cannot use this mechanism, asked of the device; `None` if it can.
+    /// Why `device` cannot use this mechanism, asked of the device; `None` if it can. For legacy this exports
+    /// a small allocation, which needs the device's context.
     pub fn unsupported(self, driver: &dyn Driver, device: i32) -> Result<Option<String>> {
+        match self {
+            Mechanism::Legacy => legacy::unsupported(driver, device),
+            _ => self.unsupported_by_attributes(driver, device),
+        }
+    }
+
+    /// The part of [`Mechanism::unsupported`] that the device's attributes answer, without a context (so
+    /// without the time it takes to create one); `None` for legacy, which only an export can tell.
+    pub fn unsupported_by_attributes(self, driver: &dyn Driver, device: i32) -> Result<Option<String>> {
         let needs: &[Capability] = match self {
-            Mechanism::Legacy => return legacy::unsupported(driver, device),
+            Mechanism::Legacy => return Ok(None),
             Mechanism::Vmm => &[Capability::VirtualMemory, Capability::PosixFdHandles],
             Mechanism::Pool => &[Capability::MemoryPools, Capability::PoolPosixFdHandles],
         };
@@ -81,6 +91,18 @@ impl Mechanism {
         Ok(None)
     }
 }
+
+/// The error of a mechanism found missing on a device while the run was under way: the run is waived.
+#[derive(Debug)]
+pub struct Missing(pub String);
+
+impl std::fmt::Display for Missing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Missing {}
 
 /// Device memory that stays allocated or mapped while it is borrowed.
 pub trait DeviceMemory {
