@@ -37,18 +37,22 @@ fn help_and_version_exit_0() {
     assert!(String::from_utf8_lossy(&version.stdout).starts_with("simple-ipc "));
 }
 
-/// The real run on this machine: where there is a GPU it passes; where there is none (CI) it is waived with
-/// the original's line and a reason, and never fails.
+/// On a machine without an NVIDIA driver (CI's), the real run is waived with the original's line and a
+/// reason, never failed. Where there is a driver this test says so and asserts nothing: scripts/gpu-check.sh
+/// tests the real run on GPUs.
 #[test]
-fn real_run_passes_or_is_waived_with_a_reason() {
+fn without_a_gpu_driver_the_real_run_is_waived_and_says_why() {
+    if std::path::Path::new("/dev/nvidiactl").exists() {
+        eprintln!(
+            "SKIPPED without_a_gpu_driver_the_real_run_is_waived_and_says_why: this machine has a driver"
+        );
+        return;
+    }
     let out = Command::new(bin()).env_remove(SIMULATE).env_remove(FAULT).output().unwrap();
     let all = text(&out);
-    match out.status.code() {
-        Some(0) => assert!(all.contains("Process 0 complete!"), "{all}"),
-        Some(2) => assert!(all.contains("No CUDA devices support IPC ("), "a waived run says why: {all}"),
-        other => panic!("exit {other:?}: {all}"),
-    }
+    assert_eq!(out.status.code(), Some(2), "{all}");
     assert!(all.starts_with("PP: lshmName = simpleIPCshm"), "{all}");
+    assert!(all.contains("No CUDA devices support IPC ("), "a waived run says why: {all}");
 }
 
 #[test]
