@@ -3,8 +3,6 @@
 
 mod common;
 
-use std::process::Stdio;
-
 use common::{run, simulated, text};
 
 /// One row set per (producer, consumer) pair: six kinds of hand-over, and per size the IPC copy beside the
@@ -15,15 +13,11 @@ fn bench_prints_a_row_set_per_pair_and_writes_json() {
     for mechanism in ["legacy", "pool"] {
         let json =
             std::env::temp_dir().join(format!("simple-ipc-bench-{}-{mechanism}.json", std::process::id()));
-        let child = simulated("ok,ok")
-            .args(["--bench", "--ipc", mechanism, "--bench-max-bytes", "262144", "--json"])
-            .arg(&json)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let pid = child.id();
-        let out = child.wait_with_output().unwrap();
+        let (pid, out) = common::run_with_pid(
+            simulated("ok,ok")
+                .args(["--bench", "--ipc", mechanism, "--bench-max-bytes", "262144", "--json"])
+                .arg(&json),
+        );
         let all = text(&out);
         assert_eq!(out.status.code(), Some(0), "{all}");
         assert!(all.contains(&format!("IPC benchmark, {mechanism} IPC, 4 pair(s)")), "{all}");

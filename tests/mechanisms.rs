@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use common::{FAULT, leftovers, run, simulated, text, wait_group_gone};
@@ -16,9 +15,7 @@ fn assert_clean(pid: u32, what: &str) {
 
 /// Runs `command`, returning its pid, status and all its output.
 fn run_pid(command: &mut std::process::Command) -> (u32, Option<i32>, String) {
-    let child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    let pid = child.id();
-    let out = child.wait_with_output().unwrap();
+    let (pid, out) = common::run_with_pid(command);
     (pid, out.status.code(), text(&out))
 }
 

@@ -102,9 +102,7 @@ fn a_file_size_limit_is_an_error_not_a_signal() {
     unsafe {
         command.pre_exec(|| setrlimit(Resource::RLIMIT_FSIZE, 0, 0).map_err(std::io::Error::from));
     }
-    let child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    let pid = child.id();
-    let out = child.wait_with_output().unwrap();
+    let (pid, out) = common::run_with_pid(&mut command);
     let all = text(&out);
     assert_eq!(out.status.code(), Some(1), "{all}");
     assert!(all.contains("reserving") && all.contains("segment"), "the message says what failed: {all}");
@@ -202,9 +200,7 @@ fn tight_limits_give_a_documented_status() {
         unsafe {
             command.pre_exec(move || setrlimit(resource, limit, limit).map_err(std::io::Error::from));
         }
-        let child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-        let pid = child.id();
-        let out = child.wait_with_output().unwrap();
+        let (pid, out) = common::run_with_pid(&mut command);
         if text(&out).contains("error while loading shared libraries") {
             continue; // the dynamic loader gave up before the program began: nothing of ours ran
         }
@@ -235,9 +231,7 @@ fn a_process_limit_gives_a_documented_status() {
                 Ok(())
             });
         }
-        let child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-        let pid = child.id();
-        let out = child.wait_with_output().unwrap();
+        let (pid, out) = common::run_with_pid(&mut command);
         let all = text(&out);
         if all.contains("Permission denied") && !all.contains("PP:") {
             eprintln!(
@@ -307,15 +301,9 @@ fn runs_in_separate_pid_namespaces_do_not_collide() {
 fn the_watchdog_stops_a_stopped_or_hung_child_and_says_where_each_one_was() {
     for (fault, how) in [("child1@round-robin:stop", "stopped (SIGSTOP)"), ("child2@copy-back:hang", "")] {
         let start = Instant::now();
-        let child = simulated("ok")
-            .args(["--procs-per-device", "3", "--timeout", "2"])
-            .env(FAULT, fault)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let pid = child.id();
-        let out = child.wait_with_output().unwrap();
+        let (pid, out) = common::run_with_pid(
+            simulated("ok").args(["--procs-per-device", "3", "--timeout", "2"]).env(FAULT, fault),
+        );
         let all = text(&out);
         let took = start.elapsed();
         assert_eq!(out.status.code(), Some(1), "{fault}: {all}");
@@ -338,15 +326,9 @@ fn the_watchdog_stops_a_stopped_or_hung_child_and_says_where_each_one_was() {
 #[test]
 fn the_watchdog_stops_a_hung_benchmark() {
     let start = std::time::Instant::now();
-    let child = simulated("ok")
-        .args(["--bench", "--timeout", "2"])
-        .env(FAULT, "child1@attach:hang")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let out = child.wait_with_output().unwrap();
+    let (pid, out) = common::run_with_pid(
+        simulated("ok").args(["--bench", "--timeout", "2"]).env(FAULT, "child1@attach:hang"),
+    );
     let all = text(&out);
     assert_eq!(out.status.code(), Some(1), "{all}");
     assert!(all.contains("did not finish within 2 s (--timeout)"), "{all}");

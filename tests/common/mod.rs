@@ -30,6 +30,19 @@ pub fn run(command: &mut Command) -> Output {
     command.stdin(Stdio::null()).output().expect("the binary starts")
 }
 
+/// Runs `command` to its end with its output captured; returns its pid (the run's process group, for
+/// [`group_gone`] and [`leftovers`]) and its output.
+pub fn run_with_pid(command: &mut Command) -> (u32, Output) {
+    let child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary starts");
+    let pid = child.id();
+    (pid, child.wait_with_output().expect("the binary ends"))
+}
+
 pub fn text(output: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
 }
