@@ -534,8 +534,12 @@ pub fn run_producer(index: usize, segment_fd: Option<i32>, socket_fd: Option<i32
 
 /// Whether an MPS control daemon is there to serve the processes (its pipe directory), in words.
 fn mps_note() -> String {
-    let dir = std::env::var("CUDA_MPS_PIPE_DIRECTORY").unwrap_or_else(|_| "/tmp/nvidia-mps".into());
-    if std::path::Path::new(&dir).join("control").exists() {
+    mps_note_for(&std::env::var("CUDA_MPS_PIPE_DIRECTORY").unwrap_or_else(|_| "/tmp/nvidia-mps".into()))
+}
+
+/// [`mps_note`] for the pipe directory `dir`.
+fn mps_note_for(dir: &str) -> String {
+    if std::path::Path::new(dir).join("control").exists() {
         format!("MPS: a control daemon listens at {dir}")
     } else {
         format!("MPS: no control daemon at {dir}")
@@ -681,6 +685,20 @@ mod tests {
             "events"
         })));
         assert!(rounds(true) >= 10 && rounds(false) >= 100, "enough rounds for percentiles");
+    }
+
+    #[test]
+    fn sizes_read_as_people_write_them_and_mps_is_found_by_its_control_pipe() {
+        assert_eq!(human(4096), "4 KiB");
+        assert_eq!(human(64 << 20), "64 MiB");
+        assert_eq!(human(1 << 30), "1 GiB");
+        let dir = std::env::temp_dir().join(format!("simple-ipc-mps-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let shown = dir.to_string_lossy().into_owned();
+        assert_eq!(mps_note_for(&shown), format!("MPS: no control daemon at {shown}"));
+        std::fs::write(dir.join("control"), b"").unwrap();
+        assert_eq!(mps_note_for(&shown), format!("MPS: a control daemon listens at {shown}"));
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]

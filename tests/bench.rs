@@ -23,6 +23,8 @@ fn bench_prints_a_row_set_per_pair_and_writes_json() {
         assert!(all.contains(&format!("IPC benchmark, {mechanism} IPC, 4 pair(s)")), "{all}");
         assert_eq!(all.matches("== pair ").count(), 4, "{all}");
         assert_eq!(all.matches("): one GPU\n").count(), 2, "(0,0) and (1,1): {all}");
+        assert!(all.contains("consumer on device 0 (Simulated GPU 0): one GPU\n"), "pair (0, 0): {all}");
+        assert!(all.contains("consumer on device 1 (Simulated GPU 1): two GPUs\n"), "pair (0, 1): {all}");
         assert_eq!(all.matches("): two GPUs\n").count(), 2, "(0,1) and (1,0): {all}");
         for kind in [
             "events, signal only, GPU waits",
@@ -38,6 +40,13 @@ fn bench_prints_a_row_set_per_pair_and_writes_json() {
         // The simulated L2 is 64 KiB: the three smaller sizes are marked, 256 KiB is not.
         assert_eq!(rows.iter().filter(|r| r.contains("KiB*")).count(), 4 * 3, "{all}");
         assert!(rows.iter().all(|r| r.ends_with('%')), "{all}");
+        // Rates in GB/s that a copy between host memory mappings can have.
+        for row in &rows {
+            let rates: Vec<f64> =
+                row.split_whitespace().filter_map(|w| w.parse().ok()).skip(1).take(2).collect();
+            assert_eq!(rates.len(), 2, "{row}");
+            assert!(rates.iter().all(|r| *r > 0.01 && *r < 10_000.0), "{row}");
+        }
         // Every round trip is a median within its 10th to 90th percentiles, over more than one round.
         for line in all.lines().filter(|l| l.contains("events,") || l.contains("memops,")) {
             let figures = line.rsplit("  ").next().unwrap().trim();

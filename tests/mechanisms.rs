@@ -45,7 +45,7 @@ fn every_mechanism_runs_the_whole_protocol_on_several_devices() {
             };
             let (before, after) = (list("descriptors_before_open"), list("descriptors_after_close"));
             assert_eq!(before.len(), n, "{what}: {doc}");
-            assert!(before.iter().all(|&b| b > 0), "{what}: counted: {doc}");
+            assert!(before.iter().all(|&b| b > 3), "{what}: counted (0, 1, 2, the segment, ...): {doc}");
             assert_eq!(before, after, "{what}: a child left descriptors open: {doc}");
             assert_clean(pid, &what);
         }
