@@ -23,8 +23,13 @@ fn bench_prints_a_row_set_per_pair_and_writes_json() {
         assert!(all.contains(&format!("IPC benchmark, {mechanism} IPC, 4 pair(s)")), "{all}");
         assert_eq!(all.matches("== pair ").count(), 4, "{all}");
         assert_eq!(all.matches("): one GPU\n").count(), 2, "(0,0) and (1,1): {all}");
-        assert!(all.contains("consumer on device 0 (Simulated GPU 0): one GPU\n"), "pair (0, 0): {all}");
-        assert!(all.contains("consumer on device 1 (Simulated GPU 1): two GPUs\n"), "pair (0, 1): {all}");
+        let pair = |p: i32, c: i32, kind: &str| {
+            format!(
+                "producer on device {p} (Simulated GPU {p}), consumer on device {c} (Simulated GPU {c}): {kind}\n"
+            )
+        };
+        assert!(all.contains(&pair(0, 0, "one GPU")) && all.contains(&pair(1, 0, "two GPUs")), "{all}");
+        assert!(all.contains("MPS: no control daemon at "), "the header says whether MPS is there: {all}");
         assert_eq!(all.matches("): two GPUs\n").count(), 2, "(0,1) and (1,0): {all}");
         for kind in [
             "events, signal only, GPU waits",
@@ -66,11 +71,14 @@ fn bench_prints_a_row_set_per_pair_and_writes_json() {
             doc.contains(&format!("\"mechanism\": \"{mechanism}\"")) && doc.contains("\"simulated\": true"),
             "{doc}"
         );
-        assert!(
-            doc.contains("\"reference_name\": \"in-process peer copy\"")
-                && doc.contains("\"fits_in_l2\": true"),
-            "{doc}"
-        );
+        assert!(doc.contains("\"fits_in_l2\": true"), "{doc}");
+        // One GPU: the local copy; two: the in-process peer copy.
+        for test in doc.split("}, {").filter(|t| t.contains("\"unit\": \"GB/s\"")) {
+            let same = test.contains("\"producer\": 0, \"consumer\": 0")
+                || test.contains("\"producer\": 1, \"consumer\": 1");
+            let reference = if same { "local copy" } else { "in-process peer copy" };
+            assert!(test.contains(&format!("\"reference_name\": \"{reference}\"")), "{test}");
+        }
         assert!(
             common::wait_group_gone(pid, std::time::Duration::from_secs(3)).is_some(),
             "the producer is gone"
