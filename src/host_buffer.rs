@@ -22,10 +22,6 @@ pub fn fault_in(bytes: usize) -> Result<MmapMut> {
 }
 
 impl<'d> HostBuffer<'d> {
-    pub fn prepare(driver: &'d dyn Driver, bytes: usize) -> Result<Self> {
-        Self::pin(driver, fault_in(bytes)?)
-    }
-
     /// Pins memory made by [`fault_in`] (on the current device's context).
     pub fn pin(driver: &'d dyn Driver, mut memory: MmapMut) -> Result<Self> {
         // SAFETY: the memory is owned by the returned value, which unpins it in Drop before unmapping it.

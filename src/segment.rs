@@ -17,7 +17,7 @@
 use std::ffi::CString;
 use std::fs::File;
 use std::mem::size_of;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 use anyhow::{Context, Result, ensure};
@@ -328,11 +328,5 @@ impl Segment {
         // on create, sealed) and lives as long as `self`; every field is an atomic, so any bytes are a valid
         // value and concurrent access from other processes is allowed.
         unsafe { &*self.map.as_ptr().cast::<SharedState>() }
-    }
-}
-
-impl AsFd for Segment {
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
     }
 }

@@ -17,11 +17,6 @@ impl<F: Fn() -> Result<()>> StopCheck for F {
     }
 }
 
-/// Never stops: for waits that end by themselves, such as a drop's bounded wait.
-pub fn never() -> Result<()> {
-    Ok(())
-}
-
 /// How long [`poll`] spins, without even a system call, before it yields between looks: a hand-over of
 /// signals alone takes about 10 us.
 const SPIN_FOR: Duration = Duration::from_micros(30);
@@ -65,6 +60,10 @@ pub fn poll(
 mod tests {
     use super::*;
     use std::cell::Cell;
+
+    fn never() -> Result<()> {
+        Ok(())
+    }
 
     #[test]
     fn poll_returns_when_ready_stops_on_request_and_honours_its_limit() {

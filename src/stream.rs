@@ -29,10 +29,6 @@ impl<'d> Stream<'d> {
         Ok(Self { driver, raw: driver.create_non_blocking_stream()? })
     }
 
-    pub fn driver(&self) -> &'d dyn Driver {
-        self.driver
-    }
-
     /// The raw stream. Only for the driver's `unsafe fn`s, whose contract the caller upholds.
     pub(crate) fn raw(&self) -> RawStream {
         self.raw
