@@ -28,6 +28,7 @@ use crate::driver::{self, Driver};
 use crate::fault::Who;
 use crate::futex;
 use crate::guardian::Guardian;
+use crate::ipc::diagnose::Exporter;
 use crate::ipc::{
     DeviceBuffer, Event, ExportedBuffer, ExportedEvent, Mechanism, OpenedBuffer, OpenedEvent, Slice,
     descriptors,
@@ -219,7 +220,6 @@ pub fn run_consumer(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
         started,
         cli.timeout(),
     )?;
-    guardian.cover(children.pids())?;
     drop(their_socket);
     let stop = || -> Result<()> {
         signals::check()?;
@@ -240,10 +240,14 @@ pub fn run_consumer(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
         driver.use_device(consumer)?;
         let stream = Stream::non_blocking(driver)?;
         let mine = ExportedEvent::create(driver, consumer)?;
-        state.event_handles[CONSUMER].store(mine.handle());
+        state.publish_event(CONSUMER, mine.handle(), mine.file());
+        guardian.cover(mine.file().map(std::slice::from_ref).unwrap_or_default());
         let work = DeviceBuffer::allocate(driver, consumer, WORK_BYTES)?;
         barrier.wait(&stop)?; // both events and the producer's flags are published
-        let theirs = OpenedEvent::open(driver, &state.event_handles[PRODUCER].load())?;
+        // The producer's event file is covered too: the guardian outlives both.
+        let producer_event = Exporter { pid: None, file: state.event_file(PRODUCER) };
+        guardian.cover(producer_event.file.as_slice());
+        let theirs = OpenedEvent::open(driver, &state.event_handles[PRODUCER].load(), &producer_event)?;
         let flags_by = flags_mechanism(mechanism);
         let descriptor = if flags_by.uses_descriptors() { receive(&stop)? } else { None };
         let flags = OpenedBuffer::open(
@@ -253,6 +257,7 @@ pub fn run_consumer(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
             descriptor,
             FLAGS_BYTES,
             consumer,
+            &Exporter::default(),
         )?;
         let side = Pair {
             stream: &stream,
@@ -296,6 +301,7 @@ pub fn run_consumer(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
                 receive(&stop)?,
                 size,
                 consumer,
+                &Exporter::default(),
             )?;
             let figures = copy_rates(driver, &stream, &shared, producer, consumer, size, l2, &stop)?;
             drop(shared);
@@ -495,7 +501,7 @@ pub fn run_producer(index: usize, segment_fd: Option<i32>, socket_fd: Option<i32
         driver.use_device(device)?;
         let stream = Stream::non_blocking(driver)?;
         let mine = ExportedEvent::create(driver, device)?;
-        state.event_handles[PRODUCER].store(mine.handle());
+        state.publish_event(PRODUCER, mine.handle(), mine.file());
         let work = DeviceBuffer::allocate(driver, device, WORK_BYTES)?;
         let flags = ExportedBuffer::allocate(driver, flags_mechanism(mechanism), device, FLAGS_BYTES)?;
         stream.fill(&flags, 0, FLAGS_BYTES)?;
@@ -503,7 +509,11 @@ pub fn run_producer(index: usize, segment_fd: Option<i32>, socket_fd: Option<i32
         state.mem_handles[FLAGS_SLOT].store(flags.handle());
         send(&flags)?; // nothing to send for legacy flags
         barrier.wait(&stop)?; // both events and the flags are published
-        let theirs = OpenedEvent::open(driver, &state.event_handles[CONSUMER].load())?;
+        let consumer_event = Exporter {
+            pid: Some(state.parent_pid.load(Ordering::Relaxed)),
+            file: state.event_file(CONSUMER),
+        };
+        let theirs = OpenedEvent::open(driver, &state.event_handles[CONSUMER].load(), &consumer_event)?;
         let side = Pair {
             stream: &stream,
             mine: &mine,

@@ -15,6 +15,7 @@ use crate::driver::{self, Driver};
 use crate::fault::{self, Who};
 use crate::host_buffer::{self, HostBuffer};
 use crate::inherit;
+use crate::ipc::diagnose::Exporter;
 use crate::ipc::{Mechanism, OpenedBuffer, OpenedEvent, Slice, descriptors};
 use crate::kernel::SimpleKernel;
 use crate::numa::{self, Sysfs};
@@ -94,15 +95,21 @@ pub fn run(index: usize, segment_fd: Option<i32>, socket_fd: Option<i32>) -> Res
     let mut buffers = Vec::with_capacity(n);
     let mut events = Vec::with_capacity(n);
     for (other, descriptor) in descriptors.iter_mut().enumerate() {
+        // The parent exported everything; it wrote its pid and each event's file into the segment.
+        let exporter =
+            Exporter { pid: Some(state.parent_pid.load(Ordering::Relaxed)), file: state.event_file(other) };
         let handle = state.mem_handles[other].load();
         buffers.push(
-            OpenedBuffer::open(driver, mechanism, &handle, descriptor.take(), allocated, device)
+            OpenedBuffer::open(driver, mechanism, &handle, descriptor.take(), allocated, device, &exporter)
                 .with_context(|| format!("opening the {} buffer of process {other}", mechanism.name()))?,
         );
-        events.push(
-            OpenedEvent::open(driver, &state.event_handles[other].load())
-                .with_context(|| format!("opening the event of process {other}"))?,
-        );
+        // --sync memops orders the round-robin without interprocess events: it opens none.
+        if !memops {
+            events.push(
+                OpenedEvent::open(driver, &state.event_handles[other].load(), &exporter)
+                    .with_context(|| format!("opening the event of process {other}"))?,
+            );
+        }
     }
     state.opened.fetch_add(1, Ordering::AcqRel);
 

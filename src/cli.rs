@@ -23,12 +23,8 @@ pub struct Cli {
     #[arg(hide = true, value_parser = clap::value_parser!(u32).range(0..MAX_PROCESSES as i64))]
     pub child: Option<u32>,
 
-    /// The guardian's role: the parent's pid (not for users).
-    #[arg(long, hide = true, requires = "guardian_fd", value_name = "PID")]
-    pub guardian_for: Option<u32>,
-
-    /// The guardian's role: the pipe it watches (not for users).
-    #[arg(long, hide = true, requires = "guardian_for", value_name = "FD")]
+    /// The guardian's role: the socket its parent tells it the run's driver files over (not for users).
+    #[arg(long, hide = true, conflicts_with = "child", value_name = "FD")]
     pub guardian_fd: Option<i32>,
 
     /// A child's end of the socket its descriptors come over, for vmm and pool (not for users).

@@ -1,56 +1,247 @@
 //! The files the CUDA driver makes in `/dev/shm` for a process's interprocess events,
-//! `cuda.shm.<n>.<exporter pid, hex>.<m>` (driver 580). The driver removes them only when the exporter exits
-//! normally; importers map them when they open the event handle, so once they all have, or once the exporter
-//! is dead, the names can go.
+//! `cuda.shm.<n>.<exporter pid, hex>.<m>` (driver 580), and how to tell whose one is.
+//!
+//! The pid in the name is the one the exporter has *in its own PID namespace*: two exporters that are both
+//! pid 1 in two containers sharing `/dev/shm` make the same name, the second replacing the first's (seen on
+//! the H200 host: one name, inodes 43 then 44). So a name says nothing of whose a file is. An [`EventFile`]
+//! is the name with the identity (device and inode) of the file that this process maps, read from
+//! `/proc/self/maps`: the exporter reads it right after the export, an importer right after the open, and
+//! only a file with that identity is ever removed. The driver removes its files only when the exporter exits
+//! normally; importers map them when they open the event, so once they all have, the names can go.
+
+use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use nix::errno::Errno;
 
-/// Whether `name` is one of the driver's event files of the process `pid`.
-pub fn is_event_file_of(name: &str, pid: u32) -> bool {
+/// Where the driver makes its files.
+pub const SHM_DIR: &str = "/dev/shm";
+
+/// Whether `name` is shaped like one of the driver's event files: `cuda.shm.<a>.<b>.<c>`.
+pub fn is_driver_file_name(name: &str) -> bool {
     let parts: Vec<&str> = name.split('.').collect();
-    parts.len() == 5 && parts[..2] == ["cuda", "shm"] && parts[3] == format!("{pid:x}")
+    parts.len() == 5
+        && parts[..2] == ["cuda", "shm"]
+        && parts[2..].iter().all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
-/// Removes the names of `pid`'s event files from `/dev/shm`; returns how many it removed.
-pub fn remove_event_files_of(pid: u32) -> Result<usize> {
-    let entries = std::fs::read_dir("/dev/shm").context("listing /dev/shm")?;
-    let mut removed = 0;
-    for name in entries.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()) {
-        if is_event_file_of(&name, pid) {
-            match nix::sys::mman::shm_unlink(name.as_str()) {
-                Ok(()) => removed += 1,
-                Err(Errno::ENOENT) => {}
-                Err(e) => return Err(e).with_context(|| format!("shm_unlink({name})")),
+/// One of the driver's event files, as a process maps it: its name in `/dev/shm` and the identity of the
+/// file behind it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventFile {
+    pub name: String,
+    /// `st_dev` of the file: the tmpfs (the `/dev/shm`) it lives in.
+    pub dev: u64,
+    pub ino: u64,
+}
+
+/// What the name of an [`EventFile`] refers to now, in this process's `/dev/shm`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NameNow {
+    /// The same file.
+    Same,
+    /// No such name.
+    Absent,
+    /// The name is there, but it is another file (inode): another process made the same name since.
+    Replaced { ino: u64 },
+    /// This process's `/dev/shm` is another file system than the one the file lives in.
+    OtherShm,
+}
+
+/// Bytes of an [`EventFile`] in the segment: device, inode, then the name, NUL-padded.
+pub const RECORD_BYTES: usize = 64;
+const NAME_BYTES: usize = RECORD_BYTES - 16;
+
+impl EventFile {
+    pub fn path(&self) -> PathBuf {
+        PathBuf::from(SHM_DIR).join(&self.name)
+    }
+
+    /// The exporter's pid as its name gives it: the number the exporter has in its own PID namespace.
+    pub fn pid_number(&self) -> Option<u32> {
+        u32::from_str_radix(self.name.split('.').nth(3)?, 16).ok()
+    }
+
+    /// The record the segment carries; a name too long for it (never seen) leaves the record empty.
+    pub fn to_record(&self) -> [u8; RECORD_BYTES] {
+        let mut record = [0u8; RECORD_BYTES];
+        if self.name.len() <= NAME_BYTES {
+            record[..8].copy_from_slice(&self.dev.to_le_bytes());
+            record[8..16].copy_from_slice(&self.ino.to_le_bytes());
+            record[16..16 + self.name.len()].copy_from_slice(self.name.as_bytes());
+        }
+        record
+    }
+
+    /// The file a record names; `None` for an empty record (the exporter found no file) or a malformed one.
+    pub fn from_record(record: &[u8; RECORD_BYTES]) -> Option<Self> {
+        let word = |at: usize| {
+            let mut bytes = [0u8; 8];
+            bytes.copy_from_slice(&record[at..at + 8]);
+            u64::from_le_bytes(bytes)
+        };
+        let name = &record[16..];
+        let len = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+        let name = std::str::from_utf8(&name[..len]).ok()?;
+        is_driver_file_name(name).then(|| Self { name: name.to_owned(), dev: word(0), ino: word(8) })
+    }
+
+    /// What the name refers to now.
+    pub fn name_now(&self) -> NameNow {
+        if shm_dev().is_some_and(|dev| dev != self.dev) {
+            return NameNow::OtherShm;
+        }
+        match std::fs::symlink_metadata(self.path()) {
+            Ok(meta) => {
+                use std::os::unix::fs::MetadataExt;
+                if meta.dev() == self.dev && meta.ino() == self.ino {
+                    NameNow::Same
+                } else {
+                    NameNow::Replaced { ino: meta.ino() }
+                }
             }
+            Err(_) => NameNow::Absent,
         }
     }
-    Ok(removed)
+
+    /// Removes the name if it still refers to this very file; another process's file of the same name is
+    /// left alone. Returns whether it removed it. (Between the look and the removal another process could
+    /// replace the name; the window is two system calls, and no call removes a name by inode.)
+    pub fn remove_if_ours(&self) -> Result<bool> {
+        if self.name_now() != NameNow::Same {
+            return Ok(false);
+        }
+        match nix::sys::mman::shm_unlink(self.name.as_str()) {
+            Ok(()) => Ok(true),
+            Err(Errno::ENOENT) => Ok(false),
+            Err(e) => Err(e).with_context(|| format!("shm_unlink({})", self.name)),
+        }
+    }
+}
+
+/// `st_dev` of this process's `/dev/shm`, if it has one.
+pub fn shm_dev() -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(SHM_DIR).ok().map(|meta| meta.dev())
+}
+
+/// The driver's event files this process maps now, from `/proc/self/maps`.
+pub fn mapped() -> Result<Vec<EventFile>> {
+    let maps = std::fs::read_to_string("/proc/self/maps").context("reading /proc/self/maps")?;
+    let mut files: Vec<EventFile> = maps.lines().filter_map(parse_maps_line).collect();
+    files.sort_by_key(|f| (f.dev, f.ino));
+    files.dedup();
+    Ok(files)
+}
+
+/// The file that `after` maps and `before` did not, if there is exactly one.
+pub fn appeared(before: &[EventFile], after: &[EventFile]) -> Option<EventFile> {
+    let mut new = after.iter().filter(|f| !before.contains(f));
+    match (new.next(), new.next()) {
+        (Some(file), None) => Some(file.clone()),
+        _ => None,
+    }
+}
+
+/// One line of `/proc/<pid>/maps`: `start-end perms offset major:minor inode path`, the path of a removed
+/// file followed by ` (deleted)`.
+fn parse_maps_line(line: &str) -> Option<EventFile> {
+    let mut fields = line.splitn(6, ' ');
+    let (_range, _perms, _offset) = (fields.next()?, fields.next()?, fields.next()?);
+    let (major, minor) = fields.next()?.split_once(':')?;
+    let ino: u64 = fields.next()?.parse().ok()?;
+    let path = fields.next()?.trim_start();
+    let path = path.strip_suffix(" (deleted)").unwrap_or(path);
+    let name = path.rsplit('/').next()?;
+    if !is_driver_file_name(name) || !path.starts_with('/') {
+        return None;
+    }
+    let dev =
+        nix::sys::stat::makedev(u64::from_str_radix(major, 16).ok()?, u64::from_str_radix(minor, 16).ok()?);
+    Some(EventFile { name: name.to_owned(), dev, ino })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::MetadataExt;
 
     #[test]
-    fn only_the_event_files_of_that_pid_match() {
-        assert!(is_event_file_of("cuda.shm.0.1a2b.1", 0x1a2b));
-        assert!(!is_event_file_of("cuda.shm.0.1a2b.1", 0x1a2c));
-        assert!(!is_event_file_of("cuda.shm.0.1a2b", 0x1a2b));
-        assert!(!is_event_file_of("simpleIPCshm6699", 6699));
-        assert!(!is_event_file_of("nccl.shm.0.1a2b.1", 0x1a2b));
+    fn only_names_of_the_drivers_shape_match() {
+        assert!(is_driver_file_name("cuda.shm.0.1a2b.1"));
+        assert!(!is_driver_file_name("cuda.shm.0.1a2b"));
+        assert!(!is_driver_file_name("cuda.shm.0.1a2b.x"));
+        assert!(!is_driver_file_name("simpleIPCshm6699"));
+        assert!(!is_driver_file_name("nccl.shm.0.1a2b.1"));
     }
 
     #[test]
-    fn removes_those_names_and_leaves_the_others() {
-        let pid = 0x7fff_fff0 - std::process::id(); // not a live process's pid here
-        let mine = format!("/dev/shm/cuda.shm.0.{pid:x}.1");
-        let other = format!("/dev/shm/cuda.shm.0.{:x}.1", pid + 1);
-        std::fs::write(&mine, b"").unwrap();
-        std::fs::write(&other, b"").unwrap();
-        assert_eq!(remove_event_files_of(pid).unwrap(), 1);
-        assert!(!std::path::Path::new(&mine).exists());
-        assert!(std::path::Path::new(&other).exists());
-        std::fs::remove_file(other).unwrap();
+    fn maps_lines_give_name_device_and_inode_even_once_removed() {
+        let line = "7f12a000-7f12b000 rw-s 00000000 00:1a 43                         /dev/shm/cuda.shm.0.1.1";
+        let file = parse_maps_line(line).unwrap();
+        assert_eq!(
+            file,
+            EventFile { name: "cuda.shm.0.1.1".into(), dev: nix::sys::stat::makedev(0, 0x1a), ino: 43 }
+        );
+        let gone = parse_maps_line(&format!("{line} (deleted)")).unwrap();
+        assert_eq!(gone, file);
+        assert_eq!(parse_maps_line("7f12a000-7f12b000 r--p 00000000 fd:01 99 /usr/lib/libc.so.6"), None);
+        assert_eq!(parse_maps_line("7f12a000-7f12b000 rw-p 00000000 00:00 0 "), None);
+    }
+
+    #[test]
+    fn a_record_carries_the_file_and_an_empty_one_none() {
+        let file = EventFile { name: "cuda.shm.0.ff.12".into(), dev: 77, ino: u64::MAX - 3 };
+        assert_eq!(file.pid_number(), Some(255));
+        assert_eq!(EventFile::from_record(&file.to_record()), Some(file));
+        assert_eq!(EventFile::from_record(&[0; RECORD_BYTES]), None);
+    }
+
+    /// Only the file with the identity is removed: a file of the same name made since (another process of the
+    /// same pid number elsewhere) stays, and so does every other name.
+    #[test]
+    fn removes_its_own_file_and_never_another_of_the_same_name() {
+        let name = format!("cuda.shm.0.{:x}.7e57", 0x7fff_fff0 - std::process::id());
+        let path = PathBuf::from(SHM_DIR).join(&name);
+        std::fs::write(&path, b"").unwrap();
+        let meta = std::fs::metadata(&path).unwrap();
+        let mine = EventFile { name: name.clone(), dev: meta.dev(), ino: meta.ino() };
+        assert_eq!(mine.name_now(), NameNow::Same);
+
+        // Another process makes the same name: a new file replaces ours.
+        let other = PathBuf::from(SHM_DIR).join(format!("{name}.tmp"));
+        std::fs::write(&other, b"theirs").unwrap();
+        std::fs::rename(&other, &path).unwrap();
+        let theirs = std::fs::metadata(&path).unwrap().ino();
+        assert_eq!(mine.name_now(), NameNow::Replaced { ino: theirs });
+        assert!(!mine.remove_if_ours().unwrap(), "another process's file of the same name was removed");
+        assert_eq!(std::fs::read(&path).unwrap(), b"theirs");
+
+        let now_mine = EventFile { ino: theirs, ..mine.clone() };
+        assert!(now_mine.remove_if_ours().unwrap());
+        assert!(!path.exists());
+        assert_eq!(mine.name_now(), NameNow::Absent);
+        assert!(!now_mine.remove_if_ours().unwrap(), "nothing left to remove");
+    }
+
+    #[test]
+    fn a_mapping_of_a_driver_file_shows_with_its_identity() {
+        let name = format!("cuda.shm.0.{:x}.5a5a", 0x7fff_ff00 - std::process::id());
+        let path = PathBuf::from(SHM_DIR).join(&name);
+        let before = mapped().unwrap();
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        file.set_len(4096).unwrap();
+        let map = memmap2::MmapRaw::map_raw(&file).unwrap();
+        let meta = file.metadata().unwrap();
+        let seen = appeared(&before, &mapped().unwrap());
+        assert_eq!(seen, Some(EventFile { name, dev: meta.dev(), ino: meta.ino() }));
+        drop(map);
+        std::fs::remove_file(path).unwrap();
     }
 }

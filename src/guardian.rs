@@ -1,94 +1,166 @@
-//! What outlives a killed parent: a small process the parent starts (this program again, with a hidden
-//! role) that waits for the parent to be gone, however it went (even `kill -9`), and then removes the files
-//! the CUDA driver made in `/dev/shm` for the interprocess events of the parent and of every child it was
-//! told of (see `driver_files`), which the driver removes only when the exporter exits normally. The parent
-//! tells it each child's pid over the pipe it watches, and ends it on its way out.
+//! What outlives a killed run: a small process the parent starts (this program again, with the hidden role
+//! `--guardian-fd FD`) that removes the files the CUDA driver made in `/dev/shm` for the run's interprocess
+//! events once the parent is gone, however it went (even `kill -9` of the whole process group). The driver
+//! removes them only when their exporter exits normally, and the owners remove them on every orderly way
+//! out (see `ipc::events`); the guardian is for the ways out that run no code.
+//!
+//! - It acts on what its parent told it and on nothing else: each file as the exporter maps it (name,
+//!   device, inode: see `driver_files`), over a `SOCK_SEQPACKET` socket whose peer must be its own parent,
+//!   and it removes a name only while it is still that file. Its command line names no process and no file,
+//!   so typed by hand it removes nothing, and it never touches another run's file of the same name.
+//! - It leaves the run's session and process group before it runs (`setsid`), so a signal to the group
+//!   (Ctrl-C, Ctrl-\, `timeout -s KILL`, `kill -KILL -PGID`) does not reach it, and it ignores the signals
+//!   a terminal or a job control shell sends.
+//! - Nothing it does or suffers can hang, kill or silence the run: the parent sends without blocking and
+//!   without SIGPIPE, says once if the guardian is gone, and never waits on it for long.
 //!
 //! It is started by exec, so it is safe whatever threads the parent has (a tool such as compute-sanitizer
 //! injects some), and with an empty environment, so that no such tool follows it: it makes no CUDA call.
 
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use nix::errno::Errno;
+use nix::sys::signal::{SigHandler, Signal, signal};
+use nix::sys::socket::{
+    AddressFamily, MsgFlags, SockFlag, SockType, recv, send, socketpair, sockopt::PeerCredentials,
+    sockopt::SockType as SocketType,
+};
 
-use crate::driver_files;
+use crate::driver_files::{self, EventFile};
 
-/// The parent's handle on its guardian: the write end of the pipe the guardian watches, and the process.
+/// How long the parent waits, on its way out, for the guardian to end; past it the guardian is left to
+/// finish on its own (a stopped one does its work once it is continued).
+const REAP_WITHIN: Duration = Duration::from_millis(100);
+
+/// The parent's handle on its guardian: its end of the socket the guardian reads, and the process.
 pub struct Guardian {
-    watched: Option<OwnedFd>,
-    process: Child,
+    socket: Option<OwnedFd>,
+    process: Mutex<Child>,
+    /// Set once the parent has said that the guardian is gone, so that it says so once.
+    lost: std::sync::atomic::AtomicBool,
 }
 
 impl Guardian {
-    /// Starts the guardian of this process's driver files.
+    /// Starts the guardian of this run's driver files.
     pub fn start() -> Result<Self> {
-        let (read, write) =
-            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).context("pipe2 for the guardian")?;
-        let fd = read.as_raw_fd();
+        let (ours, theirs) =
+            socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC)
+                .context("socketpair for the guardian")?;
+        let fd = theirs.as_raw_fd();
         let mut command = Command::new("/proc/self/exe");
         command
-            .args(["--guardian-for", &std::process::id().to_string(), "--guardian-fd", &fd.to_string()])
+            .args(["--guardian-fd", &fd.to_string()])
             .env_clear()
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        // SAFETY: runs in the forked child before exec; keep_across_exec is async-signal-safe.
+        // SAFETY: runs in the forked child before exec; setsid and fcntl are async-signal-safe.
         unsafe {
-            command.pre_exec(move || crate::inherit::keep_across_exec(fd));
+            command.pre_exec(move || {
+                nix::unistd::setsid().map_err(std::io::Error::from)?;
+                crate::inherit::keep_across_exec(fd)
+            });
         }
         let process = command.spawn().context("starting the guardian (/proc/self/exe)")?;
-        drop(read);
-        Ok(Self { watched: Some(write), process })
+        drop(theirs);
+        Ok(Self { socket: Some(ours), process: Mutex::new(process), lost: false.into() })
     }
-}
 
-impl Guardian {
-    /// Has the guardian remove the driver's files of these processes too, should they outlive nothing.
-    pub fn cover(&self, pids: impl IntoIterator<Item = u32>) -> Result<()> {
-        let Some(pipe) = &self.watched else { return Ok(()) };
-        let bytes: Vec<u8> = pids.into_iter().flat_map(u32::to_le_bytes).collect();
-        let mut written = 0;
-        while written < bytes.len() {
-            match nix::unistd::write(pipe, &bytes[written..]) {
-                Ok(n) => written += n,
-                Err(Errno::EINTR) => {}
-                Err(e) => return Err(e).context("telling the guardian the children's pids"),
+    /// Has the guardian remove these files too, should the run end without removing them. Never fails the
+    /// run: a guardian that is gone or not reading is said once, as a warning.
+    pub fn cover(&self, files: &[EventFile]) {
+        let Some(socket) = &self.socket else { return };
+        for file in files {
+            let flags = MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT;
+            let sent = loop {
+                match send(socket.as_raw_fd(), &file.to_record(), flags) {
+                    Err(Errno::EINTR) => continue,
+                    other => break other,
+                }
+            };
+            if let Err(e) = sent {
+                self.say_lost(e);
+                return;
             }
         }
-        Ok(())
+    }
+
+    fn say_lost(&self, error: Errno) {
+        if self.lost.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
+        let pid = self.process.lock().map(|p| p.id()).unwrap_or(0);
+        let why = match error {
+            Errno::EAGAIN => "is not reading (stopped?)".to_owned(),
+            Errno::EPIPE | Errno::ECONNRESET => "is gone".to_owned(),
+            other => format!("cannot be told ({other})"),
+        };
+        warn!(
+            "warning: the guardian of this run's driver files (pid {pid}) {why}: should this run be killed, \
+             the driver's files for its events stay in /dev/shm"
+        );
     }
 }
 
 impl Drop for Guardian {
     fn drop(&mut self) {
-        self.watched.take();
-        let _ = self.process.wait();
+        self.socket.take();
+        let Ok(process) = self.process.get_mut() else { return };
+        let until = Instant::now() + REAP_WITHIN;
+        while Instant::now() < until {
+            match process.try_wait() {
+                Ok(None) => std::thread::sleep(Duration::from_millis(1)),
+                _ => return,
+            }
+        }
     }
 }
 
-/// The guardian's life: it reads the pids of the children from `fd` until end of file (every copy of the
-/// write end is closed: the parent exited or was killed), then removes the event files of process `parent`
-/// and of those children.
-pub fn watch(parent: u32, fd: RawFd) -> Result<()> {
-    // SAFETY: the descriptor was handed to this process for this use alone; reading does not close it.
-    let read = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-    let mut received = Vec::new();
-    let mut chunk = [0u8; 256];
+/// The guardian's life: it reads the files it is told of from `fd` until end of file (the parent, the one
+/// process that holds the other end, exited or was killed), then removes each name that is still that file.
+pub fn watch(fd: RawFd) -> Result<()> {
+    for stray in [Signal::SIGHUP, Signal::SIGINT, Signal::SIGQUIT, Signal::SIGTERM, Signal::SIGPIPE] {
+        // SAFETY: ignoring a signal installs no handler.
+        let _ = unsafe { signal(stray, SigHandler::SigIgn) };
+    }
+    let socket = crate::inherit::take(fd, "guardian socket")?;
+    check_peer_is_parent(&socket)?;
+    let mut files = Vec::new();
+    let mut record = [0u8; driver_files::RECORD_BYTES];
     loop {
-        match nix::unistd::read(read, &mut chunk) {
+        match recv(socket.as_raw_fd(), &mut record, MsgFlags::empty()) {
             Ok(0) => break,
-            Ok(n) => received.extend_from_slice(&chunk[..n]),
-            // EINTR: a stop signal for the whole process group, which the parent handles; wait on.
-            Err(Errno::EINTR) => {}
+            Ok(n) if n == record.len() => files.extend(EventFile::from_record(&record)),
+            Ok(_) | Err(Errno::EINTR) => {}
             Err(_) => break,
         }
     }
-    let children = received.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
-    for pid in std::iter::once(parent).chain(children) {
-        let _ = driver_files::remove_event_files_of(pid);
+    for file in files {
+        let _ = file.remove_if_ours();
+    }
+    Ok(())
+}
+
+/// The guardian serves the process that started it, and only over a socket of the kind that process makes.
+fn check_peer_is_parent(socket: &OwnedFd) -> Result<()> {
+    let kind = nix::sys::socket::getsockopt(&socket.as_fd(), SocketType)
+        .context("the guardian's descriptor is not a socket")?;
+    if kind != SockType::SeqPacket {
+        bail!("the guardian's descriptor is not the socket its parent makes");
+    }
+    let peer = nix::sys::socket::getsockopt(&socket.as_fd(), PeerCredentials)
+        .context("the guardian's socket has no peer")?;
+    let parent = nix::unistd::getppid().as_raw();
+    // A parent killed before this look is the peer no longer; its last words are still in the socket.
+    let peer_is_gone =
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(peer.pid()), None) == Err(Errno::ESRCH);
+    if peer.pid() != parent && !peer_is_gone {
+        bail!("the guardian serves only the process that started it (its peer is pid {})", peer.pid());
     }
     Ok(())
 }

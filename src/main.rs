@@ -56,8 +56,8 @@ fn run(cli: &cli::Cli) -> anyhow::Result<Outcome> {
         return Ok(Outcome::Waived);
     }
     signals::install()?;
-    if let (Some(parent), Some(fd)) = (cli.guardian_for, cli.guardian_fd) {
-        return guardian::watch(parent, fd).map(|()| Outcome::Passed);
+    if let Some(fd) = cli.guardian_fd {
+        return guardian::watch(fd).map(|()| Outcome::Passed);
     }
     fault::validate_env()?;
     if cli.child.is_none() && driver::host::requested() {

@@ -17,7 +17,6 @@ use crate::children::Children;
 use crate::cli::{Cli, Sync};
 use crate::devices;
 use crate::driver::Driver;
-use crate::driver_files;
 use crate::fault::{self, DescriptorFault, Who};
 use crate::guardian::Guardian;
 use crate::ipc::{
@@ -39,7 +38,8 @@ pub fn run(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
     say!("PP: lshmName = {name}")?;
     let segment = Segment::create(&name)?;
     let state = segment.state();
-    // Removes the driver's files for our events if we are killed.
+    // Removes the driver's files for our events if we are killed; declared before the exports, so it outlives
+    // them.
     let guardian = Guardian::start()?;
 
     let Some(cuda) = devices::load_or_waive()? else { return Ok(Outcome::Waived) };
@@ -86,6 +86,7 @@ pub fn run(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
         mechanism,
         memops,
         sockets,
+        guardian: &guardian,
     };
 
     // Declared before the children: dropped (events destroyed, buffers freed) after them.
@@ -98,11 +99,9 @@ pub fn run(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
         };
         exports = exported;
         children = Children::spawn(&segment, 0..n, &[], &their_sockets, started, cli.timeout())?;
-        guardian.cover(children.pids())?;
     } else {
         watch.enter(Phase::StartChildren)?;
         children = Children::spawn(&segment, 0..n, &[], &their_sockets, started, cli.timeout())?;
-        guardian.cover(children.pids())?;
         watch.enter(Phase::AllocateExport)?;
         let Some(exported) = waived_if_missing(exporter.export_all(&mut watch, Phase::WaitChildren))? else {
             children.stop(None);
@@ -116,11 +115,13 @@ pub fn run(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
     let all_finished = || state.finished.load(Ordering::Acquire) as usize == n;
     let mut names_removed = false;
     children.wait(all_finished, || {
-        // Once every child has opened the handles, the driver's own files for them need no name any more.
+        // Once every child has opened the handles, the driver's own files for the events need no name any more.
         if !names_removed && state.opened.load(Ordering::Acquire) as usize == n {
             names_removed = true;
-            if let Err(e) = driver_files::remove_event_files_of(std::process::id()) {
-                warn!("warning: {e:#}");
+            for event in exports.iter().filter_map(|e| e.event.as_ref()) {
+                if let Err(e) = event.remove_file_name() {
+                    warn!("warning: removing the name of an event's file: {e:#}");
+                }
             }
         }
     })?;
@@ -129,8 +130,10 @@ pub fn run(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
     // (that takes longer than the whole round-robin); then collect their exit statuses.
     watch.enter(Phase::CleanUp)?;
     for export in &exports {
-        driver.use_device(export.device)?;
-        export.event.synchronize(&signals::check)?;
+        if let Some(event) = &export.event {
+            driver.use_device(export.device)?;
+            event.synchronize(&signals::check)?;
+        }
     }
     drop(exports);
     drop(cuda);
@@ -177,6 +180,8 @@ struct Exporter<'a, 'd> {
     memops: bool,
     /// The parent's end of each child's descriptor socket (vmm and pool only).
     sockets: Vec<OwnedFd>,
+    /// Told of each event's file as soon as it exists.
+    guardian: &'a Guardian,
 }
 
 impl<'d> Exporter<'_, 'd> {
@@ -209,7 +214,9 @@ impl<'d> Exporter<'_, 'd> {
         exports.sort_by_key(|(index, _)| *index);
         for (index, export) in &exports {
             self.state.mem_handles[*index].store(export.buffer.handle());
-            self.state.event_handles[*index].store(export.event.handle());
+            if let Some(event) = &export.event {
+                self.state.publish_event(*index, event.handle(), event.file());
+            }
         }
         let exports: Vec<ProcessExports<'d>> = exports.into_iter().map(|(_, e)| e).collect();
         self.send_descriptors(&exports)?;
@@ -238,7 +245,11 @@ impl<'d> Exporter<'_, 'd> {
         let flag = if self.memops { segment::FLAG_BYTES } else { 0 };
         let stream = if self.memops { Some(Stream::non_blocking(driver)?) } else { None };
         for (index, _) in self.process_devices.iter().enumerate().filter(|(_, d)| **d == device) {
-            let event = ExportedEvent::create(driver, device)?;
+            // --sync memops orders the round-robin without interprocess events: it makes none.
+            let event = if self.memops { None } else { Some(ExportedEvent::create(driver, device)?) };
+            if let Some(file) = event.as_ref().and_then(ExportedEvent::file) {
+                self.guardian.cover(std::slice::from_ref(file));
+            }
             let buffer = ExportedBuffer::allocate(driver, self.mechanism, device, data + flag)
                 .with_context(|| format!("the {} buffer of process {index}", self.mechanism.name()))?;
             if let Some(stream) = &stream {

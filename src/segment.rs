@@ -27,6 +27,7 @@ use nix::sys::memfd::{MFdFlags, memfd_create};
 use nix::sys::stat::fstat;
 
 use crate::barrier::Barrier;
+use crate::driver_files::{self, EventFile};
 use crate::futex;
 
 /// Most processes in one run: the original's `MAX_DEVICES`, one slot per process.
@@ -51,7 +52,7 @@ pub const OPTION_SYNC_MEMOPS: u32 = 2;
 /// flag shares it with nothing the kernel writes).
 pub const FLAG_BYTES: usize = 256;
 /// Changes whenever `SharedState` does, so that mismatched binaries refuse each other's segments.
-pub const LAYOUT_VERSION: u32 = 5;
+pub const LAYOUT_VERSION: u32 = 6;
 /// Bytes of an IPC memory or event handle (`CU_HANDLE_SIZE`): the segment carries them as opaque bytes.
 pub const HANDLE_SIZE: usize = 64;
 /// The bytes of one handle.
@@ -146,6 +147,10 @@ pub struct SharedState {
     pub options: AtomicU32,
     /// How the buffers are shared: the code of an `ipc::Mechanism`.
     pub mechanism: AtomicU32,
+    /// For each process's event, the driver's file behind it as its exporter maps it (a
+    /// `driver_files::EventFile` record; empty where the exporter found none), so that an importer can tell
+    /// that the event it opened is that one and not another process's of the same name.
+    pub event_files: [HandleSlot; MAX_PROCESSES],
 }
 
 impl SharedState {
@@ -185,6 +190,17 @@ impl SharedState {
         for (slot, &device) in self.devices.iter().zip(run.devices) {
             slot.store(device, Ordering::Relaxed);
         }
+    }
+
+    /// Writes the handle of process `slot`'s event, and the driver's file behind it as the exporter maps it.
+    pub fn publish_event(&self, slot: usize, handle: &HandleBytes, file: Option<&EventFile>) {
+        self.event_handles[slot].store(handle);
+        self.event_files[slot].store(&file.map_or([0; driver_files::RECORD_BYTES], EventFile::to_record));
+    }
+
+    /// The driver's file behind process `slot`'s event, as its exporter published it.
+    pub fn event_file(&self, slot: usize) -> Option<EventFile> {
+        EventFile::from_record(&self.event_files[slot].load())
     }
 
     /// Lets the waiting children go on: every handle is in the segment (release order publishes them).

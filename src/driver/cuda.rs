@@ -8,14 +8,14 @@ use std::ffi::{CStr, c_int, c_uint, c_void};
 use std::mem::MaybeUninit;
 use std::sync::Mutex;
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Result, anyhow, bail};
 use cudarc::driver::sys::{self, CUresult};
 
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
 use super::{
-    Capability, DeviceInfo, DevicePtr, Driver, IpcHandleBytes, RawAllocation, RawEvent, RawFunction, RawPool,
-    RawStream, Unavailable,
+    CallFailed, Capability, DeviceInfo, DevicePtr, Driver, IpcHandleBytes, RawAllocation, RawEvent,
+    RawFunction, RawPool, RawStream, Unavailable,
 };
 
 /// `cuStreamWriteValue32_v2` / `cuStreamWaitValue32_v2`.
@@ -57,7 +57,7 @@ fn check(result: CUresult, what: &str) -> Result<()> {
     if result == CUresult::CUDA_SUCCESS {
         return Ok(());
     }
-    Err(anyhow!("{what} failed: {}", describe(result)))
+    Err(CallFailed { call: what.to_owned(), code: result as u32, text: describe(result) }.into())
 }
 
 /// A query's answer: done (`Ok(true)`), not yet (`CUDA_ERROR_NOT_READY`), or an error.
@@ -96,19 +96,6 @@ pub fn describe(result: CUresult) -> String {
 /// SYSTEM_DRIVER_MISMATCH (803), COMPAT_NOT_SUPPORTED_ON_DEVICE (804).
 fn means_no_gpu(result: CUresult) -> bool {
     matches!(result as u32, 34 | 46 | 100 | 803 | 804)
-}
-
-/// The error of opening an IPC handle in a process that cannot see the exporter: a hint for the user.
-pub fn ipc_open_hint(result: CUresult) -> Option<&'static str> {
-    match result {
-        CUresult::CUDA_ERROR_INVALID_VALUE
-        | CUresult::CUDA_ERROR_INVALID_HANDLE
-        | CUresult::CUDA_ERROR_MAP_FAILED => Some(
-            "the handle's exporter is not visible from this process: CUDA IPC needs every process on one \
-             node, in one IPC namespace, under one driver (in a container, start it with --ipc=host)",
-        ),
-        _ => None,
-    }
 }
 
 impl CudaDriver {
@@ -320,11 +307,7 @@ impl Driver for CudaDriver {
         let flags = sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as c_uint;
         // SAFETY: writes one device address, closed by the owner through `ipc_close_mem_handle`.
         let rc = unsafe { sys::cuIpcOpenMemHandle_v2(&mut p, raw, flags) };
-        let opened = check(rc, "cuIpcOpenMemHandle");
-        match ipc_open_hint(rc) {
-            Some(hint) => opened.context(hint)?,
-            None => opened?,
-        }
+        check(rc, "cuIpcOpenMemHandle")?;
         Ok(DevicePtr(p as u64))
     }
 
@@ -355,11 +338,7 @@ impl Driver for CudaDriver {
         let mut e: sys::CUevent = std::ptr::null_mut();
         // SAFETY: writes one event handle, destroyed by its owner.
         let rc = unsafe { sys::cuIpcOpenEventHandle(&mut e, raw) };
-        let opened = check(rc, "cuIpcOpenEventHandle");
-        match ipc_open_hint(rc) {
-            Some(hint) => opened.context(hint)?,
-            None => opened?,
-        }
+        check(rc, "cuIpcOpenEventHandle")?;
         Ok(RawEvent(e as u64))
     }
 
@@ -590,11 +569,7 @@ impl Driver for CudaDriver {
         let rc = unsafe {
             sys::cuMemImportFromShareableHandle(&mut handle, fd.as_raw_fd() as usize as *mut c_void, posix)
         };
-        let imported = check(rc, "cuMemImportFromShareableHandle");
-        match ipc_open_hint(rc) {
-            Some(hint) => imported.context(hint)?,
-            None => imported?,
-        }
+        check(rc, "cuMemImportFromShareableHandle")?;
         Ok(RawAllocation(handle as u64))
     }
 
@@ -663,11 +638,7 @@ impl Driver for CudaDriver {
         let handle = fd.as_raw_fd() as usize as *mut c_void;
         // SAFETY: for a POSIX descriptor the driver takes the int itself as the "pointer"; it does not close it.
         let rc = unsafe { sys::cuMemPoolImportFromShareableHandle(&mut imported, handle, posix, 0) };
-        let done = check(rc, "cuMemPoolImportFromShareableHandle");
-        match ipc_open_hint(rc) {
-            Some(hint) => done.context(hint)?,
-            None => done?,
-        }
+        check(rc, "cuMemPoolImportFromShareableHandle")?;
         let mut location = on_device(device);
         let mut flags = sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_NONE;
         // SAFETY: the pool was just imported; reads one location, writes one flag value.
@@ -740,15 +711,6 @@ impl Driver for CudaDriver {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn failures_of_an_isolated_ipc_namespace_name_the_fix() {
-        for rc in [CUresult::CUDA_ERROR_INVALID_VALUE, CUresult::CUDA_ERROR_MAP_FAILED] {
-            let hint = ipc_open_hint(rc).expect("a hint");
-            assert!(hint.contains("--ipc=host") && hint.contains("IPC namespace"), "{hint}");
-        }
-        assert_eq!(ipc_open_hint(CUresult::CUDA_ERROR_OUT_OF_MEMORY), None);
-    }
 
     #[test]
     fn no_gpu_results_waive_and_others_fail() {

@@ -9,10 +9,15 @@
 //!   is enqueued and marks it complete when the stream reaches it; a wait (a stream's or the host's) waits for
 //!   the generation that was last recorded when the wait was asked for, as `cuStreamWaitEvent` does.
 //!
-//! A "device buffer" or an event's counters are a memfd; the IPC handle names the exporter's pid and
-//! descriptor, and opening it maps `/proc/<pid>/fd/<fd>`. Like the CUDA driver, an exported event also has a
-//! file `/dev/shm/cuda.shm.0.<pid, hex>.<n>`, removed when the exporter ends normally and left when it is
-//! killed, so that the tests check that the program removes what the driver would leave.
+//! A "device buffer" is a memfd; its IPC handle names the exporter's pid and descriptor, and opening it
+//! maps `/proc/<pid>/fd/<fd>`. An interprocess event's counters live, as with the CUDA driver (580), in a file
+//! `/dev/shm/cuda.shm.0.<pid, hex>.<n>` named by the pid the exporter has in its own PID namespace: a second
+//! exporter of the same pid number (another container sharing `/dev/shm`) replaces the name, and opening
+//! the handle maps whatever file has that name now. The file is removed when the exporter ends normally (if
+//! the name is still its file) and left when it is killed, so that the tests check what the program removes.
+//! The driver's answers across namespaces are those measured on the H200 host: a legacy memory or event
+//! handle whose exporter has this process's own pid number is refused with `CUDA_ERROR_INVALID_CONTEXT`;
+//! an event whose file is not in this process's `/dev/shm` with `CUDA_ERROR_MAP_FAILED`.
 //!
 //! `SIMPLE_IPC_SIMULATE_GPUS` is a comma-separated list, one entry per device: `ok`, or a defect that device
 //! selection must reject: `no-uva` (no unified addressing), `exclusive` (compute mode not Default), `no-peer`
@@ -41,8 +46,8 @@ use std::os::fd::{BorrowedFd, OwnedFd};
 use memmap2::MmapOptions;
 
 use super::{
-    Capability, DeviceInfo, DevicePtr, Driver, IPC_HANDLE_SIZE, IpcHandleBytes, RawAllocation, RawEvent,
-    RawFunction, RawPool, RawStream,
+    CallFailed, Capability, DeviceInfo, DevicePtr, Driver, IPC_HANDLE_SIZE, IpcHandleBytes, RawAllocation,
+    RawEvent, RawFunction, RawPool, RawStream,
 };
 
 /// The environment variable that selects the simulation (test-only; README documents it).
@@ -149,8 +154,9 @@ impl Mapping {
     }
 }
 
-/// An event's counters, shared by the exporter and every process that opened it.
-struct Event(Arc<Mapping>);
+/// An event's counters, shared by the exporter and every process that opened it, and its number in the
+/// exporter (the last part of its file's name).
+struct Event(Arc<Mapping>, i32);
 
 impl Event {
     fn recorded(&self) -> &AtomicU64 {
@@ -182,9 +188,11 @@ pub struct HostDriver {
     events: Mutex<HashMap<u64, Arc<Event>>>,
     streams: Mutex<HashMap<u64, Arc<Stream>>>,
     next_id: AtomicU64,
+    /// The number of the next exported event, from 1 as in the CUDA driver's file names.
+    next_event: AtomicU32,
     random: AtomicU64,
     /// The files in /dev/shm this process's exported events have, as the CUDA driver makes them.
-    driver_files: Mutex<Vec<String>>,
+    driver_files: Mutex<Vec<(String, File)>>,
     /// The device of each buffer this process allocated with `alloc`.
     buffer_devices: Mutex<HashMap<u64, i32>>,
     /// VMM allocations and pools: a memfd each (a pool's also says how much of it is handed out).
@@ -204,11 +212,43 @@ fn page_size() -> u64 {
 }
 
 impl Drop for HostDriver {
+    /// A normal end: the event files go, where their names are still this process's files.
     fn drop(&mut self) {
-        for name in self.driver_files.get_mut().map(std::mem::take).unwrap_or_default() {
-            let _ = std::fs::remove_file(name);
+        use std::os::unix::fs::MetadataExt;
+        for (name, file) in self.driver_files.get_mut().map(std::mem::take).unwrap_or_default() {
+            let same =
+                |a: &std::fs::Metadata, b: &std::fs::Metadata| a.dev() == b.dev() && a.ino() == b.ino();
+            if let (Ok(named), Ok(ours)) = (std::fs::symlink_metadata(&name), file.metadata())
+                && same(&named, &ours)
+            {
+                let _ = std::fs::remove_file(name);
+            }
         }
     }
+}
+
+/// A simulated driver call's failure, with the code the CUDA driver answers in that case.
+fn failed(call: &str, code: u32, name: &str, why: &str) -> anyhow::Error {
+    CallFailed { call: call.to_owned(), code, text: format!("{name} ({code}): {why} (simulated)") }.into()
+}
+
+/// The handle of another process whose pid number is this process's own: the CUDA driver takes it for one
+/// of its own and refuses it, as when two containers' first processes (both pid 1) meet.
+fn refuse_own_pid(call: &str, exporter: u32) -> Result<()> {
+    if exporter == std::process::id() {
+        return Err(failed(
+            call,
+            super::code::INVALID_CONTEXT,
+            "CUDA_ERROR_INVALID_CONTEXT",
+            "invalid device context",
+        ));
+    }
+    Ok(())
+}
+
+/// The name of the driver's file for event `n` of the process that is `pid` in its own namespace.
+fn event_file_name(pid: u32, n: i32) -> String {
+    format!("/dev/shm/cuda.shm.0.{pid:x}.{n}")
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> Result<MutexGuard<'_, T>> {
@@ -274,6 +314,7 @@ impl HostDriver {
             events: Mutex::new(HashMap::new()),
             streams: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
+            next_event: AtomicU32::new(1),
             random: AtomicU64::new(seed | 1),
             driver_files: Mutex::new(Vec::new()),
             buffer_devices: Mutex::new(HashMap::new()),
@@ -340,12 +381,6 @@ impl HostDriver {
 
     fn event(&self, event: RawEvent) -> Result<Arc<Event>> {
         lock(&self.events)?.get(&event.0).cloned().ok_or_else(|| anyhow!("invalid event {:#x}", event.0))
-    }
-
-    fn insert_event(&self, mapping: Arc<Mapping>) -> Result<RawEvent> {
-        let id = self.fresh();
-        lock(&self.events)?.insert(id, Arc::new(Event(mapping)));
-        Ok(RawEvent(id))
     }
 
     fn stream(&self, stream: RawStream) -> Result<Arc<Stream>> {
@@ -419,14 +454,18 @@ impl Driver for HostDriver {
     unsafe fn ipc_get_mem_handle(&self, ptr: DevicePtr) -> Result<IpcHandleBytes> {
         let device = lock(&self.buffer_devices)?.get(&ptr.0).copied().unwrap_or(-1);
         if self.device(device).is_ok_and(|d| d.lacks(SimulatedDevice::NoLegacyIpc)) {
-            bail!(
-                "cuIpcGetMemHandle failed: CUDA_ERROR_NOT_SUPPORTED (801): operation not supported (simulated)"
-            );
+            return Err(failed(
+                "cuIpcGetMemHandle",
+                super::code::NOT_SUPPORTED,
+                "CUDA_ERROR_NOT_SUPPORTED",
+                "operation not supported",
+            ));
         }
         Ok(self.buffer(ptr)?.handle(BUFFER_TAG))
     }
 
     fn ipc_open_mem_handle(&self, handle: &IpcHandleBytes) -> Result<DevicePtr> {
+        refuse_own_pid("cuIpcOpenMemHandle", decode(handle, BUFFER_TAG)?.0)?;
         self.insert_buffer(Mapping::open(handle, BUFFER_TAG)?)
     }
 
@@ -436,23 +475,58 @@ impl Driver for HostDriver {
     }
 
     fn create_interprocess_event(&self) -> Result<RawEvent> {
-        let event = self.insert_event(Mapping::create(EVENT_BYTES)?)?;
-        // Like the CUDA driver, leave a file in /dev/shm for every exported event, removed only when this
+        // Like the CUDA driver, the counters live in a file in /dev/shm named by our pid, which replaces any
+        // file of that name (made elsewhere by a process of the same pid number); removed only when this
         // process ends normally, so that the tests see what a killed exporter leaves.
-        let name = format!("/dev/shm/cuda.shm.0.{:x}.{}", std::process::id(), event.0);
-        std::fs::write(&name, b"").with_context(|| format!("creating {name}, as the CUDA driver does"))?;
-        lock(&self.driver_files)?.push(name);
+        let n = self.next_event.fetch_add(1, Ordering::Relaxed) as i32;
+        let name = event_file_name(std::process::id(), n);
+        let made = format!("{name}.new");
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&made)
+            .with_context(|| format!("creating {made}, as the CUDA driver does"))?;
+        let placed = file
+            .set_len(EVENT_BYTES as u64)
+            .and_then(|()| std::fs::rename(&made, &name))
+            .with_context(|| format!("making {name}, as the CUDA driver does"));
+        if let Err(e) = placed {
+            let _ = std::fs::remove_file(&made);
+            return Err(e);
+        }
+        lock(&self.driver_files)?.push((name, file.try_clone().context("dup of an event file")?));
+        let event = RawEvent(n as u64);
+        lock(&self.events)?.insert(event.0, Arc::new(Event(Mapping::new(file, EVENT_BYTES)?, n)));
         Ok(event)
     }
 
     unsafe fn ipc_get_event_handle(&self, event: RawEvent) -> Result<IpcHandleBytes> {
-        Ok(self.event(event)?.0.handle(EVENT_TAG))
+        let n = self.event(event)?.1;
+        Ok(encode(EVENT_TAG, std::process::id(), n, EVENT_BYTES as u64))
     }
 
     fn ipc_open_event_handle(&self, handle: &IpcHandleBytes) -> Result<RawEvent> {
-        let (_, _, len) = decode(handle, EVENT_TAG)?;
+        let (pid, n, len) = decode(handle, EVENT_TAG)?;
         ensure!(len == EVENT_BYTES as u64, "a simulated event handle declares {len} bytes");
-        self.insert_event(Mapping::open(handle, EVENT_TAG)?)
+        refuse_own_pid("cuIpcOpenEventHandle", pid)?;
+        // By name, in this process's /dev/shm: whatever file has the name now.
+        let name = event_file_name(pid, n);
+        let map_failed = || {
+            failed(
+                "cuIpcOpenEventHandle",
+                super::code::MAP_FAILED,
+                "CUDA_ERROR_MAP_FAILED",
+                "mapping of the event's file failed",
+            )
+        };
+        let file = OpenOptions::new().read(true).write(true).open(&name).map_err(|_| map_failed())?;
+        if file.metadata().map(|m| m.len()).ok() != Some(len) {
+            return Err(map_failed());
+        }
+        let id = self.fresh();
+        lock(&self.events)?.insert(id, Arc::new(Event(Mapping::new(file, EVENT_BYTES)?, n)));
+        Ok(RawEvent(id))
     }
 
     unsafe fn destroy_event(&self, event: RawEvent) -> Result<()> {

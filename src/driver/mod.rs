@@ -112,6 +112,38 @@ impl std::fmt::Display for Unavailable {
 
 impl std::error::Error for Unavailable {}
 
+/// A driver call that failed: which call, and the `CUresult` it answered, as a number (the oldest bindings
+/// lack some names, and the simulation answers the same numbers), so that callers match on the code.
+#[derive(Debug)]
+pub struct CallFailed {
+    pub call: String,
+    pub code: u32,
+    /// The driver's own name and words for the code (`CUDA_ERROR_MAP_FAILED (205): mapping failed`).
+    pub text: String,
+}
+
+impl std::fmt::Display for CallFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} failed: {}", self.call, self.text)
+    }
+}
+
+impl std::error::Error for CallFailed {}
+
+/// The `CUresult` numbers the program reasons about.
+pub mod code {
+    pub const INVALID_VALUE: u32 = 1;
+    pub const INVALID_CONTEXT: u32 = 201;
+    pub const MAP_FAILED: u32 = 205;
+    pub const INVALID_HANDLE: u32 = 400;
+    pub const NOT_SUPPORTED: u32 = 801;
+}
+
+/// The `CUresult` of the driver call that made `error`, if a driver call did.
+pub fn failed_code(error: &anyhow::Error) -> Option<u32> {
+    error.chain().find_map(|cause| cause.downcast_ref::<CallFailed>()).map(|failed| failed.code)
+}
+
 /// The driver operations of simpleIPC. Every call acts on the device made current on the calling thread by
 /// [`Driver::use_device`], like the CUDA runtime the original uses.
 ///

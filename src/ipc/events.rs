@@ -1,11 +1,34 @@
 //! Interprocess events (`cudaIpcGetEventHandle` / `cudaIpcOpenEventHandle`), the same for every mechanism:
 //! the exporter's event is destroyed on drop, and so is an opener's view of it.
+//!
+//! The driver backs an exported event with a file in `/dev/shm` named by the exporter's pid in its own
+//! namespace (see `driver_files`), which importers map by name. Each side reads which file it maps right
+//! after the export or the open: the exporter owns that file's name (removed on drop, or once every importer
+//! has opened the event) and publishes its identity; an importer that mapped another file fails at once,
+//! instead of ordering its work with another process's event.
+
+use std::sync::Mutex;
 
 use anyhow::{Context, Result};
 
+use super::diagnose::{self, Exporter, Opening};
 use super::warn_on_error;
 use crate::driver::{Driver, IpcHandleBytes, RawEvent};
+use crate::driver_files::{self, EventFile};
 use crate::stop::{self, StopCheck};
+
+/// Held while this process exports or opens an event, so that the one driver file that appears in
+/// `/proc/self/maps` meanwhile is that event's.
+static MAPPING_EVENT_FILES: Mutex<()> = Mutex::new(());
+
+/// Runs `make` and returns what it made with the one driver file this process began to map meanwhile.
+fn with_new_file<T>(make: impl FnOnce() -> Result<T>) -> Result<(T, Option<EventFile>)> {
+    let _alone = MAPPING_EVENT_FILES.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let before = driver_files::mapped()?;
+    let made = make()?;
+    let file = driver_files::appeared(&before, &driver_files::mapped()?);
+    Ok((made, file))
+}
 
 /// Any event a stream can wait for or record: exported by this process or opened from another.
 pub trait Event {
@@ -34,22 +57,39 @@ pub struct ExportedEvent<'d> {
     device: i32,
     event: RawEvent,
     handle: IpcHandleBytes,
+    /// The driver's file behind the event, as this process maps it; `None` where none appeared.
+    file: Option<EventFile>,
 }
 
 impl<'d> ExportedEvent<'d> {
     /// `cudaEventCreate(DisableTiming | Interprocess)` + `cudaIpcGetEventHandle` on `device`.
     pub fn create(driver: &'d dyn Driver, device: i32) -> Result<Self> {
         driver.use_device(device)?;
-        let event = driver.create_interprocess_event()?;
-        let mut exported = Self { driver, device, event, handle: [0; 64] };
-        // SAFETY: the event was just created by this driver; `exported` destroys it if this fails.
-        exported.handle =
-            unsafe { driver.ipc_get_event_handle(event) }.context("exporting an event's IPC handle")?;
+        let (mut exported, file) = with_new_file(|| {
+            let event = driver.create_interprocess_event()?;
+            let mut exported = Self { driver, device, event, handle: [0; 64], file: None };
+            // SAFETY: the event was just created by this driver; `exported` destroys it if this fails.
+            exported.handle =
+                unsafe { driver.ipc_get_event_handle(event) }.context("exporting an event's IPC handle")?;
+            Ok(exported)
+        })?;
+        exported.file = file;
         Ok(exported)
     }
 
     pub fn handle(&self) -> &IpcHandleBytes {
         &self.handle
+    }
+
+    /// The driver's file behind the event, as this process maps it.
+    pub fn file(&self) -> Option<&EventFile> {
+        self.file.as_ref()
+    }
+
+    /// Removes the name of the event's file, if it is still this event's: once every importer has opened
+    /// the event, nothing needs it, and a name that is gone cannot be left behind.
+    pub fn remove_file_name(&self) -> Result<()> {
+        self.file.as_ref().map_or(Ok(()), |file| file.remove_if_ours().map(drop))
     }
 }
 
@@ -68,6 +108,7 @@ impl Drop for ExportedEvent<'_> {
         // SAFETY: created by this driver, destroyed only here, once.
         let destroyed = d.use_device(self.device).and_then(|()| unsafe { d.destroy_event(self.event) });
         warn_on_error("destroying an exported event", destroyed);
+        warn_on_error("removing an exported event's file", self.remove_file_name());
     }
 }
 
@@ -78,8 +119,19 @@ pub struct OpenedEvent<'d> {
 }
 
 impl<'d> OpenedEvent<'d> {
-    pub fn open(driver: &'d dyn Driver, handle: &IpcHandleBytes) -> Result<Self> {
-        Ok(Self { driver, event: driver.ipc_open_event_handle(handle)? })
+    /// Opens the event `handle` names, and checks that the driver's file this process mapped for it is the
+    /// one `exporter` made; a failure says why, from what this process can see.
+    pub fn open(driver: &'d dyn Driver, handle: &IpcHandleBytes, exporter: &Exporter) -> Result<Self> {
+        let (opened, file) = with_new_file(|| {
+            let event = driver
+                .ipc_open_event_handle(handle)
+                .map_err(|e| diagnose::open_failed(e, Opening::Event, exporter))?;
+            Ok(Self { driver, event })
+        })?;
+        match diagnose::collision(exporter, file.as_ref()) {
+            Some(collision) => Err(collision), // `opened` is destroyed on the way out
+            None => Ok(opened),
+        }
     }
 }
 

@@ -1,9 +1,10 @@
 //! Legacy CUDA IPC, the original's mechanism: `cudaMalloc` + `cudaIpcGetMemHandle` in the exporter, and
 //! `cudaIpcOpenMemHandle` (lazy peer access) in the importer. The 64-byte handle travels in the segment; the
-//! importer must see the exporter's pid (one PID namespace).
+//! importer must not have the exporter's pid number (see `diagnose`).
 
 use anyhow::{Context, Result};
 
+use super::diagnose::{self, Exporter, Opening};
 use super::{DeviceBuffer, DeviceMemory, warn_on_error};
 use crate::driver::{DevicePtr, Driver, IpcHandleBytes};
 
@@ -30,8 +31,12 @@ pub struct View<'d> {
 }
 
 impl<'d> View<'d> {
-    pub fn open(driver: &'d dyn Driver, handle: &IpcHandleBytes) -> Result<Self> {
-        Ok(Self { driver, ptr: driver.ipc_open_mem_handle(handle)? })
+    /// Opens the buffer of `exporter`; a failure says why, from what this process can see.
+    pub fn open(driver: &'d dyn Driver, handle: &IpcHandleBytes, exporter: &Exporter) -> Result<Self> {
+        let ptr = driver
+            .ipc_open_mem_handle(handle)
+            .map_err(|e| diagnose::open_failed(e, Opening::LegacyMemory, exporter))?;
+        Ok(Self { driver, ptr })
     }
 }
 

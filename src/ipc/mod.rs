@@ -11,6 +11,7 @@
 //! leaves these owners.
 
 pub mod descriptors;
+pub mod diagnose;
 pub mod events;
 pub mod legacy;
 pub mod pool;
@@ -243,7 +244,8 @@ enum Opened<'d> {
 
 impl<'d> OpenedBuffer<'d> {
     /// Opens the buffer of `bytes` bytes that `handle` (and, for vmm and pool, `descriptor`) describe, for
-    /// use on `device`. The descriptor is closed whatever happens.
+    /// use on `device`; `exporter` is what this process knows of the process that made it, for the message
+    /// of a failure. The descriptor is closed whatever happens.
     pub fn open(
         driver: &'d dyn Driver,
         mechanism: Mechanism,
@@ -251,10 +253,11 @@ impl<'d> OpenedBuffer<'d> {
         descriptor: Option<OwnedFd>,
         bytes: usize,
         device: i32,
+        exporter: &diagnose::Exporter,
     ) -> Result<Self> {
         let missing = || anyhow!("no descriptor came for this {} buffer", mechanism.name());
         let kind = match mechanism {
-            Mechanism::Legacy => Opened::Legacy(legacy::View::open(driver, handle)?),
+            Mechanism::Legacy => Opened::Legacy(legacy::View::open(driver, handle, exporter)?),
             Mechanism::Vmm => {
                 Opened::Vmm(vmm::View::open(driver, handle, descriptor.ok_or_else(missing)?, bytes, device)?)
             }
@@ -279,10 +282,10 @@ impl DeviceMemory for OpenedBuffer<'_> {
     }
 }
 
-/// What one process exports: its buffer and its event, on `device`. The event is declared first, so it is
-/// destroyed before the buffer is freed.
+/// What one process exports: its buffer and, unless the round-robin is ordered by stream memory operations,
+/// its event, on `device`. The event is declared first, so it is destroyed before the buffer is freed.
 pub struct ProcessExports<'d> {
     pub device: i32,
-    pub event: ExportedEvent<'d>,
+    pub event: Option<ExportedEvent<'d>>,
     pub buffer: ExportedBuffer<'d>,
 }

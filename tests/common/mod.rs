@@ -158,3 +158,57 @@ pub fn descendants(pid: u32) -> Vec<u32> {
     }
     found
 }
+
+/// The guardian the run of parent `pid` started (the child whose command line has `--guardian-fd`), once it
+/// is there (up to 5 s).
+pub fn guardian_of(pid: u32) -> Option<u32> {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(5) {
+        let found = descendants(pid).into_iter().find(|child| {
+            std::fs::read(format!("/proc/{child}/cmdline"))
+                .is_ok_and(|cmdline| cmdline.split(|&b| b == 0).any(|arg| arg == b"--guardian-fd"))
+        });
+        if found.is_some() {
+            return found;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    None
+}
+
+/// Waits up to `limit` for process `pid` (not our child) to be gone; true if it is.
+pub fn wait_pid_gone(pid: u32, limit: Duration) -> bool {
+    let start = Instant::now();
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let state = stat.rsplit_once(')').map_or("", |(_, rest)| rest.trim_start());
+        if stat.is_empty() || state.starts_with('Z') || state.starts_with('X') {
+            return true;
+        }
+        if start.elapsed() >= limit {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// The driver files of the events of processes whose pid number is `pid` in their namespace.
+pub fn event_files_of_pid_number(pid: u32) -> Vec<String> {
+    let prefix = format!("cuda.shm.0.{pid:x}.");
+    std::fs::read_dir("/dev/shm")
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .filter(|name| name.starts_with(&prefix))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Whether process `pid` is stopped (its state in /proc/<pid>/stat is `T`).
+pub fn is_stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| stat.rsplit_once(')').map(|(_, rest)| rest.trim_start().starts_with('T')))
+        .unwrap_or(false)
+}

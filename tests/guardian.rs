@@ -1,0 +1,203 @@
+//! The guardian, attacked as a hostile user would: stopped, killed, signalled with the run's whole process
+//! group, typed by hand. Nothing it does or suffers may hang, kill or silence the run, a signal to the
+//! group does not reach it, and in every case nothing of the run stays in /dev/shm, and nothing of anyone
+//! else's is removed.
+
+mod common;
+
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{FAULT, bin, guardian_of, leftovers, run_with_pid, simulated, text, wait_pid_gone};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+fn signal(pid: u32, signal: Signal) {
+    kill(Pid::from_raw(pid as i32), signal).unwrap();
+}
+
+/// Waits up to 3 s for the run of `pid` to leave nothing in /dev/shm (the guardian works after the run).
+fn assert_nothing_left(pid: u32, children: &[u32], what: &str) {
+    let start = Instant::now();
+    while !leftovers(pid, children).is_empty() && start.elapsed() < Duration::from_secs(3) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(leftovers(pid, children), Vec::<String>::new(), "{what}: run {pid} left files in /dev/shm");
+}
+
+/// A stopped guardian does not hold the run: the watchdog, SIGINT and SIGTERM still end it at once, and a
+/// group stop followed by a continue of the parent alone ends in the watchdog. Continued later, the guardian
+/// still removes what it was told of.
+#[test]
+fn a_stopped_guardian_hangs_nothing() {
+    for how in ["watchdog", "SIGINT", "SIGTERM", "group stop"] {
+        let mut run = simulated("ok")
+            .args(["--procs-per-device", "3", "--timeout", "2"])
+            .env(FAULT, "child0@round-robin:hang")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = run.id();
+        let guardian = guardian_of(pid).expect("the run has a guardian");
+        assert_eq!(common::wait_for_lines(&mut run, "Starting on device", 3, Duration::from_secs(10)), 3);
+        let children: Vec<u32> = common::descendants(pid).into_iter().filter(|&c| c != guardian).collect();
+        signal(guardian, Signal::SIGSTOP);
+        let start = Instant::now();
+        match how {
+            "SIGINT" => signal(pid, Signal::SIGINT),
+            "SIGTERM" => signal(pid, Signal::SIGTERM),
+            "group stop" => {
+                kill(Pid::from_raw(-(pid as i32)), Signal::SIGSTOP).unwrap();
+                std::thread::sleep(Duration::from_millis(100));
+                signal(pid, Signal::SIGCONT);
+            }
+            _ => {}
+        }
+        let status = run.wait().unwrap();
+        let took = start.elapsed();
+        let expected = match how {
+            "SIGINT" => None,
+            "SIGTERM" => None,
+            _ => Some(1),
+        };
+        if let Some(code) = expected {
+            assert_eq!(status.code(), Some(code), "{how}");
+        } else {
+            use std::os::unix::process::ExitStatusExt;
+            let n = if how == "SIGINT" { 130 } else { 143 };
+            assert!(status.code() == Some(n) || status.signal().is_some(), "{how}: {status:?}");
+        }
+        assert!(took < Duration::from_secs(4), "{how}: the run took {took:?} with its guardian stopped");
+        signal(guardian, Signal::SIGCONT);
+        assert!(wait_pid_gone(guardian, Duration::from_secs(3)), "{how}: the continued guardian did not end");
+        assert_nothing_left(pid, &children, how);
+    }
+}
+
+/// A guardian killed before the parent tells it anything: the run neither dies of SIGPIPE (141) nor goes
+/// silent. It passes, says that the guardian is gone, and leaves nothing, also with --sequential.
+#[test]
+fn a_killed_guardian_kills_nothing_and_is_said() {
+    for sequential in [false, true] {
+        let mut command = simulated("ok");
+        command.args(["--procs-per-device", "4"]).env(FAULT, "parent@device-selection:stop");
+        if sequential {
+            command.arg("--sequential");
+        }
+        let run = command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        let pid = run.id();
+        let guardian = guardian_of(pid).expect("the run has a guardian");
+        // The parent stops itself once the guardian runs and before it exports anything.
+        let start = Instant::now();
+        while !common::is_stopped(pid) && start.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        signal(guardian, Signal::SIGKILL);
+        assert!(wait_pid_gone(guardian, Duration::from_secs(3)));
+        signal(pid, Signal::SIGCONT);
+        let out = run.wait_with_output().unwrap();
+        let all = text(&out);
+        assert_eq!(out.status.code(), Some(0), "sequential {sequential}: {all}");
+        assert!(all.contains("the guardian of this run's driver files") && all.contains("is gone"), "{all}");
+        assert_nothing_left(pid, &[], &format!("guardian killed, sequential {sequential}"));
+    }
+}
+
+/// A signal to the whole process group (`kill -KILL -PGID`, `timeout -s KILL`, Ctrl-\, and the other
+/// signals whose default is to end a process) ends the run but not its guardian, which then removes the
+/// driver's files of the run's events.
+#[test]
+fn a_signal_to_the_process_group_leaves_the_guardian_to_clean_up() {
+    for sig in
+        [Signal::SIGKILL, Signal::SIGQUIT, Signal::SIGUSR1, Signal::SIGUSR2, Signal::SIGPIPE, Signal::SIGALRM]
+    {
+        let mut command = simulated("ok");
+        // Child 0 never opens the handles, so the event files keep their names until the run ends.
+        command.args(["--procs-per-device", "4"]).env(FAULT, "child0@open-handles:hang");
+        // SIGQUIT would dump cores of the whole group into the working directory.
+        // SAFETY: (test) setrlimit in the forked child before exec.
+        unsafe {
+            command.pre_exec(|| {
+                nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_CORE, 0, 0)
+                    .map_err(std::io::Error::from)
+            });
+        }
+        let mut run =
+            command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+        let pid = run.id();
+        let guardian = guardian_of(pid).expect("the run has a guardian");
+        assert_eq!(common::wait_for_lines(&mut run, "Starting on device", 4, Duration::from_secs(10)), 4);
+        std::thread::sleep(Duration::from_millis(200)); // the events are exported
+        let children: Vec<u32> = common::descendants(pid).into_iter().filter(|&c| c != guardian).collect();
+        assert!(!leftovers(pid, &[]).is_empty(), "{sig}: the run's event files exist while it runs");
+        kill(Pid::from_raw(-(pid as i32)), sig).unwrap();
+        run.wait().unwrap();
+        assert!(wait_pid_gone(guardian, Duration::from_secs(3)), "{sig}: the guardian did not end");
+        assert!(common::wait_group_gone(pid, Duration::from_secs(3)).is_some(), "{sig}: a process is left");
+        assert_nothing_left(pid, &children, &format!("{sig} to the group"));
+    }
+}
+
+/// The guardian's role typed by hand removes nothing: it takes no pid, and serves only a socket of the
+/// kind its parent makes; the old way of naming a process to clean up is no option at all.
+#[test]
+fn a_guardian_typed_by_hand_removes_nothing() {
+    let me = std::process::id();
+    let decoy = format!("/dev/shm/cuda.shm.0.{me:x}.777");
+    std::fs::write(&decoy, b"mine").unwrap();
+    let (read, _write) = nix::unistd::pipe().unwrap();
+    let mut command = Command::new(bin());
+    command.args(["--guardian-fd", "3"]);
+    let read = std::os::fd::AsRawFd::as_raw_fd(&read);
+    // SAFETY: (test) dup2 in the forked child before exec.
+    unsafe {
+        command.pre_exec(move || match nix::libc::dup2(read, 3) {
+            3 => Ok(()),
+            _ => Err(std::io::Error::last_os_error()),
+        })
+    };
+    let (_, out) = run_with_pid(&mut command);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("not a socket"), "{}", text(&out));
+    let (_, out) =
+        run_with_pid(Command::new(bin()).args(["--guardian-for", &me.to_string(), "--guardian-fd", "0"]));
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(std::path::Path::new(&decoy).exists(), "a hand-typed guardian removed another process's file");
+    std::fs::remove_file(decoy).unwrap();
+}
+
+/// The guardian removes only what its own run made: files of the driver's shape named by the pids of the
+/// run's parent and children, made by someone else, stay when the run is killed.
+#[test]
+fn a_killed_run_removes_only_its_own_files() {
+    let mut run = simulated("ok")
+        .args(["--procs-per-device", "4"])
+        .env(FAULT, "child0@open-handles:hang")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = run.id();
+    let guardian = guardian_of(pid).expect("the run has a guardian");
+    assert_eq!(common::wait_for_lines(&mut run, "Starting on device", 4, Duration::from_secs(10)), 4);
+    std::thread::sleep(Duration::from_millis(200)); // the events are exported
+    assert!(!leftovers(pid, &[]).is_empty(), "the run's event files exist while it runs");
+    let mut decoys: Vec<String> =
+        common::descendants(pid).into_iter().map(|p| format!("/dev/shm/cuda.shm.0.{p:x}.777")).collect();
+    decoys.push(format!("/dev/shm/cuda.shm.0.{pid:x}.777"));
+    for decoy in &decoys {
+        std::fs::write(decoy, b"someone else's").unwrap();
+    }
+    kill(Pid::from_raw(-(pid as i32)), Signal::SIGKILL).unwrap();
+    run.wait().unwrap();
+    assert!(wait_pid_gone(guardian, Duration::from_secs(3)));
+    for decoy in &decoys {
+        assert!(std::path::Path::new(decoy).exists(), "{decoy}, not the run's, was removed");
+        std::fs::remove_file(decoy).unwrap();
+    }
+    assert_nothing_left(pid, &[], "killed run");
+}
