@@ -7,8 +7,9 @@
 # while it opens handles, the parent killed), each stopping every process within 0.5 s; the parent killed
 # with kill -9 at 0, 50, 100, 200 and 300 ms into a --procs-per-device 8 run; SIGINT and SIGTERM; a child
 # stopped with SIGSTOP under the watchdog (--timeout); and, where compute-sanitizer is found, a run under
-# memcheck with leak checking for each mechanism. Every case must leave /dev/shm as it found it, the driver's own
-# cuda.shm.* files for the events included.
+# memcheck with leak checking for each mechanism; two and three runs at once in PID namespaces of their own
+# that share /dev/shm, every mechanism, events and memops. Every case must leave /dev/shm as it found it, the
+# driver's own cuda.shm.* files for the events included.
 # Exit status: 0 if every case passed, 1 otherwise, 2 if the binary waives here (no GPU).
 set -u
 bin=$(realpath "${1:-target/release/simple-ipc}")
@@ -197,6 +198,50 @@ else
   record FAIL "watchdog, a stopped child" "exit $rc after ${wall}s, gone: $gone"
   sed 's/^/    /' "$log/out" | tail -n 10
   for p in $(survivors); do kill -9 "$p"; done
+fi
+
+# --- PID namespaces that share /dev/shm (containers with --ipc=host, pods with hostIPC) -------------------
+# Two and three runs at once, each pid 1 of a PID namespace of its own: the driver names their events' files
+# alike. With the events, each run passes or fails naming that collision (never with another message, never
+# a wrong buffer); with --sync memops, which makes no event, every run passes and no cuda.shm file appears.
+# /dev/shm must be as it was.
+if unshare --pid --fork --mount-proc true 2>/dev/null; then
+  for sync in events memops; do
+    for ipc in legacy vmm pool; do
+      [ "$sync" = memops ] && [ "$ipc" = pool ] && continue # pools refuse stream memory operations
+      for count in 2 3; do
+        pids=()
+        for ((r = 0; r < count; r++)); do
+          timeout 120 unshare --pid --fork --mount-proc "$bin" --ipc "$ipc" --sync "$sync" --procs-per-device 4 \
+            >"$log/ns$r" 2>&1 &
+          pids+=($!)
+        done
+        seen_files=0
+        while kill -0 "${pids[@]}" 2>/dev/null; do
+          ls /dev/shm | grep -q '^cuda\.shm\.0\.1\.' && seen_files=1
+          sleep 0.005
+        done
+        passed=0 named=0 other=""
+        for ((r = 0; r < count; r++)); do
+          wait "${pids[$r]}"; rc=$?
+          if [ $rc -eq 0 ]; then passed=$((passed + 1))
+          elif [ $rc -eq 1 ] && grep -q 'Processes of the same pid number in PID namespaces that share' "$log/ns$r"; then
+            named=$((named + 1))
+          else other+=" run $r exit $rc"; fi
+        done
+        name="$count runs in PID namespaces, one /dev/shm, --ipc $ipc --sync $sync"
+        left=$(comm -13 <(echo "$shm_before") <(shm_state) | tr '\n' ' ')
+        if [ -z "$other" ] && [ -z "$left" ] && { [ "$sync" = events ] || [ "$passed" -eq "$count" -a "$seen_files" -eq 0 ]; }; then
+          record PASS "$name" "$passed passed, $named failed naming the collision, event files seen: $seen_files, /dev/shm clean"
+        else
+          record FAIL "$name" "$passed passed, $named named the collision, others:${other:- none}, event files seen: $seen_files, left: ${left:-nothing}"
+          for ((r = 0; r < count; r++)); do sed "s/^/    run $r: /" "$log/ns$r" | grep -v 'Step\|Starting\|lshmName' | tail -n 6; done
+        fi
+      done
+    done
+  done
+else
+  record FAIL "PID namespaces" "unshare --pid --fork --mount-proc does not work here"
 fi
 
 # --- compute-sanitizer, every mechanism ---------------------------------------------------------------------
