@@ -1,8 +1,8 @@
 //! What outlives a killed run: a small process the parent starts (this program again, with the hidden role
 //! `--guardian-fd FD`) that removes the files the CUDA driver made in `/dev/shm` for the run's interprocess
 //! events once the parent is gone, however it went (even `kill -9` of the whole process group). The driver
-//! removes them only when their exporter exits normally, and the owners remove them on every orderly way
-//! out (see `ipc::events`); the guardian is for the ways out that run no code.
+//! removes them only when their exporter exits normally, and the parent removes their names once every
+//! child has opened the events (see `ipc::events`); the guardian is for the ways out that run no code.
 //!
 //! - It acts on what its parent told it and on nothing else: each file as the exporter maps it (name,
 //!   device, inode: see `driver_files`), over a `SOCK_SEQPACKET` socket whose peer must be its own parent,

@@ -3,8 +3,8 @@
 //!
 //! The driver backs an exported event with a file in `/dev/shm` named by the exporter's pid in its own
 //! namespace (see `driver_files`), which importers map by name. Each side reads which file it maps right
-//! after the export or the open: the exporter owns that file's name (removed on drop, or once every importer
-//! has opened the event) and publishes its identity; an importer that mapped another file fails at once,
+//! after the export or the open: the exporter publishes that file's identity and removes its name once
+//! every importer has opened the event (the driver removes it when the exporter exits normally); an importer that mapped another file fails at once,
 //! instead of ordering its work with another process's event.
 
 use std::sync::Mutex;
@@ -108,7 +108,6 @@ impl Drop for ExportedEvent<'_> {
         // SAFETY: created by this driver, destroyed only here, once.
         let destroyed = d.use_device(self.device).and_then(|()| unsafe { d.destroy_event(self.event) });
         warn_on_error("destroying an exported event", destroyed);
-        warn_on_error("removing an exported event's file", self.remove_file_name());
     }
 }
 
