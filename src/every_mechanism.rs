@@ -3,13 +3,15 @@
 //! waived and why), wall time and the time a child took to open one process's buffer and event. Exit 1 if
 //! any failed, 2 if all were waived, 0 otherwise; `--json` carries the same.
 
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt;
 use std::process::Command;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 
 use crate::Outcome;
-use crate::cli::Cli;
+use crate::cli::{Cli, Sync};
 use crate::ipc::Mechanism;
 use crate::output::JsonFile;
 use crate::signals::{self, Interrupted};
@@ -27,17 +29,26 @@ pub enum Ending {
 pub struct Row {
     pub mechanism: Mechanism,
     pub ending: Ending,
-    pub wall_ms: f64,
+    /// `None` where the mechanism was not run.
+    pub wall_ms: Option<f64>,
     /// The median over the children of their time to open every handle, divided by the process count.
     pub open_one_ms: Option<f64>,
 }
 
 pub fn run(cli: &Cli) -> Result<Outcome> {
     let json = cli.json.as_deref().map(JsonFile::create).transpose()?;
+    let passed_on = passed_on(std::env::args_os().skip(1));
     let mut rows = Vec::new();
     for mechanism in Mechanism::ALL {
         say!("== --ipc {}", mechanism.name())?;
-        rows.push(run_one(cli, mechanism)?);
+        let row = match cannot_run(cli, mechanism) {
+            Some(reason) => {
+                say!("{reason}")?;
+                Row { mechanism, ending: Ending::Waived(reason.to_owned()), wall_ms: None, open_one_ms: None }
+            }
+            None => run_one(&passed_on, mechanism)?,
+        };
+        rows.push(row);
         signals::check()?;
     }
     crate::output::text(&table(&rows))?;
@@ -60,25 +71,49 @@ pub fn outcome(rows: &[Row]) -> Result<Outcome> {
     Ok(Outcome::Passed)
 }
 
-/// Runs this program with `--ipc <mechanism>` and the user's options; prints its output as it was.
-fn run_one(cli: &Cli, mechanism: Mechanism) -> Result<Row> {
+/// The options `--ipc all` sets itself for each run: every other argument goes on as the user gave it, so
+/// that no option, today's or a future one, can be dropped on the way.
+const SET_HERE: [&str; 2] = ["--ipc", "--json"];
+
+/// The user's arguments (without the program's name) less those in [`SET_HERE`], in both their forms
+/// (`--ipc vmm` and `--ipc=vmm`).
+pub fn passed_on(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
+    let mut args = args.into_iter();
+    let mut kept = Vec::new();
+    while let Some(arg) = args.next() {
+        if arg == "--" {
+            kept.push(arg);
+            kept.extend(args);
+            break;
+        }
+        let bytes = arg.as_bytes();
+        if SET_HERE.iter().any(|option| bytes == option.as_bytes()) {
+            args.next(); // its value
+        } else if !SET_HERE
+            .iter()
+            .any(|option| bytes.strip_prefix(option.as_bytes()).is_some_and(|rest| rest.starts_with(b"=")))
+        {
+            kept.push(arg);
+        }
+    }
+    kept
+}
+
+/// Why `mechanism` cannot run with the user's options whatever the devices, if so: a property of the
+/// mechanism, so its row is waived with the reason (`main` refuses `--ipc pool --sync memops` as an error).
+fn cannot_run(cli: &Cli, mechanism: Mechanism) -> Option<&'static str> {
+    (mechanism == Mechanism::Pool && cli.sync == Sync::Memops).then_some(
+        "--sync memops cannot order pool memory: stream memory operations refuse it \
+         (CUDA_ERROR_INVALID_VALUE on driver 580)",
+    )
+}
+
+/// Runs this program with the user's options and `--ipc <mechanism>`; prints its output as it was.
+fn run_one(passed_on: &[OsString], mechanism: Mechanism) -> Result<Row> {
     let json =
         std::env::temp_dir().join(format!("simple-ipc-all-{}-{}.json", std::process::id(), mechanism.name()));
     let mut command = Command::new("/proc/self/exe");
-    command.args(["--ipc", mechanism.name(), "--json"]).arg(&json);
-    command.args([
-        "--procs-per-device",
-        &cli.procs_per_device.to_string(),
-        "--timeout",
-        &cli.timeout.to_string(),
-    ]);
-    for (on, flag) in
-        [(cli.sequential, "--sequential"), (cli.bind_numa, "--bind-numa"), (cli.timings, "--timings")]
-    {
-        if on {
-            command.arg(flag);
-        }
-    }
+    command.args(passed_on).args(["--ipc", mechanism.name(), "--json"]).arg(&json);
     let start = Instant::now();
     let out = command.output().context("starting a run of one mechanism (/proc/self/exe)")?;
     let wall_ms = start.elapsed().as_secs_f64() * 1e3;
@@ -114,7 +149,7 @@ fn run_one(cli: &Cli, mechanism: Mechanism) -> Result<Row> {
                 .map_or_else(|| format!("exit status {other:?}"), |line| line.trim().to_owned()),
         ),
     };
-    Ok(Row { mechanism, ending: result, wall_ms, open_one_ms: open_one_ms(&document) })
+    Ok(Row { mechanism, ending: result, wall_ms: Some(wall_ms), open_one_ms: open_one_ms(&document) })
 }
 
 /// From a run's JSON: the median over the children of `open_handles`, divided by the process count.
@@ -147,10 +182,11 @@ pub fn table(rows: &[Row]) -> String {
     let mut out = format!("{:<10}{:>10}{:>20}  {}\n", "mechanism", "wall ms", "open one, ms", "result");
     for row in rows {
         let open = row.open_one_ms.map_or_else(|| "-".into(), |ms| format!("{ms:.3}"));
+        let wall = row.wall_ms.map_or_else(|| "-".into(), |ms| format!("{ms:.1}"));
         out.push_str(&format!(
-            "{:<10}{:>10.1}{:>20}  {}\n",
+            "{:<10}{:>10}{:>20}  {}\n",
             row.mechanism.name(),
-            row.wall_ms,
+            wall,
             open,
             result_text(&row.ending)
         ));
@@ -182,10 +218,10 @@ pub fn json_document(rows: &[Row]) -> String {
                 Ending::Waived(why) => ("waived", Some(why)),
             };
             format!(
-                "{{\"mechanism\": \"{}\", \"result\": \"{result}\", \"reason\": {}, \"wall_ms\": {:.3}, \"open_one_ms\": {}}}",
+                "{{\"mechanism\": \"{}\", \"result\": \"{result}\", \"reason\": {}, \"wall_ms\": {}, \"open_one_ms\": {}}}",
                 row.mechanism.name(),
                 why.map_or_else(|| "null".into(), |w| json_string(w)),
-                row.wall_ms,
+                row.wall_ms.map_or_else(|| "null".into(), |ms| format!("{ms:.3}")),
                 row.open_one_ms.map_or_else(|| "null".into(), |ms| format!("{ms:.4}"))
             )
         })
@@ -198,7 +234,7 @@ mod tests {
     use super::*;
 
     fn row(mechanism: Mechanism, ending: Ending) -> Row {
-        Row { mechanism, ending, wall_ms: 1.0, open_one_ms: Some(0.25) }
+        Row { mechanism, ending, wall_ms: Some(1.0), open_one_ms: Some(0.25) }
     }
 
     #[test]
@@ -211,6 +247,38 @@ mod tests {
         let one_failed =
             [row(Mechanism::Legacy, Ending::Passed), row(Mechanism::Pool, Ending::Failed("x".into()))];
         assert!(outcome(&one_failed).unwrap_err().to_string().contains("pool failed"));
+    }
+
+    /// A run of one mechanism gets the user's options as the user gave them, its own `--ipc` and no `--json`.
+    /// Every option of the command line is in one of the cases, so a new option fails this test until it is
+    /// added here.
+    #[test]
+    fn every_option_but_ipc_and_json_is_passed_on() {
+        use clap::{CommandFactory, Parser};
+        let cases: &[&[&str]] = &[
+            &["--ipc", "all", "--sync", "memops", "--procs-per-device", "3", "--timings", "--json", "x.json"],
+            &["--ipc=all", "--json=x.json", "--sequential", "--timeout=5", "--bind-numa"],
+            &["--timeout", "0", "--ipc", "legacy", "--bench", "--bench-max-bytes", "8192"],
+            &["--ipc", "all", "--topology"],
+        ];
+        let program = || std::iter::once(OsString::from("simple-ipc"));
+        let mut seen = std::collections::BTreeSet::new();
+        for case in cases {
+            let user = Cli::try_parse_from(program().chain(case.iter().map(OsString::from))).unwrap();
+            let args = passed_on(case.iter().map(OsString::from));
+            let own = ["--ipc", "vmm"].map(OsString::from);
+            let sub = Cli::try_parse_from(program().chain(args).chain(own)).unwrap();
+            let expected = Cli { ipc: crate::cli::IpcArg::Vmm, json: None, ..user };
+            assert_eq!(sub, expected, "{case:?}");
+            seen.extend(case.iter().filter_map(|a| a.strip_prefix("--")?.split('=').next()));
+        }
+        for arg in Cli::command().get_arguments().filter(|arg| !arg.is_hide_set()) {
+            let long = arg.get_long().unwrap_or_default();
+            assert!(
+                ["help", "version"].contains(&long) || seen.contains(long),
+                "--{long} is in no case of this test"
+            );
+        }
     }
 
     #[test]
