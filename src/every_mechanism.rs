@@ -4,16 +4,25 @@
 //! any failed, 2 if all were waived, 0 otherwise; `--json` carries the same.
 
 use std::ffi::OsString;
+use std::io::Write;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::process::Command;
-use std::time::Instant;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::poll::{PollFd, PollFlags, poll};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 
 use crate::Outcome;
 use crate::cli::{Cli, Sync};
+use crate::inherit;
 use crate::ipc::Mechanism;
-use crate::output::JsonFile;
+use crate::output::JsonOut;
 use crate::signals::{self, Interrupted};
 
 /// How one mechanism's run ended.
@@ -36,7 +45,7 @@ pub struct Row {
 }
 
 pub fn run(cli: &Cli) -> Result<Outcome> {
-    let json = cli.json.as_deref().map(JsonFile::create).transpose()?;
+    let json = JsonOut::open(cli.json.as_deref(), cli.report_fd)?;
     let passed_on = passed_on(std::env::args_os().skip(1));
     let mut rows = Vec::new();
     for mechanism in Mechanism::ALL {
@@ -73,7 +82,7 @@ pub fn outcome(rows: &[Row]) -> Result<Outcome> {
 
 /// The options `--ipc all` sets itself for each run: every other argument goes on as the user gave it, so
 /// that no option, today's or a future one, can be dropped on the way.
-const SET_HERE: [&str; 2] = ["--ipc", "--json"];
+const SET_HERE: [&str; 3] = ["--ipc", "--json", "--report-fd"];
 
 /// The user's arguments (without the program's name) less those in [`SET_HERE`], in both their forms
 /// (`--ipc vmm` and `--ipc=vmm`).
@@ -108,24 +117,48 @@ fn cannot_run(cli: &Cli, mechanism: Mechanism) -> Option<&'static str> {
     )
 }
 
-/// Runs this program with the user's options and `--ipc <mechanism>`; prints its output as it was.
+/// How often the top parent looks at the run of one mechanism while it waits for output.
+const LOOK_MS: u8 = 10;
+/// How long the output of a run that has exited is still read (the run's own children may still be writing
+/// as they die); a grandchild that keeps the pipes open cannot hold the top parent longer.
+const DRAIN: Duration = Duration::from_secs(1);
+/// How long a run of one mechanism gets to stop in order (it stops its children within 300 ms) before it is
+/// killed.
+const STOP_GRACE: Duration = Duration::from_secs(1);
+
+/// Runs this program with the user's options and `--ipc <mechanism>`; passes its output on as it comes and
+/// reads its result (the JSON document of `--json`) from a pipe it inherits (`--report-fd`): no file.
 fn run_one(passed_on: &[OsString], mechanism: Mechanism) -> Result<Row> {
-    let json =
-        std::env::temp_dir().join(format!("simple-ipc-all-{}-{}.json", std::process::id(), mechanism.name()));
+    let (report, report_end) =
+        nix::unistd::pipe2(OFlag::O_CLOEXEC).context("pipe2 for the result of a run of one mechanism")?;
+    let fd = report_end.as_raw_fd();
     let mut command = Command::new("/proc/self/exe");
-    command.args(passed_on).args(["--ipc", mechanism.name(), "--json"]).arg(&json);
-    let start = Instant::now();
-    let out = command.output().context("starting a run of one mechanism (/proc/self/exe)")?;
-    let wall_ms = start.elapsed().as_secs_f64() * 1e3;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    crate::output::text(&stdout)?;
-    if !stderr.is_empty() {
-        warn!("{}", stderr.trim_end());
+    command
+        .arg0(std::env::args_os().next().unwrap_or_else(|| "simple-ipc".into()))
+        .args(passed_on)
+        .args(["--ipc", mechanism.name(), "--report-fd", &fd.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // SAFETY: runs in the forked child before exec; fcntl is async-signal-safe and allocates nothing.
+    unsafe {
+        command.pre_exec(move || inherit::keep_across_exec(fd));
     }
-    let document = std::fs::read_to_string(&json).unwrap_or_default();
-    let _ = std::fs::remove_file(&json);
-    let result = match out.status.code() {
+    let start = Instant::now();
+    let mut child = command
+        .spawn()
+        .with_context(|| format!("starting the run of --ipc {} (/proc/self/exe)", mechanism.name()))?;
+    drop(report_end);
+    let mut pipes = [
+        Pipe::new(child.stdout.take().map(OwnedFd::from), Echo::Stdout),
+        Pipe::new(child.stderr.take().map(OwnedFd::from), Echo::Stderr),
+        Pipe::new(Some(report), Echo::Keep),
+    ];
+    let mut run = SubRun(child);
+    let status = run.follow(&mut pipes)?;
+    let wall_ms = start.elapsed().as_secs_f64() * 1e3;
+    let [stdout, stderr, document] = pipes.map(|pipe| String::from_utf8_lossy(&pipe.got).into_owned());
+    let ending = match status.code() {
         Some(0) => Ending::Passed,
         Some(2) => Ending::Waived(
             stdout
@@ -149,7 +182,111 @@ fn run_one(passed_on: &[OsString], mechanism: Mechanism) -> Result<Row> {
                 .map_or_else(|| format!("exit status {other:?}"), |line| line.trim().to_owned()),
         ),
     };
-    Ok(Row { mechanism, ending: result, wall_ms: Some(wall_ms), open_one_ms: open_one_ms(&document) })
+    Ok(Row { mechanism, ending, wall_ms: Some(wall_ms), open_one_ms: open_one_ms(&document) })
+}
+
+/// Where the top parent passes on what comes through one of a run's pipes.
+#[derive(Clone, Copy)]
+enum Echo {
+    Stdout,
+    Stderr,
+    /// Nowhere: the result, kept only.
+    Keep,
+}
+
+/// One pipe from the run of one mechanism, and all that came through it so far.
+struct Pipe {
+    /// `None` once at its end.
+    fd: Option<OwnedFd>,
+    echo: Echo,
+    got: Vec<u8>,
+}
+
+impl Pipe {
+    fn new(fd: Option<OwnedFd>, echo: Echo) -> Self {
+        Self { fd, echo, got: Vec::new() }
+    }
+
+    /// Reads what `poll` said is there, passes it on and keeps it.
+    fn read(&mut self) -> Result<()> {
+        let Some(fd) = &self.fd else { return Ok(()) };
+        let mut chunk = [0u8; 16 * 1024];
+        let n = match nix::unistd::read(fd, &mut chunk) {
+            Ok(n) => n,
+            Err(Errno::EINTR | Errno::EAGAIN) => return Ok(()),
+            Err(e) => return Err(e).context("reading the output of a run of one mechanism"),
+        };
+        let bytes = &chunk[..n];
+        match self.echo {
+            _ if n == 0 => self.fd = None,
+            Echo::Stdout => {
+                let mut out = std::io::stdout().lock();
+                out.write_all(bytes).and_then(|()| out.flush()).context("writing to standard output")?;
+            }
+            // As `warn!`: standard error cannot fail the run.
+            Echo::Stderr => drop(std::io::stderr().write_all(bytes)),
+            Echo::Keep => {}
+        }
+        self.got.extend_from_slice(bytes);
+        Ok(())
+    }
+}
+
+/// The run of one mechanism; dropped before it has ended (the top parent's own output failed), it is
+/// stopped and reaped.
+struct SubRun(Child);
+
+impl SubRun {
+    /// Passes on the run's output as it comes, until it has exited and its pipes are at their end (or
+    /// [`DRAIN`] has passed since it exited); returns how it exited.
+    fn follow(&mut self, pipes: &mut [Pipe]) -> Result<ExitStatus> {
+        let mut exited: Option<(ExitStatus, Instant)> = None;
+        loop {
+            if exited.is_none() {
+                let status = self.0.try_wait().context("waiting for a run of one mechanism")?;
+                exited = status.map(|status| (status, Instant::now()));
+            }
+            if let Some((status, at)) = exited
+                && (pipes.iter().all(|pipe| pipe.fd.is_none()) || at.elapsed() > DRAIN)
+            {
+                return Ok(status);
+            }
+            let mut polled: Vec<PollFd> = pipes
+                .iter()
+                .filter_map(|pipe| pipe.fd.as_ref())
+                .map(|fd| PollFd::new(fd.as_fd(), PollFlags::POLLIN))
+                .collect();
+            match poll(&mut polled, LOOK_MS) {
+                Ok(_) | Err(Errno::EINTR) => {}
+                Err(e) => return Err(e).context("poll on the output of a run of one mechanism"),
+            }
+            let ready: Vec<bool> = polled.iter().map(|p| p.any().unwrap_or(false)).collect();
+            drop(polled);
+            let open = pipes.iter_mut().filter(|pipe| pipe.fd.is_some());
+            for (pipe, _) in open.zip(ready).filter(|(_, ready)| *ready) {
+                pipe.read()?;
+            }
+        }
+    }
+}
+
+impl Drop for SubRun {
+    fn drop(&mut self) {
+        if !matches!(self.0.try_wait(), Ok(None)) {
+            return;
+        }
+        let pid = Pid::from_raw(self.0.id() as i32);
+        let _ = kill(pid, Signal::SIGTERM);
+        let deadline = Instant::now() + STOP_GRACE;
+        while Instant::now() < deadline {
+            if !matches!(self.0.try_wait(), Ok(None)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(u64::from(LOOK_MS)));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// From a run's JSON: the median over the children of `open_handles`, divided by the process count.

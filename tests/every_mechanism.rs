@@ -3,6 +3,11 @@
 
 mod common;
 
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
 use common::{run, simulated, text};
 
 /// The rows of the table at the end of an `--ipc all` run, without the header.
@@ -56,4 +61,48 @@ fn the_users_options_reach_every_run() {
     assert!(!all.contains("Process 6"), "{all}");
     assert_eq!(all.matches("Timings (ms)\n").count(), 3, "{all}");
     assert!(table_rows(&all).iter().all(|row| row.ends_with("passed")), "{all}");
+}
+
+/// The runs' results (their JSON documents, with the open times) come back through pipes: a fresh TMPDIR
+/// stays empty all through the run (it is looked at every millisecond), and a TMPDIR that does not exist
+/// changes nothing.
+#[test]
+fn results_come_back_without_files() {
+    let scratch = std::env::temp_dir();
+    let tmpdir = scratch.join(format!("simple-ipc-all-tmpdir-{}", std::process::id()));
+    std::fs::create_dir_all(&tmpdir).unwrap();
+    let json = scratch.join(format!("simple-ipc-all-doc-{}.json", std::process::id()));
+    for dir in [tmpdir.as_path(), Path::new("/nonexistent")] {
+        let what = format!("TMPDIR={}", dir.display());
+        let mut child = simulated("ok,ok")
+            .args(["--ipc", "all", "--procs-per-device", "2", "--json"])
+            .arg(&json)
+            .env("TMPDIR", dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (mut stdout, mut stderr) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+        let out = std::thread::spawn(move || std::io::read_to_string(&mut stdout).unwrap());
+        let err = std::thread::spawn(move || std::io::read_to_string(&mut stderr).unwrap());
+        let mut seen = BTreeSet::new();
+        while child.try_wait().unwrap().is_none() {
+            seen.extend(std::fs::read_dir(&tmpdir).unwrap().flatten().map(|e| e.file_name()));
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(seen.is_empty(), "{what}: the run wrote {seen:?} into {}", tmpdir.display());
+        let all = out.join().unwrap() + &err.join().unwrap();
+        assert_eq!(child.wait().unwrap().code(), Some(0), "{what}: {all}");
+        for row in table_rows(&all) {
+            let columns: Vec<&str> = row.split_whitespace().collect();
+            assert_eq!(columns.get(3), Some(&"passed"), "{what}: {all}");
+            assert!(columns[2].parse::<f64>().is_ok(), "{what}: the open time came back: {row}");
+        }
+        let doc = std::fs::read_to_string(&json).unwrap();
+        assert_eq!(doc.matches("\"open_one_ms\": ").count(), 3, "{doc}");
+        assert!(!doc.contains("\"open_one_ms\": null"), "{what}: {doc}");
+    }
+    std::fs::remove_file(&json).unwrap();
+    std::fs::remove_dir(&tmpdir).unwrap();
 }
