@@ -1,13 +1,21 @@
-//! `--ipc all`: each mechanism as a whole run of its own, one after another (this program again, with
-//! `--ipc <mechanism>` and the user's other options), then a table of mechanism, result (passed, failed, or
-//! waived and why), wall time and the time a child took to open one process's buffer and event. Exit 1 if
-//! any failed, 2 if all were waived, 0 otherwise; `--json` carries the same.
+//! `--ipc all`: each mechanism as a whole run of its own, one after another (this program again, with the
+//! user's own arguments, less `--ipc` and `--json`, and `--ipc <mechanism>`), then a table of mechanism,
+//! result (passed, failed, or waived and why), wall time and the time a child took to open one process's
+//! buffer and event. Exit 1 if any failed, 2 if all were waived, 0 otherwise; `--json` carries the same.
+//! Pool under `--sync memops` is waived without a run: memops cannot order pool memory.
+//!
+//! This module owns those runs while they last: each gets the write end of a pipe (`--report-fd`) for its
+//! JSON document, so nothing goes through TMPDIR; the top parent passes the run's output on as it comes, in
+//! one poll loop that also watches its stop flag and its own standard output. A run gets SIGTERM
+//! (`PR_SET_PDEATHSIG`) if the top parent dies; a stop signal to the top parent goes on to the run at once,
+//! and a reader of the top parent's output that goes away (`| head -1`) stops the run; either way the top
+//! parent then exits 128+N without starting the next run.
 
 use std::ffi::OsString;
 use std::io::Write;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::process::CommandExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
@@ -140,9 +148,18 @@ fn run_one(passed_on: &[OsString], mechanism: Mechanism) -> Result<Row> {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    // SAFETY: runs in the forked child before exec; fcntl is async-signal-safe and allocates nothing.
+    let top = nix::unistd::getpid();
+    // SAFETY: runs in the forked child before exec; prctl, getppid and fcntl are async-signal-safe and
+    // allocate nothing.
     unsafe {
-        command.pre_exec(move || inherit::keep_across_exec(fd));
+        command.pre_exec(move || {
+            // The run must not outlive the top parent: SIGTERM, which it handles as an orderly stop.
+            nix::sys::prctl::set_pdeathsig(Signal::SIGTERM).map_err(std::io::Error::from)?;
+            if nix::unistd::getppid() != top {
+                return Err(std::io::Error::from_raw_os_error(nix::libc::ESRCH)); // it died before the prctl
+            }
+            inherit::keep_across_exec(fd)
+        });
     }
     let start = Instant::now();
     let mut child = command
@@ -155,7 +172,10 @@ fn run_one(passed_on: &[OsString], mechanism: Mechanism) -> Result<Row> {
         Pipe::new(Some(report), Echo::Keep),
     ];
     let mut run = SubRun(child);
-    let status = run.follow(&mut pipes)?;
+    let (status, stopped) = run.follow(&mut pipes)?;
+    if let Some(signal) = stopped {
+        return Err(Interrupted(signal).into());
+    }
     let wall_ms = start.elapsed().as_secs_f64() * 1e3;
     let [stdout, stderr, document] = pipes.map(|pipe| String::from_utf8_lossy(&pipe.got).into_owned());
     let ending = match status.code() {
@@ -168,12 +188,8 @@ fn run_one(passed_on: &[OsString], mechanism: Mechanism) -> Result<Row> {
                 .unwrap_or("waived")
                 .to_owned(),
         ),
-        Some(code) if code > 128 => {
-            if let Some(signal) = signals::received() {
-                return Err(Interrupted(signal).into());
-            }
-            Ending::Failed(format!("stopped by signal {}", code - 128))
-        }
+        Some(code) if code > 128 => Ending::Failed(format!("stopped by {}", signal_name(code - 128))),
+        None => Ending::Failed(format!("killed by {}", status.signal().map_or("?".into(), signal_name))),
         other => Ending::Failed(
             stderr
                 .lines()
@@ -238,10 +254,34 @@ struct SubRun(Child);
 
 impl SubRun {
     /// Passes on the run's output as it comes, until it has exited and its pipes are at their end (or
-    /// [`DRAIN`] has passed since it exited); returns how it exited.
-    fn follow(&mut self, pipes: &mut [Pipe]) -> Result<ExitStatus> {
+    /// [`DRAIN`] has passed since it exited). Returns how it exited and, where the top parent was stopped
+    /// meanwhile, why: a stop signal it received, which is passed on to the run at once, or SIGPIPE when the
+    /// reader of its standard output went away (`| head -1`), and the run is stopped with SIGTERM. A run that
+    /// has not stopped [`STOP_GRACE`] after that is killed.
+    fn follow(&mut self, pipes: &mut [Pipe]) -> Result<(ExitStatus, Option<Signal>)> {
+        let pid = Pid::from_raw(self.0.id() as i32);
+        let stdout = std::io::stdout();
         let mut exited: Option<(ExitStatus, Instant)> = None;
+        let mut stopped: Option<(Signal, Instant)> = None;
+        let mut reader_gone = false;
+        let mut killed = false;
         loop {
+            let cause = signals::received().or(reader_gone.then_some(Signal::SIGPIPE));
+            if let Some(cause) = cause.filter(|_| stopped.is_none()) {
+                let signal = if cause == Signal::SIGPIPE { Signal::SIGTERM } else { cause };
+                if exited.is_none() {
+                    let _ = kill(pid, signal);
+                }
+                stopped = Some((cause, Instant::now()));
+            }
+            if let Some((_, since)) = stopped
+                && exited.is_none()
+                && !killed
+                && since.elapsed() > STOP_GRACE
+            {
+                let _ = kill(pid, Signal::SIGKILL);
+                killed = true;
+            }
             if exited.is_none() {
                 let status = self.0.try_wait().context("waiting for a run of one mechanism")?;
                 exited = status.map(|status| (status, Instant::now()));
@@ -249,19 +289,35 @@ impl SubRun {
             if let Some((status, at)) = exited
                 && (pipes.iter().all(|pipe| pipe.fd.is_none()) || at.elapsed() > DRAIN)
             {
-                return Ok(status);
+                return Ok((status, stopped.map(|(cause, _)| cause)));
             }
             let mut polled: Vec<PollFd> = pipes
                 .iter()
                 .filter_map(|pipe| pipe.fd.as_ref())
                 .map(|fd| PollFd::new(fd.as_fd(), PollFlags::POLLIN))
                 .collect();
+            // Our own standard output, for POLLERR alone: a pipe whose reader has gone.
+            let watch_stdout = !reader_gone;
+            if watch_stdout {
+                polled.push(PollFd::new(stdout.as_fd(), PollFlags::empty()));
+            }
             match poll(&mut polled, LOOK_MS) {
                 Ok(_) | Err(Errno::EINTR) => {}
                 Err(e) => return Err(e).context("poll on the output of a run of one mechanism"),
             }
-            let ready: Vec<bool> = polled.iter().map(|p| p.any().unwrap_or(false)).collect();
+            let mut ready: Vec<bool> = polled.iter().map(|p| p.any().unwrap_or(false)).collect();
+            if watch_stdout {
+                let revents = polled.last().and_then(PollFd::revents).unwrap_or(PollFlags::empty());
+                reader_gone = revents.contains(PollFlags::POLLERR);
+                ready.pop();
+            }
             drop(polled);
+            if reader_gone {
+                // What the run still writes there is read (so that it does not block) and kept only.
+                for pipe in pipes.iter_mut().filter(|pipe| matches!(pipe.echo, Echo::Stdout)) {
+                    pipe.echo = Echo::Keep;
+                }
+            }
             let open = pipes.iter_mut().filter(|pipe| pipe.fd.is_some());
             for (pipe, _) in open.zip(ready).filter(|(_, ready)| *ready) {
                 pipe.read()?;
@@ -304,6 +360,11 @@ fn number_after(text: &str, key: &str) -> Option<f64> {
     let rest = text.split(key).nth(1)?;
     let end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
     rest[..end].parse().ok()
+}
+
+/// `SIGTERM` for 15; the number where it is no signal.
+fn signal_name(number: i32) -> String {
+    Signal::try_from(number).map_or_else(|_| format!("signal {number}"), |signal| signal.to_string())
 }
 
 fn result_text(result: &Ending) -> String {
