@@ -166,12 +166,15 @@ fn run_one(passed_on: &[OsString], mechanism: Mechanism) -> Result<Row> {
         .spawn()
         .with_context(|| format!("starting the run of --ipc {} (/proc/self/exe)", mechanism.name()))?;
     drop(report_end);
+    let (stdout, stderr) = (child.stdout.take().map(OwnedFd::from), child.stderr.take().map(OwnedFd::from));
+    // Declared before the pipes: on an early return they close first, so the run cannot block writing to
+    // them while it is being stopped.
+    let mut run = SubRun(child);
     let mut pipes = [
-        Pipe::new(child.stdout.take().map(OwnedFd::from), Echo::Stdout),
-        Pipe::new(child.stderr.take().map(OwnedFd::from), Echo::Stderr),
+        Pipe::new(stdout, Echo::Stdout),
+        Pipe::new(stderr, Echo::Stderr),
         Pipe::new(Some(report), Echo::Keep),
     ];
-    let mut run = SubRun(child);
     let (status, stopped) = run.follow(&mut pipes)?;
     if let Some(signal) = stopped {
         return Err(Interrupted(signal).into());
@@ -458,15 +461,16 @@ mod tests {
             &["--ipc=all", "--json=x.json", "--sequential", "--timeout=5", "--bind-numa"],
             &["--timeout", "0", "--ipc", "legacy", "--bench", "--bench-max-bytes", "8192"],
             &["--ipc", "all", "--topology"],
+            &["--ipc", "all", "--report-fd", "7"],
         ];
         let program = || std::iter::once(OsString::from("simple-ipc"));
         let mut seen = std::collections::BTreeSet::new();
         for case in cases {
             let user = Cli::try_parse_from(program().chain(case.iter().map(OsString::from))).unwrap();
             let args = passed_on(case.iter().map(OsString::from));
-            let own = ["--ipc", "vmm"].map(OsString::from);
+            let own = ["--ipc", "vmm", "--report-fd", "9"].map(OsString::from);
             let sub = Cli::try_parse_from(program().chain(args).chain(own)).unwrap();
-            let expected = Cli { ipc: crate::cli::IpcArg::Vmm, json: None, ..user };
+            let expected = Cli { ipc: crate::cli::IpcArg::Vmm, json: None, report_fd: Some(9), ..user };
             assert_eq!(sub, expected, "{case:?}");
             seen.extend(case.iter().filter_map(|a| a.strip_prefix("--")?.split('=').next()));
         }
