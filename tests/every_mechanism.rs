@@ -180,6 +180,22 @@ fn wait_until_hanging(top: &Child, lines: &mut Lines, runs_before: usize) -> (u3
     (current_run(top.id()), common::descendants(top.id()))
 }
 
+/// Waits up to 3 s for each of `pids` to be gone (reaped, or a zombie), so that nothing of the run (its
+/// guardian may be out of its process group) is still removing files when they are counted.
+fn wait_all_gone(pids: &[u32]) {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    for pid in pids {
+        while Instant::now() < deadline {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let state = stat.rsplit_once(')').map_or("", |(_, rest)| rest.trim_start());
+            if stat.is_empty() || state.starts_with('Z') || state.starts_with('X') {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+}
+
 /// Kill -9 of the top parent: the run it had started stops (PR_SET_PDEATHSIG, SIGTERM) with its children
 /// within about a second, long before its watchdog, and leaves nothing in /dev/shm.
 #[test]
@@ -190,6 +206,7 @@ fn a_run_does_not_outlive_a_killed_top_parent() {
     top.wait().unwrap();
     let gone = wait_group_gone(top.id(), Duration::from_secs(5));
     assert!(gone.is_some_and(|took| took < Duration::from_millis(1500)), "took {gone:?} ({below:?})");
+    wait_all_gone(&below);
     assert_eq!(leftovers(run, &below), Vec::<String>::new(), "the run {run} left files in /dev/shm");
 }
 
@@ -208,6 +225,7 @@ fn a_stop_signal_to_the_top_parent_stops_the_run_at_once() {
         assert!(gone.is_some_and(|took| took < Duration::from_secs(2)), "{signal}: took {gone:?}");
         assert_eq!(status.code(), Some(128 + signal as i32), "{signal}: {stdout}");
         assert!(!stdout.contains("== --ipc vmm"), "{signal}: no other run: {stdout}");
+        wait_all_gone(&below);
         assert_eq!(leftovers(run, &below), Vec::<String>::new(), "{signal}: the run {run} left files");
     }
 }
@@ -259,5 +277,6 @@ fn a_reader_that_goes_away_ends_everything() {
     let status = top.wait().unwrap();
     assert!(gone.is_some_and(|took| took < Duration::from_secs(2)), "took {gone:?}");
     assert!(status.code() == Some(141) || status.signal() == Some(13), "{status:?}");
+    wait_all_gone(&below);
     assert_eq!(leftovers(run, &below), Vec::<String>::new(), "the run {run} left files");
 }
