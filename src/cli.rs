@@ -35,6 +35,11 @@ pub struct Cli {
     #[arg(long, hide = true, requires = "child", value_name = "FD")]
     pub segment_fd: Option<i32>,
 
+    /// A run of one mechanism for `--ipc all`: the inherited pipe its `--json` document goes into (not for
+    /// users).
+    #[arg(long, hide = true, conflicts_with = "json", value_name = "FD")]
+    pub report_fd: Option<i32>,
+
     /// How the buffers are shared: legacy CUDA IPC handles (the original's), virtual memory management
     /// allocations or memory pool allocations shared as file descriptors, or all three, one run each.
     #[arg(long, value_enum, value_name = "MECHANISM", default_value_t = IpcArg::Legacy)]
@@ -162,6 +167,7 @@ mod tests {
         assert_eq!(run(&["7"]).unwrap().child, Some(7));
         assert_eq!(run(&["--procs-per-device", "4"]).unwrap().procs_per_device, 4);
         assert_eq!(run(&["--segment-fd", "5", "3"]).unwrap().segment_fd, Some(5));
+        assert_eq!(run(&["--ipc", "vmm", "--report-fd", "5"]).unwrap().report_fd, Some(5));
         assert_eq!(parent.ipc.mechanism(), Some(Mechanism::Legacy), "the original's mechanism by default");
         assert_eq!(run(&["--ipc", "pool"]).unwrap().ipc.mechanism(), Some(Mechanism::Pool));
         assert_eq!(run(&["--ipc", "all"]).unwrap().ipc.mechanism(), None);
@@ -185,6 +191,7 @@ mod tests {
             &["--ipc", "cuda"],
             &["--ipc"],
             &["--sync", "spin"],
+            &["--report-fd", "5", "--json", "x.json"],
         ] {
             assert!(run(bad).is_none(), "{bad:?} must be a usage error");
         }

@@ -5,6 +5,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{Seek, Write};
+use std::os::fd::RawFd;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -96,6 +97,32 @@ impl JsonFile {
         self.file.set_len(0).with_context(|| format!("truncating {shown}"))?;
         self.file.rewind().with_context(|| format!("writing {shown}"))?;
         self.file.write_all(document.as_bytes()).with_context(|| format!("writing {shown}"))
+    }
+}
+
+/// Where a run's JSON document goes: the `--json` file, or the pipe that `--ipc all` handed the run of one
+/// mechanism (`--report-fd`), so that its result comes back without a file.
+pub enum JsonOut {
+    File(JsonFile),
+    Inherited(File),
+}
+
+impl JsonOut {
+    /// Opens `--json FILE` or takes the inherited descriptor of `--report-fd FD`; `None` if neither is given.
+    pub fn open(file: Option<&Path>, report_fd: Option<RawFd>) -> Result<Option<Self>> {
+        if let Some(fd) = report_fd {
+            return Ok(Some(Self::Inherited(File::from(crate::inherit::take(fd, "--report-fd")?))));
+        }
+        Ok(file.map(JsonFile::create).transpose()?.map(Self::File))
+    }
+
+    pub fn write(self, document: &str) -> Result<()> {
+        match self {
+            Self::File(file) => file.write(document),
+            Self::Inherited(mut pipe) => {
+                pipe.write_all(document.as_bytes()).context("writing the result to --ipc all (--report-fd)")
+            }
+        }
     }
 }
 

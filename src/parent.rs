@@ -22,7 +22,7 @@ use crate::guardian::Guardian;
 use crate::ipc::{
     Event, ExportedBuffer, ExportedEvent, Mechanism, Missing, ProcessExports, Slice, descriptors,
 };
-use crate::output::JsonFile;
+use crate::output::JsonOut;
 use crate::phase::Phase;
 use crate::segment::{self, RunPlan, Segment, SharedState};
 use crate::signals;
@@ -33,7 +33,7 @@ pub fn run(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
     let started = Instant::now();
     let mut watch = Stopwatch::start(Who::Parent, Phase::CudaStart)?;
     // Opened before anything runs: a bad path fails at once, and a FIFO can never block the end of a run.
-    let json = cli.json.as_deref().map(JsonFile::create).transpose()?;
+    let json = JsonOut::open(cli.json.as_deref(), cli.report_fd)?;
     let name = segment::name_for(std::process::id());
     say!("PP: lshmName = {name}")?;
     let segment = Segment::create(&name)?;
@@ -294,7 +294,7 @@ fn descriptor_counts(state: &SharedState, when: usize) -> String {
 }
 
 /// `--timings` and `--json`: the parent's phases and what each child left in the segment.
-fn report(cli: &Cli, json: Option<JsonFile>, state: &SharedState, parent: &Phases) -> Result<()> {
+fn report(cli: &Cli, json: Option<JsonOut>, state: &SharedState, parent: &Phases) -> Result<()> {
     if !cli.timings && json.is_none() {
         return Ok(());
     }
