@@ -158,13 +158,14 @@ impl<'s> Children<'s> {
     fn reap(&mut self, flags: WaitPidFlag) -> Option<ChildFailed> {
         let mut failure = None;
         self.running.retain(|child| {
-            let status = match waitpid(child.pid, Some(flags)) {
+            let how = match waitpid(child.pid, Some(flags)) {
                 Ok(WaitStatus::StillAlive) | Err(Errno::EINTR) => return true,
-                Ok(status) => status,
-                // ECHILD: already reaped. Nothing else can happen to our own child's pid.
-                Err(_) => return false,
+                Ok(status) => describe(status),
+                // ECHILD: someone else reaped our child (SIGCHLD ignored, or a stray `waitpid(-1)`). Its
+                // status is lost, so it cannot count as a pass.
+                Err(e) => Some(format!("its exit status was lost: {e}")),
             };
-            if let Some(how) = describe(status)
+            if let Some(how) = how
                 && failure.is_none()
             {
                 failure = Some(ChildFailed { index: child.index, how });

@@ -20,6 +20,11 @@ fn main() -> ExitCode {
     // A file size limit (`ulimit -f`) makes a write fail with EFBIG instead of killing the process.
     // SAFETY: ignoring a signal installs no handler; nothing else runs yet.
     let _ = unsafe { signal(Signal::SIGXFSZ, SigHandler::SigIgn) };
+    // Before any child is started: every role that waits for children needs their exit statuses.
+    if let Err(e) = signals::keep_child_statuses() {
+        warn!("simple-ipc: {e:#}");
+        return ExitCode::from(EXIT_FAILURE);
+    }
     // No panic reaches the user as status 101: it is a failure like any other, said in one line.
     std::panic::set_hook(Box::new(|panic| {
         warn!("simple-ipc: internal error: {panic}");

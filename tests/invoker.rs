@@ -1,0 +1,93 @@
+//! The invoker's environment must not change the verdict (issue 14): dispositions it leaves (SIGCHLD, SIGHUP
+//! or SIGINT ignored), a reader that goes away or reads slowly, a non-blocking standard output, `--json` paths
+//! that name the output itself, absurd `--timeout` values, faults that could not strike. Each case ends with
+//! the status the run earned, on simulated GPUs.
+
+mod common;
+
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::{FAULT, run, simulated, text, wait_for_lines, wait_group_gone};
+use nix::sys::signal::{SigHandler, Signal, kill, signal};
+use nix::unistd::Pid;
+
+/// [`simulated`], started with `signals` ignored, as a supervisor or `nohup` would leave them (an ignored
+/// disposition is kept across exec).
+fn ignoring(gpus: &str, signals: &'static [Signal]) -> Command {
+    let mut command = simulated(gpus);
+    // SAFETY: (test) runs in the forked child before exec; signal() is async-signal-safe.
+    unsafe {
+        command.pre_exec(move || {
+            for &s in signals {
+                signal(s, SigHandler::SigIgn).map_err(std::io::Error::from)?;
+            }
+            Ok(())
+        });
+    }
+    command
+}
+
+/// Starts `command` (a run whose child 0 hangs in the round-robin) and returns once its `procs` children have
+/// started and reached the barrier.
+fn start_hanging(mut command: Command, procs: usize) -> Child {
+    let mut child = command
+        .args(["--procs-per-device", &procs.to_string()])
+        .env(FAULT, "child0@round-robin:hang")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary starts");
+    let started = wait_for_lines(&mut child, "Starting on device", procs, Duration::from_secs(10));
+    assert_eq!(started, procs, "not every child started");
+    std::thread::sleep(Duration::from_millis(300));
+    child
+}
+
+fn group_signal(pgid: u32, signal: Signal) {
+    kill(Pid::from_raw(-(pgid as i32)), signal).expect("the run's group exists");
+}
+
+/// SIGCHLD ignored by the invoker: the kernel would reap the children itself and the parent would see no
+/// failure. A corrupted buffer still fails the run, a killed child is named at once (not by the watchdog),
+/// and `--ipc all` waits for its runs.
+#[test]
+fn an_ignored_sigchld_cannot_turn_a_failure_into_a_pass() {
+    let out = run(ignoring("ok,ok", &[Signal::SIGCHLD]).env(FAULT, "child1@verify:corrupt"));
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{all}");
+    assert!(all.contains("Process 1 failed! (exit code 1)"), "{all}");
+
+    let out = run(ignoring("ok,ok", &[Signal::SIGCHLD])
+        .args(["--timeout", "30"])
+        .env(FAULT, "child1@round-robin:kill"));
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{all}");
+    assert!(all.contains("Process 1 failed! (killed by SIGKILL)"), "{all}");
+    assert!(!all.contains("--timeout"), "the watchdog should not be the one to see it: {all}");
+
+    let out = run(ignoring("ok,ok", &[Signal::SIGCHLD]).args(["--ipc", "all"]));
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    assert_eq!(all.matches(" passed").count(), 3, "{all}");
+}
+
+/// `nohup simple-ipc &`, or a background job whose SIGINT the shell ignores: the inherited SIG_IGN stays, in the
+/// parent and in every child, so SIGHUP and SIGINT sent to the whole group change nothing; SIGTERM, which was
+/// not ignored, still stops the run in order.
+#[test]
+fn stop_signals_the_invoker_ignores_stay_ignored() {
+    let mut parent = start_hanging(ignoring("ok", &[Signal::SIGHUP, Signal::SIGINT]), 3);
+    let pid = parent.id();
+    group_signal(pid, Signal::SIGHUP);
+    group_signal(pid, Signal::SIGINT);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(parent.try_wait().unwrap().is_none(), "an ignored SIGHUP or SIGINT ended the run");
+    assert_eq!(common::descendants(pid).len(), 4, "a child (or the guardian) ended");
+    group_signal(pid, Signal::SIGTERM);
+    let status = parent.wait().unwrap();
+    assert_eq!(status.code(), Some(143), "SIGTERM was not ignored: {status:?}");
+    assert!(wait_group_gone(pid, Duration::from_secs(3)).is_some(), "a process of the run is left");
+}
