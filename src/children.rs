@@ -78,7 +78,8 @@ impl<'s> Children<'s> {
         timeout: Option<Duration>,
     ) -> Result<Self> {
         let state = segment.state();
-        let deadline = timeout.map(|t| (started + t, t));
+        // A limit past what the clock can count (`--timeout` up to u64::MAX seconds) never comes: no deadline.
+        let deadline = timeout.and_then(|t| Some((started.checked_add(t)?, t)));
         let mut children = Self { state, running: Vec::with_capacity(indices.len()), deadline };
         let argv0 = std::env::args_os().next().unwrap_or_else(|| "simple-ipc".into());
         let fd = segment.fd();

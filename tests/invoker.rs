@@ -91,3 +91,16 @@ fn stop_signals_the_invoker_ignores_stay_ignored() {
     assert_eq!(status.code(), Some(143), "SIGTERM was not ignored: {status:?}");
     assert!(wait_group_gone(pid, Duration::from_secs(3)).is_some(), "a process of the run is left");
 }
+
+/// A `--timeout` beyond what the clock can count is a watchdog that never fires, not a panic.
+#[test]
+fn any_timeout_is_accepted_without_a_panic() {
+    for timeout in ["9223372036854775807", "18446744073709551615"] {
+        let out = run(simulated("ok").args(["--timeout", timeout]));
+        let all = text(&out);
+        assert_eq!(out.status.code(), Some(0), "--timeout {timeout}: {all}");
+        assert!(!all.contains("panicked") && !all.contains("internal error"), "{all}");
+    }
+    let out = run(simulated("ok").args(["--timeout", "18446744073709551616"]));
+    assert_eq!(out.status.code(), Some(1), "past u64::MAX is a usage error: {}", text(&out));
+}
