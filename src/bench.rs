@@ -25,7 +25,7 @@ use crate::children::Children;
 use crate::cli::Cli;
 use crate::devices;
 use crate::driver::{self, Driver};
-use crate::fault::Who;
+use crate::fault::{self, Who};
 use crate::futex;
 use crate::guardian::Guardian;
 use crate::ipc::{
@@ -168,6 +168,12 @@ struct Pair<'a, 'd> {
 /// The consumer: the parent's side of `--bench`; it measures, prints and writes the JSON.
 pub fn run_consumer(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
     let started = Instant::now();
+    fault::validate_for(&fault::Targets {
+        children: PRODUCER..PRODUCER + 1,
+        parent: &[],
+        child: Phase::BENCH_PRODUCER,
+        parent_sends_descriptors: false,
+    })?;
     let json = cli.json.as_deref().map(JsonFile::create).transpose()?;
     let segment = Segment::create(&segment::name_for(std::process::id()))?;
     let state = segment.state();

@@ -79,6 +79,10 @@ fn run_one(cli: &Cli, mechanism: Mechanism) -> Result<Row> {
             command.arg(flag);
         }
     }
+    // A descriptor fault is meant for the mechanisms that send descriptors; legacy's run would refuse it.
+    if crate::fault::needs_descriptors() && !mechanism.uses_descriptors() {
+        command.env_remove(crate::fault::FAULT_ENV);
+    }
     let start = Instant::now();
     let out = command.output().context("starting a run of one mechanism (/proc/self/exe)")?;
     let wall_ms = start.elapsed().as_secs_f64() * 1e3;

@@ -80,7 +80,10 @@ fn run(cli: &cli::Cli) -> anyhow::Result<Outcome> {
             Some(mechanism) => bench::run_consumer(cli, mechanism),
             None => anyhow::bail!("--bench measures one mechanism at a time: give --ipc legacy, vmm or pool"),
         },
-        None if cli.topology => topology::run(),
+        None if cli.topology => {
+            fault::validate_for(&fault::Targets::NONE)?;
+            topology::run()
+        }
         None => match cli.ipc.mechanism() {
             Some(Mechanism::Pool) if cli.sync == cli::Sync::Memops => anyhow::bail!(
                 "--sync memops cannot order pool memory: stream memory operations refuse it \

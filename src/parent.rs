@@ -67,7 +67,12 @@ pub fn run(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
     }
     let process_devices = devices::plan(&chosen, cli.procs_per_device as usize)?;
     let n = process_devices.len();
-    fault::validate_for(n)?;
+    fault::validate_for(&fault::Targets {
+        children: 0..n,
+        parent: Phase::PARENT,
+        child: Phase::CHILD,
+        parent_sends_descriptors: mechanism.uses_descriptors(),
+    })?;
     state.describe_run(&RunPlan {
         devices: &process_devices,
         procs_per_device: cli.procs_per_device as usize,

@@ -12,6 +12,7 @@ use std::time::Duration;
 use common::{FAULT, run, simulated, text, wait_for_lines, wait_group_gone};
 use nix::sys::signal::{SigHandler, Signal, kill, signal};
 use nix::unistd::Pid;
+use simple_ipc::phase::Phase;
 
 /// [`simulated`], started with `signals` ignored, as a supervisor or `nohup` would leave them (an ignored
 /// disposition is kept across exec).
@@ -103,4 +104,44 @@ fn any_timeout_is_accepted_without_a_panic() {
     }
     let out = run(simulated("ok").args(["--timeout", "18446744073709551616"]));
     assert_eq!(out.status.code(), Some(1), "past u64::MAX is a usage error: {}", text(&out));
+}
+
+/// Every fault is accepted exactly where it strikes: at each phase, for the parent and for a child, one that
+/// the role enters strikes (and fails the run), any other is refused before a child starts. The actions with
+/// their own conditions (`corrupt`, the descriptor faults) and the other roles (`--bench`, `--topology`)
+/// follow the same rule.
+#[test]
+fn a_fault_is_accepted_only_where_it_can_strike() {
+    let refused = |args: &[&str], spec: &str, why: &str| {
+        let out = run(simulated("ok,ok").args(args).env(FAULT, spec));
+        let all = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{spec} {args:?}: {all}");
+        assert!(all.contains("cannot strike") && all.contains(why), "{spec} {args:?}: {all}");
+        assert!(!all.contains("CP: lshmName") && !all.contains("strikes"), "{spec} {args:?} ran: {all}");
+    };
+    let strikes = |args: &[&str], spec: &str| {
+        let out = run(simulated("ok,ok").args(args).env(FAULT, spec));
+        let all = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{spec} {args:?}: {all}");
+        assert!(all.contains(&format!("test fault: {spec} strikes")), "{spec} {args:?} was accepted: {all}");
+    };
+    for phase in Phase::ALL {
+        for (who, phases) in [("parent", Phase::PARENT), ("child1", Phase::CHILD)] {
+            let spec = format!("{who}@{}:error", phase.name());
+            match phases.contains(&phase) {
+                true => strikes(&[], &spec),
+                false => refused(&[], &spec, &format!("does not enter {}", phase.name())),
+            }
+        }
+    }
+    refused(&[], "parent@verify:kill", "the parent does not enter verify");
+    refused(&[], "parent@verify:corrupt", "the parent does not enter verify");
+    refused(&[], "parent@allocate-export:send-none", "sends no descriptors");
+    refused(&["--ipc", "legacy"], "parent@allocate-export:close-socket", "sends no descriptors");
+    strikes(&["--ipc", "vmm"], "parent@allocate-export:send-none");
+    refused(&["--bench"], "child1@verify:error", "process 1 does not enter verify");
+    refused(&["--bench"], "parent@wait-children:error", "it enters no phase");
+    strikes(&["--bench", "--bench-max-bytes", "4096"], "child1@round-robin:error");
+    refused(&["--topology"], "child0@attach:kill", "names process 0, but this run has no child processes");
+    refused(&["--topology"], "parent@cuda-start:kill", "it enters no phase");
 }
