@@ -2,6 +2,12 @@
 //! segment's descriptor, watched until they all exit, and stopped together as soon as one fails, a signal
 //! comes or the watchdog's deadline passes. Dropping [`Children`] stops and reaps whatever still runs, so no
 //! path out of the parent leaves a child behind.
+//!
+//! The parent decides the run's status, and not every child that ends early has failed: one that ended by
+//! SIGPIPE (killed by it, or exit 141) while the run's shared output has lost its reader ended because the
+//! reader went away, and the run ends with 141 too; one that ended by a stop signal (exit 130, 143, 129)
+//! that the parent also received was stopped with the whole group, and the run ends with the parent's 128+N.
+//! Neither can make a pass: only a run whose every child exited 0 passes.
 
 use std::ops::Range;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -16,8 +22,9 @@ use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
 use nix::unistd::Pid;
 
 use crate::inherit;
+use crate::output::{self, ReaderGone};
 use crate::segment::{Segment, SharedState};
-use crate::signals;
+use crate::signals::{self, Interrupted};
 use crate::timings::progress_of;
 
 /// How long stopped children get to close what they opened before they are killed: every wait of a child
@@ -37,6 +44,41 @@ struct Running {
 pub struct ChildFailed {
     pub index: usize,
     pub how: String,
+    /// The signal it ended by: killed by it, or exited 128 + its number after an orderly stop.
+    pub by: Option<Signal>,
+}
+
+/// How long the parent waits for a stop signal of its own after a child ended by one: a signal to the whole
+/// group reaches every process at once, but the parent's handler may run a moment after the child is gone.
+const GROUP_SIGNAL_GRACE: Duration = Duration::from_millis(100);
+
+impl ChildFailed {
+    fn of(index: usize, status: WaitStatus) -> Option<Self> {
+        let (how, by) = match status {
+            WaitStatus::Exited(_, 0) => return None,
+            WaitStatus::Exited(_, code) => {
+                (format!("exit code {code}"), code.checked_sub(128).and_then(|n| Signal::try_from(n).ok()))
+            }
+            WaitStatus::Signaled(_, signal, _) => (format!("killed by {signal}"), Some(signal)),
+            other => (format!("{other:?}"), None),
+        };
+        Some(Self { index, how, by })
+    }
+
+    /// What the child's ending means for the run (see the module's doc): [`ReaderGone`], the parent's own
+    /// [`Interrupted`], or this failure.
+    fn verdict(self) -> anyhow::Error {
+        match self.by {
+            Some(Signal::SIGPIPE) if output::reader_gone() => ReaderGone.into(),
+            Some(signal) if signals::STOP_SIGNALS.contains(&signal) => {
+                match signals::wait_received(GROUP_SIGNAL_GRACE) {
+                    Some(ours) => Interrupted(ours).into(),
+                    None => self.into(),
+                }
+            }
+            _ => self.into(),
+        }
+    }
 }
 
 impl std::fmt::Display for ChildFailed {
@@ -53,15 +95,6 @@ pub struct Children<'s> {
     running: Vec<Running>,
     /// When the watchdog stops the run (`--timeout`); `None`: never.
     deadline: Option<(Instant, Duration)>,
-}
-
-fn describe(status: WaitStatus) -> Option<String> {
-    match status {
-        WaitStatus::Exited(_, 0) => None,
-        WaitStatus::Exited(_, code) => Some(format!("exit code {code}")),
-        WaitStatus::Signaled(_, signal, _) => Some(format!("killed by {signal}")),
-        other => Some(format!("{other:?}")),
-    }
 }
 
 impl<'s> Children<'s> {
@@ -128,13 +161,19 @@ impl<'s> Children<'s> {
             }
             if let Some(failure) = self.reap(WaitPidFlag::WNOHANG) {
                 let seen = Instant::now();
+                let verdict = failure.verdict();
+                let Some(failure) = verdict.downcast_ref::<ChildFailed>() else {
+                    // The reader went away, or the whole group was stopped: no child is to blame.
+                    self.stop(None);
+                    return Err(verdict);
+                };
                 self.stop(Some(failure.index));
                 warn!(
                     "simple-ipc: every process stopped {:.0} ms after process {} was seen to fail",
                     seen.elapsed().as_secs_f64() * 1e3,
                     failure.index
                 );
-                return Err(failure.into());
+                return Err(verdict);
             }
             std::thread::sleep(POLL);
         }
@@ -159,17 +198,19 @@ impl<'s> Children<'s> {
     fn reap(&mut self, flags: WaitPidFlag) -> Option<ChildFailed> {
         let mut failure = None;
         self.running.retain(|child| {
-            let how = match waitpid(child.pid, Some(flags)) {
+            let ended = match waitpid(child.pid, Some(flags)) {
                 Ok(WaitStatus::StillAlive) | Err(Errno::EINTR) => return true,
-                Ok(status) => describe(status),
+                Ok(status) => ChildFailed::of(child.index, status),
                 // ECHILD: someone else reaped our child (SIGCHLD ignored, or a stray `waitpid(-1)`). Its
                 // status is lost, so it cannot count as a pass.
-                Err(e) => Some(format!("its exit status was lost: {e}")),
+                Err(e) => Some(ChildFailed {
+                    index: child.index,
+                    how: format!("its exit status was lost: {e}"),
+                    by: None,
+                }),
             };
-            if let Some(how) = how
-                && failure.is_none()
-            {
-                failure = Some(ChildFailed { index: child.index, how });
+            if ended.is_some() && failure.is_none() {
+                failure = ended;
             }
             false
         });
@@ -201,7 +242,13 @@ impl<'s> Children<'s> {
             let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
             match waitid(Id::Pid(child.pid), flags) {
                 Ok(WaitStatus::StillAlive) | Err(Errno::EINTR) => {}
-                _ => bail!("process {} has ended", child.index),
+                // Ended by the run's reader going away, or stopped with the group: the run's status, not a
+                // failure of this child.
+                Ok(status) => match ChildFailed::of(child.index, status).map(ChildFailed::verdict) {
+                    Some(verdict) if !verdict.is::<ChildFailed>() => return Err(verdict),
+                    _ => bail!("process {} has ended", child.index),
+                },
+                Err(_) => bail!("process {} has ended", child.index),
             }
         }
         Ok(())

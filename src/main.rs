@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use nix::sys::signal::{SigHandler, Signal, signal};
 
 use simple_ipc::ipc::Mechanism;
+use simple_ipc::output::{READER_GONE_STATUS, ReaderGone};
 use simple_ipc::signals::Interrupted;
 use simple_ipc::{
     EXIT_FAILURE, EXIT_SUCCESS, EXIT_WAIVED, Outcome, bench, child, cli, devices, driver, every_mechanism,
@@ -14,9 +15,8 @@ use simple_ipc::{
 
 fn main() -> ExitCode {
     simple_ipc::output::fill_closed_standard_descriptors();
-    // Like a C program, end quietly when the reader of our output goes away (`simple-ipc | head`).
-    // SAFETY: restoring the default disposition installs no handler; nothing else runs yet.
-    let _ = unsafe { signal(Signal::SIGPIPE, SigHandler::SigDfl) };
+    // SIGPIPE stays ignored (Rust's default): a reader that goes away (`simple-ipc | head`) is an EPIPE, which
+    // ends the run in order, quietly, with 141 as for a C program (`output::ReaderGone`).
     // A file size limit (`ulimit -f`) makes a write fail with EFBIG instead of killing the process.
     // SAFETY: ignoring a signal installs no handler; nothing else runs yet.
     let _ = unsafe { signal(Signal::SIGXFSZ, SigHandler::SigIgn) };
@@ -45,6 +45,7 @@ fn main() -> ExitCode {
     match run(&cli) {
         Ok(Outcome::Passed) => ExitCode::from(EXIT_SUCCESS),
         Ok(Outcome::Waived) => ExitCode::from(EXIT_WAIVED),
+        Err(e) if e.chain().any(|cause| cause.is::<ReaderGone>()) => ExitCode::from(READER_GONE_STATUS),
         Err(e) => {
             warn!("{who}: {e:#}");
             match e.chain().find_map(|cause| cause.downcast_ref::<Interrupted>()) {

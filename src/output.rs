@@ -1,14 +1,95 @@
 //! Everything the program writes: lines on standard output, whose write errors fail the run (a full disk,
-//! a closed descriptor; a reader that went away ends the process by SIGPIPE, as with any C program), warnings
-//! on standard error, which cannot fail the run, and the `--json` file, opened before the run so that a bad
-//! path is reported at once and a FIFO can never block it.
+//! a closed descriptor), warnings on standard error, which cannot fail the run, and the `--json` file, opened
+//! before the run so that a bad path is reported at once and a FIFO can never block it.
+//!
+//! Two things about standard output belong to the invoker and are taken as they come. A reader that goes
+//! away (`simple-ipc | head -1`) ends the run as it would end a C program, with status 141 (128 + SIGPIPE)
+//! and nothing more said: SIGPIPE stays ignored (Rust's default), the write answers EPIPE, and that is
+//! [`ReaderGone`]. A non-blocking descriptor (O_NONBLOCK set by the invoker) is written as a blocking one
+//! would be: on EAGAIN the write waits, with `poll`, until the reader has made room.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Seek, Write};
+use std::os::fd::BorrowedFd;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
+use nix::errno::Errno;
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+
+/// The reader of standard output (or error) went away: the run ends with 141 (128 + SIGPIPE), quietly, as a
+/// C program killed by SIGPIPE would. `main` turns it into that status; the parent, when a child ended so.
+#[derive(Debug)]
+pub struct ReaderGone;
+
+impl std::fmt::Display for ReaderGone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the reader of standard output went away")
+    }
+}
+
+impl std::error::Error for ReaderGone {}
+
+/// The exit status of a run whose reader went away: 128 + SIGPIPE.
+pub const READER_GONE_STATUS: u8 = 128 + nix::libc::SIGPIPE as u8;
+
+/// Whether standard output or error is a pipe or socket whose reader has gone (`poll` says POLLERR or
+/// POLLHUP): how the parent tells a child that ended by SIGPIPE because of the run's output from one that
+/// met a broken pipe of its own.
+pub fn reader_gone() -> bool {
+    [1, 2].into_iter().any(|fd| {
+        // SAFETY: standard output and error stay open for the process's life (see
+        // `fill_closed_standard_descriptors`); poll only looks at them.
+        let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+        let mut fds = [PollFd::new(fd, PollFlags::POLLOUT)];
+        poll(&mut fds, PollTimeout::ZERO).is_ok()
+            && fds[0].revents().is_some_and(|r| r.intersects(PollFlags::POLLERR | PollFlags::POLLHUP))
+    })
+}
+
+/// Writes all of `bytes` to `fd`, however the descriptor behaves: a short write goes on, EINTR is retried,
+/// and EAGAIN (a non-blocking descriptor whose reader is slow) waits until the descriptor takes more.
+///
+/// O_NONBLOCK is not cleared, not even for a moment: it belongs to the open file description, which the
+/// invoker and every other process holding that output share, and clearing it would change how their writes
+/// behave (and a kill could come before it was restored). Waiting in `poll` gives a blocking write's
+/// behaviour to this process alone.
+fn write_all_to(fd: BorrowedFd, bytes: &[u8]) -> std::io::Result<()> {
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        match nix::unistd::write(fd, rest) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => rest = &rest[n..],
+            Err(Errno::EINTR) => {}
+            Err(Errno::EAGAIN) => {
+                let mut fds = [PollFd::new(fd, PollFlags::POLLOUT)];
+                match poll(&mut fds, PollTimeout::NONE) {
+                    // Whatever poll saw (room, or an error the next write will report), write again.
+                    Ok(_) | Err(Errno::EINTR) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Writes `bytes` to standard output in one go (one writer at a time among this process's threads, so that
+/// lines do not interleave): `Err(ReaderGone)` when the reader went away, an error with context otherwise.
+fn to_stdout(bytes: &[u8]) -> Result<()> {
+    // Std's lock on standard output serialises the writers; its buffer is not used (every write goes straight
+    // to the descriptor, so nothing is held back and nothing can be lost at exit).
+    let _one_writer = std::io::stdout().lock();
+    // SAFETY: standard output stays open for the process's life (see `fill_closed_standard_descriptors`).
+    let stdout = unsafe { BorrowedFd::borrow_raw(1) };
+    match write_all_to(stdout, bytes) {
+        Ok(()) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(Errno::EPIPE as i32) => Err(ReaderGone.into()),
+        Err(e) => Err(e).context("writing to standard output"),
+    }
+}
 
 /// Opens `/dev/null` on standard input, output or error where one is closed, so that no descriptor the
 /// program opens later (the segment, a pipe) takes its number and receives what is meant for it. Call it
@@ -30,26 +111,24 @@ pub fn fill_closed_standard_descriptors() {
     }
 }
 
-/// Writes a line (use [`say!`](crate::say)) and flushes it, so that the lines of several processes come
-/// out in the order they were written.
+/// Writes a line (use [`say!`](crate::say)) at once, so that the lines of several processes come out in the
+/// order they were written.
 pub fn line(args: std::fmt::Arguments) -> Result<()> {
-    let mut out = std::io::stdout().lock();
-    out.write_fmt(args)
-        .and_then(|()| out.write_all(b"\n"))
-        .and_then(|()| out.flush())
-        .context("writing to standard output")
+    to_stdout(format!("{args}\n").as_bytes())
 }
 
-/// Writes text as it is, and flushes it.
+/// Writes text as it is, at once.
 pub fn text(text: &str) -> Result<()> {
-    let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes()).and_then(|()| out.flush()).context("writing to standard output")
+    to_stdout(text.as_bytes())
 }
 
 /// Writes a line to standard error in one write, so that the lines of processes sharing it do not
 /// interleave; an error writing it is ignored (there is nowhere left to report it).
 pub fn warn(args: std::fmt::Arguments) {
-    let _ = std::io::stderr().write_all(format!("{args}\n").as_bytes());
+    let _one_writer = std::io::stderr().lock();
+    // SAFETY: standard error stays open for the process's life (see `fill_closed_standard_descriptors`).
+    let stderr = unsafe { BorrowedFd::borrow_raw(2) };
+    let _ = write_all_to(stderr, format!("{args}\n").as_bytes());
 }
 
 /// `say!("...", ...)`: a line on standard output, `Err` if it cannot be written.

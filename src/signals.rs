@@ -65,6 +65,20 @@ pub fn received() -> Option<Signal> {
     Signal::try_from(RECEIVED.load(Ordering::SeqCst)).ok()
 }
 
+/// The first stop signal received, waiting up to `limit` for one to come.
+pub fn wait_received(limit: std::time::Duration) -> Option<Signal> {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(signal) = received() {
+            return Some(signal);
+        }
+        if start.elapsed() >= limit {
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
 /// The error of a run stopped by a signal; `main` turns it into the exit status 128 + signal number.
 #[derive(Debug)]
 pub struct Interrupted(pub Signal);

@@ -145,3 +145,115 @@ fn a_fault_is_accepted_only_where_it_can_strike() {
     refused(&["--topology"], "child0@attach:kill", "names process 0, but this run has no child processes");
     refused(&["--topology"], "parent@cuda-start:kill", "it enters no phase");
 }
+
+/// `simple-ipc | head -1`: whichever process meets the closed pipe first (the parent or a child), the run
+/// ends with 141 (128 + SIGPIPE) as a C program would, says nothing of a failed process, and leaves nothing.
+#[test]
+fn the_reader_going_away_ends_the_run_with_141_quietly() {
+    use std::io::BufRead;
+    for _ in 0..10 {
+        let mut child = simulated("ok,ok")
+            .args(["--procs-per-device", "4"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the binary starts");
+        let mut first = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+        let pid = child.id();
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(141), "{:?} after {first:?}: {err}", out.status);
+        assert!(!err.contains("failed"), "the reader going away is nobody's failure: {err}");
+        assert!(wait_group_gone(pid, Duration::from_secs(3)).is_some(), "a process of the run is left");
+        assert_eq!(common::leftovers(pid, &[]), Vec::<String>::new());
+    }
+}
+
+/// The pid of child `index` of the run led by `parent` (its last argument is the index).
+fn child_pid(parent: u32, index: usize) -> u32 {
+    let pids = common::descendants(parent);
+    *pids
+        .iter()
+        .find(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).filter(|a| !a.is_empty()).collect();
+            args.contains(&&b"--segment-fd"[..]) && args.last() == Some(&index.to_string().as_bytes())
+        })
+        .unwrap_or_else(|| panic!("no child {index} among {pids:?}"))
+}
+
+/// A Ctrl-C reaches every process of the group at once, and a child may be gone (exit 130) before the
+/// parent's own handler has run. Here the child is interrupted first and the parent only once the child has
+/// been reaped: the run still ends with the parent's 130, not "Process 1 failed! (exit code 130)". A child
+/// interrupted alone, with the parent left alone, is a failed child.
+#[test]
+fn a_child_stopped_with_the_group_is_not_a_failed_child() {
+    for signal in [Signal::SIGINT, Signal::SIGTERM] {
+        let parent = start_hanging(simulated("ok"), 3);
+        let pid = parent.id();
+        let child = child_pid(pid, 1);
+        kill(Pid::from_raw(child as i32), signal).unwrap();
+        // Reaped by the parent: /proc no longer has it.
+        while std::path::Path::new(&format!("/proc/{child}")).exists() {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        kill(Pid::from_raw(pid as i32), signal).unwrap();
+        let out = parent.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(128 + signal as i32), "{signal}: {err}");
+        assert!(!err.contains("Process 1 failed"), "{signal}: {err}");
+    }
+
+    let parent = start_hanging(simulated("ok"), 3);
+    let child = child_pid(parent.id(), 1);
+    kill(Pid::from_raw(child as i32), Signal::SIGINT).unwrap();
+    let out = parent.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("Process 1 failed! (exit code 130)"), "{err}");
+}
+
+/// A standard output with O_NONBLOCK (set by the invoker, and shared with it) and a reader slower than the
+/// run: every line arrives, the run passes, and the flag is still set afterwards.
+#[test]
+fn a_non_blocking_stdout_with_a_slow_reader_loses_nothing() {
+    use nix::fcntl::{FcntlArg, OFlag, fcntl};
+    use std::io::Read;
+    let (read, write) = nix::unistd::pipe().unwrap();
+    fcntl(&write, FcntlArg::F_SETPIPE_SZ(4096)).unwrap();
+    fcntl(&write, FcntlArg::F_SETFL(OFlag::O_NONBLOCK)).unwrap();
+    let ours = write.try_clone().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut read = std::fs::File::from(read);
+        let (mut all, mut chunk) = (Vec::new(), [0u8; 256]);
+        std::thread::sleep(Duration::from_millis(300));
+        loop {
+            match read.read(&mut chunk).unwrap() {
+                0 => return String::from_utf8_lossy(&all).into_owned(),
+                n => all.extend_from_slice(&chunk[..n]),
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    });
+    let out = simulated("ok")
+        .args(["--procs-per-device", "32", "--timings"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(write))
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let flags = OFlag::from_bits_truncate(fcntl(&ours, FcntlArg::F_GETFL).unwrap());
+    drop(ours);
+    let stdout = reader.join().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(stdout.len() > 2 * 4096, "the output must overfill the pipe: {} bytes", stdout.len());
+    for i in 0..32 {
+        assert!(stdout.contains(&format!("Process {i} complete!")), "{stdout}");
+    }
+    assert!(stdout.trim_end().ends_with(|c: char| c.is_ascii_digit()), "the timings table is cut: {stdout}");
+    assert!(stdout.contains("Timings (ms)") && stdout.contains("\ntotal "), "{stdout}");
+    assert!(flags.contains(OFlag::O_NONBLOCK), "the invoker's O_NONBLOCK was cleared");
+}
