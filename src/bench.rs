@@ -182,14 +182,14 @@ pub fn run_consumer(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
     let driver: &dyn Driver = &*cuda;
     let chosen = devices::select(driver)?;
     if chosen.is_empty() {
-        say!("No CUDA devices support IPC")?;
+        waive!("No CUDA devices support IPC")?;
         return Ok(Outcome::Waived);
     }
     // The in-process peer copies need it.
     devices::enable_peers(driver, &chosen)?;
     for &device in &chosen {
         if let Some(reason) = mechanism.unsupported(driver, device)? {
-            say!("No CUDA devices support IPC with --ipc {} ({reason})", mechanism.name())?;
+            waive!("No CUDA devices support IPC with --ipc {} ({reason})", mechanism.name())?;
             return Ok(Outcome::Waived);
         }
     }

@@ -7,10 +7,11 @@ use nix::sys::signal::{SigHandler, Signal, signal};
 
 use simple_ipc::ipc::Mechanism;
 use simple_ipc::output::{READER_GONE_STATUS, ReaderGone};
+use simple_ipc::report::{self, Status};
 use simple_ipc::signals::Interrupted;
 use simple_ipc::{
     EXIT_FAILURE, EXIT_SUCCESS, EXIT_WAIVED, Outcome, bench, child, cli, devices, driver, every_mechanism,
-    fault, guardian, parent, say, signals, topology, warn,
+    fault, guardian, parent, say, signals, topology, waive, warn,
 };
 
 fn main() -> ExitCode {
@@ -42,23 +43,46 @@ fn main() -> ExitCode {
         Some(index) => format!("Process {index}"),
         None => "simple-ipc".to_owned(),
     };
-    match run(&cli) {
-        Ok(Outcome::Passed) => ExitCode::from(EXIT_SUCCESS),
-        Ok(Outcome::Waived) => ExitCode::from(EXIT_WAIVED),
-        Err(e) if e.chain().any(|cause| cause.is::<ReaderGone>()) => ExitCode::from(READER_GONE_STATUS),
+    // The run's --json document: its path is checked before anything runs (a path that cannot take it is a
+    // usage error), and it is written once the verdict is known, whatever it is.
+    if let (None, None, Some(path)) = (cli.child, cli.guardian_for, &cli.json)
+        && let Err(e) = report::open(path)
+    {
+        warn!("{who}: {e:#}");
+        return ExitCode::from(EXIT_FAILURE);
+    }
+    let (status, reason, code) = match run(&cli) {
+        Ok(Outcome::Passed) => (Status::Passed, None, EXIT_SUCCESS),
+        Ok(Outcome::Waived) => {
+            let reason = report::waiver().unwrap_or_else(|| "nothing can run here".to_owned());
+            (Status::Waived, Some(reason), EXIT_WAIVED)
+        }
+        // Quietly, as a C program killed by SIGPIPE.
+        Err(e) if e.chain().any(|cause| cause.is::<ReaderGone>()) => {
+            (Status::Interrupted, Some(ReaderGone.to_string()), READER_GONE_STATUS)
+        }
         Err(e) => {
             warn!("{who}: {e:#}");
             match e.chain().find_map(|cause| cause.downcast_ref::<Interrupted>()) {
-                Some(Interrupted(signal)) => ExitCode::from(128 + *signal as u8),
-                None => ExitCode::from(EXIT_FAILURE),
+                Some(interrupted) => {
+                    (Status::Interrupted, Some(interrupted.to_string()), 128 + interrupted.0 as u8)
+                }
+                None => (Status::Failed, Some(format!("{e:#}")), EXIT_FAILURE),
             }
+        }
+    };
+    match report::finish(status, reason.as_deref(), code) {
+        Ok(()) => ExitCode::from(code),
+        Err(e) => {
+            warn!("{who}: {e:#}");
+            ExitCode::from(if code == EXIT_SUCCESS { EXIT_FAILURE } else { code })
         }
     }
 }
 
 fn run(cli: &cli::Cli) -> anyhow::Result<Outcome> {
     if cfg!(any(target_arch = "aarch64", target_arch = "arm")) {
-        say!("Not supported on ARM")?;
+        waive!("Not supported on ARM")?;
         return Ok(Outcome::Waived);
     }
     signals::install()?;

@@ -1,6 +1,6 @@
 //! Everything the program writes: lines on standard output, whose write errors fail the run (a full disk,
-//! a closed descriptor), warnings on standard error, which cannot fail the run, and the `--json` file, opened
-//! before the run so that a bad path is reported at once and a FIFO can never block it.
+//! a closed descriptor), and warnings on standard error, which cannot fail the run (the `--json` document is
+//! `report`'s).
 //!
 //! Two things about standard output belong to the invoker and are taken as they come. A reader that goes
 //! away (`simple-ipc | head -1`) ends the run as it would end a C program, with status 141 (128 + SIGPIPE)
@@ -8,13 +8,9 @@
 //! [`ReaderGone`]. A non-blocking descriptor (O_NONBLOCK set by the invoker) is written as a blocking one
 //! would be: on EAGAIN the write waits, with `poll`, until the reader has made room.
 
-use std::fs::{File, OpenOptions};
-use std::io::{Seek, Write};
 use std::os::fd::BorrowedFd;
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
@@ -143,40 +139,18 @@ macro_rules! warn {
     ($($arg:tt)*) => { $crate::output::warn(format_args!($($arg)*)) };
 }
 
-/// The `--json` file: a regular file, opened (created if need be) before the run, replaced when written.
-pub struct JsonFile {
-    path: PathBuf,
-    file: File,
+/// `waive!("...", ...)`: the line that says why nothing can run here, which is also the reason the `--json`
+/// document gives for the waived run; `Err` if it cannot be written.
+#[macro_export]
+macro_rules! waive {
+    ($($arg:tt)*) => {{
+        let line = format!($($arg)*);
+        $crate::report::note_waiver(&line);
+        $crate::output::line(format_args!("{line}"))
+    }};
 }
 
-impl JsonFile {
-    /// Opens `path` for writing without blocking; anything but a regular file (a FIFO, a device, a socket) is
-    /// refused, so that the run can neither hang on it nor write half a document into a pipe.
-    pub fn create(path: &Path) -> Result<Self> {
-        let shown = path.display();
-        let file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .mode(0o644)
-            .custom_flags(nix::libc::O_NONBLOCK)
-            .open(path)
-            .with_context(|| format!("--json {shown}: cannot open it for writing"))?;
-        let kind = file.metadata().with_context(|| format!("--json {shown}"))?.file_type();
-        if !kind.is_file() {
-            let what = if kind.is_fifo() { "a FIFO" } else { "not a regular file" };
-            bail!("--json {shown} is {what}; give the path of a regular file");
-        }
-        Ok(Self { path: path.to_owned(), file })
-    }
-
-    /// Replaces the file's contents with `document`.
-    pub fn write(mut self, document: &str) -> Result<()> {
-        let shown = self.path.display();
-        self.file.set_len(0).with_context(|| format!("truncating {shown}"))?;
-        self.file.rewind().with_context(|| format!("writing {shown}"))?;
-        self.file.write_all(document.as_bytes()).with_context(|| format!("writing {shown}"))
-    }
-}
+pub use crate::report::JsonFile;
 
 #[cfg(test)]
 mod tests {
@@ -193,8 +167,10 @@ mod tests {
                 unsafe { nix::libc::close(1) };
                 fill_closed_standard_descriptors();
                 let one = std::fs::read_link("/proc/self/fd/1").ok();
-                let next = File::open("/proc/self/stat").map(|f| std::os::fd::AsRawFd::as_raw_fd(&f));
-                let ok = one.as_deref() == Some(Path::new("/dev/null")) && next.is_ok_and(|fd| fd > 2);
+                let next =
+                    std::fs::File::open("/proc/self/stat").map(|f| std::os::fd::AsRawFd::as_raw_fd(&f));
+                let ok =
+                    one.as_deref() == Some(std::path::Path::new("/dev/null")) && next.is_ok_and(|fd| fd > 2);
                 // SAFETY: (test) leaves the forked child without the harness's exit handlers.
                 unsafe { nix::libc::_exit(if ok { 0 } else { 1 }) }
             }
@@ -203,27 +179,5 @@ mod tests {
                 assert_eq!(status, nix::sys::wait::WaitStatus::Exited(child, 0), "fd 1 is not /dev/null");
             }
         }
-    }
-
-    #[test]
-    fn json_replaces_a_regular_file_and_refuses_a_fifo_without_blocking() {
-        let dir = std::env::temp_dir().join(format!("simple-ipc-json-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let file = dir.join("t.json");
-        std::fs::write(&file, "an old and much longer document").unwrap();
-        JsonFile::create(&file).unwrap().write("{}\n").unwrap();
-        assert_eq!(std::fs::read_to_string(&file).unwrap(), "{}\n");
-
-        let fifo = dir.join("fifo");
-        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
-        let refused = JsonFile::create(&fifo).err().expect("a FIFO without a reader is refused");
-        assert!(format!("{refused:#}").contains("--json"), "{refused:#}");
-        // With a reader it opens, and is still refused: it is not a regular file.
-        let _reader = OpenOptions::new().read(true).custom_flags(nix::libc::O_NONBLOCK).open(&fifo).unwrap();
-        let refused = JsonFile::create(&fifo).err().expect("a FIFO with a reader is refused too");
-        assert!(format!("{refused:#}").contains("is a FIFO"), "{refused:#}");
-
-        assert!(JsonFile::create(&dir.join("no/such/dir/t.json")).is_err());
-        std::fs::remove_dir_all(dir).unwrap();
     }
 }

@@ -48,7 +48,7 @@ pub fn run(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
     watch.enter(Phase::DeviceSelection)?;
     let chosen = devices::select(driver)?;
     if chosen.is_empty() {
-        say!("No CUDA devices support IPC")?;
+        waive!("No CUDA devices support IPC")?;
         return Ok(Outcome::Waived);
     }
     // Ask the devices, do not assume: a mechanism this host lacks is waived, with its reason.
@@ -57,11 +57,11 @@ pub fn run(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
         // Legacy is asked by an export, on the device's context, in `export_device`: creating the context here
         // would hold the children back.
         if let Some(reason) = mechanism.unsupported_by_attributes(driver, device)? {
-            say!("No CUDA devices support IPC with --ipc {} ({reason})", mechanism.name())?;
+            waive!("No CUDA devices support IPC with --ipc {} ({reason})", mechanism.name())?;
             return Ok(Outcome::Waived);
         }
         if let Some(reason) = driver.stream_memops_unsupported(device)?.filter(|_| memops) {
-            say!("No CUDA devices support IPC with --sync memops ({reason})")?;
+            waive!("No CUDA devices support IPC with --sync memops ({reason})")?;
             return Ok(Outcome::Waived);
         }
     }
@@ -155,7 +155,7 @@ fn waived_if_missing<T>(exported: Result<T>) -> Result<Option<T>> {
         Ok(exported) => Ok(Some(exported)),
         Err(e) => match e.downcast::<Missing>() {
             Ok(Missing(reason)) => {
-                say!("No CUDA devices support IPC with --ipc legacy ({reason})")?;
+                waive!("No CUDA devices support IPC with --ipc legacy ({reason})")?;
                 Ok(None)
             }
             Err(e) => Err(e),

@@ -257,3 +257,100 @@ fn a_non_blocking_stdout_with_a_slow_reader_loses_nothing() {
     assert!(stdout.contains("Timings (ms)") && stdout.contains("\ntotal "), "{stdout}");
     assert!(flags.contains(OFlag::O_NONBLOCK), "the invoker's O_NONBLOCK was cleared");
 }
+
+/// A directory of its own for a test's files.
+fn scratch(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("simple-ipc-invoker-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn appending(path: &std::path::Path) -> std::fs::File {
+    std::fs::OpenOptions::new().append(true).open(path).unwrap()
+}
+
+/// `--json /dev/stdout >> log`, `--json F >> F`, `--json /dev/stderr 2>> log`: the path is the run's own
+/// output, so it is refused before anything runs, and the file keeps what it held.
+#[test]
+fn json_to_the_runs_own_output_is_refused_and_destroys_nothing() {
+    let dir = scratch("own-output");
+    let log = dir.join("log");
+    for (json, stdout, stderr) in
+        [("/dev/stdout", true, false), ("log", true, false), ("/dev/stderr", false, true)]
+    {
+        std::fs::write(&log, "earlier\n").unwrap();
+        let mut command = simulated("ok");
+        command.current_dir(&dir).args(["--json", json]).stdin(Stdio::null());
+        command.stdout(if stdout { Stdio::from(appending(&log)) } else { Stdio::null() });
+        command.stderr(if stderr { Stdio::from(appending(&log)) } else { Stdio::piped() });
+        let out = command.output().unwrap();
+        let held = std::fs::read_to_string(&log).unwrap();
+        assert_eq!(out.status.code(), Some(1), "--json {json}: {held}{}", text(&out));
+        assert!(held.starts_with("earlier\n") && !held.contains("PP: lshmName"), "--json {json}: {held}");
+        assert!(format!("{held}{}", text(&out)).contains("standard output or error"), "--json {json}");
+        assert!(!held.contains("\"status\""), "--json {json}: {held}");
+    }
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1, "only the log is there");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// Every run given `--json` writes a document that says how it ended: passed, failed (and why), waived (and
+/// why), interrupted (by a signal, or the reader going away); the file it replaces is never left empty or
+/// partial, and no temporary file stays beside it.
+#[test]
+fn every_run_given_json_writes_how_it_ended() {
+    let dir = scratch("every-ending");
+    let json = dir.join("run.json");
+    let document = |mut command: Command, expected_code: i32| -> String {
+        std::fs::write(&json, "the previous document").unwrap();
+        let out = command.arg("--json").arg(&json).stdin(Stdio::null()).output().unwrap();
+        assert_eq!(out.status.code(), Some(expected_code), "{}", text(&out));
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1, "a temporary file is left");
+        std::fs::read_to_string(&json).unwrap()
+    };
+
+    let passed = document(simulated("ok,ok"), 0);
+    assert!(
+        passed.starts_with(r#"{"status": "passed", "reason": null, "exit_status": 0, "unit": "ms""#),
+        "{passed}"
+    );
+    assert!(passed.contains(r#""processes": 2"#) && passed.trim_end().ends_with('}'), "{passed}");
+
+    let mut corrupt = simulated("ok,ok");
+    corrupt.env(FAULT, "child1@verify:corrupt");
+    let failed = document(corrupt, 1);
+    assert!(
+        failed.starts_with(r#"{"status": "failed", "reason": "Process 1 failed! (exit code 1)""#),
+        "{failed}"
+    );
+    assert!(failed.contains(r#""exit_status": 1"#), "{failed}");
+
+    let waived = document(simulated("no-uva"), 2);
+    assert!(
+        waived.starts_with(r#"{"status": "waived", "reason": "No CUDA devices support IPC""#),
+        "{waived}"
+    );
+    assert!(waived.contains(r#""exit_status": 2"#), "{waived}");
+
+    std::fs::write(&json, "the previous document").unwrap();
+    let mut command = simulated("ok");
+    command.arg("--json").arg(&json);
+    let parent = start_hanging(command, 2);
+    kill(Pid::from_raw(parent.id() as i32), Signal::SIGTERM).unwrap();
+    assert_eq!(parent.wait_with_output().unwrap().status.code(), Some(143));
+    let interrupted = std::fs::read_to_string(&json).unwrap();
+    assert!(
+        interrupted.starts_with(
+            r#"{"status": "interrupted", "reason": "interrupted by SIGTERM", "exit_status": 143"#
+        ),
+        "{interrupted}"
+    );
+
+    let mut child = simulated("ok").arg("--json").arg(&json).stdout(Stdio::piped()).spawn().unwrap();
+    drop(child.stdout.take());
+    assert_eq!(child.wait().unwrap().code(), Some(141));
+    let gone = std::fs::read_to_string(&json).unwrap();
+    assert!(gone.contains(r#""status": "interrupted""#) && gone.contains(r#""exit_status": 141"#), "{gone}");
+    std::fs::remove_dir_all(dir).unwrap();
+}
