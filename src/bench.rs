@@ -25,7 +25,7 @@ use crate::children::Children;
 use crate::cli::Cli;
 use crate::devices;
 use crate::driver::{self, Driver};
-use crate::fault::Who;
+use crate::fault::{self, Who};
 use crate::futex;
 use crate::guardian::Guardian;
 use crate::ipc::diagnose::Exporter;
@@ -169,6 +169,12 @@ struct Pair<'a, 'd> {
 /// The consumer: the parent's side of `--bench`; it measures, prints and writes the JSON.
 pub fn run_consumer(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
     let started = Instant::now();
+    fault::validate_for(&fault::Targets {
+        children: PRODUCER..PRODUCER + 1,
+        parent: &[],
+        child: Phase::BENCH_PRODUCER,
+        parent_sends_descriptors: false,
+    })?;
     let json = cli.json.as_deref().map(JsonFile::create).transpose()?;
     let segment = Segment::create(&segment::name_for(std::process::id()))?;
     let state = segment.state();
@@ -177,14 +183,14 @@ pub fn run_consumer(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
     let driver: &dyn Driver = &*cuda;
     let chosen = devices::select(driver)?;
     if chosen.is_empty() {
-        say!("No CUDA devices support IPC")?;
+        waive!("No CUDA devices support IPC")?;
         return Ok(Outcome::Waived);
     }
     // The in-process peer copies need it.
     devices::enable_peers(driver, &chosen)?;
     for &device in &chosen {
         if let Some(reason) = mechanism.unsupported(driver, device)? {
-            say!("No CUDA devices support IPC with --ipc {} ({reason})", mechanism.name())?;
+            waive!("No CUDA devices support IPC with --ipc {} ({reason})", mechanism.name())?;
             return Ok(Outcome::Waived);
         }
     }

@@ -2,6 +2,12 @@
 //! segment's descriptor, watched until they all exit, and stopped together as soon as one fails, a signal
 //! comes or the watchdog's deadline passes. Dropping [`Children`] stops and reaps whatever still runs, so no
 //! path out of the parent leaves a child behind.
+//!
+//! The parent decides the run's status, and not every child that ends early has failed: one that ended by
+//! SIGPIPE (killed by it, or exit 141) while the run's shared output has lost its reader ended because the
+//! reader went away, and the run ends with 141 too; one that ended by a stop signal (exit 130, 143, 129)
+//! that the parent also received was stopped with the whole group, and the run ends with the parent's 128+N.
+//! Neither can make a pass: only a run whose every child exited 0 passes.
 
 use std::ops::Range;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -16,8 +22,9 @@ use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
 use nix::unistd::Pid;
 
 use crate::inherit;
+use crate::output::{self, ReaderGone};
 use crate::segment::{Segment, SharedState};
-use crate::signals;
+use crate::signals::{self, Interrupted};
 use crate::timings::progress_of;
 
 /// How long stopped children get to close what they opened before they are killed: every wait of a child
@@ -37,6 +44,41 @@ struct Running {
 pub struct ChildFailed {
     pub index: usize,
     pub how: String,
+    /// The signal it ended by: killed by it, or exited 128 + its number after an orderly stop.
+    pub by: Option<Signal>,
+}
+
+/// How long the parent waits for a stop signal of its own after a child ended by one: a signal to the whole
+/// group reaches every process at once, but the parent's handler may run a moment after the child is gone.
+const GROUP_SIGNAL_GRACE: Duration = Duration::from_millis(100);
+
+impl ChildFailed {
+    fn of(index: usize, status: WaitStatus) -> Option<Self> {
+        let (how, by) = match status {
+            WaitStatus::Exited(_, 0) => return None,
+            WaitStatus::Exited(_, code) => {
+                (format!("exit code {code}"), code.checked_sub(128).and_then(|n| Signal::try_from(n).ok()))
+            }
+            WaitStatus::Signaled(_, signal, _) => (format!("killed by {signal}"), Some(signal)),
+            other => (format!("{other:?}"), None),
+        };
+        Some(Self { index, how, by })
+    }
+
+    /// What the child's ending means for the run (see the module's doc): [`ReaderGone`], the parent's own
+    /// [`Interrupted`], or this failure.
+    fn verdict(self) -> anyhow::Error {
+        match self.by {
+            Some(Signal::SIGPIPE) if output::reader_gone() => ReaderGone.into(),
+            Some(signal) if signals::STOP_SIGNALS.contains(&signal) => {
+                match signals::wait_received(GROUP_SIGNAL_GRACE) {
+                    Some(ours) => Interrupted(ours).into(),
+                    None => self.into(),
+                }
+            }
+            _ => self.into(),
+        }
+    }
 }
 
 impl std::fmt::Display for ChildFailed {
@@ -55,15 +97,6 @@ pub struct Children<'s> {
     deadline: Option<(Instant, Duration)>,
 }
 
-fn describe(status: WaitStatus) -> Option<String> {
-    match status {
-        WaitStatus::Exited(_, 0) => None,
-        WaitStatus::Exited(_, code) => Some(format!("exit code {code}")),
-        WaitStatus::Signaled(_, signal, _) => Some(format!("killed by {signal}")),
-        other => Some(format!("{other:?}")),
-    }
-}
-
 impl<'s> Children<'s> {
     /// Starts a child for each index, with `args` before the index and the segment's descriptor, and, where
     /// `sockets` has one for it (the first for the first index), its end of a descriptor socket. Each gets SIGKILL if the parent dies
@@ -78,7 +111,8 @@ impl<'s> Children<'s> {
         timeout: Option<Duration>,
     ) -> Result<Self> {
         let state = segment.state();
-        let deadline = timeout.map(|t| (started + t, t));
+        // A limit past what the clock can count (`--timeout` up to u64::MAX seconds) never comes: no deadline.
+        let deadline = timeout.and_then(|t| Some((started.checked_add(t)?, t)));
         let mut children = Self { state, running: Vec::with_capacity(indices.len()), deadline };
         let argv0 = std::env::args_os().next().unwrap_or_else(|| "simple-ipc".into());
         let fd = segment.fd();
@@ -127,13 +161,19 @@ impl<'s> Children<'s> {
             }
             if let Some(failure) = self.reap(WaitPidFlag::WNOHANG) {
                 let seen = Instant::now();
+                let verdict = failure.verdict();
+                let Some(failure) = verdict.downcast_ref::<ChildFailed>() else {
+                    // The reader went away, or the whole group was stopped: no child is to blame.
+                    self.stop(None);
+                    return Err(verdict);
+                };
                 self.stop(Some(failure.index));
                 warn!(
                     "simple-ipc: every process stopped {:.0} ms after process {} was seen to fail",
                     seen.elapsed().as_secs_f64() * 1e3,
                     failure.index
                 );
-                return Err(failure.into());
+                return Err(verdict);
             }
             std::thread::sleep(POLL);
         }
@@ -158,16 +198,19 @@ impl<'s> Children<'s> {
     fn reap(&mut self, flags: WaitPidFlag) -> Option<ChildFailed> {
         let mut failure = None;
         self.running.retain(|child| {
-            let status = match waitpid(child.pid, Some(flags)) {
+            let ended = match waitpid(child.pid, Some(flags)) {
                 Ok(WaitStatus::StillAlive) | Err(Errno::EINTR) => return true,
-                Ok(status) => status,
-                // ECHILD: already reaped. Nothing else can happen to our own child's pid.
-                Err(_) => return false,
+                Ok(status) => ChildFailed::of(child.index, status),
+                // ECHILD: someone else reaped our child (SIGCHLD ignored, or a stray `waitpid(-1)`). Its
+                // status is lost, so it cannot count as a pass.
+                Err(e) => Some(ChildFailed {
+                    index: child.index,
+                    how: format!("its exit status was lost: {e}"),
+                    by: None,
+                }),
             };
-            if let Some(how) = describe(status)
-                && failure.is_none()
-            {
-                failure = Some(ChildFailed { index: child.index, how });
+            if ended.is_some() && failure.is_none() {
+                failure = ended;
             }
             false
         });
@@ -199,7 +242,13 @@ impl<'s> Children<'s> {
             let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
             match waitid(Id::Pid(child.pid), flags) {
                 Ok(WaitStatus::StillAlive) | Err(Errno::EINTR) => {}
-                _ => bail!("process {} has ended", child.index),
+                // Ended by the run's reader going away, or stopped with the group: the run's status, not a
+                // failure of this child.
+                Ok(status) => match ChildFailed::of(child.index, status).map(ChildFailed::verdict) {
+                    Some(verdict) if !verdict.is::<ChildFailed>() => return Err(verdict),
+                    _ => bail!("process {} has ended", child.index),
+                },
+                Err(_) => bail!("process {} has ended", child.index),
             }
         }
         Ok(())

@@ -28,7 +28,7 @@ pub fn load_or_waive() -> Result<Option<Box<dyn Driver>>> {
         Ok(driver) => Ok(Some(driver)),
         Err(e) => match e.downcast::<Unavailable>() {
             Ok(reason) => {
-                say!("No CUDA devices support IPC ({reason})")?;
+                waive!("No CUDA devices support IPC ({reason})")?;
                 Ok(None)
             }
             Err(e) => Err(e),

@@ -125,6 +125,21 @@ pub fn shm_dev() -> Option<u64> {
     std::fs::metadata(SHM_DIR).ok().map(|meta| meta.dev())
 }
 
+/// The names of the driver's shape in `/dev/shm` that carry pid number `pid`, with the files they are now.
+pub fn named_by_pid(pid: u32) -> Vec<EventFile> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(SHM_DIR) else { return Vec::new() };
+    entries
+        .filter_map(|entry| {
+            let entry = entry.ok()?;
+            let name = entry.file_name().into_string().ok()?;
+            let meta = entry.metadata().ok()?;
+            let file = EventFile { name, dev: meta.dev(), ino: meta.ino() };
+            (is_driver_file_name(&file.name) && file.pid_number() == Some(pid)).then_some(file)
+        })
+        .collect()
+}
+
 /// The driver's event files this process maps now, from `/proc/self/maps`.
 pub fn mapped() -> Result<Vec<EventFile>> {
     let maps = std::fs::read_to_string("/proc/self/maps").context("reading /proc/self/maps")?;

@@ -30,7 +30,7 @@ use crate::Outcome;
 use crate::cli::{Cli, Sync};
 use crate::inherit;
 use crate::ipc::Mechanism;
-use crate::output::JsonOut;
+use crate::report::{JsonFile, json_string};
 use crate::signals::{self, Interrupted};
 
 /// How one mechanism's run ended.
@@ -53,7 +53,7 @@ pub struct Row {
 }
 
 pub fn run(cli: &Cli) -> Result<Outcome> {
-    let json = JsonOut::open(cli.json.as_deref(), cli.report_fd)?;
+    let json = JsonFile::requested();
     let passed_on = passed_on(std::env::args_os().skip(1));
     let mut rows = Vec::new();
     for mechanism in Mechanism::ALL {
@@ -160,6 +160,10 @@ fn run_one(passed_on: &[OsString], mechanism: Mechanism) -> Result<Row> {
             }
             inherit::keep_across_exec(fd)
         });
+    }
+    // A descriptor fault is meant for the mechanisms that send descriptors; legacy's run would refuse it.
+    if crate::fault::needs_descriptors() && !mechanism.uses_descriptors() {
+        command.env_remove(crate::fault::FAULT_ENV);
     }
     let start = Instant::now();
     let mut child = command
@@ -393,19 +397,6 @@ pub fn table(rows: &[Row]) -> String {
         ));
     }
     out
-}
-
-fn json_string(text: &str) -> String {
-    let escaped: String = text
-        .chars()
-        .flat_map(|c| match c {
-            '"' => "\\\"".chars().collect::<Vec<_>>(),
-            '\\' => "\\\\".chars().collect(),
-            c if (c as u32) < 0x20 => format!("\\u{:04x}", c as u32).chars().collect(),
-            c => vec![c],
-        })
-        .collect();
-    format!("\"{escaped}\"")
 }
 
 /// The same as [`table`], as one JSON document.

@@ -8,8 +8,19 @@
 //! (two bytes of the copied-back buffer are changed before the comparison, which must then fail); the
 //! parent, at `allocate-export`, can also mistreat the descriptors of `--ipc vmm` and `pool`: `send-fewer`
 //! (one descriptor too few), `send-none` (the message without descriptors), `close-socket` (none sent). A value
-//! that is malformed, or names a process the run does not have, is refused, so a typo cannot silently test
-//! nothing; nothing happens unless the variable is set, and a fault that strikes says so on stderr.
+//! that is malformed, or that cannot strike in the run it is given to, is refused, so a typo cannot silently
+//! test nothing; nothing happens unless the variable is set, and a fault that strikes says so on stderr.
+//!
+//! Whether a fault can strike is derived from where faults strike: a process's [`Stopwatch`] calls [`at`]
+//! for every phase it enters, and each role declares the phases it enters ([`Phase::PARENT`],
+//! [`Phase::CHILD`], [`Phase::BENCH_PRODUCER`]; [`at`] checks, in debug builds, that no process enters a
+//! phase its list lacks). So a fault is refused when its process is not in the run, when that process never
+//! enters its phase (the parent has no `verify`), or when its action has nothing to act on there (the
+//! descriptor faults where the parent sends no descriptors, as with legacy IPC).
+//!
+//! [`Stopwatch`]: crate::timings::Stopwatch
+
+use std::ops::Range;
 
 use anyhow::{Result, anyhow, bail, ensure};
 
@@ -21,6 +32,31 @@ pub const FAULT_ENV: &str = "SIMPLE_IPC_TEST_FAULT";
 pub enum Who {
     Parent,
     Child(usize),
+}
+
+impl std::fmt::Display for Who {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Who::Parent => f.write_str("the parent"),
+            Who::Child(index) => write!(f, "process {index}"),
+        }
+    }
+}
+
+/// Where a fault can strike in one run: the indices of its children, the phases its parent and each child
+/// enter, and whether the parent sends descriptors over sockets (vmm and pool).
+#[derive(Clone, Debug)]
+pub struct Targets {
+    pub children: Range<usize>,
+    pub parent: &'static [Phase],
+    pub child: &'static [Phase],
+    pub parent_sends_descriptors: bool,
+}
+
+impl Targets {
+    /// A run of no phase at all (`--topology`): no fault can strike.
+    pub const NONE: Targets =
+        Targets { children: 0..0, parent: &[], child: &[], parent_sends_descriptors: false };
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,14 +118,39 @@ pub fn validate_env() -> Result<()> {
     }
 }
 
-/// The parent checks, once it knows how many processes the run has, that the fault names one of them.
-pub fn validate_for(processes: usize) -> Result<()> {
+/// Refuses the configured fault unless it can strike in this run (see the module's doc): the role checks it
+/// once it knows its processes, before anything of the run happens.
+pub fn validate_for(run: &Targets) -> Result<()> {
     let Ok(spec) = std::env::var(FAULT_ENV) else { return Ok(()) };
-    if let (Who::Child(index), _, _) = parse(&spec)? {
+    let (who, phase, action) = parse(&spec)?;
+    let phases = match who {
+        Who::Parent => run.parent,
+        Who::Child(index) => {
+            ensure!(
+                run.children.contains(&index),
+                "{FAULT_ENV}={spec:?} cannot strike: it names process {index}, but this run has {}",
+                match (run.children.start, run.children.end.checked_sub(1)) {
+                    (first, Some(last)) if first <= last => format!("processes {first} to {last}"),
+                    _ => "no child processes".to_owned(),
+                }
+            );
+            run.child
+        }
+    };
+    ensure!(
+        phases.contains(&phase),
+        "{FAULT_ENV}={spec:?} cannot strike: {who} does not enter {} in this run{}",
+        phase.name(),
+        match phases {
+            [] => " (it enters no phase)".to_owned(),
+            _ => format!(" (it enters {})", phases.iter().map(|p| p.name()).collect::<Vec<_>>().join(", ")),
+        }
+    );
+    if let Action::Descriptors(_) = action {
         ensure!(
-            index < processes,
-            "{FAULT_ENV}={spec:?} names process {index}, but this run has processes 0 to {}",
-            processes - 1
+            run.parent_sends_descriptors,
+            "{FAULT_ENV}={spec:?} cannot strike: the parent of this run sends no descriptors (only --ipc vmm \
+             and pool send them)"
         );
     }
     Ok(())
@@ -97,6 +158,15 @@ pub fn validate_for(processes: usize) -> Result<()> {
 
 /// Injects the configured fault if it names this process and phase.
 pub fn at(who: Who, phase: Phase) -> Result<()> {
+    debug_assert!(
+        match who {
+            Who::Parent => Phase::PARENT,
+            Who::Child(_) => Phase::CHILD,
+        }
+        .contains(&phase),
+        "{who} entered {}, which its role's list of phases lacks (phase.rs)",
+        phase.name()
+    );
     let Ok(spec) = std::env::var(FAULT_ENV) else {
         return Ok(());
     };
@@ -132,6 +202,13 @@ pub fn descriptor_fault() -> Option<DescriptorFault> {
         }
         _ => None,
     }
+}
+
+/// Whether the configured fault is one of the parent's descriptor faults, which only a mechanism that sends
+/// descriptors can suffer (`--ipc all` gives it to those runs alone).
+pub fn needs_descriptors() -> bool {
+    let Ok(spec) = std::env::var(FAULT_ENV) else { return false };
+    matches!(parse(&spec), Ok((_, _, Action::Descriptors(_))))
 }
 
 /// Whether the configured fault asks this process to corrupt what it verifies.

@@ -37,6 +37,20 @@ use crate::driver_files::{self, EventFile};
 /// finish on its own (a stopped one does its work once it is continued).
 const REAP_WITHIN: Duration = Duration::from_millis(100);
 
+/// What a message to the guardian says; a record of a file (`driver_files::RECORD_BYTES`) follows.
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum Message {
+    /// Remove this file at the end, if it is still that file.
+    File = b'F',
+    /// An event file is about to be made.
+    Making = b'M',
+    /// The event file announced by `Making` is this one (an empty record: none was made).
+    Made = b'D',
+}
+
+const MESSAGE_BYTES: usize = 1 + driver_files::RECORD_BYTES;
+
 /// The parent's handle on its guardian: its end of the socket the guardian reads, and the process.
 pub struct Guardian {
     socket: Option<OwnedFd>,
@@ -74,19 +88,44 @@ impl Guardian {
     /// Has the guardian remove these files too, should the run end without removing them. Never fails the
     /// run: a guardian that is gone or not reading is said once, as a warning.
     pub fn cover(&self, files: &[EventFile]) {
-        let Some(socket) = &self.socket else { return };
         for file in files {
-            let flags = MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT;
-            let sent = loop {
-                match send(socket.as_raw_fd(), &file.to_record(), flags) {
-                    Err(Errno::EINTR) => continue,
-                    other => break other,
-                }
-            };
-            if let Err(e) = sent {
-                self.say_lost(e);
-                return;
+            self.tell(Message::File, &file.to_record());
+        }
+    }
+
+    /// Runs `make`, which makes one event file (it exports an event), under the guardian's eye: the guardian
+    /// hears before that it is coming and after which file it is (or that none came), so that a parent
+    /// killed in between still leaves nothing (see [`watch`]).
+    pub fn covering<T>(
+        &self,
+        make: impl FnOnce() -> Result<T>,
+        file_of: impl Fn(&T) -> Option<&EventFile>,
+    ) -> Result<T> {
+        self.tell(Message::Making, &[0; driver_files::RECORD_BYTES]);
+        let made = make();
+        let record = made
+            .as_ref()
+            .ok()
+            .and_then(&file_of)
+            .map_or([0; driver_files::RECORD_BYTES], EventFile::to_record);
+        self.tell(Message::Made, &record);
+        made
+    }
+
+    fn tell(&self, kind: Message, record: &[u8; driver_files::RECORD_BYTES]) {
+        let Some(socket) = &self.socket else { return };
+        let mut message = [0u8; MESSAGE_BYTES];
+        message[0] = kind as u8;
+        message[1..].copy_from_slice(record);
+        let flags = MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT;
+        let sent = loop {
+            match send(socket.as_raw_fd(), &message, flags) {
+                Err(Errno::EINTR) => continue,
+                other => break other,
             }
+        };
+        if let Err(e) = sent {
+            self.say_lost(e);
         }
     }
 
@@ -123,6 +162,13 @@ impl Drop for Guardian {
 
 /// The guardian's life: it reads the files it is told of from `fd` until end of file (the parent, the one
 /// process that holds the other end, exited or was killed), then removes each name that is still that file.
+///
+/// A parent killed while it made an event file (between `Making` and `Made`) could not say which file it
+/// made. For that case the guardian looked, when it heard `Making`, at the names of the driver's shape with
+/// its parent's pid number; those that were not there then, and are there at the end, were made while only
+/// the parent was making one under that number in this PID namespace, and go too. (A process of the same
+/// pid number in another PID namespace sharing /dev/shm would have to make the same name within the same
+/// moments for this to touch its file.)
 pub fn watch(fd: RawFd) -> Result<()> {
     for stray in [Signal::SIGHUP, Signal::SIGINT, Signal::SIGQUIT, Signal::SIGTERM, Signal::SIGPIPE] {
         // SAFETY: ignoring a signal installs no handler.
@@ -130,15 +176,40 @@ pub fn watch(fd: RawFd) -> Result<()> {
     }
     let socket = crate::inherit::take(fd, "guardian socket")?;
     check_peer_is_parent(&socket)?;
+    let parent = nix::unistd::getppid().as_raw() as u32;
     let mut files = Vec::new();
-    let mut record = [0u8; driver_files::RECORD_BYTES];
+    let mut making = 0usize;
+    let mut before_making: Vec<EventFile> = Vec::new();
+    let mut message = [0u8; MESSAGE_BYTES];
     loop {
-        match recv(socket.as_raw_fd(), &mut record, MsgFlags::empty()) {
+        match recv(socket.as_raw_fd(), &mut message, MsgFlags::empty()) {
             Ok(0) => break,
-            Ok(n) if n == record.len() => files.extend(EventFile::from_record(&record)),
+            Ok(n) if n == MESSAGE_BYTES => {
+                let mut record = [0u8; driver_files::RECORD_BYTES];
+                record.copy_from_slice(&message[1..]);
+                let file = EventFile::from_record(&record);
+                match message[0] {
+                    b'M' => {
+                        if making == 0 {
+                            before_making = driver_files::named_by_pid(parent);
+                        }
+                        making += 1;
+                    }
+                    b'D' => {
+                        making = making.saturating_sub(1);
+                        files.extend(file);
+                    }
+                    _ => files.extend(file),
+                }
+            }
             Ok(_) | Err(Errno::EINTR) => {}
             Err(_) => break,
         }
+    }
+    if making > 0 {
+        let made_meanwhile =
+            driver_files::named_by_pid(parent).into_iter().filter(|f| !before_making.contains(f));
+        files.extend(made_meanwhile);
     }
     for file in files {
         let _ = file.remove_if_ours();

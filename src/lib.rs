@@ -28,6 +28,7 @@ pub mod kernel;
 pub mod numa;
 pub mod parent;
 pub mod phase;
+pub mod report;
 pub mod segment;
 pub mod signals;
 pub mod stop;

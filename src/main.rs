@@ -6,20 +6,26 @@ use std::process::ExitCode;
 use nix::sys::signal::{SigHandler, Signal, signal};
 
 use simple_ipc::ipc::Mechanism;
+use simple_ipc::output::{READER_GONE_STATUS, ReaderGone};
+use simple_ipc::report::{self, Status};
 use simple_ipc::signals::Interrupted;
 use simple_ipc::{
     EXIT_FAILURE, EXIT_SUCCESS, EXIT_WAIVED, Outcome, bench, child, cli, devices, driver, every_mechanism,
-    fault, guardian, parent, say, signals, topology, warn,
+    fault, guardian, parent, say, signals, topology, waive, warn,
 };
 
 fn main() -> ExitCode {
     simple_ipc::output::fill_closed_standard_descriptors();
-    // Like a C program, end quietly when the reader of our output goes away (`simple-ipc | head`).
-    // SAFETY: restoring the default disposition installs no handler; nothing else runs yet.
-    let _ = unsafe { signal(Signal::SIGPIPE, SigHandler::SigDfl) };
+    // SIGPIPE stays ignored (Rust's default): a reader that goes away (`simple-ipc | head`) is an EPIPE, which
+    // ends the run in order, quietly, with 141 as for a C program (`output::ReaderGone`).
     // A file size limit (`ulimit -f`) makes a write fail with EFBIG instead of killing the process.
     // SAFETY: ignoring a signal installs no handler; nothing else runs yet.
     let _ = unsafe { signal(Signal::SIGXFSZ, SigHandler::SigIgn) };
+    // Before any child is started: every role that waits for children needs their exit statuses.
+    if let Err(e) = signals::keep_child_statuses() {
+        warn!("simple-ipc: {e:#}");
+        return ExitCode::from(EXIT_FAILURE);
+    }
     // No panic reaches the user as status 101: it is a failure like any other, said in one line.
     std::panic::set_hook(Box::new(|panic| {
         warn!("simple-ipc: internal error: {panic}");
@@ -37,22 +43,50 @@ fn main() -> ExitCode {
         Some(index) => format!("Process {index}"),
         None => "simple-ipc".to_owned(),
     };
-    match run(&cli) {
-        Ok(Outcome::Passed) => ExitCode::from(EXIT_SUCCESS),
-        Ok(Outcome::Waived) => ExitCode::from(EXIT_WAIVED),
+    // The run's --json document: its path is checked before anything runs (a path that cannot take it is a
+    // usage error), and it is written once the verdict is known, whatever it is.
+    // `--ipc all` hands each of its runs a pipe for the document instead (`--report-fd`).
+    let opened = match (cli.child, cli.guardian_fd, &cli.json, cli.report_fd) {
+        (None, None, _, Some(fd)) => report::open_inherited(fd),
+        (None, None, Some(path), None) => report::open(path),
+        _ => Ok(()),
+    };
+    if let Err(e) = opened {
+        warn!("{who}: {e:#}");
+        return ExitCode::from(EXIT_FAILURE);
+    }
+    let (status, reason, code) = match run(&cli) {
+        Ok(Outcome::Passed) => (Status::Passed, None, EXIT_SUCCESS),
+        Ok(Outcome::Waived) => {
+            let reason = report::waiver().unwrap_or_else(|| "nothing can run here".to_owned());
+            (Status::Waived, Some(reason), EXIT_WAIVED)
+        }
+        // Quietly, as a C program killed by SIGPIPE.
+        Err(e) if e.chain().any(|cause| cause.is::<ReaderGone>()) => {
+            (Status::Interrupted, Some(ReaderGone.to_string()), READER_GONE_STATUS)
+        }
         Err(e) => {
             warn!("{who}: {e:#}");
             match e.chain().find_map(|cause| cause.downcast_ref::<Interrupted>()) {
-                Some(Interrupted(signal)) => ExitCode::from(128 + *signal as u8),
-                None => ExitCode::from(EXIT_FAILURE),
+                Some(interrupted) => {
+                    (Status::Interrupted, Some(interrupted.to_string()), 128 + interrupted.0 as u8)
+                }
+                None => (Status::Failed, Some(format!("{e:#}")), EXIT_FAILURE),
             }
+        }
+    };
+    match report::finish(status, reason.as_deref(), code) {
+        Ok(()) => ExitCode::from(code),
+        Err(e) => {
+            warn!("{who}: {e:#}");
+            ExitCode::from(if code == EXIT_SUCCESS { EXIT_FAILURE } else { code })
         }
     }
 }
 
 fn run(cli: &cli::Cli) -> anyhow::Result<Outcome> {
     if cfg!(any(target_arch = "aarch64", target_arch = "arm")) {
-        say!("Not supported on ARM")?;
+        waive!("Not supported on ARM")?;
         return Ok(Outcome::Waived);
     }
     signals::install()?;
@@ -75,7 +109,10 @@ fn run(cli: &cli::Cli) -> anyhow::Result<Outcome> {
             Some(mechanism) => bench::run_consumer(cli, mechanism),
             None => anyhow::bail!("--bench measures one mechanism at a time: give --ipc legacy, vmm or pool"),
         },
-        None if cli.topology => topology::run(),
+        None if cli.topology => {
+            fault::validate_for(&fault::Targets::NONE)?;
+            topology::run()
+        }
         None => match cli.ipc.mechanism() {
             Some(Mechanism::Pool) if cli.sync == cli::Sync::Memops => anyhow::bail!(
                 "--sync memops cannot order pool memory: stream memory operations refuse it \

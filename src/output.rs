@@ -1,15 +1,91 @@
 //! Everything the program writes: lines on standard output, whose write errors fail the run (a full disk,
-//! a closed descriptor; a reader that went away ends the process by SIGPIPE, as with any C program), warnings
-//! on standard error, which cannot fail the run, and the `--json` file, opened before the run so that a bad
-//! path is reported at once and a FIFO can never block it.
+//! a closed descriptor), and warnings on standard error, which cannot fail the run (the `--json` document is
+//! `report`'s).
+//!
+//! Two things about standard output belong to the invoker and are taken as they come. A reader that goes
+//! away (`simple-ipc | head -1`) ends the run as it would end a C program, with status 141 (128 + SIGPIPE)
+//! and nothing more said: SIGPIPE stays ignored (Rust's default), the write answers EPIPE, and that is
+//! [`ReaderGone`]. A non-blocking descriptor (O_NONBLOCK set by the invoker) is written as a blocking one
+//! would be: on EAGAIN the write waits, with `poll`, until the reader has made room.
 
-use std::fs::{File, OpenOptions};
-use std::io::{Seek, Write};
-use std::os::fd::RawFd;
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::os::fd::BorrowedFd;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
+use nix::errno::Errno;
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+
+/// The reader of standard output (or error) went away: the run ends with 141 (128 + SIGPIPE), quietly, as a
+/// C program killed by SIGPIPE would. `main` turns it into that status; the parent, when a child ended so.
+#[derive(Debug)]
+pub struct ReaderGone;
+
+impl std::fmt::Display for ReaderGone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the reader of standard output went away")
+    }
+}
+
+impl std::error::Error for ReaderGone {}
+
+/// The exit status of a run whose reader went away: 128 + SIGPIPE.
+pub const READER_GONE_STATUS: u8 = 128 + nix::libc::SIGPIPE as u8;
+
+/// Whether standard output or error is a pipe or socket whose reader has gone (`poll` says POLLERR or
+/// POLLHUP): how the parent tells a child that ended by SIGPIPE because of the run's output from one that
+/// met a broken pipe of its own.
+pub fn reader_gone() -> bool {
+    [1, 2].into_iter().any(|fd| {
+        // SAFETY: standard output and error stay open for the process's life (see
+        // `fill_closed_standard_descriptors`); poll only looks at them.
+        let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+        let mut fds = [PollFd::new(fd, PollFlags::POLLOUT)];
+        poll(&mut fds, PollTimeout::ZERO).is_ok()
+            && fds[0].revents().is_some_and(|r| r.intersects(PollFlags::POLLERR | PollFlags::POLLHUP))
+    })
+}
+
+/// Writes all of `bytes` to `fd`, however the descriptor behaves: a short write goes on, EINTR is retried,
+/// and EAGAIN (a non-blocking descriptor whose reader is slow) waits until the descriptor takes more.
+///
+/// O_NONBLOCK is not cleared, not even for a moment: it belongs to the open file description, which the
+/// invoker and every other process holding that output share, and clearing it would change how their writes
+/// behave (and a kill could come before it was restored). Waiting in `poll` gives a blocking write's
+/// behaviour to this process alone.
+fn write_all_to(fd: BorrowedFd, bytes: &[u8]) -> std::io::Result<()> {
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        match nix::unistd::write(fd, rest) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => rest = &rest[n..],
+            Err(Errno::EINTR) => {}
+            Err(Errno::EAGAIN) => {
+                let mut fds = [PollFd::new(fd, PollFlags::POLLOUT)];
+                match poll(&mut fds, PollTimeout::NONE) {
+                    // Whatever poll saw (room, or an error the next write will report), write again.
+                    Ok(_) | Err(Errno::EINTR) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Writes `bytes` to standard output in one go (one writer at a time among this process's threads, so that
+/// lines do not interleave): `Err(ReaderGone)` when the reader went away, an error with context otherwise.
+fn to_stdout(bytes: &[u8]) -> Result<()> {
+    // Std's lock on standard output serialises the writers; its buffer is not used (every write goes straight
+    // to the descriptor, so nothing is held back and nothing can be lost at exit).
+    let _one_writer = std::io::stdout().lock();
+    // SAFETY: standard output stays open for the process's life (see `fill_closed_standard_descriptors`).
+    let stdout = unsafe { BorrowedFd::borrow_raw(1) };
+    match write_all_to(stdout, bytes) {
+        Ok(()) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(Errno::EPIPE as i32) => Err(ReaderGone.into()),
+        Err(e) => Err(e).context("writing to standard output"),
+    }
+}
 
 /// Opens `/dev/null` on standard input, output or error where one is closed, so that no descriptor the
 /// program opens later (the segment, a pipe) takes its number and receives what is meant for it. Call it
@@ -31,26 +107,24 @@ pub fn fill_closed_standard_descriptors() {
     }
 }
 
-/// Writes a line (use [`say!`](crate::say)) and flushes it, so that the lines of several processes come
-/// out in the order they were written.
+/// Writes a line (use [`say!`](crate::say)) at once, so that the lines of several processes come out in the
+/// order they were written.
 pub fn line(args: std::fmt::Arguments) -> Result<()> {
-    let mut out = std::io::stdout().lock();
-    out.write_fmt(args)
-        .and_then(|()| out.write_all(b"\n"))
-        .and_then(|()| out.flush())
-        .context("writing to standard output")
+    to_stdout(format!("{args}\n").as_bytes())
 }
 
-/// Writes text as it is, and flushes it.
+/// Writes text as it is, at once.
 pub fn text(text: &str) -> Result<()> {
-    let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes()).and_then(|()| out.flush()).context("writing to standard output")
+    to_stdout(text.as_bytes())
 }
 
 /// Writes a line to standard error in one write, so that the lines of processes sharing it do not
 /// interleave; an error writing it is ignored (there is nowhere left to report it).
 pub fn warn(args: std::fmt::Arguments) {
-    let _ = std::io::stderr().write_all(format!("{args}\n").as_bytes());
+    let _one_writer = std::io::stderr().lock();
+    // SAFETY: standard error stays open for the process's life (see `fill_closed_standard_descriptors`).
+    let stderr = unsafe { BorrowedFd::borrow_raw(2) };
+    let _ = write_all_to(stderr, format!("{args}\n").as_bytes());
 }
 
 /// `say!("...", ...)`: a line on standard output, `Err` if it cannot be written.
@@ -65,66 +139,18 @@ macro_rules! warn {
     ($($arg:tt)*) => { $crate::output::warn(format_args!($($arg)*)) };
 }
 
-/// The `--json` file: a regular file, opened (created if need be) before the run, replaced when written.
-pub struct JsonFile {
-    path: PathBuf,
-    file: File,
+/// `waive!("...", ...)`: the line that says why nothing can run here, which is also the reason the `--json`
+/// document gives for the waived run; `Err` if it cannot be written.
+#[macro_export]
+macro_rules! waive {
+    ($($arg:tt)*) => {{
+        let line = format!($($arg)*);
+        $crate::report::note_waiver(&line);
+        $crate::output::line(format_args!("{line}"))
+    }};
 }
 
-impl JsonFile {
-    /// Opens `path` for writing without blocking; anything but a regular file (a FIFO, a device, a socket) is
-    /// refused, so that the run can neither hang on it nor write half a document into a pipe.
-    pub fn create(path: &Path) -> Result<Self> {
-        let shown = path.display();
-        let file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .mode(0o644)
-            .custom_flags(nix::libc::O_NONBLOCK)
-            .open(path)
-            .with_context(|| format!("--json {shown}: cannot open it for writing"))?;
-        let kind = file.metadata().with_context(|| format!("--json {shown}"))?.file_type();
-        if !kind.is_file() {
-            let what = if kind.is_fifo() { "a FIFO" } else { "not a regular file" };
-            bail!("--json {shown} is {what}; give the path of a regular file");
-        }
-        Ok(Self { path: path.to_owned(), file })
-    }
-
-    /// Replaces the file's contents with `document`.
-    pub fn write(mut self, document: &str) -> Result<()> {
-        let shown = self.path.display();
-        self.file.set_len(0).with_context(|| format!("truncating {shown}"))?;
-        self.file.rewind().with_context(|| format!("writing {shown}"))?;
-        self.file.write_all(document.as_bytes()).with_context(|| format!("writing {shown}"))
-    }
-}
-
-/// Where a run's JSON document goes: the `--json` file, or the pipe that `--ipc all` handed the run of one
-/// mechanism (`--report-fd`), so that its result comes back without a file.
-pub enum JsonOut {
-    File(JsonFile),
-    Inherited(File),
-}
-
-impl JsonOut {
-    /// Opens `--json FILE` or takes the inherited descriptor of `--report-fd FD`; `None` if neither is given.
-    pub fn open(file: Option<&Path>, report_fd: Option<RawFd>) -> Result<Option<Self>> {
-        if let Some(fd) = report_fd {
-            return Ok(Some(Self::Inherited(File::from(crate::inherit::take(fd, "--report-fd")?))));
-        }
-        Ok(file.map(JsonFile::create).transpose()?.map(Self::File))
-    }
-
-    pub fn write(self, document: &str) -> Result<()> {
-        match self {
-            Self::File(file) => file.write(document),
-            Self::Inherited(mut pipe) => {
-                pipe.write_all(document.as_bytes()).context("writing the result to --ipc all (--report-fd)")
-            }
-        }
-    }
-}
+pub use crate::report::JsonFile;
 
 #[cfg(test)]
 mod tests {
@@ -141,8 +167,10 @@ mod tests {
                 unsafe { nix::libc::close(1) };
                 fill_closed_standard_descriptors();
                 let one = std::fs::read_link("/proc/self/fd/1").ok();
-                let next = File::open("/proc/self/stat").map(|f| std::os::fd::AsRawFd::as_raw_fd(&f));
-                let ok = one.as_deref() == Some(Path::new("/dev/null")) && next.is_ok_and(|fd| fd > 2);
+                let next =
+                    std::fs::File::open("/proc/self/stat").map(|f| std::os::fd::AsRawFd::as_raw_fd(&f));
+                let ok =
+                    one.as_deref() == Some(std::path::Path::new("/dev/null")) && next.is_ok_and(|fd| fd > 2);
                 // SAFETY: (test) leaves the forked child without the harness's exit handlers.
                 unsafe { nix::libc::_exit(if ok { 0 } else { 1 }) }
             }
@@ -151,27 +179,5 @@ mod tests {
                 assert_eq!(status, nix::sys::wait::WaitStatus::Exited(child, 0), "fd 1 is not /dev/null");
             }
         }
-    }
-
-    #[test]
-    fn json_replaces_a_regular_file_and_refuses_a_fifo_without_blocking() {
-        let dir = std::env::temp_dir().join(format!("simple-ipc-json-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let file = dir.join("t.json");
-        std::fs::write(&file, "an old and much longer document").unwrap();
-        JsonFile::create(&file).unwrap().write("{}\n").unwrap();
-        assert_eq!(std::fs::read_to_string(&file).unwrap(), "{}\n");
-
-        let fifo = dir.join("fifo");
-        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
-        let refused = JsonFile::create(&fifo).err().expect("a FIFO without a reader is refused");
-        assert!(format!("{refused:#}").contains("--json"), "{refused:#}");
-        // With a reader it opens, and is still refused: it is not a regular file.
-        let _reader = OpenOptions::new().read(true).custom_flags(nix::libc::O_NONBLOCK).open(&fifo).unwrap();
-        let refused = JsonFile::create(&fifo).err().expect("a FIFO with a reader is refused too");
-        assert!(format!("{refused:#}").contains("is a FIFO"), "{refused:#}");
-
-        assert!(JsonFile::create(&dir.join("no/such/dir/t.json")).is_err());
-        std::fs::remove_dir_all(dir).unwrap();
     }
 }

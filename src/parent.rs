@@ -22,8 +22,8 @@ use crate::guardian::Guardian;
 use crate::ipc::{
     Event, ExportedBuffer, ExportedEvent, Mechanism, Missing, ProcessExports, Slice, descriptors,
 };
-use crate::output::JsonOut;
 use crate::phase::Phase;
+use crate::report::JsonFile;
 use crate::segment::{self, RunPlan, Segment, SharedState};
 use crate::signals;
 use crate::stream::Stream;
@@ -33,7 +33,7 @@ pub fn run(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
     let started = Instant::now();
     let mut watch = Stopwatch::start(Who::Parent, Phase::CudaStart)?;
     // Opened before anything runs: a bad path fails at once, and a FIFO can never block the end of a run.
-    let json = JsonOut::open(cli.json.as_deref(), cli.report_fd)?;
+    let json = JsonFile::requested();
     let name = segment::name_for(std::process::id());
     say!("PP: lshmName = {name}")?;
     let segment = Segment::create(&name)?;
@@ -48,7 +48,7 @@ pub fn run(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
     watch.enter(Phase::DeviceSelection)?;
     let chosen = devices::select(driver)?;
     if chosen.is_empty() {
-        say!("No CUDA devices support IPC")?;
+        waive!("No CUDA devices support IPC")?;
         return Ok(Outcome::Waived);
     }
     // Ask the devices, do not assume: a mechanism this host lacks is waived, with its reason.
@@ -57,17 +57,22 @@ pub fn run(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
         // Legacy is asked by an export, on the device's context, in `export_device`: creating the context here
         // would hold the children back.
         if let Some(reason) = mechanism.unsupported_by_attributes(driver, device)? {
-            say!("No CUDA devices support IPC with --ipc {} ({reason})", mechanism.name())?;
+            waive!("No CUDA devices support IPC with --ipc {} ({reason})", mechanism.name())?;
             return Ok(Outcome::Waived);
         }
         if let Some(reason) = driver.stream_memops_unsupported(device)?.filter(|_| memops) {
-            say!("No CUDA devices support IPC with --sync memops ({reason})")?;
+            waive!("No CUDA devices support IPC with --sync memops ({reason})")?;
             return Ok(Outcome::Waived);
         }
     }
     let process_devices = devices::plan(&chosen, cli.procs_per_device as usize)?;
     let n = process_devices.len();
-    fault::validate_for(n)?;
+    fault::validate_for(&fault::Targets {
+        children: 0..n,
+        parent: Phase::PARENT,
+        child: Phase::CHILD,
+        parent_sends_descriptors: mechanism.uses_descriptors(),
+    })?;
     state.describe_run(&RunPlan {
         devices: &process_devices,
         procs_per_device: cli.procs_per_device as usize,
@@ -153,7 +158,7 @@ fn waived_if_missing<T>(exported: Result<T>) -> Result<Option<T>> {
         Ok(exported) => Ok(Some(exported)),
         Err(e) => match e.downcast::<Missing>() {
             Ok(Missing(reason)) => {
-                say!("No CUDA devices support IPC with --ipc legacy ({reason})")?;
+                waive!("No CUDA devices support IPC with --ipc legacy ({reason})")?;
                 Ok(None)
             }
             Err(e) => Err(e),
@@ -246,10 +251,12 @@ impl<'d> Exporter<'_, 'd> {
         let stream = if self.memops { Some(Stream::non_blocking(driver)?) } else { None };
         for (index, _) in self.process_devices.iter().enumerate().filter(|(_, d)| **d == device) {
             // --sync memops orders the round-robin without interprocess events: it makes none.
-            let event = if self.memops { None } else { Some(ExportedEvent::create(driver, device)?) };
-            if let Some(file) = event.as_ref().and_then(ExportedEvent::file) {
-                self.guardian.cover(std::slice::from_ref(file));
-            }
+            let event = match self.memops {
+                true => None,
+                false => Some(
+                    self.guardian.covering(|| ExportedEvent::create(driver, device), ExportedEvent::file)?,
+                ),
+            };
             let buffer = ExportedBuffer::allocate(driver, self.mechanism, device, data + flag)
                 .with_context(|| format!("the {} buffer of process {index}", self.mechanism.name()))?;
             if let Some(stream) = &stream {
@@ -294,7 +301,7 @@ fn descriptor_counts(state: &SharedState, when: usize) -> String {
 }
 
 /// `--timings` and `--json`: the parent's phases and what each child left in the segment.
-fn report(cli: &Cli, json: Option<JsonOut>, state: &SharedState, parent: &Phases) -> Result<()> {
+fn report(cli: &Cli, json: Option<JsonFile>, state: &SharedState, parent: &Phases) -> Result<()> {
     if !cli.timings && json.is_none() {
         return Ok(());
     }

@@ -52,6 +52,33 @@ impl Phase {
         Phase::CleanUp,
     ];
 
+    /// The phases the parent of a run enters, where a fault of the parent can strike (see `parent::run`).
+    pub const PARENT: &[Phase] = &[
+        Phase::CudaStart,
+        Phase::DeviceSelection,
+        Phase::StartChildren,
+        Phase::AllocateExport,
+        Phase::WaitChildren,
+        Phase::CleanUp,
+    ];
+
+    /// The phases a child of a run enters, where its faults can strike (see `child::run`).
+    pub const CHILD: &[Phase] = &[
+        Phase::Attach,
+        Phase::CudaStart,
+        Phase::Context,
+        Phase::Prepare,
+        Phase::WaitReady,
+        Phase::OpenHandles,
+        Phase::RoundRobin,
+        Phase::CopyBack,
+        Phase::Verify,
+        Phase::CleanUp,
+    ];
+
+    /// The phases the benchmark's producer enters (`bench::run_producer`); its consumer enters none.
+    pub const BENCH_PRODUCER: &[Phase] = &[Phase::Attach, Phase::CudaStart, Phase::RoundRobin];
+
     /// The name in the timings table and the JSON (`round_robin`); fault specs write it with dashes.
     pub fn name(self) -> &'static str {
         match self {

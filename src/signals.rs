@@ -1,5 +1,10 @@
 //! SIGINT, SIGTERM and SIGHUP become a flag that the waits of every process look at, so that an interrupted
 //! run stops in order: children close what they opened, the parent frees what it exported, the segment goes.
+//!
+//! What the invoker left in place is respected where it is a choice and undone where it would falsify the
+//! verdict: a stop signal it ignores (`nohup`, a shell's background job) stays ignored, in this process and,
+//! since an ignored disposition survives exec, in every child; an ignored SIGCHLD, which would make the kernel
+//! reap our children itself and lose their exit statuses, is put back to the default.
 
 use std::sync::atomic::{AtomicI32, Ordering};
 
@@ -13,10 +18,18 @@ extern "C" fn remember(signal: nix::libc::c_int) {
     let _ = RECEIVED.compare_exchange(0, signal, Ordering::SeqCst, Ordering::SeqCst);
 }
 
-/// Installs the handlers (without SA_RESTART, so that a blocking wait returns early).
+/// The signals that stop a run in order.
+pub const STOP_SIGNALS: [Signal; 3] = [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP];
+
+/// Installs the handlers (without SA_RESTART, so that a blocking wait returns early) for each stop signal
+/// that this process did not inherit as ignored: `nohup simple-ipc`, or a background job whose SIGINT the
+/// shell ignores, must not be stopped by it, as no other program would be.
 pub fn install() -> Result<()> {
     let action = SigAction::new(SigHandler::Handler(remember), SaFlags::empty(), SigSet::empty());
-    for signal in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+    for signal in STOP_SIGNALS {
+        if is_ignored(signal)? {
+            continue;
+        }
         // SAFETY: the handler only stores into an atomic, which is async-signal-safe.
         unsafe { sigaction(signal, &action) }
             .with_context(|| format!("installing a handler for {signal}"))?;
@@ -24,9 +37,46 @@ pub fn install() -> Result<()> {
     Ok(())
 }
 
+/// Whether `signal` is ignored now, asked without changing it (installing and restoring would leave a moment
+/// in which the signal counts).
+pub fn is_ignored(signal: Signal) -> Result<bool> {
+    // SAFETY: `sigaction` is plain C data, for which all zeroes is a valid value.
+    let mut current: nix::libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: with a null new action, sigaction only writes the current one into `current`, which is valid
+    // for writes.
+    let rc = unsafe { nix::libc::sigaction(signal as nix::libc::c_int, std::ptr::null(), &mut current) };
+    nix::errno::Errno::result(rc).with_context(|| format!("asking the disposition of {signal}"))?;
+    Ok(current.sa_sigaction == nix::libc::SIG_IGN)
+}
+
+/// Puts SIGCHLD back to its default, whatever the invoker left (a supervisor's `signal(SIGCHLD, SIG_IGN)` is
+/// inherited across exec): ignored, the kernel reaps the children itself, `waitpid` answers ECHILD and their
+/// exit statuses, which are the verdict, are lost. Call it before any child is started.
+pub fn keep_child_statuses() -> Result<()> {
+    let default = SigAction::new(SigHandler::SigDfl, SaFlags::empty(), SigSet::empty());
+    // SAFETY: the default disposition installs no handler.
+    unsafe { sigaction(Signal::SIGCHLD, &default) }
+        .context("restoring the default disposition of SIGCHLD")?;
+    Ok(())
+}
+
 /// The first stop signal received, if any.
 pub fn received() -> Option<Signal> {
     Signal::try_from(RECEIVED.load(Ordering::SeqCst)).ok()
+}
+
+/// The first stop signal received, waiting up to `limit` for one to come.
+pub fn wait_received(limit: std::time::Duration) -> Option<Signal> {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(signal) = received() {
+            return Some(signal);
+        }
+        if start.elapsed() >= limit {
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
 }
 
 /// The error of a run stopped by a signal; `main` turns it into the exit status 128 + signal number.

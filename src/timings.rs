@@ -224,7 +224,7 @@ mod tests {
     #[test]
     fn the_stopwatch_reports_each_phase_entered_and_the_end() {
         let progress = AtomicU32::new(0);
-        let mut watch = Stopwatch::start(Who::Parent, Phase::CudaStart).unwrap().report_to(&progress);
+        let mut watch = Stopwatch::start(Who::Child(0), Phase::CudaStart).unwrap().report_to(&progress);
         assert_eq!(progress_of(progress.load(Ordering::Relaxed)), Progress::In(Phase::CudaStart));
         std::thread::sleep(Duration::from_millis(2));
         watch.enter(Phase::RoundRobin).unwrap();
