@@ -165,9 +165,31 @@ else
   for p in $(survivors); do kill -9 "$p"; done
 fi
 
+# A signal to the run's whole process group (timeout -s KILL, kill -KILL -PGID) while child 0 has not opened
+# the events: the guardian, in a session of its own, survives it and removes the driver's files of the run.
+for sig in KILL USR1; do
+  SIMPLE_IPC_TEST_FAULT=child0@open-handles:hang setsid env --default-signal=USR1 "$bin" --procs-per-device 4 >"$log/out" 2>&1 &
+  parent=$!
+  hex=$(printf '%x' "$parent")
+  for _ in $(seq 200); do ls /dev/shm | grep -q "^cuda\.shm\.0\.$hex\." && grep -q "Process 3: Starting" "$log/out" && break; sleep 0.05; done
+  had=$(ls /dev/shm | grep -c "^cuda\.shm\.0\.$hex\.")
+  kill -s "$sig" -- -"$parent"; wait "$parent" 2>/dev/null
+  gone=$(wait_all_gone 5)
+  for _ in $(seq 300); do [ "$(shm_state)" = "$shm_before" ] && break; sleep 0.01; done
+  left=$(comm -13 <(echo "$shm_before") <(shm_state) | tr '\n' ' ')
+  if [ "$had" -gt 0 ] && [ "$gone" != never ] && [ -z "$left" ]; then
+    record PASS "SIG$sig to the run's process group" "$had driver files while it ran; every process gone ${gone}s after, the guardian removed them"
+  else
+    record FAIL "SIG$sig to the run's process group" "driver files while it ran: $had; gone: $gone; left: ${left:-nothing}"
+    for p in $(survivors); do kill -9 "$p"; done
+  fi
+done
+
 # SIGINT and SIGTERM to the parent while the children run: an orderly stop, exit 128 + signal.
 for sig in INT TERM; do
-  SIMPLE_IPC_TEST_FAULT=child0@round-robin:hang "$bin" --procs-per-device 4 >"$log/out" 2>&1 &
+  # A background job of a script starts with SIGINT ignored, and an inherited ignore stays ignored: the
+  # default is restored for this case, as an interactive shell's foreground job has it.
+  SIMPLE_IPC_TEST_FAULT=child0@round-robin:hang env --default-signal=INT,TERM "$bin" --procs-per-device 4 >"$log/out" 2>&1 &
   parent=$!
   for _ in $(seq 200); do grep -q "Process 3: Starting" "$log/out" && break; sleep 0.05; done
   sleep 1
