@@ -337,12 +337,18 @@ impl HostDriver {
 
     /// A kernel's run time: xorshift, good enough to shuffle the order of concurrent work.
     fn kernel_delay(&self) -> Duration {
+        let x = self.random();
+        Duration::from_micros(KERNEL_DELAY_US.start + x % (KERNEL_DELAY_US.end - KERNEL_DELAY_US.start))
+    }
+
+    /// The next number of an xorshift: good enough to shuffle concurrent work and to name temporary files.
+    fn random(&self) -> u64 {
         let mut x = self.random.load(Ordering::Relaxed);
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
         self.random.store(x, Ordering::Relaxed);
-        Duration::from_micros(KERNEL_DELAY_US.start + x % (KERNEL_DELAY_US.end - KERNEL_DELAY_US.start))
+        x
     }
 
     fn buffer(&self, ptr: DevicePtr) -> Result<Arc<Mapping>> {
@@ -480,7 +486,8 @@ impl Driver for HostDriver {
         // process ends normally, so that the tests see what a killed exporter leaves.
         let n = self.next_event.fetch_add(1, Ordering::Relaxed) as i32;
         let name = event_file_name(std::process::id(), n);
-        let made = format!("{name}.new");
+        // A name of its own (another process of our pid number may be making the same one).
+        let made = format!("{name}.new{:x}", self.random());
         let file = OpenOptions::new()
             .read(true)
             .write(true)
