@@ -9,21 +9,14 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{FAULT, bin, guardian_of, leftovers, run_with_pid, simulated, text, wait_pid_gone};
+use common::{
+    FAULT, assert_nothing_left, bin, guardian_of, leftovers, run_with_pid, simulated, text, wait_pid_gone,
+};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 fn signal(pid: u32, signal: Signal) {
     kill(Pid::from_raw(pid as i32), signal).unwrap();
-}
-
-/// Waits up to 3 s for the run of `pid` to leave nothing in /dev/shm (the guardian works after the run).
-fn assert_nothing_left(pid: u32, children: &[u32], what: &str) {
-    let start = Instant::now();
-    while !leftovers(pid, children).is_empty() && start.elapsed() < Duration::from_secs(3) {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    assert_eq!(leftovers(pid, children), Vec::<String>::new(), "{what}: run {pid} left files in /dev/shm");
 }
 
 /// A stopped guardian does not hold the run: the watchdog, SIGINT and SIGTERM still end it at once, and a

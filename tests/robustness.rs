@@ -9,7 +9,7 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{FAULT, SIMULATE, bin, leftovers, run, simulated, text, wait_group_gone};
+use common::{FAULT, SIMULATE, bin, run, simulated, text, wait_group_gone};
 use nix::sys::resource::{Resource, setrlimit};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -22,11 +22,7 @@ fn assert_clean(pid: u32, what: &str) {
 /// guardian is in a session of its own: its work is waited for up to 3 s.
 fn assert_clean_of(pid: u32, children: &[u32], what: &str) {
     assert!(wait_group_gone(pid, Duration::from_secs(3)).is_some(), "{what}: a process of run {pid} is left");
-    let start = Instant::now();
-    while !leftovers(pid, children).is_empty() && start.elapsed() < Duration::from_secs(3) {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    assert_eq!(leftovers(pid, children), Vec::<String>::new(), "{what}: run {pid} left files in /dev/shm");
+    common::assert_nothing_left(pid, children, what);
 }
 
 /// The documented statuses: 0, 1, 2, or 128+N after a signal; never a panic's 101.

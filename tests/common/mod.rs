@@ -142,6 +142,16 @@ pub fn leftovers(pid: u32, children: &[u32]) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Asserts that the run of parent `pid` (children `children`) leaves nothing in /dev/shm, waiting up to 3 s:
+/// its guardian, in a session of its own, may still be at work after the run's processes are gone.
+pub fn assert_nothing_left(pid: u32, children: &[u32], what: &str) {
+    let start = Instant::now();
+    while !leftovers(pid, children).is_empty() && start.elapsed() < Duration::from_secs(3) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(leftovers(pid, children), Vec::<String>::new(), "{what}: run {pid} left files in /dev/shm");
+}
+
 /// The pids of the processes `pid` has started, and theirs, as /proc lists them now.
 pub fn descendants(pid: u32) -> Vec<u32> {
     let mut found = Vec::new();
