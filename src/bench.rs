@@ -27,6 +27,7 @@ use crate::devices;
 use crate::driver::{self, Driver};
 use crate::fault::{self, Who};
 use crate::futex;
+use crate::gpu::Stream;
 use crate::guardian::Guardian;
 use crate::ipc::diagnose::Exporter;
 use crate::ipc::{
@@ -37,7 +38,6 @@ use crate::output::JsonFile;
 use crate::phase::Phase;
 use crate::segment::{self, RunPlan, Segment, SharedState};
 use crate::signals;
-use crate::stream::Stream;
 use crate::timings::Stopwatch;
 
 /// The consumer is process 0 (the parent), the producer process 1 (its child).
@@ -243,8 +243,7 @@ pub fn run_consumer(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
     for (pair, &(producer, consumer)) in pairs.iter().enumerate() {
         state.bench.producer_device.store(producer as u32, Ordering::Relaxed);
         barrier.wait(&stop)?; // the pair is announced
-        driver.use_device(consumer)?;
-        let stream = Stream::non_blocking(driver)?;
+        let stream = Stream::non_blocking(driver, consumer)?;
         let mine = ExportedEvent::create(driver, consumer)?;
         state.publish_event(CONSUMER, mine.handle(), mine.file());
         guardian.cover(mine.file().map(std::slice::from_ref).unwrap_or_default());
@@ -253,7 +252,8 @@ pub fn run_consumer(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
         // The producer's event file is covered too: the guardian outlives both.
         let producer_event = Exporter { pid: None, file: state.event_file(PRODUCER) };
         guardian.cover(producer_event.file.as_slice());
-        let theirs = OpenedEvent::open(driver, &state.event_handles[PRODUCER].load(), &producer_event)?;
+        let theirs =
+            OpenedEvent::open(driver, consumer, &state.event_handles[PRODUCER].load(), &producer_event)?;
         let flags_by = flags_mechanism(mechanism);
         let descriptor = if flags_by.uses_descriptors() { receive(&stop)? } else { None };
         let flags = OpenedBuffer::open(
@@ -504,8 +504,7 @@ pub fn run_producer(index: usize, segment_fd: Option<i32>, socket_fd: Option<i32
     for _ in 0..state.bench.pairs.load(Ordering::Relaxed) {
         barrier.wait(&stop)?; // the pair is announced
         let device = state.bench.producer_device.load(Ordering::Relaxed) as i32;
-        driver.use_device(device)?;
-        let stream = Stream::non_blocking(driver)?;
+        let stream = Stream::non_blocking(driver, device)?;
         let mine = ExportedEvent::create(driver, device)?;
         state.publish_event(PRODUCER, mine.handle(), mine.file());
         let work = DeviceBuffer::allocate(driver, device, WORK_BYTES)?;
@@ -519,7 +518,8 @@ pub fn run_producer(index: usize, segment_fd: Option<i32>, socket_fd: Option<i32
             pid: Some(state.parent_pid.load(Ordering::Relaxed)),
             file: state.event_file(CONSUMER),
         };
-        let theirs = OpenedEvent::open(driver, &state.event_handles[CONSUMER].load(), &consumer_event)?;
+        let theirs =
+            OpenedEvent::open(driver, device, &state.event_handles[CONSUMER].load(), &consumer_event)?;
         let side = Pair {
             stream: &stream,
             mine: &mine,

@@ -13,17 +13,17 @@ use nix::unistd::getppid;
 use crate::barrier;
 use crate::driver::{self, Driver};
 use crate::fault::{self, Who};
-use crate::host_buffer::{self, HostBuffer};
+use crate::gpu::Stream;
+use crate::gpu::host_buffer::{self, HostBuffer};
+use crate::gpu::kernel::SimpleKernel;
 use crate::inherit;
 use crate::ipc::diagnose::Exporter;
 use crate::ipc::{Mechanism, OpenedBuffer, OpenedEvent, Slice, descriptors};
-use crate::kernel::SimpleKernel;
 use crate::numa::{self, Sysfs};
 use crate::phase::Phase;
 use crate::segment::{self, Segment, SharedState};
 use crate::signals;
 use crate::stop::StopCheck;
-use crate::stream::Stream;
 use crate::timings::Stopwatch;
 use crate::verify::find_mismatches;
 
@@ -67,14 +67,13 @@ pub fn run(index: usize, segment_fd: Option<i32>, socket_fd: Option<i32>) -> Res
             None => say!("Process {index}: device {device} has no known NUMA node; not bound"),
         }?;
     }
-    driver.use_device(device)?;
-    let stream = Stream::non_blocking(driver)?;
+    let stream = Stream::non_blocking(driver, device)?;
 
     watch.enter(Phase::Prepare)?;
     let info = driver.device_info(device)?;
-    let kernel = SimpleKernel::load(driver, info.multiprocessors)?;
+    let kernel = SimpleKernel::load(driver, device, info.multiprocessors)?;
     let host_memory = host_memory.join().map_err(|_| anyhow!("the host buffer thread failed"))??;
-    let mut host = HostBuffer::pin(driver, host_memory)?;
+    let mut host = HostBuffer::pin(driver, device, host_memory)?;
 
     // The parent exports the handles while we started CUDA; wait until they are all there.
     watch.enter(Phase::WaitReady)?;
@@ -106,7 +105,7 @@ pub fn run(index: usize, segment_fd: Option<i32>, socket_fd: Option<i32>) -> Res
         // --sync memops orders the round-robin without interprocess events: it opens none.
         if !memops {
             events.push(
-                OpenedEvent::open(driver, &state.event_handles[other].load(), &exporter)
+                OpenedEvent::open(driver, device, &state.event_handles[other].load(), &exporter)
                     .with_context(|| format!("opening the event of process {other}"))?,
             );
         }

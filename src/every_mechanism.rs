@@ -29,7 +29,7 @@ use nix::unistd::Pid;
 use crate::Outcome;
 use crate::cli::{Cli, Sync};
 use crate::inherit;
-use crate::ipc::Mechanism;
+use crate::ipc::{Mechanism, memops_refusal};
 use crate::report::{JsonFile, json_string};
 use crate::signals::{self, Interrupted};
 
@@ -61,7 +61,7 @@ pub fn run(cli: &Cli) -> Result<Outcome> {
         let row = match cannot_run(cli, mechanism) {
             Some(reason) => {
                 say!("{reason}")?;
-                Row { mechanism, ending: Ending::Waived(reason.to_owned()), wall_ms: None, open_one_ms: None }
+                Row { mechanism, ending: Ending::Waived(reason.clone()), wall_ms: None, open_one_ms: None }
             }
             None => run_one(&passed_on, mechanism)?,
         };
@@ -118,11 +118,8 @@ pub fn passed_on(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
 
 /// Why `mechanism` cannot run with the user's options whatever the devices, if so: a property of the
 /// mechanism, so its row is waived with the reason (`main` refuses `--ipc pool --sync memops` as an error).
-fn cannot_run(cli: &Cli, mechanism: Mechanism) -> Option<&'static str> {
-    (mechanism == Mechanism::Pool && cli.sync == Sync::Memops).then_some(
-        "--sync memops cannot order pool memory: stream memory operations refuse it \
-         (CUDA_ERROR_INVALID_VALUE on driver 580)",
-    )
+fn cannot_run(cli: &Cli, mechanism: Mechanism) -> Option<String> {
+    (cli.sync == Sync::Memops && mechanism.spec().refuses_memops.is_some()).then(|| memops_refusal(mechanism))
 }
 
 /// How often the top parent looks at the run of one mechanism while it waits for output.

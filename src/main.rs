@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use nix::sys::signal::{SigHandler, Signal, signal};
 
-use simple_ipc::ipc::Mechanism;
+use simple_ipc::ipc::memops_refusal;
 use simple_ipc::output::{READER_GONE_STATUS, ReaderGone};
 use simple_ipc::report::{self, Status};
 use simple_ipc::signals::Interrupted;
@@ -114,10 +114,9 @@ fn run(cli: &cli::Cli) -> anyhow::Result<Outcome> {
             topology::run()
         }
         None => match cli.ipc.mechanism() {
-            Some(Mechanism::Pool) if cli.sync == cli::Sync::Memops => anyhow::bail!(
-                "--sync memops cannot order pool memory: stream memory operations refuse it \
-                 (CUDA_ERROR_INVALID_VALUE on driver 580); use --ipc legacy or vmm"
-            ),
+            Some(mechanism) if cli.sync == cli::Sync::Memops && mechanism.spec().refuses_memops.is_some() => {
+                anyhow::bail!("{}; use --ipc legacy or vmm", memops_refusal(mechanism))
+            }
             Some(mechanism) => parent::run(cli, mechanism),
             None => every_mechanism::run(cli),
         },

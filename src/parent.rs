@@ -18,6 +18,7 @@ use crate::cli::{Cli, Sync};
 use crate::devices;
 use crate::driver::Driver;
 use crate::fault::{self, DescriptorFault, Who};
+use crate::gpu::Stream;
 use crate::guardian::Guardian;
 use crate::ipc::{
     Event, ExportedBuffer, ExportedEvent, Mechanism, Missing, ProcessExports, Slice, descriptors,
@@ -26,7 +27,6 @@ use crate::phase::Phase;
 use crate::report::JsonFile;
 use crate::segment::{self, RunPlan, Segment, SharedState};
 use crate::signals;
-use crate::stream::Stream;
 use crate::timings::{self, Phases, Stopwatch};
 
 pub fn run(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
@@ -99,7 +99,9 @@ pub fn run(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
     let mut children;
     if cli.sequential {
         watch.enter(Phase::AllocateExport)?;
-        let Some(exported) = waived_if_missing(exporter.export_all(&mut watch, Phase::StartChildren))? else {
+        let Some(exported) =
+            waived_if_missing(mechanism, exporter.export_all(&mut watch, Phase::StartChildren))?
+        else {
             return Ok(Outcome::Waived);
         };
         exports = exported;
@@ -108,7 +110,9 @@ pub fn run(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
         watch.enter(Phase::StartChildren)?;
         children = Children::spawn(&segment, 0..n, &[], &their_sockets, started, cli.timeout())?;
         watch.enter(Phase::AllocateExport)?;
-        let Some(exported) = waived_if_missing(exporter.export_all(&mut watch, Phase::WaitChildren))? else {
+        let Some(exported) =
+            waived_if_missing(mechanism, exporter.export_all(&mut watch, Phase::WaitChildren))?
+        else {
             children.stop(None);
             return Ok(Outcome::Waived);
         };
@@ -153,12 +157,12 @@ pub fn run(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
 type Indexed<'d> = Vec<(usize, ProcessExports<'d>)>;
 
 /// `None`, after printing the waived line, when the export found the mechanism missing on a device.
-fn waived_if_missing<T>(exported: Result<T>) -> Result<Option<T>> {
+fn waived_if_missing<T>(mechanism: Mechanism, exported: Result<T>) -> Result<Option<T>> {
     match exported {
         Ok(exported) => Ok(Some(exported)),
         Err(e) => match e.downcast::<Missing>() {
             Ok(Missing(reason)) => {
-                waive!("No CUDA devices support IPC with --ipc legacy ({reason})")?;
+                waive!("No CUDA devices support IPC with --ipc {} ({reason})", mechanism.name())?;
                 Ok(None)
             }
             Err(e) => Err(e),
@@ -239,16 +243,16 @@ impl<'d> Exporter<'_, 'd> {
         let start = Instant::now();
         driver.use_device(device).with_context(|| format!("making device {device} current"))?;
         let context = start.elapsed();
-        // Legacy IPC is asked of the device by exporting a small allocation, now that it has a context.
-        if let Some(reason) =
-            self.mechanism.unsupported(driver, device)?.filter(|_| self.mechanism == Mechanism::Legacy)
+        // A mechanism with a trial (legacy: a small export) is asked now that the device has a context.
+        if let Some(probe) = self.mechanism.spec().probe
+            && let Some(reason) = probe(driver, device)?
         {
             return Err(Missing(reason).into());
         }
         let mut exported = Vec::new();
         let data = segment::data_size(driver.simulated());
         let flag = if self.memops { segment::FLAG_BYTES } else { 0 };
-        let stream = if self.memops { Some(Stream::non_blocking(driver)?) } else { None };
+        let stream = if self.memops { Some(Stream::non_blocking(driver, device)?) } else { None };
         for (index, _) in self.process_devices.iter().enumerate().filter(|(_, d)| **d == device) {
             // --sync memops orders the round-robin without interprocess events: it makes none.
             let event = match self.memops {

@@ -12,10 +12,9 @@ use std::sync::Mutex;
 use anyhow::{Context, Result};
 
 use super::diagnose::{self, Exporter, Opening};
-use super::warn_on_error;
 use crate::driver::{Driver, IpcHandleBytes, RawEvent};
 use crate::driver_files::{self, EventFile};
-use crate::stop::{self, StopCheck};
+use crate::gpu::{Event, warn_on_error};
 
 /// Held while this process exports or opens an event, so that the one driver file that appears in
 /// `/proc/self/maps` meanwhile is that event's.
@@ -28,25 +27,6 @@ fn with_new_file<T>(make: impl FnOnce() -> Result<T>) -> Result<(T, Option<Event
     let made = make()?;
     let file = driver_files::appeared(&before, &driver_files::mapped()?);
     Ok((made, file))
-}
-
-/// Any event a stream can wait for or record: exported by this process or opened from another.
-pub trait Event {
-    fn driver(&self) -> &dyn Driver;
-    /// The raw event. Only for the driver's `unsafe fn`s, whose contract the owner upholds.
-    fn raw(&self) -> RawEvent;
-
-    /// Whether the work the event last captured has run.
-    fn is_complete(&self) -> Result<bool> {
-        // SAFETY: the event is alive as long as `self`.
-        unsafe { self.driver().query_event(self.raw()) }
-    }
-
-    /// The host waits for the work the event last captured (`cudaEventSynchronize`), asking `stop` while it
-    /// waits, so that an abort always reaches it.
-    fn synchronize(&self, stop: &dyn StopCheck) -> Result<()> {
-        stop::poll(|| self.is_complete(), stop, None).map(drop)
-    }
 }
 
 /// An interprocess event created and exported by this process (the parent): destroyed on drop. The driver
@@ -93,9 +73,13 @@ impl<'d> ExportedEvent<'d> {
     }
 }
 
-impl Event for ExportedEvent<'_> {
+// SAFETY: the event was made on `device` by `driver` and is destroyed only when the owner is dropped.
+unsafe impl Event for ExportedEvent<'_> {
     fn driver(&self) -> &dyn Driver {
         self.driver
+    }
+    fn device(&self) -> i32 {
+        self.device
     }
     fn raw(&self) -> RawEvent {
         self.event
@@ -114,18 +98,25 @@ impl Drop for ExportedEvent<'_> {
 /// Another process's event, opened in this one (`cudaIpcOpenEventHandle`): destroyed on drop.
 pub struct OpenedEvent<'d> {
     driver: &'d dyn Driver,
+    device: i32,
     event: RawEvent,
 }
 
 impl<'d> OpenedEvent<'d> {
-    /// Opens the event `handle` names, and checks that the driver's file this process mapped for it is the
-    /// one `exporter` made; a failure says why, from what this process can see.
-    pub fn open(driver: &'d dyn Driver, handle: &IpcHandleBytes, exporter: &Exporter) -> Result<Self> {
+    /// Opens the event `handle` names on `device`'s context, and checks that the driver's file this process
+    /// mapped for it is the one `exporter` made; a failure says why, from what this process can see.
+    pub fn open(
+        driver: &'d dyn Driver,
+        device: i32,
+        handle: &IpcHandleBytes,
+        exporter: &Exporter,
+    ) -> Result<Self> {
+        driver.use_device(device)?;
         let (opened, file) = with_new_file(|| {
             let event = driver
                 .ipc_open_event_handle(handle)
                 .map_err(|e| diagnose::open_failed(e, Opening::Event, exporter))?;
-            Ok(Self { driver, event })
+            Ok(Self { driver, device, event })
         })?;
         match diagnose::collision(exporter, file.as_ref()) {
             Some(collision) => Err(collision), // `opened` is destroyed on the way out
@@ -134,9 +125,13 @@ impl<'d> OpenedEvent<'d> {
     }
 }
 
-impl Event for OpenedEvent<'_> {
+// SAFETY: the event was opened on `device` by `driver` and is destroyed only when the view is dropped.
+unsafe impl Event for OpenedEvent<'_> {
     fn driver(&self) -> &dyn Driver {
         self.driver
+    }
+    fn device(&self) -> i32 {
+        self.device
     }
     fn raw(&self) -> RawEvent {
         self.event
@@ -145,7 +140,9 @@ impl Event for OpenedEvent<'_> {
 
 impl Drop for OpenedEvent<'_> {
     fn drop(&mut self) {
+        let d = self.driver;
         // SAFETY: opened by this driver, destroyed only here, once.
-        warn_on_error("destroying an opened IPC event", unsafe { self.driver.destroy_event(self.event) });
+        let destroyed = d.use_device(self.device).and_then(|()| unsafe { d.destroy_event(self.event) });
+        warn_on_error("destroying an opened IPC event", destroyed);
     }
 }

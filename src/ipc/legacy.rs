@@ -4,14 +4,50 @@
 
 use anyhow::{Context, Result};
 
-use super::diagnose::{self, Exporter, Opening};
-use super::{DeviceBuffer, DeviceMemory, warn_on_error};
+use super::diagnose::{self, Exporter};
+use super::{Export as ExportRecord, Spec, ToOpen};
 use crate::driver::{DevicePtr, Driver, IpcHandleBytes};
+use crate::gpu::{DeviceBuffer, DeviceMemory, warn_on_error};
+
+/// The original's mechanism: nothing to ask of the attributes, but a trial export (see [`unsupported`]).
+pub const SPEC: Spec = Spec {
+    name: "legacy",
+    needs: &[],
+    descriptors: false,
+    refuses_memops: None,
+    probe: Some(unsupported),
+    allocate,
+    open,
+};
+
+fn allocate<'d>(driver: &'d dyn Driver, device: i32, bytes: usize) -> Result<Box<dyn ExportRecord + 'd>> {
+    Ok(Box::new(Export::allocate(driver, device, bytes)?))
+}
+
+fn open<'d>(driver: &'d dyn Driver, opening: ToOpen) -> Result<Box<dyn DeviceMemory + 'd>> {
+    Ok(Box::new(View::open(driver, opening.device, opening.handle, opening.bytes, opening.exporter)?))
+}
 
 /// A buffer allocated with `cudaMalloc` and exported: freed on drop.
 pub struct Export<'d> {
-    pub buffer: DeviceBuffer<'d>,
-    pub handle: IpcHandleBytes,
+    buffer: DeviceBuffer<'d>,
+    handle: IpcHandleBytes,
+}
+
+// SAFETY: the memory is the buffer's, freed only when the export is dropped.
+unsafe impl DeviceMemory for Export<'_> {
+    fn ptr(&self) -> DevicePtr {
+        self.buffer.ptr()
+    }
+    fn bytes(&self) -> usize {
+        self.buffer.bytes()
+    }
+}
+
+impl ExportRecord for Export<'_> {
+    fn handle(&self) -> &IpcHandleBytes {
+        &self.handle
+    }
 }
 
 impl<'d> Export<'d> {
@@ -24,26 +60,48 @@ impl<'d> Export<'d> {
     }
 }
 
-/// Another process's buffer, mapped with `cudaIpcOpenMemHandle`: unmapped on drop.
+/// Another process's buffer, mapped with `cudaIpcOpenMemHandle` on `device`'s context: unmapped on drop.
 pub struct View<'d> {
     driver: &'d dyn Driver,
-    pub ptr: DevicePtr,
+    device: i32,
+    ptr: DevicePtr,
+    bytes: usize,
 }
 
 impl<'d> View<'d> {
-    /// Opens the buffer of `exporter`; a failure says why, from what this process can see.
-    pub fn open(driver: &'d dyn Driver, handle: &IpcHandleBytes, exporter: &Exporter) -> Result<Self> {
+    /// Opens the buffer of `exporter` on `device`; a failure says why, from what this process can see.
+    pub fn open(
+        driver: &'d dyn Driver,
+        device: i32,
+        handle: &IpcHandleBytes,
+        bytes: usize,
+        exporter: &Exporter,
+    ) -> Result<Self> {
+        driver.use_device(device)?;
         let ptr = driver
             .ipc_open_mem_handle(handle)
-            .map_err(|e| diagnose::open_failed(e, Opening::LegacyMemory, exporter))?;
-        Ok(Self { driver, ptr })
+            .map_err(|e| diagnose::open_failed(e, diagnose::Opening::LegacyMemory, exporter))?;
+        Ok(Self { driver, device, ptr, bytes })
+    }
+}
+
+// SAFETY: the mapping lives until the view is dropped; the exporter's buffer has at least `bytes` bytes (the
+// segment says so, and the exporter frees it only after every view is closed).
+unsafe impl DeviceMemory for View<'_> {
+    fn ptr(&self) -> DevicePtr {
+        self.ptr
+    }
+    fn bytes(&self) -> usize {
+        self.bytes
     }
 }
 
 impl Drop for View<'_> {
     fn drop(&mut self) {
+        let d = self.driver;
         // SAFETY: the mapping came from `ipc_open_mem_handle` and is closed only here, once.
-        warn_on_error("closing an opened IPC buffer", unsafe { self.driver.ipc_close_mem_handle(self.ptr) });
+        let closed = d.use_device(self.device).and_then(|()| unsafe { d.ipc_close_mem_handle(self.ptr) });
+        warn_on_error("closing an opened IPC buffer", closed);
     }
 }
 

@@ -1,14 +1,14 @@
 //! Ownership of what crosses process boundaries, for each IPC mechanism: the exporter owns its buffer and
 //! frees it on drop; an importer holds a view that unmaps, frees or closes what it opened on drop, and can
-//! free nothing of the exporter's. [`ExportedBuffer`] and [`OpenedBuffer`] are the one interface over the
-//! three mechanisms, so that the parent and the children read the same whatever the mechanism:
+//! free nothing of the exporter's. Each mechanism is one [`Spec`] in a file of its own, with one export
+//! record and one view record; [`ExportedBuffer`] and [`OpenedBuffer`] are the one interface over them, so
+//! that the parent and the children read the same whatever the mechanism:
 //! - [`legacy`]: `cudaIpcGetMemHandle` / `cudaIpcOpenMemHandle`, the original's;
 //! - [`vmm`]: `cuMemCreate` allocations shared as file descriptors;
 //! - [`pool`]: allocations of a memory pool shared as a file descriptor and pointer export data.
 //!
 //! The descriptors of the last two travel over [`descriptors`]. The interprocess [`events`] are the same
-//! for all three. [`DeviceMemory`] and [`Event`] are what streams and kernels accept, so that no raw handle
-//! leaves these owners.
+//! for all three; the device memory owners below them are in `gpu`.
 
 pub mod descriptors;
 pub mod diagnose;
@@ -19,18 +19,14 @@ pub mod vmm;
 
 use std::os::fd::{BorrowedFd, OwnedFd};
 
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Result, anyhow};
 
 use crate::driver::{Capability, DevicePtr, Driver, IpcHandleBytes};
-pub use events::{Event, ExportedEvent, OpenedEvent};
+pub use crate::gpu::{DeviceBuffer, DeviceMemory, Event, Slice};
+pub use events::{ExportedEvent, OpenedEvent};
 
-fn warn_on_error(what: &str, result: Result<()>) {
-    if let Err(e) = result {
-        warn!("warning: {what}: {e:#}");
-    }
-}
-
-/// How the buffers are shared between processes (`--ipc`).
+/// How the buffers are shared between processes (`--ipc`). What each one is and does is its [`Spec`], in
+/// its own file: a new mechanism is a file, a variant here and a line in [`Mechanism::spec`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mechanism {
     Legacy,
@@ -38,19 +34,72 @@ pub enum Mechanism {
     Pool,
 }
 
+/// One mechanism: its facts, and how it exports a buffer and opens another process's.
+pub struct Spec {
+    pub name: &'static str,
+    /// What each device must report (the attributes; legacy is asked by a trial export instead).
+    pub needs: &'static [Capability],
+    /// Whether each buffer comes with a file descriptor that must travel over a socket.
+    pub descriptors: bool,
+    /// Why stream memory operations cannot order this mechanism's memory, if they cannot.
+    pub refuses_memops: Option<&'static str>,
+    /// A trial that tells whether `device` can use it, beyond its attributes (it needs a context).
+    pub probe: Option<Probe>,
+    /// Allocates `bytes` on `device` and exports them.
+    pub allocate: Allocate,
+    /// Opens another process's buffer.
+    pub open: Open,
+}
+
+/// Why `device` cannot use a mechanism, found by trial; `None` if it can.
+pub type Probe = fn(&dyn Driver, i32) -> Result<Option<String>>;
+/// A mechanism's export of `bytes` on `device`.
+pub type Allocate = for<'d> fn(&'d dyn Driver, i32, usize) -> Result<Box<dyn Export + 'd>>;
+/// A mechanism's view of another process's buffer.
+pub type Open = for<'d> fn(&'d dyn Driver, ToOpen) -> Result<Box<dyn DeviceMemory + 'd>>;
+
+/// What an importer has to open another process's buffer.
+pub struct ToOpen<'a> {
+    pub handle: &'a IpcHandleBytes,
+    /// For the mechanisms with descriptors: the buffer's, closed whatever happens.
+    pub descriptor: Option<OwnedFd>,
+    pub bytes: usize,
+    /// The importer's device.
+    pub device: i32,
+    /// What the importer knows of the exporter, for the message of a failure.
+    pub exporter: &'a diagnose::Exporter,
+}
+
+impl ToOpen<'_> {
+    /// The descriptor a mechanism with descriptors needs.
+    pub fn take_descriptor(&mut self, mechanism: &str) -> Result<OwnedFd> {
+        self.descriptor.take().ok_or_else(|| anyhow!("no descriptor came for this {mechanism} buffer"))
+    }
+}
+
+/// An exporter's buffer, whatever the mechanism: device memory with what must travel for it.
+pub trait Export: DeviceMemory + Send {
+    /// The 64 bytes the segment carries for it.
+    fn handle(&self) -> &IpcHandleBytes;
+    /// The descriptor that must travel with the handle, for the mechanisms that have one.
+    fn descriptor(&self) -> Option<BorrowedFd<'_>> {
+        None
+    }
+}
+
 impl Mechanism {
     pub const ALL: [Mechanism; 3] = [Mechanism::Legacy, Mechanism::Vmm, Mechanism::Pool];
 
-    pub fn name(self) -> &'static str {
+    pub fn spec(self) -> &'static Spec {
         match self {
-            Mechanism::Legacy => "legacy",
-            Mechanism::Vmm => "vmm",
-            Mechanism::Pool => "pool",
+            Mechanism::Legacy => &legacy::SPEC,
+            Mechanism::Vmm => &vmm::SPEC,
+            Mechanism::Pool => &pool::SPEC,
         }
     }
 
-    pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|m| m.name() == name)
+    pub fn name(self) -> &'static str {
+        self.spec().name
     }
 
     /// Its number in the segment and in the descriptor message.
@@ -64,33 +113,34 @@ impl Mechanism {
 
     /// Whether each buffer comes with a file descriptor that must travel over a socket.
     pub fn uses_descriptors(self) -> bool {
-        self != Mechanism::Legacy
+        self.spec().descriptors
     }
 
-    /// Why `device` cannot use this mechanism, asked of the device; `None` if it can. For legacy this exports
-    /// a small allocation, which needs the device's context.
+    /// Why `device` cannot use this mechanism, asked of the device; `None` if it can. A mechanism with a
+    /// trial (legacy) exports a small allocation, which needs the device's context.
     pub fn unsupported(self, driver: &dyn Driver, device: i32) -> Result<Option<String>> {
-        match self {
-            Mechanism::Legacy => legacy::unsupported(driver, device),
-            _ => self.unsupported_by_attributes(driver, device),
+        match self.unsupported_by_attributes(driver, device)? {
+            Some(reason) => Ok(Some(reason)),
+            None => self.spec().probe.map_or(Ok(None), |probe| probe(driver, device)),
         }
     }
 
     /// The part of [`Mechanism::unsupported`] that the device's attributes answer, without a context (so
-    /// without the time it takes to create one); `None` for legacy, which only an export can tell.
+    /// without the time it takes to create one).
     pub fn unsupported_by_attributes(self, driver: &dyn Driver, device: i32) -> Result<Option<String>> {
-        let needs: &[Capability] = match self {
-            Mechanism::Legacy => return Ok(None),
-            Mechanism::Vmm => &[Capability::VirtualMemory, Capability::PosixFdHandles],
-            Mechanism::Pool => &[Capability::MemoryPools, Capability::PoolPosixFdHandles],
-        };
-        for &capability in needs {
+        for &capability in self.spec().needs {
             if !driver.supports(device, capability)? {
                 return Ok(Some(format!("device {device} does not report {}", capability.attribute())));
             }
         }
         Ok(None)
     }
+}
+
+/// Why `--sync memops` cannot order `mechanism`'s memory, said the same everywhere.
+pub fn memops_refusal(mechanism: Mechanism) -> String {
+    let why = mechanism.spec().refuses_memops.unwrap_or("it is not known to");
+    format!("--sync memops cannot order {} memory: {why}", mechanism.name())
 }
 
 /// The error of a mechanism found missing on a device while the run was under way: the run is waived.
@@ -105,125 +155,33 @@ impl std::fmt::Display for Missing {
 
 impl std::error::Error for Missing {}
 
-/// Device memory that stays allocated or mapped while it is borrowed.
-pub trait DeviceMemory {
-    /// The device address. Only for the driver's `unsafe fn`s, whose contract the owner upholds.
-    fn ptr(&self) -> DevicePtr;
-    /// Bytes at [`DeviceMemory::ptr`].
-    fn bytes(&self) -> usize;
-}
-
-/// A part of some device memory (`bytes` from `offset`), borrowed from its owner: a flag after a buffer's
-/// data, say.
-pub struct Slice<'m> {
-    ptr: DevicePtr,
-    bytes: usize,
-    _owner: std::marker::PhantomData<&'m ()>,
-}
-
-impl<'m> Slice<'m> {
-    pub fn of(memory: &'m (impl DeviceMemory + ?Sized), offset: usize, bytes: usize) -> Result<Self> {
-        let end = offset.checked_add(bytes).filter(|end| *end <= memory.bytes());
-        end.ok_or_else(|| anyhow!("{bytes} bytes at {offset} do not fit a buffer of {}", memory.bytes()))?;
-        let ptr = memory.ptr().offset(offset).ok_or_else(|| anyhow!("device address overflow"))?;
-        Ok(Self { ptr, bytes, _owner: std::marker::PhantomData })
-    }
-}
-
-impl DeviceMemory for Slice<'_> {
-    fn ptr(&self) -> DevicePtr {
-        self.ptr
-    }
-    fn bytes(&self) -> usize {
-        self.bytes
-    }
-}
-
-/// A device buffer this process allocated (`cudaMalloc`): freed on drop.
-pub struct DeviceBuffer<'d> {
-    driver: &'d dyn Driver,
-    device: i32,
-    ptr: DevicePtr,
-    len: usize,
-}
-
-impl<'d> DeviceBuffer<'d> {
-    pub fn allocate(driver: &'d dyn Driver, device: i32, bytes: usize) -> Result<Self> {
-        driver.use_device(device)?;
-        let ptr =
-            driver.alloc(bytes).with_context(|| format!("allocating {bytes} bytes on device {device}"))?;
-        Ok(Self { driver, device, ptr, len: bytes })
-    }
-}
-
-impl DeviceMemory for DeviceBuffer<'_> {
-    fn ptr(&self) -> DevicePtr {
-        self.ptr
-    }
-    fn bytes(&self) -> usize {
-        self.len
-    }
-}
-
-impl Drop for DeviceBuffer<'_> {
-    fn drop(&mut self) {
-        // SAFETY: the pointer came from `alloc` and is freed only here, once; cuMemFree waits for work that
-        // still uses it (and the simulation keeps it mapped until that work has run).
-        let freed = self.driver.use_device(self.device).and_then(|()| unsafe { self.driver.free(self.ptr) });
-        warn_on_error("freeing a device buffer", freed);
-    }
-}
-
 /// A buffer allocated and exported by this process, by any mechanism: freed on drop.
 pub struct ExportedBuffer<'d> {
-    kind: Exported<'d>,
+    export: Box<dyn Export + 'd>,
     bytes: usize,
-}
-
-enum Exported<'d> {
-    Legacy(legacy::Export<'d>),
-    Vmm(vmm::Export<'d>),
-    Pool(pool::Export<'d>),
 }
 
 impl<'d> ExportedBuffer<'d> {
     /// Allocates `bytes` on `device` and exports them by `mechanism`.
     pub fn allocate(driver: &'d dyn Driver, mechanism: Mechanism, device: i32, bytes: usize) -> Result<Self> {
-        let kind = match mechanism {
-            Mechanism::Legacy => Exported::Legacy(legacy::Export::allocate(driver, device, bytes)?),
-            Mechanism::Vmm => Exported::Vmm(vmm::Export::allocate(driver, device, bytes)?),
-            Mechanism::Pool => Exported::Pool(pool::Export::allocate(driver, device, bytes)?),
-        };
-        Ok(Self { kind, bytes })
+        Ok(Self { export: (mechanism.spec().allocate)(driver, device, bytes)?, bytes })
     }
 
     /// The 64 bytes the segment carries for it.
     pub fn handle(&self) -> &IpcHandleBytes {
-        match &self.kind {
-            Exported::Legacy(e) => &e.handle,
-            Exported::Vmm(e) => &e.handle,
-            Exported::Pool(e) => &e.handle,
-        }
+        self.export.handle()
     }
 
     /// The descriptor that must travel with the handle, for the mechanisms that have one.
     pub fn descriptor(&self) -> Option<BorrowedFd<'_>> {
-        use std::os::fd::AsFd;
-        match &self.kind {
-            Exported::Legacy(_) => None,
-            Exported::Vmm(e) => Some(e.descriptor.as_fd()),
-            Exported::Pool(e) => Some(e.descriptor.as_fd()),
-        }
+        self.export.descriptor()
     }
 }
 
-impl DeviceMemory for ExportedBuffer<'_> {
+// SAFETY: each mechanism's export owns its memory until it is dropped.
+unsafe impl DeviceMemory for ExportedBuffer<'_> {
     fn ptr(&self) -> DevicePtr {
-        match &self.kind {
-            Exported::Legacy(e) => e.buffer.ptr(),
-            Exported::Vmm(e) => e.ptr(),
-            Exported::Pool(e) => e.ptr(),
-        }
+        self.export.ptr()
     }
     fn bytes(&self) -> usize {
         self.bytes
@@ -232,14 +190,8 @@ impl DeviceMemory for ExportedBuffer<'_> {
 
 /// Another process's buffer, opened in this one by any mechanism: unmapped, freed or closed on drop.
 pub struct OpenedBuffer<'d> {
-    kind: Opened<'d>,
+    view: Box<dyn DeviceMemory + 'd>,
     bytes: usize,
-}
-
-enum Opened<'d> {
-    Legacy(legacy::View<'d>),
-    Vmm(vmm::View<'d>),
-    Pool(pool::View<'d>),
 }
 
 impl<'d> OpenedBuffer<'d> {
@@ -255,27 +207,15 @@ impl<'d> OpenedBuffer<'d> {
         device: i32,
         exporter: &diagnose::Exporter,
     ) -> Result<Self> {
-        let missing = || anyhow!("no descriptor came for this {} buffer", mechanism.name());
-        let kind = match mechanism {
-            Mechanism::Legacy => Opened::Legacy(legacy::View::open(driver, handle, exporter)?),
-            Mechanism::Vmm => {
-                Opened::Vmm(vmm::View::open(driver, handle, descriptor.ok_or_else(missing)?, bytes, device)?)
-            }
-            Mechanism::Pool => {
-                Opened::Pool(pool::View::open(driver, handle, descriptor.ok_or_else(missing)?, device)?)
-            }
-        };
-        Ok(Self { kind, bytes })
+        let opening = ToOpen { handle, descriptor, bytes, device, exporter };
+        Ok(Self { view: (mechanism.spec().open)(driver, opening)?, bytes })
     }
 }
 
-impl DeviceMemory for OpenedBuffer<'_> {
+// SAFETY: each mechanism's view keeps its mapping until it is dropped.
+unsafe impl DeviceMemory for OpenedBuffer<'_> {
     fn ptr(&self) -> DevicePtr {
-        match &self.kind {
-            Opened::Legacy(view) => view.ptr,
-            Opened::Vmm(view) => view.ptr(),
-            Opened::Pool(view) => view.ptr(),
-        }
+        self.view.ptr()
     }
     fn bytes(&self) -> usize {
         self.bytes

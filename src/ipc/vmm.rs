@@ -8,8 +8,29 @@ use std::os::fd::{AsFd, OwnedFd};
 
 use anyhow::{Context, Result, ensure};
 
-use super::warn_on_error;
-use crate::driver::{DevicePtr, Driver, IpcHandleBytes, RawAllocation};
+use super::{Export as ExportRecord, Spec, ToOpen};
+use crate::driver::{Capability, DevicePtr, Driver, IpcHandleBytes, RawAllocation};
+use crate::gpu::{DeviceMemory, warn_on_error};
+
+/// NVIDIA's `memMapIPCDrv`: a `cuMemCreate` allocation per buffer, shared as a POSIX file descriptor.
+pub const SPEC: Spec = Spec {
+    name: "vmm",
+    needs: &[Capability::VirtualMemory, Capability::PosixFdHandles],
+    descriptors: true,
+    refuses_memops: None,
+    probe: None,
+    allocate,
+    open,
+};
+
+fn allocate<'d>(driver: &'d dyn Driver, device: i32, bytes: usize) -> Result<Box<dyn ExportRecord + 'd>> {
+    Ok(Box::new(Export::allocate(driver, device, bytes)?))
+}
+
+fn open<'d>(driver: &'d dyn Driver, mut opening: ToOpen) -> Result<Box<dyn DeviceMemory + 'd>> {
+    let descriptor = opening.take_descriptor(SPEC.name)?;
+    Ok(Box::new(View::open(driver, opening.handle, descriptor, opening.bytes, opening.device)?))
+}
 
 const TAG: &[u8; 8] = b"VMMALLOC";
 
@@ -28,38 +49,47 @@ fn mapped_size(handle: &IpcHandleBytes) -> Result<usize> {
     Ok(u64::from_le_bytes(size) as usize)
 }
 
-/// A physical allocation, made or imported here: released on drop (its mappings keep the memory alive).
+/// A physical allocation, made or imported here on `device`: released on drop (its mappings keep the
+/// memory alive).
 struct Allocation<'d> {
     driver: &'d dyn Driver,
+    device: i32,
     raw: RawAllocation,
 }
 
 impl Drop for Allocation<'_> {
     fn drop(&mut self) {
+        let d = self.driver;
         // SAFETY: the allocation is released only here, once.
-        warn_on_error("releasing a VMM allocation", unsafe { self.driver.vmm_release(self.raw) });
+        let released = d.use_device(self.device).and_then(|()| unsafe { d.vmm_release(self.raw) });
+        warn_on_error("releasing a VMM allocation", released);
     }
 }
 
-/// An allocation mapped at `ptr` for `bytes`, readable and writable by one device: unmapped on drop.
+/// An allocation mapped at `ptr` for `bytes`, readable and writable by its device: unmapped on drop.
 struct Mapping<'d> {
     driver: &'d dyn Driver,
+    device: i32,
     ptr: DevicePtr,
     bytes: usize,
 }
 
 impl<'d> Mapping<'d> {
-    fn new(allocation: &Allocation<'d>, bytes: usize, device: i32) -> Result<Self> {
+    fn new(allocation: &Allocation<'d>, bytes: usize) -> Result<Self> {
+        let (driver, device) = (allocation.driver, allocation.device);
+        driver.use_device(device)?;
         // SAFETY: the allocation is alive while borrowed, and has `bytes` bytes (made or checked so).
-        let ptr = unsafe { allocation.driver.vmm_map(allocation.raw, bytes, device) }?;
-        Ok(Self { driver: allocation.driver, ptr, bytes })
+        let ptr = unsafe { driver.vmm_map(allocation.raw, bytes, device) }?;
+        Ok(Self { driver, device, ptr, bytes })
     }
 }
 
 impl Drop for Mapping<'_> {
     fn drop(&mut self) {
+        let d = self.driver;
         // SAFETY: mapped once by `new`; unmapped only here.
-        warn_on_error("unmapping a VMM buffer", unsafe { self.driver.vmm_unmap(self.ptr, self.bytes) });
+        let unmapped = d.use_device(self.device).and_then(|()| unsafe { d.vmm_unmap(self.ptr, self.bytes) });
+        warn_on_error("unmapping a VMM buffer", unmapped);
     }
 }
 
@@ -67,24 +97,39 @@ impl Drop for Mapping<'_> {
 pub struct Export<'d> {
     mapping: Mapping<'d>,
     _allocation: Allocation<'d>,
-    pub handle: IpcHandleBytes,
-    pub descriptor: OwnedFd,
+    handle: IpcHandleBytes,
+    descriptor: OwnedFd,
 }
 
 impl<'d> Export<'d> {
     pub fn allocate(driver: &'d dyn Driver, device: i32, bytes: usize) -> Result<Self> {
         driver.use_device(device)?;
         let mapped = bytes.next_multiple_of(driver.vmm_granularity(device)?);
-        let allocation = Allocation { driver, raw: driver.vmm_create(device, mapped)? };
-        let mapping = Mapping::new(&allocation, mapped, device)?;
+        let allocation = Allocation { driver, device, raw: driver.vmm_create(device, mapped)? };
+        let mapping = Mapping::new(&allocation, mapped)?;
         // SAFETY: the allocation is alive (owned by `allocation`).
         let descriptor =
             unsafe { driver.vmm_export(allocation.raw) }.context("exporting a VMM allocation")?;
         Ok(Self { mapping, _allocation: allocation, handle: describe(mapped), descriptor })
     }
+}
 
-    pub fn ptr(&self) -> DevicePtr {
+// SAFETY: the mapping lives until the export is dropped, and holds at least the bytes asked for.
+unsafe impl DeviceMemory for Export<'_> {
+    fn ptr(&self) -> DevicePtr {
         self.mapping.ptr
+    }
+    fn bytes(&self) -> usize {
+        self.mapping.bytes
+    }
+}
+
+impl ExportRecord for Export<'_> {
+    fn handle(&self) -> &IpcHandleBytes {
+        &self.handle
+    }
+    fn descriptor(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        Some(self.descriptor.as_fd())
     }
 }
 
@@ -104,13 +149,20 @@ impl<'d> View<'d> {
     ) -> Result<Self> {
         let mapped = mapped_size(handle)?;
         ensure!(mapped >= bytes, "the VMM allocation has {mapped} bytes, fewer than the buffer's {bytes}");
-        let allocation = Allocation { driver, raw: driver.vmm_import(descriptor.as_fd())? };
+        driver.use_device(device)?;
+        let allocation = Allocation { driver, device, raw: driver.vmm_import(descriptor.as_fd())? };
         drop(descriptor);
-        let mapping = Mapping::new(&allocation, mapped, device)?;
+        let mapping = Mapping::new(&allocation, mapped)?;
         Ok(Self { mapping, _allocation: allocation })
     }
+}
 
-    pub fn ptr(&self) -> DevicePtr {
+// SAFETY: the mapping lives until the view is dropped.
+unsafe impl DeviceMemory for View<'_> {
+    fn ptr(&self) -> DevicePtr {
         self.mapping.ptr
+    }
+    fn bytes(&self) -> usize {
+        self.mapping.bytes
     }
 }

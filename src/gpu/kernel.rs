@@ -2,9 +2,8 @@
 
 use anyhow::{Context, Result, ensure};
 
+use super::{DeviceMemory, Stream};
 use crate::driver::{Driver, RawFunction};
-use crate::ipc::DeviceMemory;
-use crate::stream::Stream;
 
 /// The kernel image build.rs embedded: a fatbin made by nvcc, or the committed PTX (NUL-terminated).
 pub static IMAGE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/simple_kernel.image"));
@@ -20,6 +19,8 @@ pub const THREADS_PER_BLOCK: u32 = 128;
 /// `simpleKernel`, loaded on the current device, with the grid the original computes.
 pub struct SimpleKernel<'d> {
     driver: &'d dyn Driver,
+    /// The device whose context the kernel's module was loaded into.
+    device: i32,
     function: RawFunction,
     grid: u32,
 }
@@ -27,7 +28,8 @@ pub struct SimpleKernel<'d> {
 impl<'d> SimpleKernel<'d> {
     /// Loads the kernel; grid = max active blocks per multiprocessor (128 threads, no dynamic shared memory)
     /// times the number of multiprocessors.
-    pub fn load(driver: &'d dyn Driver, multiprocessors: u32) -> Result<Self> {
+    pub fn load(driver: &'d dyn Driver, device: i32, multiprocessors: u32) -> Result<Self> {
+        driver.use_device(device)?;
         let function = driver.load_kernel(IMAGE, c"simpleKernel").context(LOAD_HINT)?;
         // SAFETY: the function was just loaded by this driver and stays loaded as long as it.
         let per_sm = unsafe { driver.max_active_blocks_per_multiprocessor(function, THREADS_PER_BLOCK) }?;
@@ -36,7 +38,7 @@ impl<'d> SimpleKernel<'d> {
             grid > 0,
             "simpleKernel cannot run: occupancy {per_sm} blocks x {multiprocessors} multiprocessors"
         );
-        Ok(Self { driver, function, grid })
+        Ok(Self { driver, device, function, grid })
     }
 
     /// `simpleKernel<<<grid, 128, 0, stream>>>(target, size, value)`, with the launch checked.
@@ -47,6 +49,13 @@ impl<'d> SimpleKernel<'d> {
             target.bytes()
         );
         let size = i32::try_from(size).context("buffer size does not fit simpleKernel's int")?;
+        ensure!(
+            stream.device() == self.device,
+            "simpleKernel was loaded on device {}, the stream is on device {}",
+            self.device,
+            stream.device()
+        );
+        self.driver.use_device(self.device)?;
         // SAFETY: simpleKernel takes (char *, int, char); `size` bytes fit in `target` (checked), which is
         // borrowed, and freeing or closing device memory waits for the work that uses it.
         unsafe {
@@ -79,7 +88,7 @@ mod tests {
 
     #[test]
     fn committed_ptx_declares_the_three_parameters() {
-        let ptx = include_str!("../kernels/simple_kernel.ptx");
+        let ptx = include_str!("../../kernels/simple_kernel.ptx");
         assert!(ptx.contains(".visible .entry simpleKernel("));
         assert!(ptx.contains(".param .u64 simpleKernel_param_0"), "ptr is a 64-bit pointer");
         assert!(ptx.contains(".param .u32 simpleKernel_param_1"), "sz is a 32-bit int");

@@ -1,16 +1,17 @@
-//! Host memory for copies out of and into device memory: mapped and faulted in up front, pinned where the
-//! driver allows, unpinned on drop. A child copies its buffer back into one to verify it.
+//! Host memory for copies out of device memory: mapped and faulted in up front, pinned where the driver
+//! allows (on one device's context), unpinned on drop. A child copies its buffer back into one to verify it.
 
 use anyhow::{Context, Result, ensure};
 use memmap2::{MmapMut, MmapOptions};
 
+use super::{DeviceMemory, Stream, warn_on_error};
 use crate::driver::Driver;
-use crate::ipc::DeviceMemory;
 use crate::stop::StopCheck;
-use crate::stream::Stream;
 
 pub struct HostBuffer<'d> {
     driver: &'d dyn Driver,
+    /// The device whose context pinned the memory.
+    device: i32,
     memory: MmapMut,
     pinned: bool,
 }
@@ -22,11 +23,12 @@ pub fn fault_in(bytes: usize) -> Result<MmapMut> {
 }
 
 impl<'d> HostBuffer<'d> {
-    /// Pins memory made by [`fault_in`] (on the current device's context).
-    pub fn pin(driver: &'d dyn Driver, mut memory: MmapMut) -> Result<Self> {
+    /// Pins memory made by [`fault_in`] on `device`'s context.
+    pub fn pin(driver: &'d dyn Driver, device: i32, mut memory: MmapMut) -> Result<Self> {
+        driver.use_device(device)?;
         // SAFETY: the memory is owned by the returned value, which unpins it in Drop before unmapping it.
         let pinned = unsafe { driver.pin_host_memory(&mut memory) }?;
-        Ok(Self { driver, memory, pinned })
+        Ok(Self { driver, device, memory, pinned })
     }
 
     /// Copies the first `bytes` bytes of `src` here, after everything already on `stream` (which may write
@@ -40,17 +42,11 @@ impl<'d> HostBuffer<'d> {
     ) -> Result<&mut [u8]> {
         ensure!(bytes <= src.bytes() && bytes <= self.memory.len(), "a copy of {bytes} bytes does not fit");
         stream.synchronize(stop)?;
+        self.driver.use_device(self.device)?;
         let dst = &mut self.memory[..bytes];
         // SAFETY: `src` is borrowed and has `bytes` bytes (checked); the copy is synchronous.
         unsafe { self.driver.copy_to_host(dst, src.ptr()) }?;
         Ok(dst)
-    }
-
-    /// Copies the first `bytes` bytes of this buffer into `dst`, synchronously.
-    pub fn copy_to(&self, dst: &impl DeviceMemory, bytes: usize) -> Result<()> {
-        ensure!(bytes <= dst.bytes() && bytes <= self.memory.len(), "a copy of {bytes} bytes does not fit");
-        // SAFETY: `dst` is borrowed and has `bytes` bytes (checked); the copy is synchronous.
-        unsafe { self.driver.copy_from_host(dst.ptr(), &self.memory[..bytes]) }
     }
 }
 
@@ -59,9 +55,9 @@ impl Drop for HostBuffer<'_> {
         if !self.pinned {
             return;
         }
+        let (driver, device, memory) = (self.driver, self.device, &mut self.memory);
         // SAFETY: pinned by `pin`; every copy is synchronous, so none is pending.
-        if let Err(e) = unsafe { self.driver.unpin_host_memory(&mut self.memory) } {
-            warn!("warning: unpinning a host buffer: {e:#}");
-        }
+        let unpinned = driver.use_device(device).and_then(|()| unsafe { driver.unpin_host_memory(memory) });
+        warn_on_error("unpinning a host buffer", unpinned);
     }
 }
