@@ -217,11 +217,6 @@ impl<'s> Children<'s> {
         failure
     }
 
-    /// The pids of the children still running.
-    pub fn pids(&self) -> Vec<u32> {
-        self.running.iter().map(|child| child.pid.as_raw() as u32).collect()
-    }
-
     /// `Err` once the watchdog's deadline has passed, naming where each child still running is.
     pub fn check_deadline(&self) -> Result<()> {
         match self.deadline {

@@ -1,49 +1,52 @@
 //! simple-ipc: a Rust port of NVIDIA's CUDA sample `simpleIPC`.
 //!
-//! The story, in the order of the original: [`parent`] creates the [`segment`], chooses the [`devices`],
-//! exports a buffer and an event per process through [`ipc`] handles and starts the [`children`]; each
-//! [`child`] opens every handle, writes the others' buffers round-robin with the [`kernel`], synchronised by
-//! IPC events and the [`barrier`], and checks its own buffer ([`verify`]). The GPU is reached through
-//! [`driver`]; [`signals`], [`fault`] and [`timings`] serve the parent and the children alike.
+//! The story, in the order of the original: `parent` creates the `segment`, chooses the `devices`,
+//! exports a buffer and an event per process through `ipc` handles and starts the `children`; each
+//! `child` opens every handle, writes the others' buffers round-robin with `gpu::kernel`, synchronised by
+//! IPC events and the `barrier`, and checks its own buffer (`verify`). The GPU is reached through
+//! `driver`; `signals`, `fault` and `timings` serve the parent and the children alike.
 
 #[macro_use]
-pub mod output;
+pub(crate) mod output;
 
-pub mod barrier;
-pub mod bench;
-pub mod child;
-pub mod children;
-pub mod cli;
-pub mod devices;
-pub mod driver;
-pub mod driver_files;
-pub mod every_mechanism;
-pub mod fault;
-pub mod futex;
-pub mod gpu;
-pub mod guardian;
-pub mod inherit;
-pub mod ipc;
-pub mod numa;
-pub mod parent;
+mod entry;
+pub use entry::main;
+
+pub(crate) mod barrier;
+pub(crate) mod bench;
+pub(crate) mod child;
+pub(crate) mod children;
+pub(crate) mod cli;
+pub(crate) mod devices;
+pub(crate) mod driver;
+pub(crate) mod driver_files;
+pub(crate) mod every_mechanism;
+pub(crate) mod fault;
+pub(crate) mod futex;
+pub(crate) mod gpu;
+pub(crate) mod guardian;
+pub(crate) mod inherit;
+pub(crate) mod ipc;
+pub(crate) mod numa;
+pub(crate) mod parent;
 pub mod phase;
-pub mod report;
+pub(crate) mod report;
 pub mod segment;
-pub mod signals;
-pub mod stop;
-pub mod timings;
-pub mod topology;
-pub mod verify;
+pub(crate) mod signals;
+pub(crate) mod stop;
+pub(crate) mod timings;
+pub(crate) mod topology;
+pub(crate) mod verify;
 
 /// How a run that did not fail ended.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     Passed,
     /// Nothing can run here; the reason was printed.
     Waived,
 }
 
 /// cuda-samples' exit statuses.
-pub const EXIT_SUCCESS: u8 = 0;
-pub const EXIT_FAILURE: u8 = 1;
-pub const EXIT_WAIVED: u8 = 2;
+pub(crate) const EXIT_SUCCESS: u8 = 0;
+pub(crate) const EXIT_FAILURE: u8 = 1;
+pub(crate) const EXIT_WAIVED: u8 = 2;

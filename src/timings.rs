@@ -58,10 +58,12 @@ pub struct Phases {
 }
 
 impl Phases {
+    #[cfg(test)]
     pub fn get(&self, phase: Phase) -> Option<Duration> {
         self.spent[phase.index()]
     }
 
+    #[cfg(test)]
     pub fn total(&self) -> Option<Duration> {
         self.spent[TOTAL]
     }

@@ -471,11 +471,6 @@ impl Driver for CudaDriver {
         check(unsafe { sys::cuMemcpyDtoH_v2(dst.as_mut_ptr().cast(), ptr(src), dst.len()) }, "cuMemcpyDtoH")
     }
 
-    unsafe fn copy_from_host(&self, dst: DevicePtr, src: &[u8]) -> Result<()> {
-        // SAFETY: as above, the other way: the copy has finished reading `src` when the call returns.
-        check(unsafe { sys::cuMemcpyHtoD_v2(ptr(dst), src.as_ptr().cast(), src.len()) }, "cuMemcpyHtoD")
-    }
-
     unsafe fn copy_device_to_device(
         &self,
         dst: DevicePtr,

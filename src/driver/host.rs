@@ -644,13 +644,6 @@ impl Driver for HostDriver {
         Ok(())
     }
 
-    unsafe fn copy_from_host(&self, dst: DevicePtr, src: &[u8]) -> Result<()> {
-        let (_mapping, start) = self.range(dst, src.len())?;
-        // SAFETY: as in `copy_to_host`, the other way.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), start as *mut u8, src.len()) };
-        Ok(())
-    }
-
     unsafe fn copy_device_to_device(
         &self,
         dst: DevicePtr,

@@ -132,10 +132,8 @@ impl std::error::Error for CallFailed {}
 
 /// The `CUresult` numbers the program reasons about.
 pub mod code {
-    pub const INVALID_VALUE: u32 = 1;
     pub const INVALID_CONTEXT: u32 = 201;
     pub const MAP_FAILED: u32 = 205;
-    pub const INVALID_HANDLE: u32 = 400;
     pub const NOT_SUPPORTED: u32 = 801;
 }
 
@@ -234,10 +232,6 @@ pub trait Driver: Send + Sync {
     /// # Safety
     /// The common contract; `src` has at least `dst.len()` bytes.
     unsafe fn copy_to_host(&self, dst: &mut [u8], src: DevicePtr) -> Result<()>;
-    /// Copies `src` into `dst` synchronously: when it returns, the device no longer reads `src`.
-    /// # Safety
-    /// The common contract; `dst` has at least `src.len()` bytes.
-    unsafe fn copy_from_host(&self, dst: DevicePtr, src: &[u8]) -> Result<()>;
     /// Enqueues a device-to-device copy of `bytes` bytes (either side may be an IPC mapping).
     /// # Safety
     /// The common contract; both ranges have `bytes` bytes.

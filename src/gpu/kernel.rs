@@ -8,6 +8,7 @@ use crate::driver::{Driver, RawFunction};
 /// The kernel image build.rs embedded: a fatbin made by nvcc, or the committed PTX (NUL-terminated).
 pub static IMAGE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/simple_kernel.image"));
 /// `"ptx"` or `"fatbin"`.
+#[cfg(test)]
 pub const IMAGE_FORMAT: &str = env!("SIMPLE_IPC_KERNEL_FORMAT");
 /// Said when the driver refuses the image: the committed PTX is ISA 9.0, from nvcc 13.0.
 pub const LOAD_HINT: &str = "the driver could not load simpleKernel; the embedded PTX comes from CUDA 13.0 \

@@ -1,0 +1,126 @@
+//! The entry point: parse the command line, run the parent or a child (or the guardian, the benchmark, the
+//! topology, every mechanism), turn the result into the exit status (0 passed, 1 failed, 2 waived, 128+N
+//! stopped by signal N) and the `--json` document.
+
+use std::process::ExitCode;
+
+use nix::sys::signal::{SigHandler, Signal, signal};
+
+use crate::ipc::memops_refusal;
+use crate::output::{READER_GONE_STATUS, ReaderGone};
+use crate::report::{self, Status};
+use crate::signals::Interrupted;
+use crate::{
+    EXIT_FAILURE, EXIT_SUCCESS, EXIT_WAIVED, Outcome, bench, child, cli, devices, driver, every_mechanism,
+    fault, guardian, parent, signals, topology,
+};
+
+/// The whole program: what `main` runs.
+pub fn main() -> ExitCode {
+    crate::output::fill_closed_standard_descriptors();
+    // SIGPIPE stays ignored (Rust's default): a reader that goes away (`simple-ipc | head`) is an EPIPE, which
+    // ends the run in order, quietly, with 141 as for a C program (`output::ReaderGone`).
+    // A file size limit (`ulimit -f`) makes a write fail with EFBIG instead of killing the process.
+    // SAFETY: ignoring a signal installs no handler; nothing else runs yet.
+    let _ = unsafe { signal(Signal::SIGXFSZ, SigHandler::SigIgn) };
+    // Before any child is started: every role that waits for children needs their exit statuses.
+    if let Err(e) = signals::keep_child_statuses() {
+        warn!("simple-ipc: {e:#}");
+        return ExitCode::from(EXIT_FAILURE);
+    }
+    // No panic reaches the user as status 101: it is a failure like any other, said in one line.
+    std::panic::set_hook(Box::new(|panic| {
+        warn!("simple-ipc: internal error: {panic}");
+        std::process::exit(i32::from(EXIT_FAILURE));
+    }));
+    devices::prefer_fast_context_creation();
+    let cli = match cli::parse() {
+        Ok(cli) => cli,
+        Err(usage) => {
+            cli::print_usage_error(&usage);
+            return ExitCode::from(cli::usage_exit_code(&usage));
+        }
+    };
+    let who = match cli.child {
+        Some(index) => format!("Process {index}"),
+        None => "simple-ipc".to_owned(),
+    };
+    // The run's --json document: its path is checked before anything runs (a path that cannot take it is a
+    // usage error), and it is written once the verdict is known, whatever it is.
+    // `--ipc all` hands each of its runs a pipe for the document instead (`--report-fd`).
+    let opened = match (cli.child, cli.guardian_fd, &cli.json, cli.report_fd) {
+        (None, None, _, Some(fd)) => report::open_inherited(fd),
+        (None, None, Some(path), None) => report::open(path),
+        _ => Ok(()),
+    };
+    if let Err(e) = opened {
+        warn!("{who}: {e:#}");
+        return ExitCode::from(EXIT_FAILURE);
+    }
+    let (status, reason, code) = match run(&cli) {
+        Ok(Outcome::Passed) => (Status::Passed, None, EXIT_SUCCESS),
+        Ok(Outcome::Waived) => {
+            let reason = report::waiver().unwrap_or_else(|| "nothing can run here".to_owned());
+            (Status::Waived, Some(reason), EXIT_WAIVED)
+        }
+        // Quietly, as a C program killed by SIGPIPE.
+        Err(e) if e.chain().any(|cause| cause.is::<ReaderGone>()) => {
+            (Status::Interrupted, Some(ReaderGone.to_string()), READER_GONE_STATUS)
+        }
+        Err(e) => {
+            warn!("{who}: {e:#}");
+            match e.chain().find_map(|cause| cause.downcast_ref::<Interrupted>()) {
+                Some(interrupted) => {
+                    (Status::Interrupted, Some(interrupted.to_string()), 128 + interrupted.0 as u8)
+                }
+                None => (Status::Failed, Some(format!("{e:#}")), EXIT_FAILURE),
+            }
+        }
+    };
+    match report::finish(status, reason.as_deref(), code) {
+        Ok(()) => ExitCode::from(code),
+        Err(e) => {
+            warn!("{who}: {e:#}");
+            ExitCode::from(if code == EXIT_SUCCESS { EXIT_FAILURE } else { code })
+        }
+    }
+}
+
+fn run(cli: &cli::Cli) -> anyhow::Result<Outcome> {
+    if cfg!(any(target_arch = "aarch64", target_arch = "arm")) {
+        waive!("Not supported on ARM")?;
+        return Ok(Outcome::Waived);
+    }
+    signals::install()?;
+    if let Some(fd) = cli.guardian_fd {
+        return guardian::watch(fd).map(|()| Outcome::Passed);
+    }
+    fault::validate_env()?;
+    if cli.child.is_none() && driver::host::requested() {
+        say!(
+            "SIMULATED GPUs ({}): a test of the process protocol in host memory, not of a GPU",
+            driver::host::SIMULATE_ENV
+        )?;
+    }
+    match cli.child {
+        Some(index) if cli.bench => {
+            bench::run_producer(index as usize, cli.segment_fd, cli.socket_fd).map(|()| Outcome::Passed)
+        }
+        Some(index) => child::run(index as usize, cli.segment_fd, cli.socket_fd).map(|()| Outcome::Passed),
+        None if cli.bench => match cli.ipc.mechanism() {
+            Some(mechanism) => bench::run_consumer(cli, mechanism),
+            None => anyhow::bail!("--bench measures one mechanism at a time: give --ipc legacy, vmm or pool"),
+        },
+        None if cli.topology => {
+            fault::validate_for(&fault::Targets::NONE)?;
+            topology::run()
+        }
+        None => match cli.ipc.mechanism() {
+            Some(mechanism) if cli.sync == cli::Sync::Memops && mechanism.spec().refuses_memops.is_some() => {
+                anyhow::bail!("{}; use --ipc legacy or vmm", memops_refusal(mechanism))
+            }
+            Some(mechanism) => parent::run(cli, mechanism),
+            None => every_mechanism::run(cli),
+        },
+    }
+}
