@@ -25,7 +25,7 @@ use crate::children::Children;
 use crate::cli::Cli;
 use crate::devices;
 use crate::driver::{self, Driver};
-use crate::fault::{self, Who};
+use crate::fault;
 use crate::futex;
 use crate::gpu::Stream;
 use crate::guardian::Guardian;
@@ -35,7 +35,7 @@ use crate::ipc::{
     descriptors,
 };
 use crate::output::JsonFile;
-use crate::phase::Phase;
+use crate::phase::{Phase, Who};
 use crate::segment::{self, RunPlan, Segment, SharedState};
 use crate::signals;
 use crate::timings::Stopwatch;

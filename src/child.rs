@@ -12,7 +12,7 @@ use nix::unistd::getppid;
 
 use crate::barrier;
 use crate::driver::{self, Driver};
-use crate::fault::{self, Who};
+use crate::fault;
 use crate::gpu::Stream;
 use crate::gpu::host_buffer::{self, HostBuffer};
 use crate::gpu::kernel::SimpleKernel;
@@ -20,7 +20,7 @@ use crate::inherit;
 use crate::ipc::diagnose::Exporter;
 use crate::ipc::{Mechanism, OpenedBuffer, OpenedEvent, Slice, descriptors};
 use crate::numa::{self, Sysfs};
-use crate::phase::Phase;
+use crate::phase::{Phase, Who};
 use crate::segment::{self, Segment, SharedState};
 use crate::signals;
 use crate::stop::StopCheck;

@@ -5,8 +5,6 @@ use std::path::PathBuf;
 
 use clap::{CommandFactory, Parser, ValueEnum};
 
-use crate::ipc::Mechanism;
-
 use crate::segment::MAX_PROCESSES;
 
 #[derive(Parser, Debug, Clone, PartialEq, Eq)]
@@ -110,14 +108,9 @@ pub enum IpcArg {
 }
 
 impl IpcArg {
-    /// The one mechanism, `None` for `all`.
-    pub fn mechanism(self) -> Option<Mechanism> {
-        match self {
-            IpcArg::Legacy => Some(Mechanism::Legacy),
-            IpcArg::Vmm => Some(Mechanism::Vmm),
-            IpcArg::Pool => Some(Mechanism::Pool),
-            IpcArg::All => None,
-        }
+    /// The name as typed (`legacy`, `vmm`, `pool`, `all`): the mechanisms' own names (see `ipc::Spec`).
+    pub fn name(self) -> String {
+        self.to_possible_value().map(|value| value.get_name().to_owned()).unwrap_or_default()
     }
 }
 
@@ -168,9 +161,9 @@ mod tests {
         assert_eq!(run(&["--procs-per-device", "4"]).unwrap().procs_per_device, 4);
         assert_eq!(run(&["--segment-fd", "5", "3"]).unwrap().segment_fd, Some(5));
         assert_eq!(run(&["--ipc", "vmm", "--report-fd", "5"]).unwrap().report_fd, Some(5));
-        assert_eq!(parent.ipc.mechanism(), Some(Mechanism::Legacy), "the original's mechanism by default");
-        assert_eq!(run(&["--ipc", "pool"]).unwrap().ipc.mechanism(), Some(Mechanism::Pool));
-        assert_eq!(run(&["--ipc", "all"]).unwrap().ipc.mechanism(), None);
+        assert_eq!(parent.ipc, IpcArg::Legacy, "the original's mechanism by default");
+        assert_eq!(run(&["--ipc", "pool"]).unwrap().ipc.name(), "pool");
+        assert_eq!(run(&["--ipc", "all"]).unwrap().ipc, IpcArg::All);
         assert_eq!(parent.sync, Sync::Events, "the original's ordering by default");
         assert_eq!(run(&["--sync", "memops"]).unwrap().sync, Sync::Memops);
         assert_eq!(parent.timeout(), Some(std::time::Duration::from_secs(60)), "a generous default");

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use nix::sys::signal::{SigHandler, Signal, signal};
 
-use crate::ipc::memops_refusal;
+use crate::ipc::{Mechanism, memops_refusal};
 use crate::output::{READER_GONE_STATUS, ReaderGone};
 use crate::report::{self, Status};
 use crate::signals::Interrupted;
@@ -107,7 +107,7 @@ fn run(cli: &cli::Cli) -> anyhow::Result<Outcome> {
             bench::run_producer(index as usize, cli.segment_fd, cli.socket_fd).map(|()| Outcome::Passed)
         }
         Some(index) => child::run(index as usize, cli.segment_fd, cli.socket_fd).map(|()| Outcome::Passed),
-        None if cli.bench => match cli.ipc.mechanism() {
+        None if cli.bench => match Mechanism::from_name(&cli.ipc.name()) {
             Some(mechanism) => bench::run_consumer(cli, mechanism),
             None => anyhow::bail!("--bench measures one mechanism at a time: give --ipc legacy, vmm or pool"),
         },
@@ -115,7 +115,7 @@ fn run(cli: &cli::Cli) -> anyhow::Result<Outcome> {
             fault::validate_for(&fault::Targets::NONE)?;
             topology::run()
         }
-        None => match cli.ipc.mechanism() {
+        None => match Mechanism::from_name(&cli.ipc.name()) {
             Some(mechanism) if cli.sync == cli::Sync::Memops && mechanism.spec().refuses_memops.is_some() => {
                 anyhow::bail!("{}; use --ipc legacy or vmm", memops_refusal(mechanism))
             }

@@ -24,24 +24,9 @@ use std::ops::Range;
 
 use anyhow::{Result, anyhow, bail, ensure};
 
-use crate::phase::Phase;
+use crate::phase::{Phase, Who};
 
 pub const FAULT_ENV: &str = "SIMPLE_IPC_TEST_FAULT";
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Who {
-    Parent,
-    Child(usize),
-}
-
-impl std::fmt::Display for Who {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Who::Parent => f.write_str("the parent"),
-            Who::Child(index) => write!(f, "process {index}"),
-        }
-    }
-}
 
 /// Where a fault can strike in one run: the indices of its children, the phases its parent and each child
 /// enter, and whether the parent sends descriptors over sockets (vmm and pool).

@@ -17,13 +17,13 @@ use crate::children::Children;
 use crate::cli::{Cli, Sync};
 use crate::devices;
 use crate::driver::Driver;
-use crate::fault::{self, DescriptorFault, Who};
+use crate::fault::{self, DescriptorFault};
 use crate::gpu::Stream;
 use crate::guardian::Guardian;
 use crate::ipc::{
     Event, ExportedBuffer, ExportedEvent, Mechanism, Missing, ProcessExports, Slice, descriptors,
 };
-use crate::phase::Phase;
+use crate::phase::{Phase, Who};
 use crate::report::JsonFile;
 use crate::segment::{self, RunPlan, Segment, SharedState};
 use crate::signals;

@@ -115,6 +115,22 @@ impl Phase {
     }
 }
 
+/// Which process of a run: the parent, or child `index`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Who {
+    Parent,
+    Child(usize),
+}
+
+impl std::fmt::Display for Who {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Who::Parent => f.write_str("the parent"),
+            Who::Child(index) => write!(f, "process {index}"),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -107,6 +107,11 @@ impl Mechanism {
         self as u32
     }
 
+    /// The mechanism of that name (`--ipc`'s values), `None` for any other (`all`).
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|m| m.name() == name)
+    }
+
     pub fn from_code(code: u32) -> Option<Self> {
         Self::ALL.into_iter().find(|m| m.code() == code)
     }
@@ -228,4 +233,21 @@ pub struct ProcessExports<'d> {
     pub device: i32,
     pub event: Option<ExportedEvent<'d>>,
     pub buffer: ExportedBuffer<'d>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::ValueEnum;
+
+    /// `--ipc`'s values are the mechanisms' names, and `all`.
+    #[test]
+    fn every_ipc_value_but_all_names_a_mechanism() {
+        let named: Vec<Option<Mechanism>> =
+            crate::cli::IpcArg::value_variants().iter().map(|v| Mechanism::from_name(&v.name())).collect();
+        assert_eq!(named, [Some(Mechanism::Legacy), Some(Mechanism::Vmm), Some(Mechanism::Pool), None]);
+        for mechanism in Mechanism::ALL {
+            assert_eq!(Mechanism::from_code(mechanism.code()), Some(mechanism));
+        }
+    }
 }
