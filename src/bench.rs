@@ -490,7 +490,7 @@ pub fn run_producer(index: usize, segment_fd: Option<i32>, socket_fd: Option<i32
     };
     let send = |buffer: &ExportedBuffer| -> Result<()> {
         if let (Some(socket), Some(fd)) = (&socket, buffer.descriptor()) {
-            descriptors::send(socket, mechanism.code(), 1, &[fd])?;
+            descriptors::send(socket, mechanism.code(), &[fd])?;
         }
         Ok(())
     };

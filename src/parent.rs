@@ -17,7 +17,7 @@ use crate::children::Children;
 use crate::cli::{Cli, Sync};
 use crate::devices;
 use crate::driver::Driver;
-use crate::fault::{self, DescriptorFault};
+use crate::fault;
 use crate::gpu::Stream;
 use crate::guardian::Guardian;
 use crate::ipc::{
@@ -250,7 +250,7 @@ impl<'d> Exporter<'_, 'd> {
             return Err(Missing(reason).into());
         }
         let mut exported = Vec::new();
-        let data = segment::data_size(driver.simulated());
+        let data = self.state.data_size();
         let flag = if self.memops { segment::FLAG_BYTES } else { 0 };
         let stream = if self.memops { Some(Stream::non_blocking(driver, device)?) } else { None };
         for (index, _) in self.process_devices.iter().enumerate().filter(|(_, d)| **d == device) {
@@ -280,16 +280,12 @@ impl<'d> Exporter<'_, 'd> {
             return Ok(());
         }
         let all: Vec<BorrowedFd> = exports.iter().filter_map(|e| e.buffer.descriptor()).collect();
-        let fault = fault::descriptor_fault();
         for (child, socket) in self.sockets.iter().enumerate() {
-            let fds = match fault {
-                Some(DescriptorFault::CloseSocket) => continue,
-                Some(DescriptorFault::SendNone) => &[][..],
-                Some(DescriptorFault::SendFewer) => &all[..all.len().saturating_sub(1)],
-                None => &all[..],
-            };
-            descriptors::send(socket, self.mechanism.code(), all.len(), fds)
-                .with_context(|| format!("sending process {child} its descriptors"))?;
+            match fault::descriptor_fault() {
+                None => descriptors::send(socket, self.mechanism.code(), &all),
+                Some(fault) => descriptors::send_wrong(socket, self.mechanism.code(), &all, fault),
+            }
+            .with_context(|| format!("sending process {child} its descriptors"))?;
         }
         Ok(())
     }

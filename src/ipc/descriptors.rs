@@ -16,6 +16,7 @@ use nix::sys::socket::{
     socketpair,
 };
 
+use crate::fault::DescriptorFault;
 use crate::segment::MAX_PROCESSES;
 use crate::stop::StopCheck;
 
@@ -38,8 +39,29 @@ pub fn pair() -> Result<(OwnedFd, OwnedFd)> {
         .context("socketpair(AF_UNIX, SOCK_SEQPACKET) for the descriptors")
 }
 
-/// Sends the header and `fds` (which may be fewer than the header says: the tests' faults do that).
-pub fn send(socket: &OwnedFd, mechanism: u32, declared: usize, fds: &[BorrowedFd]) -> Result<()> {
+/// Sends the one message: the header, which says how many descriptors come, and `fds`.
+pub fn send(socket: &OwnedFd, mechanism: u32, fds: &[BorrowedFd]) -> Result<()> {
+    send_message(socket, mechanism, fds.len(), fds)
+}
+
+/// A test fault (`SIMPLE_IPC_TEST_FAULT=parent@allocate-export:...`): the message with one descriptor fewer
+/// than it declares, or none, or no message at all, so that the tests see every receiver refuse it.
+pub fn send_wrong(
+    socket: &OwnedFd,
+    mechanism: u32,
+    fds: &[BorrowedFd],
+    fault: DescriptorFault,
+) -> Result<()> {
+    match fault {
+        DescriptorFault::CloseSocket => Ok(()),
+        DescriptorFault::SendNone => send_message(socket, mechanism, fds.len(), &[]),
+        DescriptorFault::SendFewer => {
+            send_message(socket, mechanism, fds.len(), &fds[..fds.len().saturating_sub(1)])
+        }
+    }
+}
+
+fn send_message(socket: &OwnedFd, mechanism: u32, declared: usize, fds: &[BorrowedFd]) -> Result<()> {
     let raw: Vec<RawFd> = fds.iter().map(|fd| fd.as_raw_fd()).collect();
     let head = header(mechanism, declared);
     let iov = [IoSlice::new(&head)];
