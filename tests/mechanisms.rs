@@ -4,13 +4,10 @@
 
 mod common;
 
-use std::time::Duration;
-
-use common::{FAULT, leftovers, run, simulated, text, wait_group_gone};
+use common::{FAULT, run, simulated, text};
 
 fn assert_clean(pid: u32, what: &str) {
-    assert!(wait_group_gone(pid, Duration::from_secs(3)).is_some(), "{what}: a process of run {pid} is left");
-    assert_eq!(leftovers(pid, &[]), Vec::<String>::new(), "{what}: run {pid} left files in /dev/shm");
+    common::assert_clean(pid, &[], what);
 }
 
 /// Runs `command`, returning its pid, status and all its output.

@@ -4,26 +4,20 @@
 
 mod common;
 
-use std::process::Stdio;
 use std::time::Duration;
 
-use common::{FAULT, leftovers, run, simulated, start_hanging_run, text, wait_group_gone};
+use common::{FAULT, run, simulated, start_hanging_run, text, wait_group_gone};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-/// No process of the run is left (its guardian may take a moment to see the parent gone), and nothing of it
-/// in /dev/shm.
 fn assert_clean(pid: u32) {
-    assert!(wait_group_gone(pid, Duration::from_secs(2)).is_some(), "a process of run {pid} is still there");
-    assert_eq!(leftovers(pid, &[]), Vec::<String>::new(), "run {pid} left files in /dev/shm");
+    common::assert_clean(pid, &[], "protocol");
 }
 
 #[test]
 fn one_process_prints_the_original_transcript() {
     let mut command = simulated("ok");
-    let child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    let pid = child.id();
-    let out = child.wait_with_output().unwrap();
+    let (pid, out) = common::run_with_pid(&mut command);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let expected = format!(
         "SIMULATED GPUs (SIMPLE_IPC_SIMULATE_GPUS): a test of the process protocol in host memory, not of a GPU\n\
@@ -39,9 +33,7 @@ fn many_processes_on_several_devices_all_complete_every_step() {
     // Device 1 is rejected by the peer filter; 2 x 6 processes on devices 0 and 2.
     let mut command = simulated("ok,no-peer,ok");
     command.args(["--procs-per-device", "6"]);
-    let child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    let pid = child.id();
-    let out = child.wait_with_output().unwrap();
+    let (pid, out) = common::run_with_pid(&mut command);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let mut lines = stdout.lines();
@@ -64,9 +56,7 @@ fn the_round_robin_ordered_by_stream_memory_operations() {
     for mechanism in ["legacy", "vmm"] {
         let mut command = simulated("ok,ok");
         command.args(["--sync", "memops", "--ipc", mechanism, "--procs-per-device", "4"]);
-        let child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-        let pid = child.id();
-        let out = child.wait_with_output().unwrap();
+        let (pid, out) = common::run_with_pid(&mut command);
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert_eq!(out.status.code(), Some(0), "{mechanism}: {}", text(&out));
         for i in 0..8 {
@@ -119,9 +109,7 @@ fn a_child_failing_at_any_phase_stops_everything() {
     ] {
         let mut command = simulated("ok");
         command.args(["--procs-per-device", "4"]).env(FAULT, fault);
-        let child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-        let pid = child.id();
-        let out = child.wait_with_output().unwrap();
+        let (pid, out) = common::run_with_pid(&mut command);
         let all = text(&out);
         assert_eq!(out.status.code(), Some(1), "{fault}: {all}");
         let who = fault.split('@').next().unwrap().trim_start_matches("child");

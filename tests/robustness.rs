@@ -9,20 +9,13 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{FAULT, SIMULATE, bin, run, simulated, text, wait_group_gone};
+use common::{FAULT, SIMULATE, bin, run, simulated, text};
 use nix::sys::resource::{Resource, setrlimit};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 fn assert_clean(pid: u32, what: &str) {
-    assert_clean_of(pid, &[], what);
-}
-
-/// [`assert_clean`], with the driver's files of the run's children (`children`) in the comparison. The
-/// guardian is in a session of its own: its work is waited for up to 3 s.
-fn assert_clean_of(pid: u32, children: &[u32], what: &str) {
-    assert!(wait_group_gone(pid, Duration::from_secs(3)).is_some(), "{what}: a process of run {pid} is left");
-    common::assert_nothing_left(pid, children, what);
+    common::assert_clean(pid, &[], what);
 }
 
 /// The documented statuses: 0, 1, 2, or 128+N after a signal; never a panic's 101.
@@ -56,7 +49,7 @@ fn killing_the_parent_at_any_moment_leaves_nothing() {
         let children = common::descendants(parent.id());
         let _ = kill(Pid::from_raw(parent.id() as i32), Signal::SIGKILL);
         parent.wait().unwrap();
-        assert_clean_of(parent.id(), &children, &format!("killed at {} ms", at.as_millis()));
+        common::assert_clean(parent.id(), &children, &format!("killed at {} ms", at.as_millis()));
     }
 }
 
@@ -92,7 +85,7 @@ fn killing_the_benchmark_leaves_nothing() {
     assert!(!consumer.is_empty(), "the consumer runs");
     kill(Pid::from_raw(parent.id() as i32), Signal::SIGKILL).unwrap();
     parent.wait().unwrap();
-    assert_clean_of(parent.id(), &consumer, "bench killed: the consumer's event file included");
+    common::assert_clean(parent.id(), &consumer, "bench killed: the consumer's event file included");
 }
 
 /// Case 3: a file size limit is an error with a message, not SIGXFSZ.

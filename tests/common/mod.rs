@@ -142,6 +142,13 @@ pub fn leftovers(pid: u32, children: &[u32]) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Asserts that no process of the run of parent `pid` is left (within 3 s) and nothing of it in /dev/shm
+/// (see [`assert_nothing_left`]), the driver's files of its children `children` included.
+pub fn assert_clean(pid: u32, children: &[u32], what: &str) {
+    assert!(wait_group_gone(pid, Duration::from_secs(3)).is_some(), "{what}: a process of run {pid} is left");
+    assert_nothing_left(pid, children, what);
+}
+
 /// Asserts that the run of parent `pid` (children `children`) leaves nothing in /dev/shm, waiting up to 3 s:
 /// its guardian, in a session of its own, may still be at work after the run's processes are gone.
 pub fn assert_nothing_left(pid: u32, children: &[u32], what: &str) {
