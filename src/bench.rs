@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use crate::Outcome;
 use crate::barrier::{self, StopCheck};
 use crate::children::Children;
 use crate::cli::Cli;
@@ -34,6 +33,7 @@ use crate::ipc::{
     DeviceBuffer, Event, ExportedBuffer, ExportedEvent, Mechanism, OpenedBuffer, OpenedEvent, Slice,
     descriptors,
 };
+use crate::outcome::Outcome;
 use crate::output::JsonFile;
 use crate::phase::{Phase, Who};
 use crate::segment::{self, RunPlan, Segment, SharedState};

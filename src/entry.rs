@@ -7,12 +7,12 @@ use std::process::ExitCode;
 use nix::sys::signal::{SigHandler, Signal, signal};
 
 use crate::ipc::{Mechanism, memops_refusal};
+use crate::outcome::{EXIT_FAILURE, EXIT_SUCCESS, EXIT_WAIVED, Outcome};
 use crate::output::{READER_GONE_STATUS, ReaderGone};
 use crate::report::{self, Status};
 use crate::signals::Interrupted;
 use crate::{
-    EXIT_FAILURE, EXIT_SUCCESS, EXIT_WAIVED, Outcome, bench, child, cli, devices, driver, every_mechanism,
-    fault, guardian, parent, signals, topology,
+    bench, child, cli, devices, driver, every_mechanism, fault, guardian, parent, signals, topology,
 };
 
 /// The whole program: what `main` runs.

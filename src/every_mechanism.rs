@@ -26,10 +26,10 @@ use nix::poll::{PollFd, PollFlags, poll};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use crate::Outcome;
 use crate::cli::{Cli, Sync};
 use crate::inherit;
 use crate::ipc::{Mechanism, memops_refusal};
+use crate::outcome::Outcome;
 use crate::report::{JsonFile, json_string};
 use crate::signals::{self, Interrupted};
 

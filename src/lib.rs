@@ -28,6 +28,7 @@ pub(crate) mod guardian;
 pub(crate) mod inherit;
 pub(crate) mod ipc;
 pub(crate) mod numa;
+pub(crate) mod outcome;
 pub(crate) mod parent;
 pub mod phase;
 pub(crate) mod report;
@@ -37,16 +38,3 @@ pub(crate) mod stop;
 pub(crate) mod timings;
 pub(crate) mod topology;
 pub(crate) mod verify;
-
-/// How a run that did not fail ended.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Outcome {
-    Passed,
-    /// Nothing can run here; the reason was printed.
-    Waived,
-}
-
-/// cuda-samples' exit statuses.
-pub(crate) const EXIT_SUCCESS: u8 = 0;
-pub(crate) const EXIT_FAILURE: u8 = 1;
-pub(crate) const EXIT_WAIVED: u8 = 2;

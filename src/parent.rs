@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow};
 
-use crate::Outcome;
 use crate::children::Children;
 use crate::cli::{Cli, Sync};
 use crate::devices;
@@ -23,6 +22,7 @@ use crate::guardian::Guardian;
 use crate::ipc::{
     Event, ExportedBuffer, ExportedEvent, Mechanism, Missing, ProcessExports, Slice, descriptors,
 };
+use crate::outcome::Outcome;
 use crate::phase::{Phase, Who};
 use crate::report::JsonFile;
 use crate::segment::{self, RunPlan, Segment, SharedState};

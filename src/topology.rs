@@ -8,10 +8,10 @@ use crate::driver::Driver;
 use crate::numa::Sysfs;
 
 /// `--topology`: prints the report, or the waived line where there is no GPU.
-pub fn run() -> Result<crate::Outcome> {
-    let Some(driver) = crate::devices::load_or_waive()? else { return Ok(crate::Outcome::Waived) };
+pub fn run() -> Result<crate::outcome::Outcome> {
+    let Some(driver) = crate::devices::load_or_waive()? else { return Ok(crate::outcome::Outcome::Waived) };
     crate::output::text(&report(&*driver)?)?;
-    Ok(crate::Outcome::Passed)
+    Ok(crate::outcome::Outcome::Passed)
 }
 
 /// The `--topology` report.
