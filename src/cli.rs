@@ -14,7 +14,7 @@ use crate::segment::MAX_PROCESSES;
     about = "CUDA inter-process communication: every process writes every other's GPU buffer through IPC \
              handles, in a round-robin synchronised by IPC events and a barrier in shared memory.",
     after_help = "Exit status: 0 passed, 1 failed, 2 waived (nothing can run here: no CUDA driver, no GPU, \
-                  no GPU fit for IPC, or an ARM host), 128+N stopped by signal N."
+                  no GPU fit for IPC, or the mechanism missing), 128+N stopped by signal N."
 )]
 pub struct Cli {
     /// Child index, given by the parent when it starts its children (not for users).
