@@ -478,7 +478,7 @@ pub fn run_producer(index: usize, segment_fd: Option<i32>, socket_fd: Option<i32
         bail!("the benchmark's producer is process {PRODUCER}, not {index}");
     }
     let watch = Stopwatch::start(Who::Child(index), Phase::Attach)?;
-    let (segment, parent_pid) = crate::child::attach(index, segment_fd)?;
+    let (segment, parent_pid) = crate::attach::segment(index, segment_fd)?;
     let state = segment.state();
     let mut watch = watch.report_to(&state.progress[index]);
     let mechanism = Mechanism::from_code(state.mechanism.load(Ordering::Relaxed))
@@ -494,7 +494,7 @@ pub fn run_producer(index: usize, segment_fd: Option<i32>, socket_fd: Option<i32
         }
         Ok(())
     };
-    let stop = move || crate::child::still_running(state, parent_pid);
+    let stop = move || crate::attach::still_running(state, parent_pid);
     watch.enter(Phase::CudaStart)?;
     let cuda = driver::load().context("starting CUDA")?;
     let driver: &dyn Driver = &*cuda;

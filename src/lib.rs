@@ -9,6 +9,7 @@
 #[macro_use]
 pub mod output;
 
+pub mod attach;
 pub mod barrier;
 pub mod bench;
 pub mod child;
