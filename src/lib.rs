@@ -31,6 +31,7 @@ pub mod parent;
 pub mod phase;
 pub mod report;
 pub mod segment;
+pub mod setup;
 pub mod signals;
 pub mod stop;
 pub mod stream;
