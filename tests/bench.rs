@@ -129,3 +129,62 @@ fn bind_numa_says_what_it_did_and_still_passes() {
     assert_eq!(out.status.code(), Some(0), "{stdout}");
     assert_eq!(stdout.matches("has no known NUMA node; not bound").count(), 2, "{stdout}");
 }
+
+/// Two sides of a benchmark out of step fail at their first meeting, both with an error that names both
+/// steps, instead of meeting at later steps or waiting for each other until a watchdog: here the producer
+/// skips a step, on a segment of this test's own with a thread per side.
+#[test]
+fn a_rendezvous_out_of_step_is_an_error_naming_both_steps_not_a_hang() {
+    use simple_ipc::bench::handover::Handover;
+    use simple_ipc::bench::rendezvous::{Rendezvous, Side, Step};
+    use std::time::{Duration, Instant};
+
+    let segment = simple_ipc::segment::Segment::create("simple-ipc-rendezvous-test").unwrap();
+    let state = segment.state();
+    let start = Instant::now();
+    let limit = Duration::from_secs(20);
+    let deadline = || -> anyhow::Result<()> {
+        anyhow::ensure!(start.elapsed() < limit, "the test's deadline passed: a side waited for the other");
+        Ok(())
+    };
+    // Each side goes through its steps; the first error ends it.
+    let walk = |side: Side, steps: &[Step]| -> anyhow::Result<()> {
+        let mut rendezvous = Rendezvous::on(state, side);
+        steps.iter().try_for_each(|&step| rendezvous.meet(step, &deadline))
+    };
+    let both = |consumer_steps: &[Step], producer_steps: &[Step]| {
+        std::thread::scope(|s| {
+            let consumer = s.spawn(|| walk(Side::Consumer, consumer_steps));
+            let producer = walk(Side::Producer, producer_steps);
+            (consumer.join().unwrap(), producer)
+        })
+    };
+
+    // In step, over many meetings (the step words alternate by parity: none is read after it is rewritten).
+    let many: Vec<Step> = (0..2000)
+        .map(|i| match i % 3 {
+            0 => Step::BufferPublished(4096 << (i % 5)),
+            1 => Step::MappingClosed(4096 << (i % 5)),
+            _ => Step::Handover(Handover::ALL[i % 6]),
+        })
+        .collect();
+    let (consumer, producer) = both(&many, &many);
+    assert!(consumer.is_ok() && producer.is_ok(), "{consumer:?} {producer:?}");
+
+    // The producer skips a step.
+    let consumer_steps = [
+        Step::PairAnnounced,
+        Step::EndpointsPublished,
+        Step::Handover(Handover::EventsGpuWaits),
+        Step::HandoversDone,
+    ];
+    let producer_steps = [Step::PairAnnounced, Step::Handover(Handover::EventsGpuWaits), Step::HandoversDone];
+    let (consumer, producer) = both(&consumer_steps, &producer_steps);
+    let expected = "the benchmark's two sides are out of step: the consumer is at step \"both events and the flags \
+                    are published\", the producer at step \"hand-over: events, signal only, GPU waits\"";
+    for (side, result) in [("consumer", consumer), ("producer", producer)] {
+        let error = result.err().map(|e| format!("{e:#}"));
+        assert_eq!(error.as_deref(), Some(expected), "the {side}'s error");
+    }
+    assert!(start.elapsed() < limit / 2, "found at once, not by a deadline: {:?}", start.elapsed());
+}
