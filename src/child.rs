@@ -8,8 +8,8 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::Ordering;
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
-use nix::unistd::getppid;
 
+use crate::attach;
 use crate::barrier;
 use crate::driver::{self, Driver};
 use crate::fault;
@@ -21,15 +21,14 @@ use crate::ipc::diagnose::Exporter;
 use crate::ipc::{Mechanism, OpenedBuffer, OpenedEvent, Slice, descriptors};
 use crate::numa::{self, Sysfs};
 use crate::phase::{Phase, Who};
-use crate::segment::{self, Segment, SharedState};
-use crate::signals;
+use crate::segment;
 use crate::stop::StopCheck;
 use crate::timings::Stopwatch;
 use crate::verify::find_mismatches;
 
 pub fn run(index: usize, segment_fd: Option<i32>, socket_fd: Option<i32>) -> Result<()> {
     let watch = Stopwatch::start(Who::Child(index), Phase::Attach)?;
-    let (segment, parent_pid) = attach(index, segment_fd)?;
+    let (segment, parent_pid) = attach::segment(index, segment_fd)?;
     let state = segment.state();
     let mut watch = watch.report_to(&state.progress[index]);
     let n = state.process_count();
@@ -41,7 +40,7 @@ pub fn run(index: usize, segment_fd: Option<i32>, socket_fd: Option<i32>) -> Res
         (true, Some(fd)) => Some(inherit::take(fd, "descriptor socket")?),
         (true, None) => bail!("--ipc {} needs a descriptor socket, and none was given", mechanism.name()),
     };
-    let stop = move || -> Result<()> { still_running(state, parent_pid) };
+    let stop = move || -> Result<()> { attach::still_running(state, parent_pid) };
     // Faulting in the host buffer for the copy back needs no CUDA: it runs while CUDA starts.
     let size = state.data_size();
     let host_memory = std::thread::Builder::new()
@@ -165,27 +164,6 @@ pub fn run(index: usize, segment_fd: Option<i32>, socket_fd: Option<i32>) -> Res
     Ok(())
 }
 
-/// Maps the parent's segment (`simpleIPCshm<getppid()>`), inherited as descriptor `segment_fd`, after
-/// checking it. Returns the segment and the parent's pid.
-pub fn attach(index: usize, segment_fd: Option<i32>) -> Result<(Segment, i32)> {
-    let parent_pid = getppid().as_raw();
-    let name = segment::name_for(parent_pid as u32);
-    say!("CP: lshmName = {name}")?;
-    let segment = segment_fd
-        .context("no segment descriptor: children are started by the parent, not by hand")
-        .and_then(Segment::open_inherited)
-        .context("Failed to create shared memory slab")?;
-    let state = segment.state();
-    let n = state.process_count();
-    ensure!(index < n, "this is process {index}, but the segment has {n} processes");
-    let creator = state.parent_pid.load(Ordering::Relaxed);
-    ensure!(
-        creator == parent_pid as u32,
-        "the segment was made by process {creator}, not by our parent {parent_pid}"
-    );
-    Ok((segment, parent_pid))
-}
-
 /// How a writer of a buffer waits for the one before it and tells the one after it (`--sync`).
 enum Handover<'a, 'd> {
     /// The original's: the stream waits for the buffer's interprocess event, and records it after the kernel.
@@ -218,16 +196,4 @@ fn open_descriptors() -> Result<u32> {
     let entries = std::fs::read_dir("/proc/self/fd").context("listing /proc/self/fd")?;
     // Less the one read_dir itself holds open.
     Ok((entries.count() as u32).saturating_sub(1))
-}
-
-/// The stop check of every wait in a child.
-pub fn still_running(state: &SharedState, parent_pid: i32) -> Result<()> {
-    signals::check()?;
-    if state.run_state() == segment::RunState::Aborted {
-        bail!("stopped: the run was aborted (another process failed or the parent was interrupted)");
-    }
-    if getppid().as_raw() != parent_pid {
-        bail!("stopped: the parent process {parent_pid} is gone");
-    }
-    Ok(())
 }

@@ -43,13 +43,16 @@ const REAP_WITHIN: Duration = Duration::from_millis(100);
 enum Message {
     /// Remove this file at the end, if it is still that file.
     File = b'F',
-    /// An event file is about to be made.
+    /// An event file is about to be made; the records that follow are the names of the driver's shape with
+    /// the parent's pid number that exist now (the parent looks, so that what it makes next is not among them).
     Making = b'M',
     /// The event file announced by `Making` is this one (an empty record: none was made).
     Made = b'D',
 }
 
 const MESSAGE_BYTES: usize = 1 + driver_files::RECORD_BYTES;
+/// The most records a `Making` message lists; with more, the guardian removes nothing it was not told of.
+const MAX_LISTED: usize = 256;
 
 /// The parent's handle on its guardian: its end of the socket the guardian reads, and the process.
 pub struct Guardian {
@@ -101,7 +104,14 @@ impl Guardian {
         make: impl FnOnce() -> Result<T>,
         file_of: impl Fn(&T) -> Option<&EventFile>,
     ) -> Result<T> {
-        self.tell(Message::Making, &[0; driver_files::RECORD_BYTES]);
+        let existing = driver_files::named_by_pid(std::process::id());
+        let mut message = vec![Message::Making as u8];
+        if existing.len() <= MAX_LISTED {
+            message.extend(existing.iter().flat_map(EventFile::to_record));
+        } else {
+            message.push(b'!'); // too many to list: the guardian will not guess
+        }
+        self.send(&message);
         let made = make();
         let record = made
             .as_ref()
@@ -113,13 +123,17 @@ impl Guardian {
     }
 
     fn tell(&self, kind: Message, record: &[u8; driver_files::RECORD_BYTES]) {
-        let Some(socket) = &self.socket else { return };
         let mut message = [0u8; MESSAGE_BYTES];
         message[0] = kind as u8;
         message[1..].copy_from_slice(record);
+        self.send(&message);
+    }
+
+    fn send(&self, message: &[u8]) {
+        let Some(socket) = &self.socket else { return };
         let flags = MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT;
         let sent = loop {
-            match send(socket.as_raw_fd(), &message, flags) {
+            match send(socket.as_raw_fd(), message, flags) {
                 Err(Errno::EINTR) => continue,
                 other => break other,
             }
@@ -164,11 +178,11 @@ impl Drop for Guardian {
 /// process that holds the other end, exited or was killed), then removes each name that is still that file.
 ///
 /// A parent killed while it made an event file (between `Making` and `Made`) could not say which file it
-/// made. For that case the guardian looked, when it heard `Making`, at the names of the driver's shape with
-/// its parent's pid number; those that were not there then, and are there at the end, were made while only
-/// the parent was making one under that number in this PID namespace, and go too. (A process of the same
-/// pid number in another PID namespace sharing /dev/shm would have to make the same name within the same
-/// moments for this to touch its file.)
+/// made. For that case the parent listed, with `Making`, the names of the driver's shape with its pid number
+/// that existed before it made one; those that were not there then, and are there at the end, were made
+/// while only the parent was making one under that number in this PID namespace, and go too. (A process of
+/// the same pid number in another PID namespace sharing /dev/shm would have to make the same name within the
+/// same moments for this to touch its file.)
 pub fn watch(fd: RawFd) -> Result<()> {
     for stray in [Signal::SIGHUP, Signal::SIGINT, Signal::SIGQUIT, Signal::SIGTERM, Signal::SIGPIPE] {
         // SAFETY: ignoring a signal installs no handler.
@@ -179,37 +193,42 @@ pub fn watch(fd: RawFd) -> Result<()> {
     let parent = nix::unistd::getppid().as_raw() as u32;
     let mut files = Vec::new();
     let mut making = 0usize;
-    let mut before_making: Vec<EventFile> = Vec::new();
-    let mut message = [0u8; MESSAGE_BYTES];
+    // What existed before the oldest making still under way; `None`: not known (nothing is guessed).
+    let mut before_making: Option<Vec<EventFile>> = None;
+    let mut message = vec![0u8; 2 + MAX_LISTED * driver_files::RECORD_BYTES];
     loop {
-        match recv(socket.as_raw_fd(), &mut message, MsgFlags::empty()) {
+        let n = match recv(socket.as_raw_fd(), &mut message, MsgFlags::empty()) {
             Ok(0) => break,
-            Ok(n) if n == MESSAGE_BYTES => {
-                let mut record = [0u8; driver_files::RECORD_BYTES];
-                record.copy_from_slice(&message[1..]);
-                let file = EventFile::from_record(&record);
-                match message[0] {
-                    b'M' => {
-                        if making == 0 {
-                            before_making = driver_files::named_by_pid(parent);
-                        }
-                        making += 1;
-                    }
-                    b'D' => {
-                        making = making.saturating_sub(1);
-                        files.extend(file);
-                    }
-                    _ => files.extend(file),
-                }
-            }
-            Ok(_) | Err(Errno::EINTR) => {}
+            Ok(n) => n,
+            Err(Errno::EINTR) => continue,
             Err(_) => break,
+        };
+        let records = || {
+            message[1..n].chunks_exact(driver_files::RECORD_BYTES).map(|chunk| {
+                let mut record = [0u8; driver_files::RECORD_BYTES];
+                record.copy_from_slice(chunk);
+                EventFile::from_record(&record)
+            })
+        };
+        match message[0] {
+            b'M' => {
+                if making == 0 {
+                    let listed = (n - 1) % driver_files::RECORD_BYTES == 0;
+                    before_making = listed.then(|| records().flatten().collect());
+                }
+                making += 1;
+            }
+            b'D' => {
+                making = making.saturating_sub(1);
+                files.extend(records().flatten());
+            }
+            _ => files.extend(records().flatten()),
         }
     }
-    if making > 0 {
-        let made_meanwhile =
-            driver_files::named_by_pid(parent).into_iter().filter(|f| !before_making.contains(f));
-        files.extend(made_meanwhile);
+    if making > 0
+        && let Some(before) = before_making
+    {
+        files.extend(driver_files::named_by_pid(parent).into_iter().filter(|f| !before.contains(f)));
     }
     for file in files {
         let _ = file.remove_if_ours();

@@ -12,6 +12,7 @@ pub(crate) mod output;
 mod entry;
 pub use entry::main;
 
+pub(crate) mod attach;
 pub(crate) mod barrier;
 pub(crate) mod bench;
 pub(crate) mod child;
@@ -33,6 +34,7 @@ pub(crate) mod parent;
 pub mod phase;
 pub(crate) mod report;
 pub mod segment;
+pub(crate) mod setup;
 pub(crate) mod signals;
 pub(crate) mod stop;
 pub(crate) mod timings;

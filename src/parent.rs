@@ -25,7 +25,8 @@ use crate::ipc::{
 use crate::outcome::Outcome;
 use crate::phase::{Phase, Who};
 use crate::report::JsonFile;
-use crate::segment::{self, RunPlan, Segment, SharedState};
+use crate::segment::{self, RunPlan, SharedState};
+use crate::setup;
 use crate::signals;
 use crate::timings::{self, Phases, Stopwatch};
 
@@ -34,23 +35,15 @@ pub fn run(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
     let mut watch = Stopwatch::start(Who::Parent, Phase::CudaStart)?;
     // Opened before anything runs: a bad path fails at once, and a FIFO can never block the end of a run.
     let json = JsonFile::requested();
-    let name = segment::name_for(std::process::id());
-    say!("PP: lshmName = {name}")?;
-    let segment = Segment::create(&name)?;
-    let state = segment.state();
-    // Removes the driver's files for our events if we are killed; declared before the exports, so it outlives
-    // them.
-    let guardian = Guardian::start()?;
-
-    let Some(cuda) = devices::load_or_waive()? else { return Ok(Outcome::Waived) };
-    let driver: &dyn Driver = &*cuda;
-
-    watch.enter(Phase::DeviceSelection)?;
-    let chosen = devices::select(driver)?;
-    if chosen.is_empty() {
-        waive!("No CUDA devices support IPC")?;
+    say!("PP: lshmName = {}", segment::name_for(std::process::id()))?;
+    let Some(setup) = setup::start(|| watch.enter(Phase::DeviceSelection))? else {
         return Ok(Outcome::Waived);
-    }
+    };
+    // Dropped in the reverse order: the guardian (which removes the driver's files for our events if we are
+    // killed) outlives the exports, declared later, and the segment outlives all.
+    let setup::Setup { segment, guardian, cuda, chosen } = setup;
+    let state = segment.state();
+    let driver: &dyn Driver = &*cuda;
     // Ask the devices, do not assume: a mechanism this host lacks is waived, with its reason.
     let memops = cli.sync == Sync::Memops;
     for &device in &chosen {

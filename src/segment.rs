@@ -52,7 +52,7 @@ pub const OPTION_SYNC_MEMOPS: u32 = 2;
 /// flag shares it with nothing the kernel writes).
 pub const FLAG_BYTES: usize = 256;
 /// Changes whenever `SharedState` does, so that mismatched binaries refuse each other's segments.
-pub const LAYOUT_VERSION: u32 = 6;
+pub const LAYOUT_VERSION: u32 = 7;
 /// Bytes of an IPC memory or event handle (`CU_HANDLE_SIZE`): the segment carries them as opaque bytes.
 pub const HANDLE_SIZE: usize = 64;
 /// The bytes of one handle.
@@ -103,6 +103,10 @@ pub struct BenchFlags {
     pub producer_device: AtomicU32,
     pub ping: AtomicU32,
     pub pong: AtomicU32,
+    /// The step each side (consumer, producer) is at in its rendezvous (see `bench::rendezvous`), by the
+    /// parity of its meetings: a side writes the other slot before it meets next, so the slot of this meeting
+    /// holds until both have read it.
+    pub steps: [[AtomicU32; 2]; 2],
 }
 
 /// The segment's contents (`shmStruct` in the original, plus a header and the port's fields).

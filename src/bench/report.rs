@@ -1,0 +1,222 @@
+//! What the benchmark says: the figures of each test ([`Figures`], [`TestResult`]), their lines on the
+//! terminal (each pair's header, with why its figures are what they are, the hand-over rows and the table
+//! of rates), whether MPS may serve the processes ([`mps_note`]), and the `--json` document.
+
+use anyhow::Result;
+
+use super::copy::{Rates, Reference};
+use super::handover::{Handover, Trips};
+use crate::driver::Driver;
+use crate::ipc::Mechanism;
+
+/// One line of the results, and of the JSON.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Figures {
+    Handover(Trips),
+    Copy(Rates),
+    Waived(String),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct TestResult {
+    pub name: String,
+    pub producer: i32,
+    pub consumer: i32,
+    pub figures: Figures,
+}
+
+/// Whether an MPS control daemon is there to serve the processes (its pipe directory), in words.
+pub fn mps_note() -> String {
+    mps_note_for(&std::env::var("CUDA_MPS_PIPE_DIRECTORY").unwrap_or_else(|_| "/tmp/nvidia-mps".into()))
+}
+
+/// [`mps_note`] for the pipe directory `dir`.
+fn mps_note_for(dir: &str) -> String {
+    if std::path::Path::new(dir).join("control").exists() {
+        format!("MPS: a control daemon listens at {dir}")
+    } else {
+        format!("MPS: no control daemon at {dir}")
+    }
+}
+
+/// The header of pair number `pair`: its GPUs, and why its figures are what they are.
+pub fn print_pair_header(
+    driver: &dyn Driver,
+    producer: i32,
+    consumer: i32,
+    mps: &str,
+    pair: usize,
+) -> Result<()> {
+    let name = |d: i32| driver.device_info(d).map(|i| i.name);
+    let same = producer == consumer;
+    say!(
+        "== pair {pair}: producer on device {producer} ({}), consumer on device {consumer} ({}): {}",
+        name(producer)?,
+        name(consumer)?,
+        if same { "one GPU" } else { "two GPUs" }
+    )?;
+    let why = match (same, mps.contains("listens")) {
+        (true, false) => {
+            "one GPU without MPS: a hand-over of GPU work between two processes waits for a time-slice \
+             context switch (about 140 us each way); signals alone do not"
+        }
+        (true, true) => {
+            "one GPU, and if both processes are MPS clients they share its hardware queues: no context \
+             switch separates their work"
+        }
+        (false, _) => {
+            "two GPUs: each side's work runs on its own GPU; a hand-over costs the signal's trip between them"
+        }
+    };
+    say!("   why the figures are what they are: {why}")?;
+    say!("   hand-over round trips in us, p50 (p10-p90):")
+}
+
+/// The row of one kind of hand-over.
+pub fn print_handover(handover: Handover, figures: &Figures) -> Result<()> {
+    say!("  {:<52} {}", handover.name(), figure_text(figures))
+}
+
+/// The heading of the table of rates, compared with `reference`.
+pub fn print_rates_heading(reference: Reference) -> Result<()> {
+    say!("  {:>9}  {:>10}  {:>22}  {:>7}", "size", "IPC GB/s", reference.column(), "IPC %")
+}
+
+/// The row of one size; `*` marks a size that fits in the L2 cache.
+pub fn print_rates(rates: &Rates) -> Result<()> {
+    say!(
+        "  {:>9}{} {:>10.1}  {:>22.1}  {:>6.1}%",
+        human(rates.bytes),
+        if rates.in_l2 { "*" } else { " " },
+        rates.ipc,
+        rates.reference,
+        rates.ipc_percent()
+    )
+}
+
+/// The note under the table: what the `*` means.
+pub fn print_l2_note(consumer: i32, l2: u64) -> Result<()> {
+    say!(
+        "  * fits in device {consumer}'s L2 cache ({}): a rate of the cache, not of memory",
+        human(l2 as usize)
+    )
+}
+
+fn figure_text(figures: &Figures) -> String {
+    match figures {
+        Figures::Handover(Trips::Mean(mean)) => format!("{mean:.1} (mean)"),
+        Figures::Handover(Trips::Spread(s)) => format!("{:.1} ({:.1}-{:.1})", s.p50, s.p10, s.p90),
+        Figures::Waived(reason) => format!("waived: {reason}"),
+        Figures::Copy(rates) => format!("{:.1} GB/s", rates.ipc),
+    }
+}
+
+/// `size` as people write it: 4 KiB, 64 MiB, 1 GiB.
+pub fn human(size: usize) -> String {
+    match size {
+        s if s >= 1 << 30 => format!("{} GiB", s >> 30),
+        s if s >= 1 << 20 => format!("{} MiB", s >> 20),
+        s => format!("{} KiB", s >> 10),
+    }
+}
+
+fn json_number(x: f64) -> String {
+    if x.is_finite() { format!("{x:.3}") } else { "null".into() }
+}
+
+/// The figures of a hand-over in the JSON: a mean has no percentiles (`null`).
+fn json_trips(trips: &Trips) -> String {
+    let (p50, p10, p90) = match trips {
+        Trips::Spread(s) => (json_number(s.p50), json_number(s.p10), json_number(s.p90)),
+        Trips::Mean(mean) => (json_number(*mean), "null".into(), "null".into()),
+    };
+    format!("\"unit\": \"us\", \"p50\": {p50}, \"p10\": {p10}, \"p90\": {p90}")
+}
+
+/// Every figure as one JSON document, in the manner of nvbandwidth's: the devices, the driver, and for each
+/// test its name, the pair, its status (Passed or Waived) and its figures.
+pub fn json_document(
+    driver: &dyn Driver,
+    devices: &[i32],
+    mechanism: Mechanism,
+    mps: &str,
+    results: &[TestResult],
+) -> Result<String> {
+    let mut listed = Vec::new();
+    for &d in devices {
+        let info = driver.device_info(d)?;
+        listed.push(format!(
+            "{{\"index\": {d}, \"name\": \"{}\", \"l2_cache_bytes\": {}}}",
+            info.name.replace('"', "'"),
+            info.l2_cache_bytes
+        ));
+    }
+    let tests: Vec<String> = results
+        .iter()
+        .map(|r| {
+            let (status, figures) = match &r.figures {
+                Figures::Handover(trips) => ("Passed", json_trips(trips)),
+                Figures::Copy(rates) => (
+                    "Passed",
+                    format!(
+                        "\"unit\": \"GB/s\", \"bytes\": {}, \"ipc\": {}, \"reference\": {}, \
+                         \"reference_name\": \"{}\", \"ipc_percent\": {}, \"fits_in_l2\": {}",
+                        rates.bytes,
+                        json_number(rates.ipc),
+                        json_number(rates.reference),
+                        rates.compared_with.name(),
+                        json_number(rates.ipc_percent()),
+                        rates.in_l2
+                    ),
+                ),
+                Figures::Waived(reason) => ("Waived", format!("\"reason\": \"{}\"", reason.replace('"', "'"))),
+            };
+            format!(
+                "{{\"name\": \"{}\", \"producer\": {}, \"consumer\": {}, \"status\": \"{status}\", {figures}}}",
+                r.name, r.producer, r.consumer
+            )
+        })
+        .collect();
+    Ok(format!(
+        "{{\"simple_ipc_bench\": {{\"driver_version\": {}, \"simulated\": {}, \"mechanism\": \"{}\", \"mps\": \"{}\", \
+         \"devices\": [{}], \"testcases\": [{}]}}}}\n",
+        driver.version()?,
+        driver.simulated(),
+        mechanism.name(),
+        mps,
+        listed.join(", "),
+        tests.join(", ")
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::handover::Spread;
+
+    #[test]
+    fn sizes_read_as_people_write_them_and_mps_is_found_by_its_control_pipe() {
+        assert_eq!(human(4096), "4 KiB");
+        assert_eq!(human(64 << 20), "64 MiB");
+        assert_eq!(human(1 << 30), "1 GiB");
+        let dir = std::env::temp_dir().join(format!("simple-ipc-mps-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let shown = dir.to_string_lossy().into_owned();
+        assert_eq!(mps_note_for(&shown), format!("MPS: no control daemon at {shown}"));
+        std::fs::write(dir.join("control"), b"").unwrap();
+        assert_eq!(mps_note_for(&shown), format!("MPS: a control daemon listens at {shown}"));
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_spread_reads_p50_p10_p90_and_a_mean_says_so() {
+        let spread = Spread { p50: 6.0, p10: 2.0, p90: 10.0 };
+        assert_eq!(figure_text(&Figures::Handover(Trips::Spread(spread))), "6.0 (2.0-10.0)");
+        assert_eq!(figure_text(&Figures::Handover(Trips::Mean(4.25))), "4.2 (mean)");
+        assert_eq!(
+            json_trips(&Trips::Mean(4.25)),
+            "\"unit\": \"us\", \"p50\": 4.250, \"p10\": null, \"p90\": null"
+        );
+        assert_eq!(json_number(f64::NAN), "null");
+    }
+}
