@@ -210,3 +210,21 @@ fn layout_round_trips_between_processes() {
     }
     assert_eq!(state.opened.load(Ordering::Relaxed), 1, "the other process's write came back");
 }
+
+/// The size of every buffer is the original's 64 MiB on GPUs (nothing on the CPU would notice if it
+/// changed), and the simulation's in a simulated run, which is what that run's `--json` says it checked.
+#[test]
+fn buffers_are_the_originals_64_mib_and_a_simulated_run_says_its_size() {
+    assert_eq!(segment::DATA_SIZE, 64 * 1024 * 1024, "the original's DATA_SIZE");
+    assert_eq!(segment::data_size(false), segment::DATA_SIZE);
+    assert_eq!(segment::data_size(true), segment::SIMULATED_DATA_SIZE);
+    let dir = std::env::temp_dir().join(format!("simple-ipc-size-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("run.json");
+    let out = common::run(common::simulated("ok,ok").arg("--json").arg(&json));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let doc = std::fs::read_to_string(&json).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    let expected = format!("\"buffer_bytes\": {}", segment::SIMULATED_DATA_SIZE);
+    assert!(doc.contains(&expected) && doc.contains("\"simulated\": true"), "{doc}");
+}

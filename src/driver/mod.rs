@@ -130,11 +130,40 @@ impl std::fmt::Display for CallFailed {
 
 impl std::error::Error for CallFailed {}
 
-/// The `CUresult` numbers the program reasons about.
+/// The `CUresult` numbers the program reasons about, and those the simulation answers.
 pub mod code {
+    pub const INVALID_VALUE: u32 = 1;
+    pub const INVALID_DEVICE: u32 = 101;
     pub const INVALID_CONTEXT: u32 = 201;
     pub const MAP_FAILED: u32 = 205;
+    pub const INVALID_HANDLE: u32 = 400;
+    pub const NOT_FOUND: u32 = 500;
+    pub const HOST_MEMORY_ALREADY_REGISTERED: u32 = 712;
+    pub const HOST_MEMORY_NOT_REGISTERED: u32 = 713;
     pub const NOT_SUPPORTED: u32 = 801;
+
+    /// The CUDA driver's name and words for `code` (what `cuGetErrorName` and `cuGetErrorString` say), for
+    /// the codes above: the simulation's failures read like the driver's.
+    pub fn name_and_words(code: u32) -> (&'static str, &'static str) {
+        match code {
+            INVALID_VALUE => ("CUDA_ERROR_INVALID_VALUE", "invalid argument"),
+            INVALID_DEVICE => ("CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"),
+            INVALID_CONTEXT => ("CUDA_ERROR_INVALID_CONTEXT", "invalid device context"),
+            MAP_FAILED => ("CUDA_ERROR_MAP_FAILED", "mapping of buffer object failed"),
+            INVALID_HANDLE => ("CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"),
+            NOT_FOUND => ("CUDA_ERROR_NOT_FOUND", "named symbol not found"),
+            HOST_MEMORY_ALREADY_REGISTERED => (
+                "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED",
+                "part or all of the requested memory range is already mapped",
+            ),
+            HOST_MEMORY_NOT_REGISTERED => (
+                "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED",
+                "pointer does not correspond to a registered memory region",
+            ),
+            NOT_SUPPORTED => ("CUDA_ERROR_NOT_SUPPORTED", "operation not supported"),
+            _ => ("CUDA_ERROR_UNKNOWN", "unknown error"),
+        }
+    }
 }
 
 /// The `CUresult` of the driver call that made `error`, if a driver call did.

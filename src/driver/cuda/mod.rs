@@ -1,0 +1,211 @@
+//! The [`Driver`] of real GPUs: the CUDA driver API through cudarc's raw bindings, loaded at run time.
+//!
+//! This module is where the program's CUDA `unsafe` lives. Each call goes through [`check`], which turns a
+//! `CUresult` into an error that names the call and the driver's own words for what went wrong.
+//!
+//! By concern: [`devices`] (attributes, peers, contexts made current), [`memory`] (`cuMemAlloc`, copies to
+//! and from the host, pinned host memory), [`ipc`] (legacy IPC memory and interprocess events), [`streams`]
+//! (streams, events on them, the kernel, device copies, stream memory operations), [`vmm`] and [`pool`];
+//! [`calls`] is the [`Driver`] trait, each call handed to the module of its concern. Every `unsafe fn` of
+//! those modules has the contract of the [`Driver`] method it implements. This file holds the driver
+//! (initialisation, the primary contexts and loaded modules it releases on drop) and what they share.
+
+mod calls;
+mod devices;
+mod ipc;
+mod memory;
+mod pool;
+mod streams;
+mod vmm;
+
+use std::collections::HashMap;
+use std::ffi::{CStr, c_int};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::sync::Mutex;
+
+use anyhow::{Result, anyhow, bail};
+use cudarc::driver::sys::{self, CUresult};
+
+use super::{CallFailed, DevicePtr, RawEvent, RawFunction, RawPool, RawStream, Unavailable};
+use streams::StreamMemops;
+
+/// The CUDA driver, initialised, with the primary contexts this process retained.
+pub struct CudaDriver {
+    /// Primary context of each device used so far, released on drop.
+    contexts: Mutex<HashMap<i32, usize>>,
+    /// Loaded `simpleKernel` per context (one module per device the process uses).
+    kernels: Mutex<HashMap<usize, (usize, RawFunction)>>,
+    /// The stream memory operations, looked up on first use.
+    memops: std::sync::OnceLock<Result<StreamMemops, String>>,
+}
+
+/// Turns a driver result into an error naming `what` was called.
+fn check(result: CUresult, what: &str) -> Result<()> {
+    if result == CUresult::CUDA_SUCCESS {
+        return Ok(());
+    }
+    Err(CallFailed { call: what.to_owned(), code: result as u32, text: describe(result) }.into())
+}
+
+/// A query's answer: done (`Ok(true)`), not yet (`CUDA_ERROR_NOT_READY`), or an error.
+fn ready(result: CUresult, what: &str) -> Result<bool> {
+    if result == CUresult::CUDA_ERROR_NOT_READY {
+        return Ok(false);
+    }
+    check(result, what).map(|()| true)
+}
+
+/// `CUDA_ERROR_INVALID_VALUE (1): invalid argument`, in the driver's words.
+pub fn describe(result: CUresult) -> String {
+    let mut name: *const std::ffi::c_char = std::ptr::null();
+    let mut text: *const std::ffi::c_char = std::ptr::null();
+    // SAFETY: both calls only write a pointer to a static string into the out-parameter, or leave it null.
+    let (name_rc, text_rc) =
+        unsafe { (sys::cuGetErrorName(result, &mut name), sys::cuGetErrorString(result, &mut text)) };
+    let read = |rc: CUresult, p: *const std::ffi::c_char| {
+        if rc != CUresult::CUDA_SUCCESS || p.is_null() {
+            None
+        } else {
+            // SAFETY: the driver returned a pointer to a NUL-terminated static string.
+            Some(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+        }
+    };
+    let code = result as u32;
+    match (read(name_rc, name), read(text_rc, text)) {
+        (Some(n), Some(t)) => format!("{n} ({code}): {t}"),
+        (Some(n), None) => format!("{n} ({code})"),
+        _ => format!("CUDA error {code}"),
+    }
+}
+
+/// Results of `cuInit` that mean "no usable GPU or driver here": the run is waived, not failed. By number,
+/// since the oldest bindings lack some names: STUB_LIBRARY (34), DEVICE_UNAVAILABLE (46), NO_DEVICE (100),
+/// SYSTEM_DRIVER_MISMATCH (803), COMPAT_NOT_SUPPORTED_ON_DEVICE (804).
+fn means_no_gpu(result: CUresult) -> bool {
+    matches!(result as u32, 34 | 46 | 100 | 803 | 804)
+}
+
+impl CudaDriver {
+    /// Loads `libcuda` and initialises it; `Unavailable` when this machine has no usable GPU.
+    pub fn load() -> Result<Self> {
+        // SAFETY: only tries to dlopen the library by its usual names; nothing is called through it.
+        if !unsafe { sys::is_culib_present() } {
+            return Err(Unavailable("no CUDA driver library (libcuda.so) on this machine".into()).into());
+        }
+        // SAFETY: cuInit takes flags (must be 0) and has no other preconditions.
+        let rc = unsafe { sys::cuInit(0) };
+        if means_no_gpu(rc) {
+            return Err(Unavailable(format!("the CUDA driver has no GPU to offer: {}", describe(rc))).into());
+        }
+        check(rc, "cuInit")?;
+        Ok(Self {
+            contexts: Mutex::new(HashMap::new()),
+            kernels: Mutex::new(HashMap::new()),
+            memops: std::sync::OnceLock::new(),
+        })
+    }
+
+    fn attribute(&self, device: i32, attribute: sys::CUdevice_attribute) -> Result<i32> {
+        let mut value: c_int = 0;
+        // SAFETY: writes one int; an invalid device is reported as an error.
+        check(unsafe { sys::cuDeviceGetAttribute(&mut value, attribute, device) }, "cuDeviceGetAttribute")?;
+        Ok(value)
+    }
+
+    fn primary_context(&self, device: i32) -> Result<sys::CUcontext> {
+        let mut contexts = self.contexts.lock().map_err(|_| anyhow!("context table poisoned"))?;
+        if let Some(&ctx) = contexts.get(&device) {
+            return Ok(ctx as sys::CUcontext);
+        }
+        let mut ctx: sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: writes one context handle, released in Drop.
+        let rc = unsafe { sys::cuDevicePrimaryCtxRetain(&mut ctx, device) };
+        check(rc, &format!("cuDevicePrimaryCtxRetain(device {device})"))?;
+        contexts.insert(device, ctx as usize);
+        Ok(ctx)
+    }
+
+    fn current_context(&self) -> Result<usize> {
+        let mut ctx: sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: writes one context handle (null when none is current).
+        check(unsafe { sys::cuCtxGetCurrent(&mut ctx) }, "cuCtxGetCurrent")?;
+        if ctx.is_null() {
+            bail!("no device is current on this thread");
+        }
+        Ok(ctx as usize)
+    }
+}
+
+impl Drop for CudaDriver {
+    fn drop(&mut self) {
+        let mut kernels = self.kernels.lock().unwrap_or_else(|p| p.into_inner());
+        for (module, _) in kernels.drain().map(|(_, v)| v) {
+            // SAFETY: the module was loaded by this driver and no launch can follow: the driver is going away.
+            unsafe { sys::cuModuleUnload(module as sys::CUmodule) };
+        }
+        let mut contexts = self.contexts.lock().unwrap_or_else(|p| p.into_inner());
+        for (device, _) in contexts.drain() {
+            // SAFETY: balances the one cuDevicePrimaryCtxRetain made for this device.
+            unsafe { sys::cuDevicePrimaryCtxRelease_v2(device) };
+        }
+    }
+}
+
+/// Where a device's memory is, for the VMM and pool structures.
+fn on_device(device: i32) -> sys::CUmemLocation {
+    sys::CUmemLocation { type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE, id: device }
+}
+
+/// A shareable allocation on `device`: pinned device memory, exportable as a POSIX file descriptor.
+fn shareable_allocation(device: i32) -> sys::CUmemAllocationProp {
+    // SAFETY: the structure is plain data for which all zeroes is a valid value (no flags, null pointers).
+    let mut prop: sys::CUmemAllocationProp = unsafe { std::mem::zeroed() };
+    prop.type_ = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.requestedHandleTypes = sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    prop.location = on_device(device);
+    prop
+}
+
+/// Read and write access for `device`.
+fn read_write(device: i32) -> sys::CUmemAccessDesc {
+    sys::CUmemAccessDesc {
+        location: on_device(device),
+        flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+    }
+}
+
+/// Takes ownership of a descriptor the driver returned as an int.
+fn own(fd: c_int, what: &str) -> Result<OwnedFd> {
+    if fd < 0 {
+        bail!("{what} returned no descriptor ({fd})");
+    }
+    // SAFETY: the driver just created this descriptor for the caller, who is its only owner.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn pool(p: RawPool) -> sys::CUmemoryPool {
+    p.0 as sys::CUmemoryPool
+}
+
+fn ptr(p: DevicePtr) -> sys::CUdeviceptr {
+    p.0 as sys::CUdeviceptr
+}
+fn event(e: RawEvent) -> sys::CUevent {
+    e.0 as sys::CUevent
+}
+fn stream(s: RawStream) -> sys::CUstream {
+    s.0 as sys::CUstream
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_gpu_results_waive_and_others_fail() {
+        assert!(means_no_gpu(CUresult::CUDA_ERROR_NO_DEVICE));
+        assert!(means_no_gpu(CUresult::CUDA_ERROR_STUB_LIBRARY));
+        assert!(!means_no_gpu(CUresult::CUDA_ERROR_INVALID_VALUE));
+        assert!(!means_no_gpu(CUresult::CUDA_SUCCESS));
+    }
+}

@@ -1,0 +1,205 @@
+//! Simulated interprocess events, and their files in `/dev/shm`: one table of the events this process
+//! created or opened, the files its exported events have, and the numbers that name them.
+//!
+//! An event is two 64-bit counters (the generation last recorded, the highest one completed) in a file of
+//! 16 bytes named as the CUDA driver (580) names it, `/dev/shm/cuda.shm.0.<pid, hex>.<n>`, by the pid the
+//! exporter has in its own PID namespace. An opener maps whatever file has that name in its own `/dev/shm`
+//! now: none is `CUDA_ERROR_MAP_FAILED`, an exporter of the opener's own pid number
+//! `CUDA_ERROR_INVALID_CONTEXT`. The names are removed when the driver is dropped, where they are still
+//! this process's files.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use anyhow::{Context, Result, ensure};
+
+use super::memory::{Mapping, decode, encode, refuse_own_pid};
+use super::{Held, HostDriver, failed, lock, owned};
+use crate::driver::{IpcHandleBytes, RawEvent, code};
+
+const EVENT_TAG: &[u8; 8] = b"SIMEVT\0\x02";
+/// An event's shared counters: the generation last recorded, and the highest one completed.
+const EVENT_BYTES: usize = 16;
+
+/// An event's counters, shared by the exporter and every process that opened it, and its number in the
+/// exporter (the last part of its file's name).
+pub(super) struct Event {
+    mapping: Arc<Mapping>,
+    number: i32,
+}
+
+impl Event {
+    fn new(mapping: Arc<Mapping>, number: i32) -> Result<Arc<Self>> {
+        ensure!(mapping.len() >= EVENT_BYTES, "a simulated event's mapping has {} bytes", mapping.len());
+        Ok(Arc::new(Self { mapping, number }))
+    }
+
+    fn counter(&self, i: usize) -> &AtomicU64 {
+        let i = i.min(EVENT_BYTES / 8 - 1);
+        // SAFETY: counter `i` (0 or 1) lies in the first EVENT_BYTES of the mapping, which has at least that
+        // many (checked by `new`), is page-aligned and lives as long as `self`; other processes touch it only
+        // through atomics too.
+        unsafe { &*self.mapping.as_ptr().add(i * 8).cast::<AtomicU64>() }
+    }
+
+    pub(super) fn recorded(&self) -> &AtomicU64 {
+        self.counter(0)
+    }
+
+    fn completed(&self) -> &AtomicU64 {
+        self.counter(1)
+    }
+
+    /// Marks `generation` complete (a stream reached the record).
+    pub(super) fn complete(&self, generation: u64) {
+        self.completed().fetch_max(generation, Ordering::AcqRel);
+    }
+
+    pub(super) fn reached(&self, generation: u64) -> bool {
+        self.completed().load(Ordering::Acquire) >= generation
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    Exported,
+    Opened,
+}
+
+#[derive(Default)]
+struct Table {
+    events: HashMap<u64, (Arc<Event>, Origin)>,
+    last_id: u64,
+    /// The number of the last exported event, from 1 as in the CUDA driver's file names.
+    last_number: i32,
+    /// The files in /dev/shm this process's exported events have, as the CUDA driver makes them.
+    files: Vec<(String, File)>,
+}
+
+impl Table {
+    fn insert(&mut self, event: Arc<Event>, origin: Origin) -> RawEvent {
+        self.last_id += 1;
+        self.events.insert(self.last_id, (event, origin));
+        RawEvent(self.last_id)
+    }
+}
+
+#[derive(Default)]
+pub(super) struct Events(Mutex<Table>);
+
+impl Events {
+    /// The event `event`, for `call`.
+    pub(super) fn get(&self, call: &str, event: RawEvent) -> Result<Arc<Event>> {
+        let table = lock(&self.0)?;
+        let found = table.events.get(&event.0).map(|(event, _)| Arc::clone(event));
+        found.ok_or_else(|| failed(call, code::INVALID_HANDLE, format!("no live event {:#x}", event.0)))
+    }
+
+    pub(super) fn held(&mut self, held: &mut Held) {
+        let table = owned(&mut self.0);
+        let count = |origin| table.events.values().filter(|(_, o)| *o == origin).count();
+        held.add(count(Origin::Exported), "exported event");
+        held.add(count(Origin::Opened), "opened IPC event");
+    }
+
+    /// A normal end: the event files go, where their names are still this process's files.
+    pub(super) fn remove_files(&mut self) {
+        use std::os::unix::fs::MetadataExt;
+        let same = |a: &std::fs::Metadata, b: &std::fs::Metadata| a.dev() == b.dev() && a.ino() == b.ino();
+        for (name, file) in std::mem::take(&mut owned(&mut self.0).files) {
+            if let (Ok(named), Ok(ours)) = (std::fs::symlink_metadata(&name), file.metadata())
+                && same(&named, &ours)
+            {
+                let _ = std::fs::remove_file(name);
+            }
+        }
+    }
+}
+
+/// The name of the driver's file for event `n` of the process that is `pid` in its own namespace.
+fn file_name(pid: u32, n: i32) -> String {
+    format!("/dev/shm/cuda.shm.0.{pid:x}.{n}")
+}
+
+pub(super) fn create(sim: &HostDriver) -> Result<RawEvent> {
+    // Like the CUDA driver, the counters live in a file in /dev/shm named by our pid, which replaces any
+    // file of that name (made elsewhere by a process of the same pid number); removed only when this
+    // process ends normally, so that the tests see what a killed exporter leaves.
+    let n = {
+        let mut table = lock(&sim.events.0)?;
+        table.last_number += 1;
+        table.last_number
+    };
+    let name = file_name(std::process::id(), n);
+    // A name of its own (another process of our pid number may be making the same one).
+    let made = format!("{name}.new{:x}", sim.random());
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&made)
+        .with_context(|| format!("creating {made}, as the CUDA driver does"))?;
+    let placed = file
+        .set_len(EVENT_BYTES as u64)
+        .and_then(|()| std::fs::rename(&made, &name))
+        .with_context(|| format!("making {name}, as the CUDA driver does"));
+    if let Err(e) = placed {
+        let _ = std::fs::remove_file(&made);
+        return Err(e);
+    }
+    let kept = file.try_clone().context("dup of an event file")?;
+    let event = Event::new(Mapping::new(file, EVENT_BYTES)?, n)?;
+    let mut table = lock(&sim.events.0)?;
+    table.files.push((name, kept));
+    Ok(table.insert(event, Origin::Exported))
+}
+
+pub(super) fn handle(sim: &HostDriver, event: RawEvent) -> Result<IpcHandleBytes> {
+    let call = "cuIpcGetEventHandle";
+    let table = lock(&sim.events.0)?;
+    match table.events.get(&event.0) {
+        Some((event, Origin::Exported)) => {
+            Ok(encode(EVENT_TAG, std::process::id(), event.number, EVENT_BYTES as u64))
+        }
+        Some((_, Origin::Opened)) => {
+            Err(failed(call, code::INVALID_VALUE, "the event was opened, not created"))
+        }
+        None => Err(failed(call, code::INVALID_HANDLE, format!("no live event {:#x}", event.0))),
+    }
+}
+
+pub(super) fn open(sim: &HostDriver, handle: &IpcHandleBytes) -> Result<RawEvent> {
+    let call = "cuIpcOpenEventHandle";
+    let (pid, n, len) = decode(handle, EVENT_TAG)
+        .ok_or_else(|| failed(call, code::INVALID_VALUE, "not a simulated event handle"))?;
+    if len != EVENT_BYTES as u64 {
+        return Err(failed(call, code::INVALID_VALUE, format!("the handle declares {len} bytes")));
+    }
+    refuse_own_pid(call, pid)?;
+    // By name, in this process's /dev/shm: whatever file has the name now.
+    let name = file_name(pid, n);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&name)
+        .map_err(|e| failed(call, code::MAP_FAILED, format!("no {name} in this /dev/shm ({e})")))?;
+    let size = file.metadata().map(|m| m.len()).ok();
+    if size != Some(len) {
+        return Err(failed(call, code::MAP_FAILED, format!("{name} has {size:?} bytes, not {len}")));
+    }
+    let event = Event::new(Mapping::new(file, EVENT_BYTES)?, n)?;
+    Ok(lock(&sim.events.0)?.insert(event, Origin::Opened))
+}
+
+pub(super) fn destroy(sim: &HostDriver, event: RawEvent) -> Result<()> {
+    let removed = lock(&sim.events.0)?.events.remove(&event.0);
+    let why = || failed("cuEventDestroy", code::INVALID_HANDLE, format!("no live event {:#x}", event.0));
+    removed.map(drop).ok_or_else(why)
+}
+
+pub(super) fn query(sim: &HostDriver, event: RawEvent) -> Result<bool> {
+    let event = sim.events.get("cuEventQuery", event)?;
+    Ok(event.reached(event.recorded().load(Ordering::Acquire)))
+}

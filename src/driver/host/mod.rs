@@ -1,0 +1,268 @@
+//! A [`Driver`](super::Driver) in host memory, so that the process protocol (segment, children, barrier,
+//! handles, ordering, faults, signals, clean-up) runs for real in `cargo test` on machines without a GPU.
+//!
+//! It is chosen only when [`SIMULATE_ENV`] is set; it never stands in for a missing GPU. It is asynchronous
+//! the way a GPU is, so that the tests notice when the ordering the sample exists to show is broken:
+//! - each stream runs its work in order on a worker thread of its own, and a kernel takes a random 4 to 20
+//!   ms before it writes, so a kernel is not done when its launch returns, nor when the next step starts;
+//! - an interprocess event is two counters in shared memory: recording it takes the next generation when it
+//!   is enqueued and marks it complete when the stream reaches it; a wait (a stream's or the host's) waits for
+//!   the generation that was last recorded when the wait was asked for, as `cuStreamWaitEvent` does.
+//!
+//! A "device buffer" is a memfd; its IPC handle names the exporter's pid and descriptor, and opening it
+//! maps `/proc/<pid>/fd/<fd>`. An interprocess event's counters live, as with the CUDA driver (580), in a file
+//! `/dev/shm/cuda.shm.0.<pid, hex>.<n>` named by the pid the exporter has in its own PID namespace: a second
+//! exporter of the same pid number (another container sharing `/dev/shm`) replaces the name, and opening
+//! the handle maps whatever file has that name now. The file is removed when the exporter ends normally (if
+//! the name is still its file) and left when it is killed, so that the tests check what the program removes.
+//! The driver's answers across namespaces are those measured on the H200 host: a legacy memory or event
+//! handle whose exporter has this process's own pid number is refused with `CUDA_ERROR_INVALID_CONTEXT`;
+//! an event whose file is not in this process's `/dev/shm` with `CUDA_ERROR_MAP_FAILED`.
+//!
+//! `SIMPLE_IPC_SIMULATE_GPUS` is a comma-separated list, one entry per device: `ok`, or a defect that device
+//! selection must reject: `no-uva` (no unified addressing), `exclusive` (compute mode not Default), `no-peer`
+//! (no peer access to any other device), or that a mechanism must waive: `no-legacy-ipc`, `no-vmm`,
+//! `no-pools`, `no-memops` (no stream memory operations); several are joined by `+`. An empty value is a machine without devices.
+//!
+//! The virtual memory management API and memory pools are simulated with descriptors too: an allocation or
+//! a pool is a memfd, exported as a new descriptor of it (which the program passes over a Unix socket), and
+//! a pool's allocations are page-aligned ranges of its memfd. Host memory is "pinned" by noting its range.
+//!
+//! Every failure the simulation answers for the driver is a [`CallFailed`] with the `CUresult` the CUDA
+//! driver gives in that case (a freed pointer, a destroyed stream, a handle of the wrong kind, memory freed
+//! by the call of another kind of memory), its text marked `(simulated: why)`. When the driver is dropped
+//! (the process ends its CUDA use) it says on standard error what the process still holds, one line:
+//! `simulated driver: process <pid> ended holding 1 device buffer, 2 opened IPC buffers`; the tests fail on
+//! that line, so every owner's `Drop` is seen to do its work. A process that exits without dropping its
+//! driver (killed, or `exit` from a signal handler) says nothing.
+//!
+//! The simulation by concern: [`memory`] (every addressable buffer, legacy IPC memory, pinned host memory),
+//! [`events`] (interprocess events and their `/dev/shm` files), [`streams`] (streams, kernels, copies,
+//! stream memory operations), [`vmm`] and [`pool`]; [`calls`] is the [`Driver`](super::Driver) trait, each
+//! call handed to the module of its concern. This file holds the devices, chosen by the environment, and
+//! what the tables share.
+
+mod calls;
+mod events;
+mod memory;
+mod pool;
+mod streams;
+mod vmm;
+
+use std::io::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use anyhow::{Result, anyhow};
+
+use super::{CallFailed, code};
+
+/// The environment variable that selects the simulation (test-only; README documents it).
+pub const SIMULATE_ENV: &str = "SIMPLE_IPC_SIMULATE_GPUS";
+
+/// Whether this process was asked to simulate its GPUs.
+pub fn requested() -> bool {
+    std::env::var_os(SIMULATE_ENV).is_some()
+}
+
+/// The simulated L2 cache: small, so that the benchmark's marking of cache-sized rows shows in tests.
+pub const SIMULATED_L2_BYTES: u64 = 64 * 1024;
+/// The simulated VMM granularity: not a power of two, so that rounding up is exercised.
+pub const SIMULATED_GRANULARITY: usize = 96 * 1024;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SimulatedDevice {
+    Ok,
+    NoUnifiedAddressing,
+    ExclusiveComputeMode,
+    NoPeerAccess,
+    /// Legacy IPC handles fail (as on WSL and Tegra).
+    NoLegacyIpc,
+    /// No virtual memory management.
+    NoVmm,
+    /// No memory pools.
+    NoPools,
+    /// No stream memory operations.
+    NoStreamMemops,
+}
+
+/// What a simulated device lacks: `ok`, or defects joined by `+` (`no-vmm+no-pools`).
+struct Defects(Vec<SimulatedDevice>);
+
+impl Defects {
+    fn lacks(&self, defect: SimulatedDevice) -> bool {
+        self.0.contains(&defect)
+    }
+
+    fn parse(kind: &str) -> Result<Self> {
+        let defects = kind.split('+').map(|defect| match defect.trim() {
+            "ok" => Ok(SimulatedDevice::Ok),
+            "no-uva" => Ok(SimulatedDevice::NoUnifiedAddressing),
+            "exclusive" => Ok(SimulatedDevice::ExclusiveComputeMode),
+            "no-peer" => Ok(SimulatedDevice::NoPeerAccess),
+            "no-legacy-ipc" => Ok(SimulatedDevice::NoLegacyIpc),
+            "no-vmm" => Ok(SimulatedDevice::NoVmm),
+            "no-pools" => Ok(SimulatedDevice::NoPools),
+            "no-memops" => Ok(SimulatedDevice::NoStreamMemops),
+            other => Err(anyhow!("{SIMULATE_ENV}: unknown device kind {other:?}")),
+        });
+        Ok(Defects(defects.collect::<Result<Vec<_>>>()?))
+    }
+}
+
+/// Host-memory stand-in for the CUDA driver: the devices, and one table per concern, each behind one lock.
+pub struct HostDriver {
+    devices: Vec<Defects>,
+    memory: memory::Memory,
+    events: events::Events,
+    streams: streams::Streams,
+    vmm: vmm::Allocations,
+    pools: pool::Pools,
+    /// An xorshift state: kernel run times, names of temporary files.
+    random: AtomicU64,
+}
+
+thread_local! {
+    /// The device `use_device` made current on this thread, as CUDA keeps it per thread.
+    static CURRENT: std::cell::Cell<i32> = const { std::cell::Cell::new(-1) };
+}
+
+/// A simulated driver call's failure: the code the CUDA driver answers in that case, in the driver's words,
+/// and why the simulation answered it.
+fn failed(call: impl Into<String>, code: u32, why: impl std::fmt::Display) -> anyhow::Error {
+    let (name, words) = code::name_and_words(code);
+    CallFailed { call: call.into(), code, text: format!("{name} ({code}): {words} (simulated: {why})") }
+        .into()
+}
+
+/// A table's lock. A poisoned one is the simulation's own failure (a panic while it held it), not a
+/// driver's answer.
+fn lock<T>(mutex: &Mutex<T>) -> Result<MutexGuard<'_, T>> {
+    mutex.lock().map_err(|_| anyhow!("a simulated driver table is poisoned"))
+}
+
+/// A table, when the driver is going away (nothing else can hold it, poisoned or not).
+fn owned<T>(mutex: &mut Mutex<T>) -> &mut T {
+    mutex.get_mut().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// What the process still holds when its driver goes away, table by table: "2 opened IPC buffers".
+#[derive(Default)]
+struct Held(Vec<String>);
+
+impl Held {
+    fn add(&mut self, count: usize, noun: &str) {
+        if count > 0 {
+            self.0.push(format!("{count} {noun}{}", if count == 1 { "" } else { "s" }));
+        }
+    }
+}
+
+impl Drop for HostDriver {
+    /// The process ends its CUDA use: it says what it still holds, and the event files go (where their names
+    /// are still this process's files).
+    fn drop(&mut self) {
+        let held = self.still_held();
+        if !held.is_empty() {
+            let line = format!(
+                "simulated driver: process {} ended holding {}\n",
+                std::process::id(),
+                held.join(", ")
+            );
+            let _ = std::io::stderr().write_all(line.as_bytes());
+        }
+        self.events.remove_files();
+    }
+}
+
+impl HostDriver {
+    /// The simulation, if the environment asks for it.
+    pub fn from_env() -> Result<Option<Self>> {
+        let Some(spec) = std::env::var_os(SIMULATE_ENV) else {
+            return Ok(None);
+        };
+        Self::new(&spec.to_string_lossy()).map(Some)
+    }
+
+    /// The simulation of the devices `spec` describes (the value of [`SIMULATE_ENV`]).
+    fn new(spec: &str) -> Result<Self> {
+        let devices = spec
+            .split(',')
+            .filter(|kind| !kind.trim().is_empty())
+            .map(Defects::parse)
+            .collect::<Result<Vec<_>>>()?;
+        let seed = u64::from(std::process::id()) << 32
+            | u64::from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.subsec_nanos());
+        Ok(Self {
+            devices,
+            memory: memory::Memory::default(),
+            events: events::Events::default(),
+            streams: streams::Streams::default(),
+            vmm: vmm::Allocations::default(),
+            pools: pool::Pools::default(),
+            random: AtomicU64::new(seed | 1),
+        })
+    }
+
+    /// What this process still holds, table by table ("2 opened IPC buffers").
+    fn still_held(&mut self) -> Vec<String> {
+        let mut held = Held::default();
+        self.memory.held(&mut held);
+        self.events.held(&mut held);
+        self.streams.held(&mut held);
+        self.vmm.held(&mut held);
+        self.pools.held(&mut held);
+        held.0
+    }
+
+    /// The device of ordinal `device`, for `call`.
+    fn device(&self, call: &str, device: i32) -> Result<&Defects> {
+        usize::try_from(device)
+            .ok()
+            .and_then(|d| self.devices.get(d))
+            .ok_or_else(|| failed(call, code::INVALID_DEVICE, format!("no device {device}")))
+    }
+
+    /// The next number of an xorshift: good enough to shuffle concurrent work and to name temporary files.
+    fn random(&self) -> u64 {
+        let mut x = self.random.load(Ordering::Relaxed);
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.random.store(x, Ordering::Relaxed);
+        x
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::driver::{Driver, failed_code};
+
+    /// What is not freed is named when the driver goes away; freeing by the wrong call, or twice, is the
+    /// CUresult CUDA answers.
+    #[test]
+    fn what_is_still_held_is_named_and_frees_must_match() {
+        let mut sim = HostDriver::new("ok").unwrap();
+        sim.use_device(0).unwrap();
+        let buffer = sim.alloc(4096).unwrap();
+        let stream = sim.create_non_blocking_stream().unwrap();
+        let mut host = vec![0u8; 4096];
+        // SAFETY: (test) every handle is this driver's; `host` outlives its pinning.
+        unsafe {
+            assert!(sim.pin_host_memory(&mut host).unwrap());
+            assert_eq!(sim.still_held(), ["1 device buffer", "1 pinned host range", "1 stream"]);
+            let wrong = sim.ipc_close_mem_handle(buffer).unwrap_err();
+            assert_eq!(failed_code(&wrong), Some(code::INVALID_VALUE), "{wrong:#}");
+            sim.free(buffer).unwrap();
+            assert_eq!(failed_code(&sim.free(buffer).unwrap_err()), Some(code::INVALID_VALUE));
+            sim.destroy_stream(stream).unwrap();
+            assert_eq!(failed_code(&sim.destroy_stream(stream).unwrap_err()), Some(code::INVALID_HANDLE));
+            sim.unpin_host_memory(&mut host).unwrap();
+            let twice = sim.unpin_host_memory(&mut host).unwrap_err();
+            assert_eq!(failed_code(&twice), Some(code::HOST_MEMORY_NOT_REGISTERED));
+        }
+        assert_eq!(sim.still_held(), Vec::<String>::new());
+        assert_eq!(failed_code(&sim.use_device(1).unwrap_err()), Some(code::INVALID_DEVICE));
+    }
+}
