@@ -133,22 +133,24 @@ pub(super) fn create(sim: &HostDriver) -> Result<RawEvent> {
         table.last_number
     };
     let name = file_name(std::process::id(), n);
-    // A name of its own (another process of our pid number may be making the same one).
-    let made = format!("{name}.new{:x}", sim.random());
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(&made)
-        .with_context(|| format!("creating {made}, as the CUDA driver does"))?;
-    let placed = file
-        .set_len(EVENT_BYTES as u64)
-        .and_then(|()| std::fs::rename(&made, &name))
-        .with_context(|| format!("making {name}, as the CUDA driver does"));
-    if let Err(e) = placed {
-        let _ = std::fs::remove_file(&made);
-        return Err(e);
-    }
+    // The file replaces whatever has the name (another process of our pid number may have made it, or be
+    // making it now): the old name goes, then the file is made anew under it. No other name is ever made,
+    // so a process killed at any moment leaves only what the driver would.
+    let mut attempts = 0;
+    let file = loop {
+        match std::fs::remove_file(&name) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(e).with_context(|| format!("replacing {name}, as the CUDA driver does"));
+            }
+            _ => {}
+        }
+        match OpenOptions::new().read(true).write(true).create_new(true).open(&name) {
+            Ok(file) => break file,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempts < 10 => attempts += 1,
+            Err(e) => return Err(e).with_context(|| format!("creating {name}, as the CUDA driver does")),
+        }
+    };
+    file.set_len(EVENT_BYTES as u64).with_context(|| format!("sizing {name}, as the CUDA driver does"))?;
     let kept = file.try_clone().context("dup of an event file")?;
     let event = Event::new(Mapping::new(file, EVENT_BYTES)?, n)?;
     let mut table = lock(&sim.events.0)?;
