@@ -1,0 +1,186 @@
+//! `--ipc all`: each mechanism as a whole run of its own, one after another (this program again, with the
+//! user's own arguments, less `--ipc` and `--json`, and `--ipc <mechanism>`), then a table of mechanism,
+//! result (passed, failed, or waived and why), wall time and the time a child took to open one process's
+//! buffer and event. Exit 1 if any failed, 2 if all were waived, 0 otherwise; `--json` carries the same.
+//! Pool under `--sync memops` is waived without a run: memops cannot order pool memory.
+//!
+//! This module owns those runs while they last: each gets the write end of a pipe (`--report-fd`) for its
+//! JSON document, so nothing goes through TMPDIR; the top parent passes the run's output on as it comes, in
+//! one poll loop that also watches its stop flag and its own standard output. A run gets SIGTERM
+//! (`PR_SET_PDEATHSIG`) if the top parent dies; a stop signal to the top parent goes on to the run at once,
+//! and a reader of the top parent's output that goes away (`| head -1`) stops the run; either way the top
+//! parent then exits 128+N without starting the next run.
+
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt;
+
+use anyhow::{Result, bail};
+
+use crate::cli::{Cli, Sync};
+use crate::ipc::{Mechanism, memops_refusal};
+use crate::outcome::Outcome;
+use crate::report::JsonFile;
+use crate::signals;
+
+mod sub_run;
+mod table;
+
+use sub_run::run_one;
+pub use table::{json_document, table};
+
+/// How one mechanism's run ended.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Ending {
+    Passed,
+    Failed(String),
+    Waived(String),
+}
+
+/// One row of the table.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Row {
+    pub mechanism: Mechanism,
+    pub ending: Ending,
+    /// `None` where the mechanism was not run.
+    pub wall_ms: Option<f64>,
+    /// The median over the children of their time to open every handle, divided by the process count.
+    pub open_one_ms: Option<f64>,
+}
+
+pub fn run(cli: &Cli) -> Result<Outcome> {
+    let json = JsonFile::requested();
+    let passed_on = passed_on(std::env::args_os().skip(1));
+    let mut rows = Vec::new();
+    for mechanism in Mechanism::ALL {
+        say!("== --ipc {}", mechanism.name())?;
+        let row = match cannot_run(cli, mechanism) {
+            Some(reason) => {
+                say!("{reason}")?;
+                Row { mechanism, ending: Ending::Waived(reason.clone()), wall_ms: None, open_one_ms: None }
+            }
+            None => run_one(&passed_on, mechanism)?,
+        };
+        rows.push(row);
+        signals::check()?;
+    }
+    crate::output::text(&table(&rows))?;
+    if let Some(json) = json {
+        json.write(&json_document(&rows))?;
+    }
+    outcome(&rows)
+}
+
+/// 1 if any failed, 2 if all were waived, 0 otherwise.
+pub fn outcome(rows: &[Row]) -> Result<Outcome> {
+    let failed: Vec<&str> =
+        rows.iter().filter(|r| matches!(r.ending, Ending::Failed(_))).map(|r| r.mechanism.name()).collect();
+    if !failed.is_empty() {
+        bail!("--ipc all: {} failed", failed.join(", "));
+    }
+    if rows.iter().all(|r| matches!(r.ending, Ending::Waived(_))) {
+        return Ok(Outcome::Waived);
+    }
+    Ok(Outcome::Passed)
+}
+
+/// The options `--ipc all` sets itself for each run: every other argument goes on as the user gave it, so
+/// that no option, today's or a future one, can be dropped on the way.
+const SET_HERE: [&str; 3] = ["--ipc", "--json", "--report-fd"];
+
+/// The user's arguments (without the program's name) less those in [`SET_HERE`], in both their forms
+/// (`--ipc vmm` and `--ipc=vmm`).
+pub fn passed_on(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
+    let mut args = args.into_iter();
+    let mut kept = Vec::new();
+    while let Some(arg) = args.next() {
+        if arg == "--" {
+            kept.push(arg);
+            kept.extend(args);
+            break;
+        }
+        let bytes = arg.as_bytes();
+        if SET_HERE.iter().any(|option| bytes == option.as_bytes()) {
+            args.next(); // its value
+        } else if !SET_HERE
+            .iter()
+            .any(|option| bytes.strip_prefix(option.as_bytes()).is_some_and(|rest| rest.starts_with(b"=")))
+        {
+            kept.push(arg);
+        }
+    }
+    kept
+}
+
+/// Why `mechanism` cannot run with the user's options whatever the devices, if so: a property of the
+/// mechanism, so its row is waived with the reason (`main` refuses `--ipc pool --sync memops` as an error).
+fn cannot_run(cli: &Cli, mechanism: Mechanism) -> Option<String> {
+    (cli.sync == Sync::Memops && mechanism.spec().refuses_memops.is_some()).then(|| memops_refusal(mechanism))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::table::open_one_ms;
+    use super::*;
+
+    fn row(mechanism: Mechanism, ending: Ending) -> Row {
+        Row { mechanism, ending, wall_ms: Some(1.0), open_one_ms: Some(0.25) }
+    }
+
+    #[test]
+    fn exit_1_if_any_failed_2_if_all_waived_0_otherwise() {
+        let waived = || Ending::Waived("no".into());
+        let all_waived = [row(Mechanism::Legacy, waived()), row(Mechanism::Vmm, waived())];
+        assert_eq!(outcome(&all_waived).unwrap(), Outcome::Waived);
+        let one_passed = [row(Mechanism::Legacy, Ending::Passed), row(Mechanism::Vmm, waived())];
+        assert_eq!(outcome(&one_passed).unwrap(), Outcome::Passed);
+        let one_failed =
+            [row(Mechanism::Legacy, Ending::Passed), row(Mechanism::Pool, Ending::Failed("x".into()))];
+        assert!(outcome(&one_failed).unwrap_err().to_string().contains("pool failed"));
+    }
+
+    /// A run of one mechanism gets the user's options as the user gave them, its own `--ipc` and no `--json`.
+    /// Every option of the command line is in one of the cases, so a new option fails this test until it is
+    /// added here.
+    #[test]
+    fn every_option_but_ipc_and_json_is_passed_on() {
+        use clap::{CommandFactory, Parser};
+        let cases: &[&[&str]] = &[
+            &["--ipc", "all", "--sync", "memops", "--procs-per-device", "3", "--timings", "--json", "x.json"],
+            &["--ipc=all", "--json=x.json", "--sequential", "--timeout=5", "--bind-numa"],
+            &["--timeout", "0", "--ipc", "legacy", "--bench", "--bench-max-bytes", "8192"],
+            &["--ipc", "all", "--topology"],
+            &["--ipc", "all", "--report-fd", "7"],
+        ];
+        let program = || std::iter::once(OsString::from("simple-ipc"));
+        let mut seen = std::collections::BTreeSet::new();
+        for case in cases {
+            let user = Cli::try_parse_from(program().chain(case.iter().map(OsString::from))).unwrap();
+            let args = passed_on(case.iter().map(OsString::from));
+            let own = ["--ipc", "vmm", "--report-fd", "9"].map(OsString::from);
+            let sub = Cli::try_parse_from(program().chain(args).chain(own)).unwrap();
+            let expected = Cli { ipc: crate::cli::IpcArg::Vmm, json: None, report_fd: Some(9), ..user };
+            assert_eq!(sub, expected, "{case:?}");
+            seen.extend(case.iter().filter_map(|a| a.strip_prefix("--")?.split('=').next()));
+        }
+        for arg in Cli::command().get_arguments().filter(|arg| !arg.is_hide_set()) {
+            let long = arg.get_long().unwrap_or_default();
+            assert!(
+                ["help", "version"].contains(&long) || seen.contains(long),
+                "--{long} is in no case of this test"
+            );
+        }
+    }
+
+    #[test]
+    fn the_open_time_is_the_childrens_median_per_process_and_json_escapes_reasons() {
+        let doc = r#"{"unit": "ms", "parent": {"total": 9.0}, "children": [{"open_handles": 4.0}, {"open_handles": 2.0}, {"open_handles": 100.0}], "processes": 2}"#;
+        assert_eq!(open_one_ms(doc), Some(2.0));
+        assert_eq!(open_one_ms("{}"), None);
+        let json = json_document(&[row(Mechanism::Vmm, Ending::Failed("a \"quoted\"\nline".into()))]);
+        assert!(json.contains(r#""reason": "a \"quoted\"\u000aline""#), "{json}");
+        assert!(
+            json.contains(r#""result": "failed""#) && json.contains(r#""open_one_ms": 0.2500"#),
+            "{json}"
+        );
+    }
+}

@@ -1,0 +1,255 @@
+//! The run of one mechanism, as `--ipc all` starts it: this program again with the user's options and its
+//! own `--ipc`, its output passed on as it comes, its result read from an inherited pipe (`--report-fd`), and
+//! stopped with the top parent (see the parent module's doc).
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::poll::{PollFd, PollFlags, poll};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+use super::table::open_one_ms;
+use super::{Ending, Row};
+use crate::inherit;
+use crate::ipc::Mechanism;
+use crate::signals::{self, Interrupted};
+
+/// How often the top parent looks at the run of one mechanism while it waits for output.
+const LOOK_MS: u8 = 10;
+/// How long the output of a run that has exited is still read (the run's own children may still be writing
+/// as they die); a grandchild that keeps the pipes open cannot hold the top parent longer.
+const DRAIN: Duration = Duration::from_secs(1);
+/// How long a run of one mechanism gets to stop in order (it stops its children within 300 ms) before it is
+/// killed.
+const STOP_GRACE: Duration = Duration::from_secs(1);
+
+/// Runs this program with the user's options and `--ipc <mechanism>`; passes its output on as it comes and
+/// reads its result (the JSON document of `--json`) from a pipe it inherits (`--report-fd`): no file.
+pub(super) fn run_one(passed_on: &[OsString], mechanism: Mechanism) -> Result<Row> {
+    let (report, report_end) =
+        nix::unistd::pipe2(OFlag::O_CLOEXEC).context("pipe2 for the result of a run of one mechanism")?;
+    let fd = report_end.as_raw_fd();
+    let mut command = Command::new("/proc/self/exe");
+    command
+        .arg0(std::env::args_os().next().unwrap_or_else(|| "simple-ipc".into()))
+        .args(passed_on)
+        .args(["--ipc", mechanism.name(), "--report-fd", &fd.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let top = nix::unistd::getpid();
+    // SAFETY: runs in the forked child before exec; prctl, getppid and fcntl are async-signal-safe and
+    // allocate nothing.
+    unsafe {
+        command.pre_exec(move || {
+            // The run must not outlive the top parent: SIGTERM, which it handles as an orderly stop.
+            nix::sys::prctl::set_pdeathsig(Signal::SIGTERM).map_err(std::io::Error::from)?;
+            if nix::unistd::getppid() != top {
+                return Err(std::io::Error::from_raw_os_error(nix::libc::ESRCH)); // it died before the prctl
+            }
+            inherit::keep_across_exec(fd)
+        });
+    }
+    // A descriptor fault is meant for the mechanisms that send descriptors; legacy's run would refuse it.
+    if crate::fault::needs_descriptors() && !mechanism.uses_descriptors() {
+        command.env_remove(crate::fault::FAULT_ENV);
+    }
+    let start = Instant::now();
+    let mut child = command
+        .spawn()
+        .with_context(|| format!("starting the run of --ipc {} (/proc/self/exe)", mechanism.name()))?;
+    drop(report_end);
+    let (stdout, stderr) = (child.stdout.take().map(OwnedFd::from), child.stderr.take().map(OwnedFd::from));
+    // Declared before the pipes: on an early return they close first, so the run cannot block writing to
+    // them while it is being stopped.
+    let mut run = SubRun(child);
+    let mut pipes = [
+        Pipe::new(stdout, Echo::Stdout),
+        Pipe::new(stderr, Echo::Stderr),
+        Pipe::new(Some(report), Echo::Keep),
+    ];
+    let (status, stopped) = run.follow(&mut pipes)?;
+    if let Some(signal) = stopped {
+        return Err(Interrupted(signal).into());
+    }
+    let wall_ms = start.elapsed().as_secs_f64() * 1e3;
+    let [stdout, stderr, document] = pipes.map(|pipe| String::from_utf8_lossy(&pipe.got).into_owned());
+    let ending = match status.code() {
+        Some(0) => Ending::Passed,
+        Some(2) => Ending::Waived(
+            stdout
+                .lines()
+                .rev()
+                .find(|l| l.starts_with("No CUDA devices support IPC"))
+                .unwrap_or("waived")
+                .to_owned(),
+        ),
+        Some(code) if code > 128 => Ending::Failed(format!("stopped by {}", signal_name(code - 128))),
+        None => Ending::Failed(format!("killed by {}", status.signal().map_or("?".into(), signal_name))),
+        other => Ending::Failed(
+            stderr
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .map_or_else(|| format!("exit status {other:?}"), |line| line.trim().to_owned()),
+        ),
+    };
+    Ok(Row { mechanism, ending, wall_ms: Some(wall_ms), open_one_ms: open_one_ms(&document) })
+}
+
+/// Where the top parent passes on what comes through one of a run's pipes.
+#[derive(Clone, Copy)]
+enum Echo {
+    Stdout,
+    Stderr,
+    /// Nowhere: the result, kept only.
+    Keep,
+}
+
+/// One pipe from the run of one mechanism, and all that came through it so far.
+struct Pipe {
+    /// `None` once at its end.
+    fd: Option<OwnedFd>,
+    echo: Echo,
+    got: Vec<u8>,
+}
+
+impl Pipe {
+    fn new(fd: Option<OwnedFd>, echo: Echo) -> Self {
+        Self { fd, echo, got: Vec::new() }
+    }
+
+    /// Reads what `poll` said is there, passes it on and keeps it.
+    fn read(&mut self) -> Result<()> {
+        let Some(fd) = &self.fd else { return Ok(()) };
+        let mut chunk = [0u8; 16 * 1024];
+        let n = match nix::unistd::read(fd, &mut chunk) {
+            Ok(n) => n,
+            Err(Errno::EINTR | Errno::EAGAIN) => return Ok(()),
+            Err(e) => return Err(e).context("reading the output of a run of one mechanism"),
+        };
+        let bytes = &chunk[..n];
+        match self.echo {
+            _ if n == 0 => self.fd = None,
+            Echo::Stdout => {
+                let mut out = std::io::stdout().lock();
+                out.write_all(bytes).and_then(|()| out.flush()).context("writing to standard output")?;
+            }
+            // As `warn!`: standard error cannot fail the run.
+            Echo::Stderr => drop(std::io::stderr().write_all(bytes)),
+            Echo::Keep => {}
+        }
+        self.got.extend_from_slice(bytes);
+        Ok(())
+    }
+}
+
+/// The run of one mechanism; dropped before it has ended (the top parent's own output failed), it is
+/// stopped and reaped.
+struct SubRun(Child);
+
+impl SubRun {
+    /// Passes on the run's output as it comes, until it has exited and its pipes are at their end (or
+    /// [`DRAIN`] has passed since it exited). Returns how it exited and, where the top parent was stopped
+    /// meanwhile, why: a stop signal it received, which is passed on to the run at once, or SIGPIPE when the
+    /// reader of its standard output went away (`| head -1`), and the run is stopped with SIGTERM. A run that
+    /// has not stopped [`STOP_GRACE`] after that is killed.
+    fn follow(&mut self, pipes: &mut [Pipe]) -> Result<(ExitStatus, Option<Signal>)> {
+        let pid = Pid::from_raw(self.0.id() as i32);
+        let stdout = std::io::stdout();
+        let mut exited: Option<(ExitStatus, Instant)> = None;
+        let mut stopped: Option<(Signal, Instant)> = None;
+        let mut reader_gone = false;
+        let mut killed = false;
+        loop {
+            let cause = signals::received().or(reader_gone.then_some(Signal::SIGPIPE));
+            if let Some(cause) = cause.filter(|_| stopped.is_none()) {
+                let signal = if cause == Signal::SIGPIPE { Signal::SIGTERM } else { cause };
+                if exited.is_none() {
+                    let _ = kill(pid, signal);
+                }
+                stopped = Some((cause, Instant::now()));
+            }
+            if let Some((_, since)) = stopped
+                && exited.is_none()
+                && !killed
+                && since.elapsed() > STOP_GRACE
+            {
+                let _ = kill(pid, Signal::SIGKILL);
+                killed = true;
+            }
+            if exited.is_none() {
+                let status = self.0.try_wait().context("waiting for a run of one mechanism")?;
+                exited = status.map(|status| (status, Instant::now()));
+            }
+            if let Some((status, at)) = exited
+                && (pipes.iter().all(|pipe| pipe.fd.is_none()) || at.elapsed() > DRAIN)
+            {
+                return Ok((status, stopped.map(|(cause, _)| cause)));
+            }
+            let mut polled: Vec<PollFd> = pipes
+                .iter()
+                .filter_map(|pipe| pipe.fd.as_ref())
+                .map(|fd| PollFd::new(fd.as_fd(), PollFlags::POLLIN))
+                .collect();
+            // Our own standard output, for POLLERR alone: a pipe whose reader has gone.
+            let watch_stdout = !reader_gone;
+            if watch_stdout {
+                polled.push(PollFd::new(stdout.as_fd(), PollFlags::empty()));
+            }
+            match poll(&mut polled, LOOK_MS) {
+                Ok(_) | Err(Errno::EINTR) => {}
+                Err(e) => return Err(e).context("poll on the output of a run of one mechanism"),
+            }
+            let mut ready: Vec<bool> = polled.iter().map(|p| p.any().unwrap_or(false)).collect();
+            if watch_stdout {
+                let revents = polled.last().and_then(PollFd::revents).unwrap_or(PollFlags::empty());
+                reader_gone = revents.contains(PollFlags::POLLERR);
+                ready.pop();
+            }
+            drop(polled);
+            if reader_gone {
+                // What the run still writes there is read (so that it does not block) and kept only.
+                for pipe in pipes.iter_mut().filter(|pipe| matches!(pipe.echo, Echo::Stdout)) {
+                    pipe.echo = Echo::Keep;
+                }
+            }
+            let open = pipes.iter_mut().filter(|pipe| pipe.fd.is_some());
+            for (pipe, _) in open.zip(ready).filter(|(_, ready)| *ready) {
+                pipe.read()?;
+            }
+        }
+    }
+}
+
+impl Drop for SubRun {
+    fn drop(&mut self) {
+        if !matches!(self.0.try_wait(), Ok(None)) {
+            return;
+        }
+        let pid = Pid::from_raw(self.0.id() as i32);
+        let _ = kill(pid, Signal::SIGTERM);
+        let deadline = Instant::now() + STOP_GRACE;
+        while Instant::now() < deadline {
+            if !matches!(self.0.try_wait(), Ok(None)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(u64::from(LOOK_MS)));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `SIGTERM` for 15; the number where it is no signal.
+fn signal_name(number: i32) -> String {
+    Signal::try_from(number).map_or_else(|_| format!("signal {number}"), |signal| signal.to_string())
+}
