@@ -140,11 +140,7 @@ pub fn run(index: usize, segment_fd: Option<i32>, socket_fd: Option<i32>) -> Res
     say!("Process {index}: verifying...")?;
     watch.enter(Phase::Verify)?;
     let expected = ((index + 1) % n) as u8;
-    if fault::corrupts(Who::Child(index)) {
-        let last = data.len() - 1;
-        data[last / 3] = expected.wrapping_add(7);
-        data[last] = expected.wrapping_add(1);
-    }
+    fault::corrupt_if_asked(Who::Child(index), data, expected);
     let mismatches = find_mismatches(data, expected)?;
     if let Some((offset, value)) = mismatches.first {
         bail!(

@@ -196,12 +196,22 @@ pub fn needs_descriptors() -> bool {
     matches!(parse(&spec), Ok((_, _, Action::Descriptors(_))))
 }
 
-/// Whether the configured fault asks this process to corrupt what it verifies.
-pub fn corrupts(who: Who) -> bool {
-    let Ok(spec) = std::env::var(FAULT_ENV) else {
-        return false;
-    };
-    matches!(parse(&spec), Ok((target, Phase::Verify, Action::Corrupt)) if target == who)
+/// The `corrupt` fault: if it names this process, says so and changes two bytes of `data` (the buffer as
+/// copied back, which must hold `expected` everywhere), so that the verification must fail. It works on a
+/// GPU as on the simulation, so the GPU check can prove that a wrong buffer is a failure.
+pub fn corrupt_if_asked(who: Who, data: &mut [u8], expected: u8) {
+    let Ok(spec) = std::env::var(FAULT_ENV) else { return };
+    if !matches!(parse(&spec), Ok((target, Phase::Verify, Action::Corrupt)) if target == who) {
+        return;
+    }
+    warn!("test fault: {spec} strikes");
+    let last = data.len().saturating_sub(1);
+    if let Some(byte) = data.get_mut(last / 3) {
+        *byte = expected.wrapping_add(7);
+    }
+    if let Some(byte) = data.get_mut(last) {
+        *byte = expected.wrapping_add(1);
+    }
 }
 
 #[cfg(test)]
