@@ -133,7 +133,6 @@ pub fn run(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
     watch.enter(Phase::CleanUp)?;
     for export in &exports {
         if let Some(event) = &export.event {
-            driver.use_device(export.device)?;
             event.synchronize(&signals::check)?;
         }
     }
@@ -259,7 +258,7 @@ impl<'d> Exporter<'_, 'd> {
             if let Some(stream) = &stream {
                 stream.fill(&Slice::of(&buffer, data, flag)?, 0, flag)?; // no write done yet
             }
-            exported.push((index, ProcessExports { device, event, buffer }));
+            exported.push((index, ProcessExports { event, buffer }));
         }
         if let Some(stream) = &stream {
             stream.synchronize(&signals::check)?;

@@ -89,7 +89,6 @@ pub fn copy_rates(
     stop: &dyn StopCheck,
 ) -> Result<Rates> {
     let source = DeviceBuffer::allocate(driver, producer, size)?;
-    driver.use_device(consumer)?;
     let into = DeviceBuffer::allocate(driver, consumer, size)?;
     stream.fill(&into, 0, size)?;
     // Bytes per second of `copy`, repeated after one warm-up, in GB/s.

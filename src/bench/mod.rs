@@ -173,7 +173,6 @@ pub fn run_consumer(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
         let reference = Reference::of(producer, consumer);
         report::print_rates_heading(reference)?;
         for size in sizes(max) {
-            driver.use_device(consumer)?;
             rendezvous.meet(Step::BufferPublished(size), &stop)?;
             let handle = state.mem_handles[DATA_SLOT].load();
             let descriptor = receive(&stop)?;

@@ -228,9 +228,9 @@ unsafe impl DeviceMemory for OpenedBuffer<'_> {
 }
 
 /// What one process exports: its buffer and, unless the round-robin is ordered by stream memory operations,
-/// its event, on `device`. The event is declared first, so it is destroyed before the buffer is freed.
+/// its event (each knows its device). The event is declared first, so it is destroyed before the buffer is
+/// freed.
 pub struct ProcessExports<'d> {
-    pub device: i32,
     pub event: Option<ExportedEvent<'d>>,
     pub buffer: ExportedBuffer<'d>,
 }
