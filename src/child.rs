@@ -7,7 +7,7 @@
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::Ordering;
 
-use anyhow::{Context, Result, anyhow, bail, ensure};
+use anyhow::{Context, Result, anyhow, bail};
 
 use crate::attach;
 use crate::barrier;
@@ -21,26 +21,37 @@ use crate::ipc::diagnose::Exporter;
 use crate::ipc::{Mechanism, OpenedBuffer, OpenedEvent, Slice, descriptors};
 use crate::numa::{self, Sysfs};
 use crate::phase::{Phase, Who};
-use crate::segment;
+use crate::segment::{self, Segment};
 use crate::stop::StopCheck;
 use crate::timings::Stopwatch;
 use crate::verify::find_mismatches;
 
+/// A child the parent started: its index, and the segment and descriptor socket it inherited.
 pub fn run(index: usize, segment_fd: Option<i32>, socket_fd: Option<i32>) -> Result<()> {
     let watch = Stopwatch::start(Who::Child(index), Phase::Attach)?;
     let (segment, parent_pid) = attach::segment(index, segment_fd)?;
+    let socket = socket_fd.map(|fd| inherit::take(fd, "descriptor socket")).transpose()?;
+    take_part(index, watch, &segment, socket, &attach::Parent::Pid(parent_pid))
+}
+
+/// Everything a child does once it has its segment, whoever handed it over (its parent, or the server it
+/// joined: see `join`), with `socket` the one its buffers' descriptors come over (vmm and pool).
+pub fn take_part(
+    index: usize,
+    watch: Stopwatch,
+    segment: &Segment,
+    socket: Option<OwnedFd>,
+    parent: &attach::Parent,
+) -> Result<()> {
     let state = segment.state();
     let mut watch = watch.report_to(&state.progress[index]);
     let n = state.process_count();
     let mechanism = Mechanism::from_code(state.mechanism.load(Ordering::Relaxed))
         .context("the segment names an IPC mechanism this program does not know")?;
-    // vmm and pool: the socket the descriptors come over, ours from now on.
-    let socket = match (mechanism.uses_descriptors(), socket_fd) {
-        (false, _) => None,
-        (true, Some(fd)) => Some(inherit::take(fd, "descriptor socket")?),
-        (true, None) => bail!("--ipc {} needs a descriptor socket, and none was given", mechanism.name()),
-    };
-    let stop = move || -> Result<()> { attach::still_running(state, parent_pid) };
+    if mechanism.uses_descriptors() && socket.is_none() {
+        bail!("--ipc {} needs a descriptor socket, and none was given", mechanism.name());
+    }
+    let stop = move || -> Result<()> { attach::still_running(state, parent) };
     // Faulting in the host buffer for the copy back needs no CUDA: it runs while CUDA starts.
     let size = state.data_size();
     let host_memory = std::thread::Builder::new()
@@ -50,12 +61,7 @@ pub fn run(index: usize, segment_fd: Option<i32>, socket_fd: Option<i32>) -> Res
     watch.enter(Phase::CudaStart)?;
     let driver = driver::load().context("starting CUDA")?;
     let driver: &dyn Driver = &*driver;
-    let device = state.device_of(index);
-    let count = driver.device_count()?;
-    ensure!(
-        device < count,
-        "the segment gives process {index} device {device}, but there are {count} devices"
-    );
+    let device = attach::device(driver, state, index)?;
 
     watch.enter(Phase::Context)?;
     say!("Process {index}: Starting on device {device}...")?;

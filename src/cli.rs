@@ -87,6 +87,17 @@ pub struct Cli {
     /// Pin each child to the CPUs of its GPU's NUMA node.
     #[arg(long)]
     pub bind_numa: bool,
+
+    /// Serve the run at SOCKET (a path, or @NAME for an abstract socket) to the processes that join it with
+    /// --join, from other containers say, instead of starting children.
+    #[arg(long, value_name = "SOCKET", conflicts_with_all = ["bench", "topology", "join", "sequential"])]
+    pub serve: Option<String>,
+
+    /// Join the run served at SOCKET as one of its processes: the index, the segment and the descriptors
+    /// come from the server, and everything else is a child's.
+    #[arg(long, value_name = "SOCKET", conflicts_with_all = ["bench", "topology", "serve", "sequential",
+          "timings", "json", "procs_per_device", "bind_numa", "sync", "ipc", "child"])]
+    pub join: Option<String>,
 }
 
 /// `--sync`: how the round-robin hands a buffer from one writer to the next.

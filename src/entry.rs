@@ -12,7 +12,7 @@ use crate::output::{READER_GONE_STATUS, ReaderGone};
 use crate::report::{self, Status};
 use crate::signals::Interrupted;
 use crate::{
-    bench, child, cli, devices, driver, every_mechanism, fault, guardian, parent, signals, topology,
+    bench, child, cli, devices, driver, every_mechanism, fault, guardian, join, parent, signals, topology,
 };
 
 /// The whole program: what `main` runs.
@@ -94,11 +94,14 @@ fn run(cli: &cli::Cli) -> anyhow::Result<Outcome> {
         return guardian::watch(fd).map(|()| Outcome::Passed);
     }
     fault::validate_env()?;
-    if cli.child.is_none() && driver::host::requested() {
+    if cli.child.is_none() && cli.join.is_none() && driver::host::requested() {
         say!(
             "SIMULATED GPUs ({}): a test of the process protocol in host memory, not of a GPU",
             driver::host::SIMULATE_ENV
         )?;
+    }
+    if let Some(address) = &cli.join {
+        return join::run(address).map(|()| Outcome::Passed);
     }
     match cli.child {
         Some(index) if cli.bench => {
@@ -118,6 +121,9 @@ fn run(cli: &cli::Cli) -> anyhow::Result<Outcome> {
                 anyhow::bail!("{}; use --ipc legacy or vmm", memops_refusal(mechanism))
             }
             Some(mechanism) => parent::run(cli, mechanism),
+            None if cli.serve.is_some() => {
+                anyhow::bail!("--serve runs one mechanism at a time: give --ipc legacy, vmm or pool")
+            }
             None => every_mechanism::run(cli),
         },
     }

@@ -22,6 +22,8 @@ use crate::guardian::Guardian;
 use crate::ipc::{
     Event, ExportedBuffer, ExportedEvent, Mechanism, Missing, ProcessExports, Slice, descriptors,
 };
+use crate::joiners::Joiners;
+use crate::meeting::Address;
 use crate::outcome::Outcome;
 use crate::phase::{Phase, Who};
 use crate::report::JsonFile;
@@ -66,8 +68,11 @@ pub fn run(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
         child: Phase::CHILD,
         parent_sends_descriptors: mechanism.uses_descriptors(),
     })?;
+    let uuids =
+        process_devices.iter().map(|&d| Ok(driver.device_info(d)?.uuid)).collect::<Result<Vec<_>>>()?;
     state.describe_run(&RunPlan {
         devices: &process_devices,
+        uuids: &uuids,
         procs_per_device: cli.procs_per_device as usize,
         data_size: segment::data_size(driver.simulated()),
         options: if cli.bind_numa { segment::OPTION_BIND_NUMA } else { 0 }
@@ -75,7 +80,7 @@ pub fn run(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
         mechanism: mechanism.code(),
     });
     // vmm and pool: a socket per child, whose other end it inherits, for the descriptors.
-    let (sockets, their_sockets) = descriptor_sockets(mechanism, n)?;
+    let (sockets, mut their_sockets) = descriptor_sockets(mechanism, n)?;
     let exporter = Exporter {
         driver,
         state,
@@ -98,15 +103,28 @@ pub fn run(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
             return Ok(Outcome::Waived);
         };
         exports = exported;
-        children = Children::spawn(&segment, 0..n, &[], &their_sockets, started, cli.timeout())?;
+        children =
+            Team::Started(Children::spawn(&segment, 0..n, &[], &their_sockets, started, cli.timeout())?);
     } else {
         watch.enter(Phase::StartChildren)?;
-        children = Children::spawn(&segment, 0..n, &[], &their_sockets, started, cli.timeout())?;
+        children = match &cli.serve {
+            None => {
+                Team::Started(Children::spawn(&segment, 0..n, &[], &their_sockets, started, cli.timeout())?)
+            }
+            // --serve: no children; the processes that join take their place.
+            Some(address) => {
+                let address = Address::parse(address).with_context(|| format!("--serve {address}"))?;
+                let sockets = std::mem::take(&mut their_sockets);
+                let joiners = Joiners::listen(&segment, address.clone(), n, sockets, started, cli.timeout())?;
+                say!("Serving the run at {address}: waiting for {n} processes to join (--join {address})")?;
+                Team::Joined(joiners)
+            }
+        };
         watch.enter(Phase::AllocateExport)?;
         let Some(exported) =
             waived_if_missing(mechanism, exporter.export_all(&mut watch, Phase::WaitChildren))?
         else {
-            children.stop(None);
+            children.stop();
             return Ok(Outcome::Waived);
         };
         exports = exported;
@@ -143,6 +161,30 @@ pub fn run(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
 
     report(cli, json, state, &watch.finish())?;
     Ok(Outcome::Passed)
+}
+
+/// The run's other processes: the children this parent starts, or the processes that join it (`--serve`).
+enum Team<'s> {
+    Started(Children<'s>),
+    Joined(Joiners<'s>),
+}
+
+impl Team<'_> {
+    /// Waits until each has ended well, or `enough()`; the first failure stops the others (see
+    /// `Children::wait` and `Joiners::wait`).
+    fn wait(&mut self, enough: impl Fn() -> bool, mut tick: impl FnMut()) -> Result<()> {
+        match self {
+            Team::Started(children) => children.wait(enough, tick),
+            Team::Joined(joiners) => joiners.wait(&enough, &mut tick),
+        }
+    }
+
+    fn stop(&mut self) {
+        match self {
+            Team::Started(children) => children.stop(None),
+            Team::Joined(joiners) => joiners.stop(),
+        }
+    }
 }
 
 /// The exports of some processes, with their indices.

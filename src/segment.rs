@@ -52,7 +52,7 @@ pub const OPTION_SYNC_MEMOPS: u32 = 2;
 /// flag shares it with nothing the kernel writes).
 pub const FLAG_BYTES: usize = 256;
 /// Changes whenever `SharedState` does, so that mismatched binaries refuse each other's segments.
-pub const LAYOUT_VERSION: u32 = 7;
+pub const LAYOUT_VERSION: u32 = 8;
 /// Bytes of an IPC memory or event handle (`CU_HANDLE_SIZE`): the segment carries them as opaque bytes.
 pub const HANDLE_SIZE: usize = 64;
 /// The bytes of one handle.
@@ -155,6 +155,9 @@ pub struct SharedState {
     /// `driver_files::EventFile` record; empty where the exporter found none), so that an importer can tell
     /// that the event it opened is that one and not another process's of the same name.
     pub event_files: [HandleSlot; MAX_PROCESSES],
+    /// The UUID of each process's device: a process that joins from another container may number the GPUs
+    /// otherwise (see `join`), so it finds its device by this, not by `devices`. Zero: not given.
+    pub device_uuids: [[AtomicU64; 2]; MAX_PROCESSES],
 }
 
 impl SharedState {
@@ -184,6 +187,15 @@ impl SharedState {
         self.devices[index].load(Ordering::Relaxed)
     }
 
+    /// The UUID of process `index`'s device, if the parent gave one.
+    pub fn device_uuid_of(&self, index: usize) -> Option<[u8; 16]> {
+        let mut uuid = [0u8; 16];
+        for (word, bytes) in self.device_uuids[index].iter().zip(uuid.chunks_exact_mut(8)) {
+            bytes.copy_from_slice(&word.load(Ordering::Relaxed).to_le_bytes());
+        }
+        (uuid != [0; 16]).then_some(uuid)
+    }
+
     /// Writes who runs where, before any child starts.
     pub fn describe_run(&self, run: &RunPlan) {
         self.nprocesses.store(run.devices.len() as u64, Ordering::Relaxed);
@@ -193,6 +205,13 @@ impl SharedState {
         self.mechanism.store(run.mechanism, Ordering::Relaxed);
         for (slot, &device) in self.devices.iter().zip(run.devices) {
             slot.store(device, Ordering::Relaxed);
+        }
+        for (slot, uuid) in self.device_uuids.iter().zip(run.uuids) {
+            for (word, bytes) in slot.iter().zip(uuid.chunks_exact(8)) {
+                let mut le = [0u8; 8];
+                le.copy_from_slice(bytes);
+                word.store(u64::from_le_bytes(le), Ordering::Relaxed);
+            }
         }
     }
 
@@ -263,6 +282,8 @@ impl SharedState {
 pub struct RunPlan<'a> {
     /// Device of each process: process `i` runs on `devices[i]`.
     pub devices: &'a [i32],
+    /// The UUID of each process's device (or none: every process sees the parent's numbering).
+    pub uuids: &'a [[u8; 16]],
     pub procs_per_device: usize,
     /// Bytes in each process's buffer.
     pub data_size: usize,
@@ -314,6 +335,12 @@ impl Segment {
     }
 
     /// The descriptor a child gets (`--segment-fd`; see `inherit::keep_across_exec`).
+    /// The descriptor, borrowed: what a joiner is handed over the run's socket.
+    pub fn fd_borrowed(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.fd.as_fd()
+    }
+
     pub fn fd(&self) -> RawFd {
         self.fd.as_raw_fd()
     }
@@ -322,7 +349,11 @@ impl Segment {
     /// the layout's size, then its header. A short or growable object is refused before it is mapped, so it
     /// cannot raise SIGBUS.
     pub fn open_inherited(fd: RawFd) -> Result<Self> {
-        let fd = crate::inherit::take(fd, "segment")?;
+        Self::open(crate::inherit::take(fd, "segment")?)
+    }
+
+    /// [`Segment::open_inherited`], for a descriptor this process was handed over a socket (`--join`).
+    pub fn open(fd: OwnedFd) -> Result<Self> {
         let stat = fstat(&fd).context("fstat(segment descriptor)")?;
         let me = nix::unistd::geteuid();
         ensure!(stat.st_uid == me.as_raw(), "the segment belongs to uid {}, not to us ({me})", stat.st_uid);

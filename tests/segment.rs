@@ -42,6 +42,7 @@ fn segment_bytes(n: u64, forge: impl FnOnce(&SharedState)) -> Vec<u8> {
     state.segment_size.store(size_of::<SharedState>() as u64, Ordering::Relaxed);
     state.parent_pid.store(std::process::id(), Ordering::Relaxed);
     state.describe_run(&segment::RunPlan {
+        uuids: &[],
         devices: &vec![0; n as usize],
         procs_per_device: n as usize,
         data_size: 4096,
@@ -171,6 +172,7 @@ fn layout_round_trips_between_processes() {
     assert!(!std::path::Path::new(&format!("/dev/shm/{name}")).exists(), "the segment never has a name");
     let state = created.state();
     state.describe_run(&segment::RunPlan {
+        uuids: &[],
         devices: &[3, 3, 5],
         procs_per_device: 2,
         data_size: 1 << 20,

@@ -85,6 +85,7 @@ pub fn run_consumer(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
     let pairs: Vec<(i32, i32)> = chosen.iter().flat_map(|&p| chosen.iter().map(move |&c| (p, c))).collect();
     let max = cli.bench_max_bytes as usize;
     state.describe_run(&RunPlan {
+        uuids: &[],
         devices: &[chosen[0], chosen[0]],
         procs_per_device: 1,
         data_size: max,
@@ -230,7 +231,8 @@ pub fn run_producer(index: usize, segment_fd: Option<i32>, socket_fd: Option<i32
         }
         Ok(())
     };
-    let stop = move || attach::still_running(state, parent_pid);
+    let parent = attach::Parent::Pid(parent_pid);
+    let stop = move || attach::still_running(state, &parent);
     watch.enter(Phase::CudaStart)?;
     let cuda = driver::load().context("starting CUDA")?;
     let driver: &dyn Driver = &*cuda;

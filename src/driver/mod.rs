@@ -98,6 +98,14 @@ pub struct DeviceInfo {
     pub pci_bus_id: Option<String>,
     /// Bytes of L2 cache (`CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE`): copies that fit in it are not memory-bound.
     pub l2_cache_bytes: u64,
+    /// The device's UUID (`cuDeviceGetUuid`): the same GPU in every process, however a container numbers it.
+    pub uuid: [u8; 16],
+}
+
+/// A UUID as `nvidia-smi -L` writes it: `GPU-6511edb2-0292-665c-1045-8b3209610429`.
+pub fn uuid_text(uuid: &[u8; 16]) -> String {
+    let hex: String = uuid.iter().map(|b| format!("{b:02x}")).collect();
+    format!("GPU-{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..])
 }
 
 /// Why no GPU work can happen here: the run is waived, not failed.

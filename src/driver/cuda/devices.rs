@@ -36,8 +36,12 @@ pub(super) fn device_info(d: &CudaDriver, device: i32) -> Result<DeviceInfo> {
         == CUresult::CUDA_SUCCESS)
         // SAFETY: the call succeeded and NUL-terminated the buffer.
         .then(|| unsafe { CStr::from_ptr(bus.as_ptr()) }.to_string_lossy().into_owned());
+    let mut uuid = sys::CUuuid { bytes: [0; 16] };
+    // SAFETY: writes one 16-byte UUID.
+    check(unsafe { sys::cuDeviceGetUuid(&mut uuid, device) }, "cuDeviceGetUuid")?;
     Ok(DeviceInfo {
         name,
+        uuid: uuid.bytes.map(|b| b as u8),
         unified_addressing: d.attribute(device, CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING)? != 0,
         default_compute_mode: d.attribute(device, CU_DEVICE_ATTRIBUTE_COMPUTE_MODE)?
             == sys::CUcomputemode::CU_COMPUTEMODE_DEFAULT as i32,

@@ -32,6 +32,7 @@ impl Driver for HostDriver {
             multiprocessors: 2,
             pci_bus_id: None,
             l2_cache_bytes: SIMULATED_L2_BYTES,
+            uuid: super::simulated_uuid(device),
         })
     }
     fn can_access_peer(&self, device: i32, peer: i32) -> Result<bool> {

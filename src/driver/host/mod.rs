@@ -234,6 +234,14 @@ impl HostDriver {
     }
 }
 
+/// A simulated device's UUID: the same for device N in every process that simulates it, so that processes
+/// which see fewer devices (a joiner in another container, say) lack the others' UUIDs, as on a GPU host.
+pub(super) fn simulated_uuid(device: i32) -> [u8; 16] {
+    let mut uuid = *b"SIMULATEDGPU\0\0\0\0";
+    uuid[12..].copy_from_slice(&(device as u32).to_be_bytes());
+    uuid
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,57 @@
+//! A process that joins a served run (`--join SOCKET`), from another container say: it connects to the
+//! server's socket, is admitted with its index, the segment and (for vmm and pool) its descriptor socket,
+//! and from then on is a child in every respect (its lines, its round-robin, its verification, its exit
+//! status), with the connection standing for its parent: when the server is gone, it stops. At its end it
+//! tells the server how it ended.
+
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use nix::sys::socket::connect;
+
+use crate::attach;
+use crate::child;
+use crate::meeting::{self, Address, Heard};
+use crate::phase::{Phase, Who};
+use crate::signals;
+use crate::timings::Stopwatch;
+
+/// How long a joiner waits for the server to answer: it admits or refuses at once.
+const ANSWER_WITHIN: Duration = Duration::from_secs(10);
+
+pub fn run(address: &str) -> Result<()> {
+    let address = Address::parse(address).with_context(|| format!("--join {address}"))?;
+    let connection = meeting::seqpacket()?;
+    connect(connection.as_raw_fd(), &address.unix()?).with_context(|| {
+        format!("--join {address}: no run is served there, or this process cannot reach the socket")
+    })?;
+    let asked = Instant::now();
+    let admission = loop {
+        signals::check()?;
+        match meeting::hear(&connection, 10)? {
+            Heard::Admitted(admission) => break admission,
+            Heard::Refused(why) => bail!("--join {address}: the server refused this process: {why}"),
+            Heard::Closed => bail!("--join {address}: the server closed the connection without an answer"),
+            Heard::Ended(_) => bail!("--join {address}: the server sent what only a joiner sends"),
+            Heard::Nothing if asked.elapsed() > ANSWER_WITHIN => {
+                bail!("--join {address}: the server did not answer within {} s", ANSWER_WITHIN.as_secs())
+            }
+            Heard::Nothing => {}
+        }
+    };
+    let index = admission.index;
+    let watch = Stopwatch::start(Who::Child(index), Phase::Attach)?;
+    let segment = attach::joined_segment(index, admission.processes, admission.segment)?;
+    let ended = child::take_part(
+        index,
+        watch,
+        &segment,
+        admission.descriptor_socket,
+        &attach::Parent::Server(&connection),
+    );
+    let status = if ended.is_ok() { crate::outcome::EXIT_SUCCESS } else { crate::outcome::EXIT_FAILURE };
+    // The server may be gone already (that may be why this process stopped): nothing more to say then.
+    let _ = meeting::say_ended(&connection, status);
+    ended
+}

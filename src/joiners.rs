@@ -1,0 +1,261 @@
+//! The processes that join a served run (`--serve SOCKET`), as the server sees them: the listening socket,
+//! who may join (a process of the same user, or root, by the socket's peer credentials; no more than the
+//! run needs, the rest refused with the reason), and each joiner watched through its connection until it
+//! says how it ended. The server cannot kill a joiner: it stops one by aborting the run in the segment and
+//! closing the connection, which every wait of a joiner looks at.
+//!
+//! A joiner's death is its connection closing without a word: the run fails at once, naming it, as a child's
+//! death does. A socket path is made by the server and removed by it, and only while it is still the socket
+//! it made: an existing path is never taken over or removed.
+
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use nix::errno::Errno;
+use nix::sys::socket::{Backlog, accept4, bind, listen, sockopt::PeerCredentials};
+
+use crate::meeting::{self, Address, Heard};
+use crate::segment::{Segment, SharedState};
+use crate::signals;
+use crate::timings::progress_of;
+
+/// How long the server waits, after it aborted the run, for the joiners to leave before it closes their
+/// connections (which stops any that is still waiting).
+const GRACE: Duration = Duration::from_millis(300);
+/// How often the server looks at its socket and its joiners.
+const POLL: Duration = Duration::from_millis(1);
+
+/// A joiner that ended badly: which, and how.
+#[derive(Debug)]
+pub struct JoinerFailed {
+    pub index: usize,
+    pub how: String,
+}
+
+impl std::fmt::Display for JoinerFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Process {} failed! ({})", self.index, self.how)
+    }
+}
+
+impl std::error::Error for JoinerFailed {}
+
+/// One admitted joiner: its index, its pid (in our namespace, as the socket says), and its connection until
+/// it said how it ended.
+struct Joined {
+    index: usize,
+    pid: i32,
+    connection: Option<OwnedFd>,
+}
+
+/// The served run's joiners.
+pub struct Joiners<'s> {
+    segment: &'s Segment,
+    listener: OwnedFd,
+    address: Address,
+    /// The socket file the server made (device, inode), removed on drop if it is still that one.
+    made: Option<(u64, u64)>,
+    processes: usize,
+    /// The server's end is kept; the joiner's end of each descriptor socket goes to the joiner of its index.
+    descriptor_sockets: Vec<Option<OwnedFd>>,
+    joined: Vec<Joined>,
+    deadline: Option<(Instant, Duration)>,
+}
+
+impl<'s> Joiners<'s> {
+    /// Listens at `address` for the run's `processes` joiners; `descriptor_sockets` has the joiners' ends
+    /// of their descriptor sockets (vmm and pool), the first for process 0.
+    pub fn listen(
+        segment: &'s Segment,
+        address: Address,
+        processes: usize,
+        descriptor_sockets: Vec<OwnedFd>,
+        started: Instant,
+        timeout: Option<Duration>,
+    ) -> Result<Self> {
+        let listener = meeting::seqpacket()?;
+        if let Address::Path(path) = &address
+            && std::fs::symlink_metadata(path).is_ok()
+        {
+            bail!(
+                "--serve {address}: the path exists; another run may be serving there (remove it if none is)"
+            );
+        }
+        bind(listener.as_raw_fd(), &address.unix()?).with_context(|| format!("--serve {address}: bind"))?;
+        let made = match &address {
+            Address::Path(path) => std::fs::symlink_metadata(path).ok().map(|m| (m.dev(), m.ino())),
+            Address::Abstract(_) => None,
+        };
+        listen(&listener, Backlog::new(32).unwrap_or(Backlog::MAXCONN))
+            .with_context(|| format!("--serve {address}: listen"))?;
+        nix::fcntl::fcntl(&listener, nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK))
+            .context("making the run's socket non-blocking")?;
+        let mut sockets: Vec<Option<OwnedFd>> = descriptor_sockets.into_iter().map(Some).collect();
+        sockets.resize_with(processes, || None);
+        Ok(Self {
+            segment,
+            listener,
+            address,
+            made,
+            processes,
+            descriptor_sockets: sockets,
+            joined: Vec::new(),
+            deadline: timeout.map(|t| (started + t, t)),
+        })
+    }
+
+    fn state(&self) -> &'s SharedState {
+        self.segment.state()
+    }
+
+    /// Admits or refuses whoever is at the socket now.
+    fn answer_the_door(&mut self) -> Result<()> {
+        loop {
+            let connection = match accept4(&self.listener, nix::sys::socket::SockFlag::SOCK_CLOEXEC) {
+                Ok(fd) => fd,
+                Err(Errno::EAGAIN | Errno::EINTR) => return Ok(()),
+                Err(e) => return Err(e).context("accepting a joiner"),
+            };
+            let peer = nix::sys::socket::getsockopt(&connection.as_fd(), PeerCredentials)
+                .context("the peer credentials of a joiner")?;
+            let me = nix::unistd::geteuid().as_raw();
+            if peer.uid() != me && peer.uid() != 0 {
+                let why = format!(
+                    "this run admits processes of its own user (uid {me}) or root; this one is uid {}",
+                    peer.uid()
+                );
+                warn!("simple-ipc: a process (pid {}) asked to join: refused: {why}", peer.pid());
+                let _ = meeting::refuse(&connection, &why);
+                continue;
+            }
+            let index = self.joined.len();
+            if index >= self.processes {
+                let why = format!("the run has all the {} processes it needs", self.processes);
+                warn!("simple-ipc: a process (pid {}) asked to join: refused: {why}", peer.pid());
+                let _ = meeting::refuse(&connection, &why);
+                continue;
+            }
+            let socket = self.descriptor_sockets[index].take();
+            meeting::admit(
+                &connection,
+                index,
+                self.processes,
+                self.segment.fd_borrowed(),
+                socket.as_ref().map(|s| s.as_fd()),
+            )?;
+            say!("Process {index} joined (pid {})", peer.pid())?;
+            self.joined.push(Joined { index, pid: peer.pid(), connection: Some(connection) });
+        }
+    }
+
+    /// Reads what each joiner said and notices the ones that are gone; returns the first failure.
+    fn look_at_joiners(&mut self) -> Result<Option<JoinerFailed>> {
+        let mut failure = None;
+        for joiner in &mut self.joined {
+            let Some(connection) = &joiner.connection else { continue };
+            let how = match meeting::hear(connection, 0)? {
+                Heard::Nothing => continue,
+                Heard::Ended(0) => None,
+                Heard::Ended(code) => Some(format!("exit code {code}")),
+                Heard::Closed => {
+                    Some(format!("pid {}: gone without saying how it ended (killed?)", joiner.pid))
+                }
+                Heard::Admitted(_) | Heard::Refused(_) => Some("it sent what only a server sends".to_owned()),
+            };
+            joiner.connection = None;
+            if let Some(how) = how
+                && failure.is_none()
+            {
+                failure = Some(JoinerFailed { index: joiner.index, how });
+            }
+        }
+        Ok(failure)
+    }
+
+    fn all_ended(&self) -> bool {
+        self.joined.len() == self.processes && self.joined.iter().all(|j| j.connection.is_none())
+    }
+
+    /// Waits until every joiner has come and said it ended well, or until `enough()`, calling `tick` at every
+    /// look; the first that fails, a stop signal or the watchdog aborts the run.
+    pub fn wait(&mut self, enough: &dyn Fn() -> bool, tick: &mut dyn FnMut()) -> Result<()> {
+        while !self.all_ended() {
+            tick();
+            if enough() {
+                return Ok(());
+            }
+            if let Err(interrupted) = signals::check() {
+                self.stop();
+                return Err(interrupted);
+            }
+            if let Err(late) = self.check_deadline() {
+                self.stop();
+                return Err(late);
+            }
+            self.answer_the_door()?;
+            if let Some(failure) = self.look_at_joiners()? {
+                let seen = Instant::now();
+                self.stop();
+                warn!(
+                    "simple-ipc: every joiner told to stop {:.0} ms after process {} was seen to fail",
+                    seen.elapsed().as_secs_f64() * 1e3,
+                    failure.index
+                );
+                return Err(failure.into());
+            }
+            std::thread::sleep(POLL);
+        }
+        Ok(())
+    }
+
+    /// `Err` once the watchdog's deadline has passed, naming the processes that never joined and where
+    /// each one that did was.
+    fn check_deadline(&self) -> Result<()> {
+        let Some((deadline, timeout)) = self.deadline else { return Ok(()) };
+        if Instant::now() < deadline {
+            return Ok(());
+        }
+        let mut places: Vec<String> = self
+            .joined
+            .iter()
+            .filter(|j| j.connection.is_some())
+            .map(|j| {
+                let word = self.state().progress[j.index].load(std::sync::atomic::Ordering::Acquire);
+                format!("process {} (pid {}) was {}", j.index, j.pid, progress_of(word))
+            })
+            .collect();
+        places.extend((self.joined.len()..self.processes).map(|i| format!("process {i} never joined")));
+        Err(anyhow!(
+            "the run did not finish within {} s (--timeout); stopped it. Not finished: {}.",
+            timeout.as_secs_f64(),
+            places.join("; ")
+        ))
+    }
+
+    /// Aborts the run, gives the joiners [`GRACE`] to say how they ended, then closes every connection
+    /// (a joiner still waiting stops when it sees it closed).
+    pub fn stop(&mut self) {
+        self.state().abort();
+        let until = Instant::now() + GRACE;
+        while self.joined.iter().any(|j| j.connection.is_some()) && Instant::now() < until {
+            let _ = self.look_at_joiners();
+            std::thread::sleep(POLL);
+        }
+        for joiner in &mut self.joined {
+            joiner.connection = None;
+        }
+    }
+}
+
+impl Drop for Joiners<'_> {
+    fn drop(&mut self) {
+        self.stop();
+        if let (Address::Path(path), Some((dev, ino))) = (&self.address, self.made)
+            && std::fs::symlink_metadata(path).is_ok_and(|m| m.dev() == dev && m.ino() == ino)
+        {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}

@@ -1,0 +1,230 @@
+//! The socket where a served run and the processes that join it meet (`--serve SOCKET`, `--join SOCKET`):
+//! its address (a path, or `@NAME` for an abstract socket, which containers that share a network namespace
+//! can both reach), and the three messages of the protocol, over `SOCK_SEQPACKET` so that each is whole:
+//! - the server admits a joiner with its index and the process count, and hands it the segment's
+//!   descriptor (and, for vmm and pool, its end of a descriptor socket) by `SCM_RIGHTS`;
+//! - or refuses it, with the reason;
+//! - the joiner, at its end, says how it ended (its exit status).
+//!
+//! The connection is also how each side knows the other lives: a closed connection is a process gone.
+
+use std::io::{IoSlice, IoSliceMut};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+
+use anyhow::{Context, Result, bail, ensure};
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::socket::{
+    AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag, SockType, UnixAddr, recvmsg,
+    sendmsg, socket,
+};
+
+/// Where a run is served: a path in the file system, or a name in the abstract namespace (`@NAME`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Address {
+    Path(std::path::PathBuf),
+    Abstract(String),
+}
+
+impl Address {
+    pub fn parse(text: &str) -> Result<Self> {
+        ensure!(!text.is_empty(), "the socket's address is empty");
+        match text.strip_prefix('@') {
+            Some("") => bail!("an abstract socket needs a name after '@'"),
+            Some(name) => Ok(Self::Abstract(name.to_owned())),
+            None => Ok(Self::Path(text.into())),
+        }
+    }
+
+    pub fn unix(&self) -> Result<UnixAddr> {
+        match self {
+            Self::Path(path) => UnixAddr::new(path).with_context(|| format!("{}: not a socket path", self)),
+            Self::Abstract(name) => UnixAddr::new_abstract(name.as_bytes())
+                .with_context(|| format!("{}: not an abstract socket name", self)),
+        }
+    }
+}
+
+impl std::fmt::Display for Address {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Path(path) => write!(f, "{}", path.display()),
+            Self::Abstract(name) => write!(f, "@{name}"),
+        }
+    }
+}
+
+/// A `SOCK_SEQPACKET` Unix socket, closed on exec.
+pub fn seqpacket() -> Result<OwnedFd> {
+    socket(AddressFamily::Unix, SockType::SeqPacket, SockFlag::SOCK_CLOEXEC, None)
+        .context("socket(AF_UNIX, SOCK_SEQPACKET)")
+}
+
+const ADMIT: &[u8; 8] = b"SIPCJOIN";
+const REFUSE: &[u8; 8] = b"SIPCFULL";
+const ENDED: &[u8; 8] = b"SIPCDONE";
+
+/// What a joiner is given: its index among the run's processes, their count, the segment and, for vmm and
+/// pool, its end of the socket its buffers' descriptors come over.
+pub struct Admission {
+    pub index: usize,
+    pub processes: usize,
+    pub segment: OwnedFd,
+    pub descriptor_socket: Option<OwnedFd>,
+}
+
+/// The server admits a joiner: its index, the count, and the descriptors.
+pub fn admit(
+    connection: &OwnedFd,
+    index: usize,
+    processes: usize,
+    segment: BorrowedFd,
+    descriptor_socket: Option<BorrowedFd>,
+) -> Result<()> {
+    let mut message = ADMIT.to_vec();
+    message.extend_from_slice(&(index as u32).to_le_bytes());
+    message.extend_from_slice(&(processes as u32).to_le_bytes());
+    let fds: Vec<RawFd> =
+        std::iter::once(segment).chain(descriptor_socket).map(|fd| fd.as_raw_fd()).collect();
+    send(connection, &message, &fds).context("admitting a joiner")
+}
+
+/// The server refuses a joiner, saying why.
+pub fn refuse(connection: &OwnedFd, why: &str) -> Result<()> {
+    let mut message = REFUSE.to_vec();
+    message.extend_from_slice(why.as_bytes());
+    send(connection, &message, &[]).context("refusing a joiner")
+}
+
+/// The joiner says how it ended: its exit status.
+pub fn say_ended(connection: &OwnedFd, status: u8) -> Result<()> {
+    let mut message = ENDED.to_vec();
+    message.push(status);
+    send(connection, &message, &[]).context("telling the server how this process ended")
+}
+
+fn send(connection: &OwnedFd, message: &[u8], fds: &[RawFd]) -> Result<()> {
+    let iov = [IoSlice::new(message)];
+    let rights = [ControlMessage::ScmRights(fds)];
+    let control: &[ControlMessage] = if fds.is_empty() { &[] } else { &rights };
+    // MSG_NOSIGNAL: a peer that is gone is an error here, not SIGPIPE.
+    sendmsg::<()>(connection.as_raw_fd(), &iov, control, MsgFlags::MSG_NOSIGNAL, None)?;
+    Ok(())
+}
+
+/// What came over a connection.
+pub enum Heard {
+    Admitted(Admission),
+    Refused(String),
+    Ended(u8),
+    /// The connection closed: the other side is gone.
+    Closed,
+    /// Nothing yet.
+    Nothing,
+}
+
+/// Reads the next message, waiting at most `wait_ms`; the descriptors that come with it are owned at once.
+pub fn hear(connection: &OwnedFd, wait_ms: u16) -> Result<Heard> {
+    let mut fds = [PollFd::new(connection.as_fd(), PollFlags::POLLIN)];
+    match poll(&mut fds, PollTimeout::from(wait_ms)) {
+        Ok(0) | Err(nix::errno::Errno::EINTR) => return Ok(Heard::Nothing),
+        Ok(_) => {}
+        Err(e) => return Err(e).context("poll on the run's socket"),
+    }
+    let mut buffer = [0u8; 512];
+    let mut space = nix::cmsg_space!([RawFd; 2]);
+    let mut iov = [IoSliceMut::new(&mut buffer)];
+    let received =
+        match recvmsg::<()>(connection.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC) {
+            Ok(received) => received,
+            Err(nix::errno::Errno::ECONNRESET) => return Ok(Heard::Closed),
+            Err(e) => return Err(e).context("reading the run's socket"),
+        };
+    let mut owned = Vec::new();
+    for message in received.cmsgs().context("the control messages of the run's socket")? {
+        if let ControlMessageOwned::ScmRights(raw) = message {
+            // SAFETY: SCM_RIGHTS made these descriptors in this process for us alone.
+            owned.extend(raw.into_iter().map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }));
+        }
+    }
+    let bytes = received.bytes;
+    let text = &buffer[..bytes];
+    if bytes == 0 {
+        return Ok(Heard::Closed);
+    }
+    let word = |at: usize| -> Result<usize> {
+        let raw = text.get(at..at + 4).context("a short message on the run's socket")?;
+        Ok(u32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]) as usize)
+    };
+    match text.get(..8) {
+        Some(tag) if tag == ADMIT => {
+            let mut fds = owned.into_iter();
+            let segment = fds.next().context("the server admitted this process without the segment")?;
+            Ok(Heard::Admitted(Admission {
+                index: word(8)?,
+                processes: word(12)?,
+                segment,
+                descriptor_socket: fds.next(),
+            }))
+        }
+        Some(tag) if tag == REFUSE => Ok(Heard::Refused(String::from_utf8_lossy(&text[8..]).into_owned())),
+        Some(tag) if tag == ENDED => Ok(Heard::Ended(text.get(8).copied().unwrap_or(1))),
+        _ => bail!("a message on the run's socket that simple-ipc does not send"),
+    }
+}
+
+/// Whether the other side of `connection` is gone (it closed, or died), without reading what it said.
+pub fn peer_is_gone(connection: &OwnedFd) -> bool {
+    let mut fds = [PollFd::new(connection.as_fd(), PollFlags::POLLIN)];
+    match poll(&mut fds, PollTimeout::ZERO) {
+        Ok(0) | Err(_) => false,
+        Ok(_) => {
+            let revents = fds[0].revents().unwrap_or(PollFlags::empty());
+            if revents.intersects(PollFlags::POLLHUP | PollFlags::POLLERR) {
+                return true;
+            }
+            // Readable: a message waits, or the end of the stream (a read of 0 bytes).
+            let mut byte = [0u8; 1];
+            let peek = MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT;
+            matches!(nix::sys::socket::recv(connection.as_raw_fd(), &mut byte, peek), Ok(0))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_are_paths_or_abstract_names() {
+        assert_eq!(Address::parse("/tmp/s").unwrap(), Address::Path("/tmp/s".into()));
+        assert_eq!(Address::parse("@run").unwrap(), Address::Abstract("run".into()));
+        assert!(Address::parse("@").is_err());
+        assert!(Address::parse("").is_err());
+        assert_eq!(Address::parse("@run").unwrap().to_string(), "@run");
+    }
+
+    #[test]
+    fn the_three_messages_come_over_whole_with_their_descriptors() {
+        let (a, b) = nix::sys::socket::socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .unwrap();
+        let (x, _y) = nix::unistd::pipe().unwrap();
+        admit(&a, 3, 5, x.as_fd(), None).unwrap();
+        let Heard::Admitted(admission) = hear(&b, 1000).unwrap() else { panic!("not admitted") };
+        assert_eq!((admission.index, admission.processes), (3, 5));
+        assert!(admission.descriptor_socket.is_none());
+        refuse(&a, "the run has all the processes it needs").unwrap();
+        assert!(matches!(hear(&b, 1000).unwrap(), Heard::Refused(why) if why.contains("all the processes")));
+        say_ended(&b, 1).unwrap();
+        assert!(matches!(hear(&a, 1000).unwrap(), Heard::Ended(1)));
+        assert!(matches!(hear(&a, 0).unwrap(), Heard::Nothing));
+        assert!(!peer_is_gone(&a));
+        drop(b);
+        assert!(peer_is_gone(&a));
+        assert!(matches!(hear(&a, 1000).unwrap(), Heard::Closed));
+    }
+}

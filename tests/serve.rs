@@ -1,0 +1,280 @@
+//! `--serve SOCKET` and `--join SOCKET` on simulated GPUs: processes the server did not start join the run
+//! over a Unix socket and are children in every respect; each side notices the other's death through the
+//! socket; who may join, and how many; devices matched by UUID; a socket path that exists is left alone.
+
+mod common;
+
+use std::io::Read;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{FAULT, SIMULATE, bin, text};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+/// A process of the run, its output collected on threads as it comes.
+struct Running {
+    child: Child,
+    out: Arc<Mutex<String>>,
+}
+
+impl Running {
+    fn start(gpus: &str, args: &[&str], fault: Option<&str>) -> Self {
+        let mut command = Command::new(bin());
+        command.args(args).env(SIMULATE, gpus).env_remove(FAULT).stdin(Stdio::null());
+        if let Some(fault) = fault {
+            command.env(FAULT, fault);
+        }
+        let mut child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        let out = Arc::new(Mutex::new(String::new()));
+        for mut stream in [
+            Box::new(child.stdout.take().unwrap()) as Box<dyn Read + Send>,
+            Box::new(child.stderr.take().unwrap()),
+        ] {
+            let out = Arc::clone(&out);
+            std::thread::spawn(move || {
+                let mut chunk = [0u8; 4096];
+                while let Ok(n) = stream.read(&mut chunk) {
+                    if n == 0 {
+                        break;
+                    }
+                    out.lock().unwrap().push_str(&String::from_utf8_lossy(&chunk[..n]));
+                }
+            });
+        }
+        Self { child, out }
+    }
+
+    fn text(&self) -> String {
+        self.out.lock().unwrap().clone()
+    }
+
+    fn wait_for(&self, needle: &str, limit: Duration) -> bool {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if self.text().contains(needle) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        false
+    }
+
+    /// Waits for the end (up to `limit`); the exit status and everything it printed.
+    fn end(mut self, limit: Duration) -> (Option<i32>, String, Duration) {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                std::thread::sleep(Duration::from_millis(20)); // the output threads drain
+                return (status.code(), self.text(), start.elapsed());
+            }
+            if start.elapsed() > limit {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                return (None, format!("(did not end within {limit:?}) {}", self.text()), start.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+}
+
+/// A fresh socket path of this test's own.
+fn socket_path(name: &str) -> String {
+    let dir = std::env::temp_dir().join(format!("simple-ipc-serve-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join("run.sock").display().to_string()
+}
+
+fn serve(gpus: &str, socket: &str, args: &[&str]) -> Running {
+    let mut all = vec!["--serve", socket];
+    all.extend_from_slice(args);
+    let server = Running::start(gpus, &all, None);
+    assert!(server.wait_for("waiting for", Duration::from_secs(10)), "the server serves: {}", server.text());
+    server
+}
+
+fn join(gpus: &str, socket: &str, fault: Option<&str>) -> Running {
+    Running::start(gpus, &["--join", socket], fault)
+}
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+/// A served run with two joiners passes with every mechanism, with the events and with memops; each
+/// joiner is a child (its lines, its verification, its status), the server says who joined, and neither
+/// the socket nor a driver file is left.
+#[test]
+fn a_served_run_passes_with_every_mechanism() {
+    let cases = [
+        ("legacy", "events"),
+        ("vmm", "events"),
+        ("pool", "events"),
+        ("legacy", "memops"),
+        ("vmm", "memops"),
+    ];
+    for (i, (ipc, sync)) in cases.into_iter().enumerate() {
+        let socket = if i % 2 == 0 {
+            socket_path(ipc)
+        } else {
+            format!("@simple-ipc-test-{}-{i}", std::process::id())
+        };
+        let server = serve("ok", &socket, &["--procs-per-device", "2", "--ipc", ipc, "--sync", sync]);
+        let server_pid = server.child.id();
+        let joiners = [join("ok", &socket, None), join("ok", &socket, None)];
+        let (code, out, _) = server.end(LIMIT);
+        assert_eq!(code, Some(0), "{ipc} {sync}: {out}");
+        assert!(out.contains("Process 0 joined") && out.contains("Process 1 joined"), "{out}");
+        let mut completed = 0;
+        for joiner in joiners {
+            let (code, out, _) = joiner.end(LIMIT);
+            assert_eq!(code, Some(0), "{ipc} {sync}: a joiner: {out}");
+            assert!(out.contains(&format!("CP: lshmName = simpleIPCshm{server_pid}")), "{out}");
+            completed += out.matches("complete!").count();
+        }
+        assert_eq!(completed, 2, "{ipc} {sync}");
+        assert!(!std::path::Path::new(&socket).exists(), "{socket} was left");
+        common::assert_nothing_left(server_pid, &[], &format!("{ipc} {sync}"));
+    }
+}
+
+/// A joiner killed in the round-robin fails the run on the serving side at once, naming it; the other
+/// joiner stops too.
+#[test]
+fn a_joiner_that_dies_fails_the_run_at_once_naming_it() {
+    let socket = socket_path("dies");
+    let server = serve("ok", &socket, &["--procs-per-device", "2"]);
+    let fault = Some("child1@round-robin:kill");
+    let joiners = [join("ok", &socket, fault), join("ok", &socket, fault)];
+    let (code, out, took) = server.end(LIMIT);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("Process 1 failed!") && out.contains("gone without saying how it ended"), "{out}");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    for joiner in joiners {
+        let (code, out, _) = joiner.end(Duration::from_secs(3));
+        // One was killed (no status); the other stopped with an error.
+        assert!(code == Some(1) || code.is_none() && !out.contains("did not end"), "{out}");
+    }
+}
+
+/// The server killed while its joiners wait in the barrier for a third that never comes: both stop within
+/// half a second, saying that the server is gone.
+#[test]
+fn the_servers_death_stops_every_joiner() {
+    let socket = socket_path("server-dies");
+    let mut server = serve("ok", &socket, &["--procs-per-device", "3"]);
+    let joiners = [join("ok", &socket, None), join("ok", &socket, None)];
+    for joiner in &joiners {
+        assert!(joiner.wait_for("Starting on device", Duration::from_secs(10)), "{}", joiner.text());
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    kill(Pid::from_raw(server.child.id() as i32), Signal::SIGKILL).unwrap();
+    server.child.wait().unwrap();
+    for joiner in joiners {
+        let (code, out, took) = joiner.end(Duration::from_secs(3));
+        assert_eq!(code, Some(1), "{out}");
+        assert!(out.contains("the server of the run is gone"), "{out}");
+        assert!(took < Duration::from_millis(1500), "stopped after {took:?}");
+    }
+}
+
+/// The server takes no more joiners than the run needs: the one too many is refused with the reason.
+#[test]
+fn one_joiner_too_many_is_refused() {
+    let socket = socket_path("too-many");
+    let server = serve("ok", &socket, &["--procs-per-device", "2"]);
+    let joiners = [join("ok", &socket, None), join("ok", &socket, None), join("ok", &socket, None)];
+    let (code, out, _) = server.end(LIMIT);
+    assert_eq!(code, Some(0), "{out}");
+    let ends: Vec<(Option<i32>, String)> = joiners
+        .into_iter()
+        .map(|j| {
+            let (c, o, _) = j.end(LIMIT);
+            (c, o)
+        })
+        .collect();
+    let refused: Vec<&(Option<i32>, String)> = ends.iter().filter(|(_, o)| o.contains("refused")).collect();
+    assert_eq!(refused.len(), 1, "{ends:?}");
+    assert_eq!(refused[0].0, Some(1));
+    assert!(refused[0].1.contains("the run has all the 2 processes it needs"), "{ends:?}");
+    assert_eq!(ends.iter().filter(|(c, _)| *c == Some(0)).count(), 2, "{ends:?}");
+}
+
+/// A socket path that exists is neither taken over nor removed.
+#[test]
+fn a_socket_path_that_exists_is_left_alone() {
+    let socket = socket_path("exists");
+    std::fs::write(&socket, b"someone's").unwrap();
+    let out: Output = Command::new(bin()).args(["--serve", &socket]).env(SIMULATE, "ok").output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("the path exists"), "{}", text(&out));
+    assert_eq!(std::fs::read(&socket).unwrap(), b"someone's");
+}
+
+/// A joiner that never comes: the watchdog ends the run and names the process that never joined.
+#[test]
+fn a_joiner_that_never_comes_is_named_by_the_watchdog() {
+    let socket = socket_path("never");
+    let server = serve("ok", &socket, &["--procs-per-device", "2", "--timeout", "2"]);
+    let joiner = join("ok", &socket, None);
+    let (code, out, took) = server.end(LIMIT);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("process 1 never joined"), "{out}");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    let (code, out, _) = joiner.end(Duration::from_secs(3));
+    assert_eq!(code, Some(1), "{out}");
+}
+
+/// Devices are matched by UUID: a joiner that does not see the GPU it is given says which one it lacks.
+#[test]
+fn a_joiner_without_its_gpu_says_which_uuid_it_lacks() {
+    let socket = socket_path("no-gpu");
+    let server = serve("ok,ok", &socket, &[]);
+    // The joiners see one GPU: device 0's. Whoever gets process 1 lacks device 1's.
+    let joiners = [join("ok", &socket, None), join("ok", &socket, None)];
+    let (code, out, _) = server.end(LIMIT);
+    assert_eq!(code, Some(1), "{out}");
+    let outs: Vec<String> = joiners.into_iter().map(|j| j.end(LIMIT).1).collect();
+    assert!(
+        outs.iter()
+            .any(|o| o.contains("is given the GPU GPU-") && o.contains("which this process does not see")),
+        "{outs:?}"
+    );
+}
+
+/// Joiners in PID namespaces of their own (both pid 1, as two containers' first processes are), with the
+/// mechanism that crosses them (vmm: descriptors over the socket) and with memops: the run passes. Needs root
+/// and unshare(1); elsewhere it says it was skipped.
+#[test]
+fn joiners_in_pid_namespaces_of_their_own_take_part() {
+    let works = Command::new("unshare").args(["--pid", "--fork", "--mount-proc", "true"]).status();
+    if !works.is_ok_and(|s| s.success()) {
+        eprintln!("SKIPPED joiners_in_pid_namespaces_of_their_own_take_part: no PID namespaces here");
+        return;
+    }
+    for sync in ["events", "memops"] {
+        let socket = socket_path(&format!("ns-{sync}"));
+        let server = serve("ok", &socket, &["--procs-per-device", "2", "--ipc", "vmm", "--sync", sync]);
+        let joiners: Vec<Child> = (0..2)
+            .map(|_| {
+                Command::new("unshare")
+                    .args(["--pid", "--fork", "--mount-proc"])
+                    .arg(bin())
+                    .args(["--join", &socket])
+                    .env(SIMULATE, "ok")
+                    .env_remove(FAULT)
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let (code, out, _) = server.end(LIMIT);
+        assert_eq!(code, Some(0), "{sync}: {out}");
+        for joiner in joiners {
+            let out = joiner.wait_with_output().unwrap();
+            assert_eq!(out.status.code(), Some(0), "{sync}: {}", text(&out));
+            assert!(text(&out).contains("complete!"), "{}", text(&out));
+        }
+    }
+}
