@@ -266,6 +266,70 @@ else
   record FAIL "PID namespaces" "unshare --pid --fork --mount-proc does not work here"
 fi
 
+# --- --serve / --join: processes the server did not start join the run over a socket -----------------------
+# Two joiners, in the server's namespaces and in PID namespaces of their own (each pid 1, as two containers'
+# first processes), every mechanism, events and memops: all pass. A joiner killed fails the server within
+# 0.5 s; the server killed stops every joiner within 0.5 s. /dev/shm as it was, no socket left.
+serve_case() { # serve_case NAME JOIN_PREFIX SERVER_ARGS...
+  local name=$1 prefix=$2; shift 2
+  local sock="$log/run.sock"; rm -f "$sock"
+  "$bin" --serve "$sock" --procs-per-device 2 "$@" >"$log/srv" 2>&1 &
+  local srv=$!
+  for _ in $(seq 200); do grep -q 'waiting for' "$log/srv" && break; sleep 0.02; done
+  $prefix "$bin" --join "$sock" >"$log/j0" 2>&1 & local j0=$!
+  $prefix "$bin" --join "$sock" >"$log/j1" 2>&1 & local j1=$!
+  wait "$srv"; local rc=$?; wait "$j0"; local r0=$?; wait "$j1"; local r1=$?
+  local left; left=$(comm -13 <(echo "$shm_before") <(shm_state) | tr '\n' ' ')
+  if [ $rc -eq 0 ] && [ $r0 -eq 0 ] && [ $r1 -eq 0 ] && [ -z "$left" ] && [ ! -e "$sock" ]; then
+    record PASS "$name" "server and both joiners exit 0, /dev/shm clean, no socket left"
+  else
+    record FAIL "$name" "server $rc, joiners $r0 $r1, left: ${left:-nothing}"
+    tail -n 4 "$log/srv" "$log/j0" "$log/j1" | sed 's/^/    /'
+  fi
+}
+for ipc in legacy vmm pool; do
+  for sync in events memops; do
+    [ "$sync" = memops ] && [ "$ipc" = pool ] && continue
+    serve_case "--serve/--join, --ipc $ipc --sync $sync" "" --ipc "$ipc" --sync "$sync"
+    # (The simulation reaches legacy memory through /proc/<pid>/fd, which a PID namespace of its own hides;
+    # the CUDA driver does not need it: this case is for a GPU.)
+    if [ "$ipc" = legacy ] && [ -n "${GPU_CHECK_SIMULATE:-}" ]; then continue; fi
+    if unshare --pid --fork --mount-proc true 2>/dev/null; then
+      serve_case "--serve/--join, joiners in PID namespaces of their own, --ipc $ipc --sync $sync" \
+        "unshare --pid --fork --mount-proc" --ipc "$ipc" --sync "$sync"
+    fi
+  done
+done
+# A joiner killed while the run waits on it, and the server killed while its joiners wait.
+for who in joiner server; do
+  sock="$log/run.sock"; rm -f "$sock"
+  SIMPLE_IPC_TEST_FAULT=child0@round-robin:hang "$bin" --serve "$sock" --procs-per-device 3 >"$log/srv" 2>&1 &
+  srv=$!
+  for _ in $(seq 200); do grep -q 'waiting for' "$log/srv" && break; sleep 0.02; done
+  "$bin" --join "$sock" >"$log/j0" 2>&1 & j0=$!
+  "$bin" --join "$sock" >"$log/j1" 2>&1 & j1=$!
+  for _ in $(seq 300); do grep -q 'Starting on device' "$log/j0" && grep -q 'Starting on device' "$log/j1" && break; sleep 0.02; done
+  sleep 1
+  start=$(now)
+  if [ $who = joiner ]; then
+    kill -9 "$j1"; wait "$srv"; rc=$?
+    took=$(elapsed "$start" "$(now)"); kill "$j0" 2>/dev/null; wait "$j0" 2>/dev/null
+    ok=$([ $rc -eq 1 ] && grep -q 'gone without saying how it ended' "$log/srv" && echo y)
+  else
+    kill -9 "$srv"; wait "$srv" 2>/dev/null; wait "$j0"; r0=$?; wait "$j1"; r1=$?
+    took=$(elapsed "$start" "$(now)")
+    ok=$([ $r0 -eq 1 ] && [ $r1 -eq 1 ] && grep -q 'the server of the run is gone' "$log/j0" && echo y)
+  fi
+  for _ in $(seq 300); do [ "$(shm_state)" = "$shm_before" ] && break; sleep 0.01; done
+  if [ "$ok" = y ] && awk -v s="$took" 'BEGIN { exit !(s <= 0.5) }' && [ "$(shm_state)" = "$shm_before" ]; then
+    record PASS "--serve/--join, the $who killed" "the other side stopped ${took}s after, /dev/shm clean"
+  else
+    record FAIL "--serve/--join, the $who killed" "ok: ${ok:-no}, after ${took}s"
+    tail -n 4 "$log/srv" "$log/j0" "$log/j1" | sed 's/^/    /'
+    for p in $srv $j0 $j1; do kill -9 "$p" 2>/dev/null; done
+  fi
+done
+
 # --- compute-sanitizer, every mechanism ---------------------------------------------------------------------
 sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
 if [ -n "$sanitizer" ]; then
