@@ -59,6 +59,30 @@ pub fn poll(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A short wait is answered without a stop check (which may cost a system call); a long one asks
+    /// `stop` between looks, and sleeps longer and longer between them, up to MAX_SLEEP.
+    #[test]
+    fn poll_asks_stop_only_once_awake_a_while_and_then_sleeps_longer_between_looks() {
+        let start = Instant::now();
+        let first_check = Cell::new(None);
+        let stop = || {
+            first_check.set(Some(start.elapsed()));
+            anyhow::bail!("stop")
+        };
+        assert!(poll(|| Ok(false), &stop, None).is_err());
+        let first = first_check.get().unwrap();
+        assert!(first >= AWAKE_FOR, "stop was asked after {first:?}, before the wait was {AWAKE_FOR:?} long");
+
+        let checks = Cell::new(0u32);
+        let count = || {
+            checks.set(checks.get() + 1);
+            Ok(())
+        };
+        assert!(!poll(|| Ok(false), &count, Some(Duration::from_millis(50))).unwrap());
+        // From 10 us doubling to 500 us: about a hundred looks in 50 ms, not thousands.
+        assert!(checks.get() < 500, "{} stop checks in 50 ms: the sleeps do not grow", checks.get());
+    }
     use std::cell::Cell;
 
     fn never() -> Result<()> {

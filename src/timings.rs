@@ -206,6 +206,22 @@ pub fn json(parent: &Phases, children: &[Phases], extra: &[(&str, String)]) -> S
 mod tests {
     use super::*;
 
+    /// What a process publishes in the segment is what the parent reads back, to the microsecond; a phase
+    /// of no time is a phase, not "not measured".
+    #[test]
+    fn published_phases_read_back_exactly() {
+        let segment = crate::segment::Segment::create("simple-ipc-timings-test").unwrap();
+        let mut phases = Phases::default();
+        phases.add(Phase::Attach, Duration::from_micros(0));
+        phases.add(Phase::RoundRobin, Duration::from_micros(1234));
+        phases.publish(segment.state(), 3);
+        let read = Phases::read(segment.state(), 3);
+        assert_eq!(read, phases);
+        assert_eq!(read.get(Phase::Attach), Some(Duration::ZERO));
+        assert_eq!(read.get(Phase::RoundRobin), Some(Duration::from_micros(1234)));
+        assert_eq!(read.get(Phase::Verify), None);
+    }
+
     #[test]
     fn laps_add_up_and_round_trip_through_the_segment() {
         let mut phases = Phases::default();

@@ -119,6 +119,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_ipc_rate_is_a_percentage_of_the_reference() {
+        let rates = Rates {
+            bytes: 4096,
+            ipc: 50.0,
+            reference: 200.0,
+            compared_with: Reference::LocalCopy,
+            in_l2: true,
+        };
+        assert_eq!(rates.ipc_percent(), 25.0);
+    }
+
+    #[test]
     fn sizes_go_from_4_kib_to_the_maximum_by_fours() {
         assert_eq!(sizes(64 * 1024), vec![4096, 16384, 65536]);
         assert_eq!(sizes(1 << 30).len(), 10);

@@ -70,7 +70,7 @@ impl Handover {
 /// refuse pool memory (`CUDA_ERROR_INVALID_VALUE` on driver 580), so pool's flags are plain device memory
 /// shared by legacy IPC.
 pub fn flags_mechanism(mechanism: Mechanism) -> Mechanism {
-    if mechanism == Mechanism::Pool { Mechanism::Legacy } else { mechanism }
+    if mechanism.spec().refuses_memops.is_some() { Mechanism::Legacy } else { mechanism }
 }
 
 /// Round trips per hand-over kind.
@@ -245,6 +245,15 @@ fn wait_for_raise(word: &AtomicU32, seen: u32, stop: &dyn StopCheck) -> Result<u
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Pool memory refuses stream memory operations, so its hand-over flags are legacy memory; the other
+    /// mechanisms share their flags themselves.
+    #[test]
+    fn the_flags_are_shared_by_a_mechanism_memops_accept() {
+        assert_eq!(flags_mechanism(Mechanism::Pool), Mechanism::Legacy);
+        assert_eq!(flags_mechanism(Mechanism::Vmm), Mechanism::Vmm);
+        assert_eq!(flags_mechanism(Mechanism::Legacy), Mechanism::Legacy);
+    }
 
     #[test]
     fn the_hand_over_kinds_say_what_they_measure() {
