@@ -278,3 +278,78 @@ fn joiners_in_pid_namespaces_of_their_own_take_part() {
         }
     }
 }
+
+/// `prefix` (a command that makes namespaces) then `simple-ipc ARGS`, with its output.
+fn in_namespaces(prefix: &[&str], args: &[&str]) -> Child {
+    Command::new(prefix[0])
+        .args(&prefix[1..])
+        .arg(bin())
+        .args(args)
+        .env(SIMULATE, "ok")
+        .env_remove(FAULT)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// The failures across containers are named from evidence, with the sharing that fixes them: a server
+/// and a joiner that are both pid 1 (legacy handles: the same pid number), and a joiner with a /dev/shm of
+/// its own (legacy events: the driver's file is not there); with --sync memops the latter passes.
+#[test]
+fn failures_across_namespaces_name_their_cause_and_fix() {
+    let pid_ns = ["unshare", "--pid", "--fork", "--mount-proc"];
+    if !Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "--mount", "true"])
+        .status()
+        .is_ok_and(|s| s.success())
+    {
+        eprintln!("SKIPPED failures_across_namespaces_name_their_cause_and_fix: no namespaces here");
+        return;
+    }
+    // Both pid 1: the driver takes the handle for one of its own.
+    let socket = socket_path("same-pid");
+    let server = in_namespaces(&pid_ns, &["--serve", &socket, "--ipc", "legacy", "--timeout", "10"]);
+    let start = Instant::now();
+    while !std::path::Path::new(&socket).exists() && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let joiner = in_namespaces(&pid_ns, &["--join", &socket]).wait_with_output().unwrap();
+    let all = text(&joiner);
+    assert_eq!(joiner.status.code(), Some(1), "{all}");
+    assert!(all.contains("both pid 1") && all.contains("--pid=container"), "{all}");
+    assert!(!all.contains("--ipc=host"), "no blanket advice: {all}");
+    let server = server.wait_with_output().unwrap();
+    assert_eq!(server.status.code(), Some(1), "{}", text(&server));
+
+    // A /dev/shm of the joiner's own: the events' files are not there; memops needs none.
+    let own_shm = [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        "mount -t tmpfs none /dev/shm && exec \"$0\" \"$@\"",
+    ];
+    for (sync, passes) in [("events", false), ("memops", true)] {
+        let socket = socket_path(&format!("own-shm-{sync}"));
+        let server = serve("ok", &socket, &["--ipc", "vmm", "--sync", sync, "--timeout", "10"]);
+        let joiner = in_namespaces(&own_shm, &["--join", &socket]).wait_with_output().unwrap();
+        let all = text(&joiner);
+        let (code, out, _) = server.end(LIMIT);
+        if passes {
+            assert_eq!(joiner.status.code(), Some(0), "{all}");
+            assert_eq!(code, Some(0), "{out}");
+        } else {
+            assert_eq!(joiner.status.code(), Some(1), "{all}");
+            assert!(
+                all.contains("CUDA_ERROR_MAP_FAILED") && all.contains("this process has another"),
+                "{all}"
+            );
+            assert!(all.contains("--ipc=container") && all.contains("--sync memops"), "{all}");
+            assert_eq!(code, Some(1), "{out}");
+        }
+    }
+}
