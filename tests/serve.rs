@@ -353,3 +353,43 @@ fn failures_across_namespaces_name_their_cause_and_fix() {
         }
     }
 }
+
+/// Who may join: a process of another user (here `nobody`) is refused with the reason; and a socket in a
+/// directory that user cannot enter is said to be out of its reach. Needs root (to run as `nobody`).
+#[test]
+fn a_joiner_of_another_user_is_refused_and_an_unreachable_socket_said_so() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("SKIPPED a_joiner_of_another_user_is_refused: not root");
+        return;
+    }
+    let as_nobody = |socket: &str| {
+        let mut command = Command::new(bin());
+        command.args(["--join", socket]).env(SIMULATE, "ok").env_remove(FAULT).uid(65534).gid(65534);
+        command.output().unwrap()
+    };
+    let socket = socket_path("other-user");
+    let dir = std::path::Path::new(&socket).parent().unwrap().to_owned();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let server = serve("ok", &socket, &["--timeout", "3"]);
+    // The socket file is root's, mode 0755 after umask at most: make it reachable, as a shared volume is.
+    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = as_nobody(&socket);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("refused") && text(&out).contains("uid 65534"), "{}", text(&out));
+    let joiner = join("ok", &socket, None);
+    assert_eq!(server.end(LIMIT).0, Some(0), "the refused one took no place");
+    assert_eq!(joiner.end(LIMIT).0, Some(0));
+
+    let socket = socket_path("unreachable");
+    let dir = std::path::Path::new(&socket).parent().unwrap().to_owned();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let server = serve("ok", &socket, &["--timeout", "2"]);
+    let out = as_nobody(&socket);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("cannot reach the socket"), "{}", text(&out));
+    let (code, out, _) = server.end(LIMIT);
+    assert_eq!(code, Some(1), "nobody joined: the watchdog says so: {out}");
+    assert!(out.contains("process 0 never joined"), "{out}");
+}
