@@ -80,11 +80,13 @@ fn runs_in_pid_namespaces_sharing_dev_shm_pass_or_name_the_collision() {
                 match out.status.code() {
                     Some(0) => assert!(!all.contains("failed"), "{mechanism}: {all}"),
                     Some(1) => {
-                        // The name made again by another run's parent (pid 1 too), or already removed by it.
+                        // The name made again by another run's parent (pid 1 too), already removed by it, or
+                        // being made by it.
                         let named = all.contains("the event opened is another process's")
                             && all.contains("same pid number (1)")
                             || all
-                                .contains("is gone from the /dev/shm this process shares with its exporter");
+                                .contains("is gone from the /dev/shm this process shares with its exporter")
+                            || all.contains("is another file now");
                         assert!(
                             named
                                 && all.contains(
