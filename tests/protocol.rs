@@ -183,5 +183,8 @@ fn a_wrong_buffer_is_one_line_and_exit_1() {
     assert!(all.contains(&line), "{all}");
     assert_eq!(all.matches("differ").count(), 1, "one line, not one per byte: {all}");
     assert!(all.contains("Process 1 failed! (exit code 1)"), "{all}");
-    assert!(all.contains("test fault: child1@verify:corrupt strikes"), "the fault says that it struck: {all}");
+    assert!(
+        all.contains("test fault: child1@verify:corrupt strikes"),
+        "the fault says that it struck: {all}"
+    );
 }
