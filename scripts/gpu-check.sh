@@ -3,7 +3,9 @@
 #   scripts/gpu-check.sh [BINARY]        (default: target/release/simple-ipc)
 # Cases: every IPC mechanism (legacy, vmm, pool) with --procs-per-device 1, 2 and 4 (and 8 for legacy;
 # GPU_CHECK_PPDS changes the list), each exiting 0 with every "Process i complete!" and "Step s done" and
-# every descriptor a child received closed again, and --ipc all; the faults that need CUDA (a child killed in the round-robin and while verifying, failing
+# every descriptor a child received closed again; --ipc fabric, which must be waived (2) with the IMEX sentence
+# where /dev/nvidia-caps-imex-channels/ is absent (the H200 host), and pass where it is there; and --ipc all
+# (fabric's row waived or passed the same way); the faults that need CUDA (a child killed in the round-robin and while verifying, failing
 # while it opens handles, the parent killed), each stopping every process within 0.5 s; the parent killed
 # with kill -9 at 0, 50, 100, 200 and 300 ms into a --procs-per-device 8 run; SIGINT and SIGTERM; a child
 # stopped with SIGSTOP under the watchdog (--timeout); and, where compute-sanitizer is found, a run under
@@ -102,12 +104,37 @@ for ppd in ${GPU_CHECK_MEMOPS_PPDS:-1 2 4 8 16}; do
   fi
 done
 
-# --ipc all: a table with a row per mechanism, each passed (or waived, with its reason, where the host lacks it).
+# --ipc fabric: the device reports fabric handles, but without an IMEX channel this process may not create
+# them (the H200 host, driver 580: CUDA_ERROR_NOT_PERMITTED): waived, with both facts. With a channel: a run.
+fabric_waiver="the device reports fabric handles, but this process may not create them: CUDA_ERROR_NOT_PERMITTED; an IMEX channel is needed"
+imex_channels=/dev/nvidia-caps-imex-channels
+[ -n "${GPU_CHECK_SIMULATE:-}" ] && imex_channels=/nonexistent # the simulated devices have none
+timeout 120 "$bin" --ipc fabric --procs-per-device 2 >"$log/out" 2>&1; rc=$?
+if [ ! -d "$imex_channels" ]; then
+  if [ $rc -eq 2 ] && grep -qF "No CUDA devices support IPC with --ipc fabric (device 0: $fabric_waiver" "$log/out" \
+     && [ "$(shm_state)" = "$shm_before" ]; then
+    record PASS "--ipc fabric" "waived (2) without $imex_channels/: $(grep -m1 -o 'device 0: .*' "$log/out")"
+  else
+    record FAIL "--ipc fabric" "exit $rc without $imex_channels/; expected 2 and: $fabric_waiver"
+    sed 's/^/    /' "$log/out" | tail -n 8
+  fi
+elif [ $rc -eq 0 ] && [ "$(grep -c '^Process [0-9]* complete!$' "$log/out")" -ge 2 ] && [ "$(shm_state)" = "$shm_before" ]; then
+  record PASS "--ipc fabric" "exit 0 with $imex_channels/: $(ls "$imex_channels" | tr '\n' ' ')"
+else
+  record FAIL "--ipc fabric" "exit $rc with $imex_channels/ present"
+  sed 's/^/    /' "$log/out" | tail -n 8
+fi
+
+# --ipc all: a table with a row per mechanism, each passed (or waived, with its reason, where the host lacks it;
+# fabric as its own case above found it).
 start=$(now)
 timeout 300 "$bin" --ipc all --procs-per-device 2 >"$log/out" 2>&1; rc=$?
 wall=$(elapsed "$start" "$(now)")
-rows=$(sed -n '/^mechanism /,$p' "$log/out" | tail -n +2)
-if [ $rc -eq 0 ] && [ "$(echo "$rows" | grep -c 'passed$')" -eq 3 ] && [ "$(shm_state)" = "$shm_before" ]; then
+rows=$(sed -n '/^mechanism /,$p' "$log/out" | tail -n +2 | grep -E '^(legacy|vmm|pool|fabric) ')
+fabric_row=$(echo "$rows" | grep '^fabric ')
+if [ -d "$imex_channels" ]; then fabric_ok=$(echo "$fabric_row" | grep -c 'passed$'); else fabric_ok=$(echo "$fabric_row" | grep -cF "waived: No CUDA devices support IPC with --ipc fabric (device 0: $fabric_waiver"); fi
+if [ $rc -eq 0 ] && [ "$(echo "$rows" | grep -E '^(legacy|vmm|pool) ' | grep -c 'passed$')" -eq 3 ] && [ "$fabric_ok" -eq 1 ] \
+   && [ "$(shm_state)" = "$shm_before" ]; then
   record PASS "--ipc all" "exit 0 after ${wall}s: $(echo "$rows" | awk '{ printf "%s %s ms (open one %s ms); ", $1, $2, $3 }')"
 else
   record FAIL "--ipc all" "exit $rc after ${wall}s"

@@ -39,7 +39,7 @@ pub struct Cli {
     pub report_fd: Option<i32>,
 
     /// How the buffers are shared: legacy CUDA IPC handles (the original's), virtual memory management
-    /// allocations or memory pool allocations shared as file descriptors, or all three, one run each.
+    /// allocations or memory pool allocations shared as file descriptors, fabric handles; or all four, one run each.
     #[arg(long, value_enum, value_name = "MECHANISM", default_value_t = IpcArg::Legacy)]
     pub ipc: IpcArg,
 
@@ -115,6 +115,7 @@ pub enum IpcArg {
     Legacy,
     Vmm,
     Pool,
+    Fabric,
     All,
 }
 

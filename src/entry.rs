@@ -110,7 +110,9 @@ fn run(cli: &cli::Cli) -> anyhow::Result<Outcome> {
         Some(index) => child::run(index as usize, cli.segment_fd, cli.socket_fd).map(|()| Outcome::Passed),
         None if cli.bench => match Mechanism::from_name(&cli.ipc.name()) {
             Some(mechanism) => bench::run_consumer(cli, mechanism),
-            None => anyhow::bail!("--bench measures one mechanism at a time: give --ipc legacy, vmm or pool"),
+            None => {
+                anyhow::bail!("--bench measures one mechanism at a time: give --ipc {}", either(|_| true))
+            }
         },
         None if cli.topology => {
             fault::validate_for(&fault::Targets::NONE)?;
@@ -118,7 +120,8 @@ fn run(cli: &cli::Cli) -> anyhow::Result<Outcome> {
         }
         None => match Mechanism::from_name(&cli.ipc.name()) {
             Some(mechanism) if cli.sync == cli::Sync::Memops && mechanism.spec().refuses_memops.is_some() => {
-                anyhow::bail!("{}; use --ipc legacy or vmm", memops_refusal(mechanism))
+                let orderable = either(|m| m.spec().refuses_memops.is_none());
+                anyhow::bail!("{}; use --ipc {orderable}", memops_refusal(mechanism))
             }
             Some(mechanism) => parent::run(cli, mechanism),
             None if cli.serve.is_some() => {
@@ -126,5 +129,15 @@ fn run(cli: &cli::Cli) -> anyhow::Result<Outcome> {
             }
             None => every_mechanism::run(cli),
         },
+    }
+}
+
+/// The mechanisms that `keep` keeps, for a message: `legacy, vmm or fabric`.
+fn either(keep: impl Fn(Mechanism) -> bool) -> String {
+    let names: Vec<&str> = Mechanism::ALL.into_iter().filter(|&m| keep(m)).map(Mechanism::name).collect();
+    match names.split_last() {
+        Some((last, [])) => (*last).to_owned(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => String::new(),
     }
 }

@@ -17,11 +17,19 @@ use common::{FAULT, leftovers, run, simulated, text, wait_group_gone};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-/// The rows of the table at the end of an `--ipc all` run, without the header.
+/// The rows of the table at the end of an `--ipc all` run, without the header (what the runs said on
+/// standard error may follow it in `all`).
 fn table_rows(all: &str) -> Vec<String> {
-    let table: Vec<&str> = all.lines().skip_while(|l| !l.starts_with("mechanism")).collect();
-    assert_eq!(table.len(), 4, "a header and a row per mechanism: {all}");
-    table[1..].iter().map(|row| row.to_string()).collect()
+    let mechanisms = ["legacy ", "vmm ", "pool ", "fabric "];
+    let rows: Vec<String> = all
+        .lines()
+        .skip_while(|l| !l.starts_with("mechanism"))
+        .skip(1)
+        .take_while(|l| mechanisms.iter().any(|m| l.starts_with(m)))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(rows.len(), 4, "a row per mechanism: {all}");
+    rows
 }
 
 /// `--sync memops` reaches the runs: where a device lacks stream memory operations, legacy and vmm are
@@ -42,10 +50,14 @@ fn sync_memops_reaches_every_mechanism_and_pool_is_waived_for_it() {
         pool.starts_with("pool") && pool.contains("waived: --sync memops cannot order pool memory"),
         "{all}"
     );
+    let fabric = &rows[3];
+    assert!(fabric.starts_with("fabric"), "{all}");
+    assert!(fabric.contains("waived: No CUDA devices support IPC with --sync memops (device 1"), "{all}");
     assert!(!all.contains("FAILED"), "{all}");
 
-    // Where every device has them, legacy and vmm pass with memops, pool is still waived: passed (0).
-    let out = run(simulated("ok,ok").args(["--ipc", "all", "--sync=memops"]));
+    // Where every device has them, legacy, vmm and fabric (with an IMEX channel) pass with memops, pool is
+    // still waived: passed (0).
+    let out = run(simulated("ok+imex,ok+imex").args(["--ipc", "all", "--sync=memops"]));
     let all = text(&out);
     assert_eq!(out.status.code(), Some(0), "{all}");
     let rows = table_rows(&all);
@@ -55,18 +67,20 @@ fn sync_memops_reaches_every_mechanism_and_pool_is_waived_for_it() {
         rows[2].starts_with("pool") && rows[2].contains("waived: --sync memops cannot order pool"),
         "{all}"
     );
+    assert!(rows[3].starts_with("fabric") && rows[3].ends_with("passed"), "{all}");
 }
 
-/// `--procs-per-device 3` on two devices: each of the three runs has six processes; `--timings`: each
+/// `--procs-per-device 3` on two devices: each of the four runs has six processes; `--timings`: each
 /// prints its table.
 #[test]
 fn the_users_options_reach_every_run() {
-    let out = run(simulated("ok,ok").args(["--procs-per-device", "3", "--ipc", "all", "--timings"]));
+    let out =
+        run(simulated("ok+imex,ok+imex").args(["--procs-per-device", "3", "--ipc", "all", "--timings"]));
     let all = text(&out);
     assert_eq!(out.status.code(), Some(0), "{all}");
-    assert_eq!(all.matches("Process 5 complete!\n").count(), 3, "six processes in each run: {all}");
+    assert_eq!(all.matches("Process 5 complete!\n").count(), 4, "six processes in each run: {all}");
     assert!(!all.contains("Process 6"), "{all}");
-    assert_eq!(all.matches("Timings (ms)\n").count(), 3, "{all}");
+    assert_eq!(all.matches("Timings (ms)\n").count(), 4, "{all}");
     assert!(table_rows(&all).iter().all(|row| row.ends_with("passed")), "{all}");
 }
 
@@ -81,7 +95,7 @@ fn results_come_back_without_files() {
     let json = scratch.join(format!("simple-ipc-all-doc-{}.json", std::process::id()));
     for dir in [tmpdir.as_path(), Path::new("/nonexistent")] {
         let what = format!("TMPDIR={}", dir.display());
-        let mut child = simulated("ok,ok")
+        let mut child = simulated("ok+imex,ok+imex")
             .args(["--ipc", "all", "--procs-per-device", "2", "--json"])
             .arg(&json)
             .env("TMPDIR", dir)
@@ -107,7 +121,7 @@ fn results_come_back_without_files() {
             assert!(columns[2].parse::<f64>().is_ok(), "{what}: the open time came back: {row}");
         }
         let doc = std::fs::read_to_string(&json).unwrap();
-        assert_eq!(doc.matches("\"open_one_ms\": ").count(), 3, "{doc}");
+        assert_eq!(doc.matches("\"open_one_ms\": ").count(), 4, "{doc}");
         assert!(!doc.contains("\"open_one_ms\": null"), "{what}: {doc}");
     }
     std::fs::remove_file(&json).unwrap();

@@ -9,8 +9,13 @@ use common::{FAULT, run, simulated, text};
 
 const LEAK: &str = "ended holding";
 
+/// Fabric needs an IMEX channel, which the simulated devices have only when told (`imex`).
+fn devices_for(args: &[&str]) -> &'static str {
+    if args.contains(&"fabric") { "ok+imex,ok+imex" } else { "ok,ok" }
+}
+
 fn assert_no_leak(args: &[&str], fault: Option<&str>, status: i32) {
-    let mut command = simulated("ok,ok");
+    let mut command = simulated(devices_for(args));
     command.args(args);
     if let Some(fault) = fault {
         command.env(FAULT, fault);
@@ -27,24 +32,24 @@ fn assert_no_leak(args: &[&str], fault: Option<&str>, status: i32) {
 
 #[test]
 fn runs_with_each_mechanism_and_ordering_end_holding_nothing() {
-    for mechanism in ["legacy", "vmm", "pool"] {
+    for mechanism in ["legacy", "vmm", "pool", "fabric"] {
         assert_no_leak(&["--ipc", mechanism, "--procs-per-device", "2"], None, 0);
     }
-    for mechanism in ["legacy", "vmm"] {
+    for mechanism in ["legacy", "vmm", "fabric"] {
         assert_no_leak(&["--ipc", mechanism, "--sync", "memops"], None, 0);
     }
 }
 
 #[test]
 fn the_benchmark_ends_holding_nothing() {
-    for mechanism in ["legacy", "vmm", "pool"] {
+    for mechanism in ["legacy", "vmm", "pool", "fabric"] {
         assert_no_leak(&["--bench", "--ipc", mechanism, "--bench-max-bytes", "65536"], None, 0);
     }
 }
 
 #[test]
 fn a_child_failing_on_its_way_ends_holding_nothing() {
-    for mechanism in ["legacy", "vmm", "pool"] {
+    for mechanism in ["legacy", "vmm", "pool", "fabric"] {
         for phase in ["open-handles", "round-robin", "verify"] {
             let fault = format!("child1@{phase}:error");
             assert_no_leak(&["--ipc", mechanism], Some(&fault), 1);

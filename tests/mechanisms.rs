@@ -1,6 +1,7 @@
-//! `--ipc legacy|vmm|pool|all` on simulated GPUs: the whole protocol with each mechanism, with real
+//! `--ipc legacy|vmm|pool|fabric|all` on simulated GPUs: the whole protocol with each mechanism, with real
 //! descriptors passed over SCM_RIGHTS between real processes; what a child does when the descriptors do not
-//! come as the segment says; the waivers; and the `--ipc all` table, its JSON and its exit statuses.
+//! come as the segment says; the waivers (fabric's, by attribute and by trial, among them); and the
+//! `--ipc all` table, its JSON and its exit statuses.
 
 mod common;
 
@@ -8,6 +9,15 @@ use common::{FAULT, run, simulated, text};
 
 fn assert_clean(pid: u32, what: &str) {
     common::assert_clean(pid, &[], what);
+}
+
+/// The header and rows of the table at the end of an `--ipc all` run (what the runs said on standard error
+/// may follow it in `all`).
+fn table_of(all: &str) -> Vec<&str> {
+    let rows = ["legacy ", "vmm ", "pool ", "fabric "];
+    let mut lines = all.lines().skip_while(|l| !l.starts_with("mechanism"));
+    let header = lines.next().into_iter();
+    header.chain(lines.take_while(|l| rows.iter().any(|r| l.starts_with(r)))).collect()
 }
 
 /// Runs `command`, returning its pid, status and all its output.
@@ -111,8 +121,8 @@ fn ipc_all_prints_a_table_and_exits_by_the_worst_result() {
         run(simulated("ok,no-vmm").args(["--ipc", "all", "--procs-per-device", "2", "--json"]).arg(&json));
     let all = text(&out);
     assert_eq!(out.status.code(), Some(0), "{all}");
-    let table: Vec<&str> = all.lines().skip_while(|l| !l.starts_with("mechanism")).collect();
-    assert_eq!(table.len(), 4, "a header and a row per mechanism: {all}");
+    let table = table_of(&all);
+    assert_eq!(table.len(), 5, "a header and a row per mechanism: {all}");
     assert!(table[1].starts_with("legacy") && table[1].ends_with("passed"), "{}", table[1]);
     assert!(
         table[2].starts_with("vmm") && table[2].contains("waived: No CUDA devices support IPC"),
@@ -120,6 +130,7 @@ fn ipc_all_prints_a_table_and_exits_by_the_worst_result() {
         table[2]
     );
     assert!(table[3].starts_with("pool") && table[3].ends_with("passed"), "{}", table[3]);
+    assert!(table[4].starts_with("fabric") && table[4].contains("waived: "), "{}", table[4]);
     let doc = std::fs::read_to_string(&json).unwrap();
     assert!(
         doc.contains(r#"{"mechanism": "legacy", "result": "passed", "reason": null, "wall_ms": "#),
@@ -135,9 +146,13 @@ fn ipc_all_prints_a_table_and_exits_by_the_worst_result() {
     let out = run(simulated("ok").args(["--ipc", "all"]).env(FAULT, "parent@allocate-export:send-none"));
     let all = text(&out);
     assert_eq!(out.status.code(), Some(1), "{all}");
-    let table: Vec<&str> = all.lines().skip_while(|l| !l.starts_with("mechanism")).collect();
+    let table = table_of(&all);
     assert!(table[1].ends_with("passed"), "legacy has no descriptors to miss: {all}");
     assert!(table[2].contains("FAILED") && table[3].contains("FAILED"), "{all}");
+    assert!(
+        table[4].starts_with("fabric") && table[4].contains("waived: "),
+        "no descriptors, no fault: {all}"
+    );
     assert!(all.contains("--ipc all: vmm, pool failed"), "{all}");
     std::fs::remove_file(&json).unwrap();
 }
@@ -146,5 +161,90 @@ fn ipc_all_prints_a_table_and_exits_by_the_worst_result() {
 fn an_unknown_mechanism_is_a_usage_error() {
     let out = run(simulated("ok").args(["--ipc", "nvlink"]));
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert!(text(&out).contains("possible values: legacy, vmm, pool, all"), "{}", text(&out));
+    assert!(text(&out).contains("possible values: legacy, vmm, pool, fabric, all"), "{}", text(&out));
+}
+
+/// The waiver of a device that reports fabric handles where this process may not create them (no IMEX
+/// channel, as on the H200 host): the words both facts need.
+const FABRIC_NOT_PERMITTED: &str = "the device reports fabric handles, but this process may not create \
+    them: CUDA_ERROR_NOT_PERMITTED; an IMEX channel is needed";
+
+/// `--ipc fabric` where the processes have an IMEX channel: the whole protocol, ordered by events and by
+/// stream memory operations, several processes per device; the 64-byte handles travel in the segment, so
+/// no descriptor comes to any child.
+#[test]
+fn fabric_runs_the_whole_protocol_where_there_is_an_imex_channel() {
+    for sync in ["events", "memops"] {
+        for ppd in ["1", "3"] {
+            let what = format!("--ipc fabric --sync {sync} --procs-per-device {ppd}");
+            let json = std::env::temp_dir()
+                .join(format!("simple-ipc-fabric-{}-{sync}-{ppd}.json", std::process::id()));
+            let (pid, code, all) = run_pid(
+                simulated("ok+imex,ok+imex")
+                    .args(["--ipc", "fabric", "--sync", sync, "--procs-per-device", ppd, "--json"])
+                    .arg(&json),
+            );
+            assert_eq!(code, Some(0), "{what}: {all}");
+            let n = 2 * ppd.parse::<usize>().unwrap();
+            for i in 0..n {
+                assert!(all.contains(&format!("Process {i} complete!\n")), "{what}: {all}");
+                assert!(all.contains(&format!("Step {i} done\n")), "{what}: {all}");
+            }
+            assert!(!all.contains("waived") && !all.contains("ended holding"), "{what}: {all}");
+            let doc = std::fs::read_to_string(&json).unwrap();
+            std::fs::remove_file(&json).unwrap();
+            assert!(doc.contains("\"ipc\": \"fabric\""), "{what}: the JSON names it: {doc}");
+            let list = |key: &str| -> String {
+                doc.split(&format!("\"{key}\": [")).nth(1).unwrap().split(']').next().unwrap().to_owned()
+            };
+            assert_eq!(list("descriptors_before_open"), list("descriptors_after_close"), "{what}: {doc}");
+            assert_clean(pid, &what);
+        }
+    }
+}
+
+/// Without an IMEX channel the device's attribute says yes and the trial says no: waived (2), with both
+/// facts; a device that does not report the attribute is waived naming it, whatever its channels.
+#[test]
+fn fabric_is_waived_by_its_trial_and_by_its_attribute() {
+    let (pid, code, all) = run_pid(simulated("ok,ok").args(["--ipc", "fabric", "--procs-per-device", "2"]));
+    assert_eq!(code, Some(2), "{all}");
+    let line = format!("No CUDA devices support IPC with --ipc fabric (device 0: {FABRIC_NOT_PERMITTED}");
+    assert!(all.contains(&line), "{all}");
+    assert!(!all.contains("failed!"), "{all}");
+    assert_clean(pid, "--ipc fabric without an IMEX channel");
+    for devices in ["ok+imex,no-fabric", "ok+imex,no-fabric+imex"] {
+        let out = run(simulated(devices).args(["--ipc", "fabric"]));
+        let all = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{devices}: {all}");
+        let line = "No CUDA devices support IPC with --ipc fabric (device 1 does not report \
+                    CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED)";
+        assert!(all.contains(line), "{devices}: {all}");
+    }
+    // The benchmark asks the same trial.
+    let out = run(simulated("ok,ok").args(["--bench", "--ipc", "fabric", "--bench-max-bytes", "65536"]));
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains(FABRIC_NOT_PERMITTED), "{}", text(&out));
+}
+
+/// `--ipc all` where fabric is waived by its trial and the others pass: the fourth row says why, and the
+/// whole passes (0); with an IMEX channel it is a row like the others.
+#[test]
+fn ipc_all_shows_fabric_waived_and_passes() {
+    let out = run(simulated("ok,ok").args(["--ipc", "all"]));
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    let table = table_of(&all);
+    assert_eq!(table.len(), 5, "{all}");
+    for (row, mechanism) in table[1..4].iter().zip(["legacy", "vmm", "pool"]) {
+        assert!(row.starts_with(mechanism) && row.ends_with("passed"), "{all}");
+    }
+    let waived =
+        format!("waived: No CUDA devices support IPC with --ipc fabric (device 0: {FABRIC_NOT_PERMITTED}");
+    assert!(table[4].starts_with("fabric") && table[4].contains(&waived), "{all}");
+    let out = run(simulated("ok+imex").args(["--ipc", "all"]));
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    let fabric = all.lines().find(|l| l.starts_with("fabric ")).unwrap_or_default();
+    assert!(fabric.ends_with("passed"), "{all}");
 }

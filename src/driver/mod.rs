@@ -71,6 +71,9 @@ pub enum Capability {
     MemoryPools,
     /// The POSIX file descriptor bit of `CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES`
     PoolPosixFdHandles,
+    /// `CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED` (CUDA 12.3; a driver that does not know it answers
+    /// no). It says what the device can do, not what this process may: creating one can still be refused.
+    FabricHandles,
 }
 
 impl Capability {
@@ -83,6 +86,7 @@ impl Capability {
             Capability::PoolPosixFdHandles => {
                 "CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES (POSIX file descriptor)"
             }
+            Capability::FabricHandles => "CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED",
         }
     }
 }
@@ -148,6 +152,8 @@ pub mod code {
     pub const NOT_FOUND: u32 = 500;
     pub const HOST_MEMORY_ALREADY_REGISTERED: u32 = 712;
     pub const HOST_MEMORY_NOT_REGISTERED: u32 = 713;
+    /// What `cuMemCreate` of a fabric-shareable allocation answers where the process has no IMEX channel.
+    pub const NOT_PERMITTED: u32 = 800;
     pub const NOT_SUPPORTED: u32 = 801;
 
     /// The CUDA driver's name and words for `code` (what `cuGetErrorName` and `cuGetErrorString` say), for
@@ -168,6 +174,7 @@ pub mod code {
                 "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED",
                 "pointer does not correspond to a registered memory region",
             ),
+            NOT_PERMITTED => ("CUDA_ERROR_NOT_PERMITTED", "operation not permitted"),
             NOT_SUPPORTED => ("CUDA_ERROR_NOT_SUPPORTED", "operation not supported"),
             _ => ("CUDA_ERROR_UNKNOWN", "unknown error"),
         }
@@ -322,6 +329,25 @@ pub trait Driver: Send + Sync {
     /// # Safety
     /// `allocation` came from this driver and is released once; its mappings may outlive it.
     unsafe fn vmm_release(&self, allocation: RawAllocation) -> Result<()>;
+    /// The granularity of an allocation made or imported here, from its own properties
+    /// (`cuMemGetAllocationPropertiesFromHandle`): what its exporter rounded its size up to.
+    /// # Safety
+    /// `allocation` came from this driver and is not released.
+    unsafe fn vmm_granularity_of(&self, allocation: RawAllocation) -> Result<usize>;
+
+    // Fabric handles: VMM allocations shared as 64 bytes (`CUmemFabricHandle`), no descriptor. Mapped,
+    // unmapped and released with the `vmm_` calls above.
+    /// The allocation granularity of `device` for fabric-shareable allocations.
+    fn fabric_granularity(&self, device: i32) -> Result<usize>;
+    /// `cuMemCreate` of `bytes` (a multiple of the granularity) on `device`, exportable as a fabric handle.
+    /// Where the device has fabric handles but the process no IMEX channel, `CUDA_ERROR_NOT_PERMITTED`.
+    fn fabric_create(&self, device: i32, bytes: usize) -> Result<RawAllocation>;
+    /// `cuMemExportToShareableHandle` with `CU_MEM_HANDLE_TYPE_FABRIC`: the allocation's 64-byte handle.
+    /// # Safety
+    /// `allocation` came from [`Driver::fabric_create`] and is not released.
+    unsafe fn fabric_export(&self, allocation: RawAllocation) -> Result<IpcHandleBytes>;
+    /// `cuMemImportFromShareableHandle` of a fabric handle. A forged handle is an error.
+    fn fabric_import(&self, handle: &IpcHandleBytes) -> Result<RawAllocation>;
 
     // Memory pools (`streamOrderedAllocationIPC`): a pool shared as a descriptor, pointers as export data.
     /// `cuMemPoolCreate` on `device`, exportable as a POSIX file descriptor.

@@ -5,14 +5,16 @@
 //! that the parent and the children read the same whatever the mechanism:
 //! - [`legacy`]: `cudaIpcGetMemHandle` / `cudaIpcOpenMemHandle`, the original's;
 //! - [`vmm`]: `cuMemCreate` allocations shared as file descriptors;
-//! - [`pool`]: allocations of a memory pool shared as a file descriptor and pointer export data.
+//! - [`pool`]: allocations of a memory pool shared as a file descriptor and pointer export data;
+//! - [`fabric`]: `cuMemCreate` allocations shared as 64-byte fabric handles (an IMEX channel needed).
 //!
-//! The descriptors of the last two travel over [`descriptors`]. The interprocess [`events`] are the same
-//! for all three; the device memory owners below them are in `gpu`.
+//! The descriptors of vmm and pool travel over [`descriptors`]. The interprocess [`events`] are the same
+//! for all four; the device memory owners below them are in `gpu`.
 
 pub mod descriptors;
 pub mod diagnose;
 pub mod events;
+pub mod fabric;
 pub mod legacy;
 pub mod pool;
 pub mod vmm;
@@ -32,12 +34,14 @@ pub enum Mechanism {
     Legacy,
     Vmm,
     Pool,
+    Fabric,
 }
 
 /// One mechanism: its facts, and how it exports a buffer and opens another process's.
 pub struct Spec {
     pub name: &'static str,
-    /// What each device must report (the attributes; legacy is asked by a trial export instead).
+    /// What each device must report (the attributes; legacy is asked by a trial export instead, fabric by
+    /// a trial allocation as well).
     pub needs: &'static [Capability],
     /// Whether each buffer comes with a file descriptor that must travel over a socket.
     pub descriptors: bool,
@@ -88,13 +92,14 @@ pub trait Export: DeviceMemory + Send {
 }
 
 impl Mechanism {
-    pub const ALL: [Mechanism; 3] = [Mechanism::Legacy, Mechanism::Vmm, Mechanism::Pool];
+    pub const ALL: [Mechanism; 4] = [Mechanism::Legacy, Mechanism::Vmm, Mechanism::Pool, Mechanism::Fabric];
 
     pub fn spec(self) -> &'static Spec {
         match self {
             Mechanism::Legacy => &legacy::SPEC,
             Mechanism::Vmm => &vmm::SPEC,
             Mechanism::Pool => &pool::SPEC,
+            Mechanism::Fabric => &fabric::SPEC,
         }
     }
 
@@ -122,7 +127,7 @@ impl Mechanism {
     }
 
     /// Why `device` cannot use this mechanism, asked of the device; `None` if it can. A mechanism with a
-    /// trial (legacy) exports a small allocation, which needs the device's context.
+    /// trial (legacy, fabric) makes a small allocation, which needs the device's context.
     pub fn unsupported(self, driver: &dyn Driver, device: i32) -> Result<Option<String>> {
         match self.unsupported_by_attributes(driver, device)? {
             Some(reason) => Ok(Some(reason)),
@@ -245,7 +250,9 @@ mod tests {
     fn every_ipc_value_but_all_names_a_mechanism() {
         let named: Vec<Option<Mechanism>> =
             crate::cli::IpcArg::value_variants().iter().map(|v| Mechanism::from_name(&v.name())).collect();
-        assert_eq!(named, [Some(Mechanism::Legacy), Some(Mechanism::Vmm), Some(Mechanism::Pool), None]);
+        let mechanisms = Mechanism::ALL.map(Some);
+        assert_eq!(named, [&mechanisms[..], &[None]].concat());
+        assert_eq!(named[3], Some(Mechanism::Fabric));
         for mechanism in Mechanism::ALL {
             assert_eq!(Mechanism::from_code(mechanism.code()), Some(mechanism));
         }

@@ -50,11 +50,11 @@ fn mapped_size(handle: &IpcHandleBytes) -> Result<usize> {
 }
 
 /// A physical allocation, made or imported here on `device`: released on drop (its mappings keep the
-/// memory alive).
-struct Allocation<'d> {
-    driver: &'d dyn Driver,
-    device: i32,
-    raw: RawAllocation,
+/// memory alive). Fabric allocations are these too.
+pub(super) struct Allocation<'d> {
+    pub(super) driver: &'d dyn Driver,
+    pub(super) device: i32,
+    pub(super) raw: RawAllocation,
 }
 
 impl Drop for Allocation<'_> {
@@ -67,15 +67,16 @@ impl Drop for Allocation<'_> {
 }
 
 /// An allocation mapped at `ptr` for `bytes`, readable and writable by its device: unmapped on drop.
-struct Mapping<'d> {
+pub(super) struct Mapping<'d> {
     driver: &'d dyn Driver,
     device: i32,
-    ptr: DevicePtr,
-    bytes: usize,
+    pub(super) ptr: DevicePtr,
+    pub(super) bytes: usize,
 }
 
 impl<'d> Mapping<'d> {
-    fn new(allocation: &Allocation<'d>, bytes: usize) -> Result<Self> {
+    /// Maps all `bytes` of `allocation`, on its device.
+    pub(super) fn new(allocation: &Allocation<'d>, bytes: usize) -> Result<Self> {
         let (driver, device) = (allocation.driver, allocation.device);
         driver.use_device(device)?;
         // SAFETY: the allocation is alive while borrowed, and has `bytes` bytes (made or checked so).

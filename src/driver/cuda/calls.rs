@@ -5,7 +5,7 @@ use std::os::fd::{BorrowedFd, OwnedFd};
 
 use anyhow::Result;
 
-use super::{CudaDriver, devices, ipc, memory, pool, streams, vmm};
+use super::{CudaDriver, devices, fabric, ipc, memory, pool, streams, vmm};
 use crate::driver::{
     Capability, DeviceInfo, DevicePtr, Driver, IpcHandleBytes, RawAllocation, RawEvent, RawFunction, RawPool,
     RawStream,
@@ -196,6 +196,28 @@ impl Driver for CudaDriver {
     unsafe fn vmm_release(&self, allocation: RawAllocation) -> Result<()> {
         // SAFETY: the caller keeps this method's contract, which is the callee's.
         unsafe { vmm::release(allocation) }
+    }
+
+    unsafe fn vmm_granularity_of(&self, allocation: RawAllocation) -> Result<usize> {
+        // SAFETY: the caller keeps this method's contract, which is the callee's.
+        unsafe { vmm::granularity_of(allocation) }
+    }
+
+    fn fabric_granularity(&self, device: i32) -> Result<usize> {
+        fabric::granularity(device)
+    }
+
+    fn fabric_create(&self, device: i32, bytes: usize) -> Result<RawAllocation> {
+        fabric::create(device, bytes)
+    }
+
+    unsafe fn fabric_export(&self, allocation: RawAllocation) -> Result<IpcHandleBytes> {
+        // SAFETY: the caller keeps this method's contract, which is the callee's.
+        unsafe { fabric::export(allocation) }
+    }
+
+    fn fabric_import(&self, handle: &IpcHandleBytes) -> Result<RawAllocation> {
+        fabric::import(handle)
     }
 
     fn pool_create(&self, device: i32) -> Result<RawPool> {

@@ -88,5 +88,6 @@ pub(super) fn supports(d: &CudaDriver, device: i32, what: Capability) -> Result<
             let posix = sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR.0 as i32;
             d.attribute(device, CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES)? & posix != 0
         }
+        Capability::FabricHandles => super::fabric::supported(d, device)?,
     })
 }

@@ -5,13 +5,15 @@
 //!
 //! By concern: [`devices`] (attributes, peers, contexts made current), [`memory`] (`cuMemAlloc`, copies to
 //! and from the host, pinned host memory), [`ipc`] (legacy IPC memory and interprocess events), [`streams`]
-//! (streams, events on them, the kernel, device copies, stream memory operations), [`vmm`] and [`pool`];
+//! (streams, events on them, the kernel, device copies, stream memory operations), [`vmm`], [`fabric`] (the
+//! names CUDA 11.4's bindings lack) and [`pool`];
 //! [`calls`] is the [`Driver`] trait, each call handed to the module of its concern. Every `unsafe fn` of
 //! those modules has the contract of the [`Driver`] method it implements. This file holds the driver
 //! (initialisation, the primary contexts and loaded modules it releases on drop) and what they share.
 
 mod calls;
 mod devices;
+mod fabric;
 mod ipc;
 mod memory;
 mod pool;
@@ -158,10 +160,15 @@ fn on_device(device: i32) -> sys::CUmemLocation {
 
 /// A shareable allocation on `device`: pinned device memory, exportable as a POSIX file descriptor.
 fn shareable_allocation(device: i32) -> sys::CUmemAllocationProp {
+    allocation_prop(device, sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+}
+
+/// Pinned device memory on `device`, exportable as `handle_type`.
+fn allocation_prop(device: i32, handle_type: sys::CUmemAllocationHandleType) -> sys::CUmemAllocationProp {
     // SAFETY: the structure is plain data for which all zeroes is a valid value (no flags, null pointers).
     let mut prop: sys::CUmemAllocationProp = unsafe { std::mem::zeroed() };
     prop.type_ = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.requestedHandleTypes = sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    prop.requestedHandleTypes = handle_type;
     prop.location = on_device(device);
     prop
 }

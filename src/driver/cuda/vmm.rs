@@ -85,3 +85,17 @@ pub(super) unsafe fn release(allocation: RawAllocation) -> Result<()> {
     // SAFETY: the caller releases each allocation once.
     check(unsafe { sys::cuMemRelease(allocation.0 as _) }, "cuMemRelease")
 }
+
+pub(super) unsafe fn granularity_of(allocation: RawAllocation) -> Result<usize> {
+    // SAFETY: the structure is plain data for which all zeroes is a valid value; the driver fills it.
+    let mut prop: sys::CUmemAllocationProp = unsafe { std::mem::zeroed() };
+    // SAFETY: the caller promises a live allocation; the driver writes one structure.
+    let rc = unsafe { sys::cuMemGetAllocationPropertiesFromHandle(&mut prop, allocation.0 as _) };
+    check(rc, "cuMemGetAllocationPropertiesFromHandle")?;
+    let mut granularity = 0usize;
+    let minimum = sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM;
+    // SAFETY: reads the structure, writes one size.
+    let rc = unsafe { sys::cuMemGetAllocationGranularity(&mut granularity, &prop, minimum) };
+    check(rc, "cuMemGetAllocationGranularity")?;
+    Ok(granularity.max(1))
+}

@@ -135,6 +135,7 @@ impl Driver for HostDriver {
         Ok(match what {
             Capability::VirtualMemory | Capability::PosixFdHandles => !kind.lacks(SimulatedDevice::NoVmm),
             Capability::MemoryPools | Capability::PoolPosixFdHandles => !kind.lacks(SimulatedDevice::NoPools),
+            Capability::FabricHandles => !kind.lacks(SimulatedDevice::NoFabric),
         })
     }
     fn stream_memops_unsupported(&self, device: i32) -> Result<Option<String>> {
@@ -170,6 +171,22 @@ impl Driver for HostDriver {
     }
     unsafe fn vmm_release(&self, allocation: RawAllocation) -> Result<()> {
         vmm::release(self, allocation)
+    }
+    unsafe fn vmm_granularity_of(&self, allocation: RawAllocation) -> Result<usize> {
+        vmm::granularity_of(self, allocation)
+    }
+    fn fabric_granularity(&self, device: i32) -> Result<usize> {
+        self.device("cuMemGetAllocationGranularity", device)?;
+        Ok(SIMULATED_GRANULARITY)
+    }
+    fn fabric_create(&self, device: i32, bytes: usize) -> Result<RawAllocation> {
+        vmm::fabric_create(self, device, bytes)
+    }
+    unsafe fn fabric_export(&self, allocation: RawAllocation) -> Result<IpcHandleBytes> {
+        vmm::fabric_export(self, allocation)
+    }
+    fn fabric_import(&self, handle: &IpcHandleBytes) -> Result<RawAllocation> {
+        vmm::fabric_import(self, handle)
     }
 
     // pool.rs

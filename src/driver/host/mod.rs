@@ -22,11 +22,16 @@
 //! `SIMPLE_IPC_SIMULATE_GPUS` is a comma-separated list, one entry per device: `ok`, or a defect that device
 //! selection must reject: `no-uva` (no unified addressing), `exclusive` (compute mode not Default), `no-peer`
 //! (no peer access to any other device), or that a mechanism must waive: `no-legacy-ipc`, `no-vmm`,
-//! `no-pools`, `no-memops` (no stream memory operations); several are joined by `+`. An empty value is a machine without devices.
+//! `no-pools`, `no-memops` (no stream memory operations), `no-fabric` (the device does not report fabric
+//! handles); or a feature, `imex`: the process has an IMEX channel. Without `imex` a device reports fabric
+//! handles but `cuMemCreate` of a fabric-shareable allocation answers `CUDA_ERROR_NOT_PERMITTED`, as on the
+//! H200 host (driver 580, no `/dev/nvidia-caps-imex-channels/`). Several are joined by `+` (`ok+imex`). An
+//! empty value is a machine without devices.
 //!
 //! The virtual memory management API and memory pools are simulated with descriptors too: an allocation or
 //! a pool is a memfd, exported as a new descriptor of it (which the program passes over a Unix socket), and
-//! a pool's allocations are page-aligned ranges of its memfd. Host memory is "pinned" by noting its range.
+//! a pool's allocations are page-aligned ranges of its memfd. A fabric handle is a VMM allocation's memfd
+//! named like legacy memory, by the exporter's pid and descriptor (see [`vmm`]). Host memory is "pinned" by noting its range.
 //!
 //! Every failure the simulation answers for the driver is a [`CallFailed`] with the `CUresult` the CUDA
 //! driver gives in that case (a freed pointer, a destroyed stream, a handle of the wrong kind, memory freed
@@ -84,6 +89,11 @@ enum SimulatedDevice {
     NoPools,
     /// No stream memory operations.
     NoStreamMemops,
+    /// `CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED` is 0.
+    NoFabric,
+    /// A feature, not a defect: this process has an IMEX channel, so it may create fabric-shareable
+    /// allocations (without it the device reports fabric handles but `cuMemCreate` refuses them).
+    Imex,
 }
 
 /// What a simulated device lacks: `ok`, or defects joined by `+` (`no-vmm+no-pools`).
@@ -92,6 +102,11 @@ struct Defects(Vec<SimulatedDevice>);
 impl Defects {
     fn lacks(&self, defect: SimulatedDevice) -> bool {
         self.0.contains(&defect)
+    }
+
+    /// Whether the device was given `feature` (`imex`).
+    fn has(&self, feature: SimulatedDevice) -> bool {
+        self.0.contains(&feature)
     }
 
     fn parse(kind: &str) -> Result<Self> {
@@ -104,6 +119,8 @@ impl Defects {
             "no-vmm" => Ok(SimulatedDevice::NoVmm),
             "no-pools" => Ok(SimulatedDevice::NoPools),
             "no-memops" => Ok(SimulatedDevice::NoStreamMemops),
+            "no-fabric" => Ok(SimulatedDevice::NoFabric),
+            "imex" => Ok(SimulatedDevice::Imex),
             other => Err(anyhow!("{SIMULATE_ENV}: unknown device kind {other:?}")),
         });
         Ok(Defects(defects.collect::<Result<Vec<_>>>()?))
