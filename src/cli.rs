@@ -88,6 +88,10 @@ pub struct Cli {
     #[arg(long)]
     pub bind_numa: bool,
 
+    /// Print nothing on standard output but the verdict line (errors still go to standard error).
+    #[arg(long, short)]
+    pub quiet: bool,
+
     /// Serve the run at SOCKET (a path, or @NAME for an abstract socket) to the processes that join it with
     /// --join, from other containers say, instead of starting children.
     #[arg(long, value_name = "SOCKET", conflicts_with_all = ["bench", "topology", "join", "sequential"])]

@@ -57,6 +57,10 @@ pub fn main() -> ExitCode {
         warn!("{who}: {e:#}");
         return ExitCode::from(EXIT_FAILURE);
     }
+    if cli.quiet {
+        crate::output::be_quiet();
+    }
+    let started = std::time::Instant::now();
     let (status, reason, code) = match run(&cli) {
         Ok(Outcome::Passed) => (Status::Passed, None, EXIT_SUCCESS),
         Ok(Outcome::Waived) => {
@@ -77,12 +81,42 @@ pub fn main() -> ExitCode {
             }
         }
     };
+    // The last line says how the run ended, for the roles a user starts (not a child, the guardian, or a run
+    // of one mechanism under --ipc all, whose top parent says it); a reader that went away gets nothing.
+    let says_verdict = cli.child.is_none()
+        && cli.guardian_fd.is_none()
+        && cli.report_fd.is_none()
+        && code != READER_GONE_STATUS;
+    if says_verdict {
+        let line = verdict(status, reason.as_deref(), code, started.elapsed());
+        if let Err(e) = crate::output::verdict(&line) {
+            warn!("{who}: {e:#}");
+        }
+    }
     match report::finish(status, reason.as_deref(), code) {
         Ok(()) => ExitCode::from(code),
         Err(e) => {
             warn!("{who}: {e:#}");
             ExitCode::from(if code == EXIT_SUCCESS { EXIT_FAILURE } else { code })
         }
+    }
+}
+
+/// The verdict line: `PASSED: <what the run did> in <seconds> s`, or `FAILED`, `WAIVED` or `STOPPED` with the
+/// exit status and the reason (its first line).
+fn verdict(status: Status, reason: Option<&str>, code: u8, took: std::time::Duration) -> String {
+    let reason = reason.and_then(|r| r.lines().next()).unwrap_or("");
+    match status {
+        Status::Passed => {
+            let what = report::summary().unwrap_or_else(|| "the run ended well".to_owned());
+            format!("PASSED: {what} in {:.2} s", took.as_secs_f64())
+        }
+        Status::Failed => format!("FAILED (exit {code}): {reason}"),
+        Status::Waived => format!(
+            "WAIVED (exit {code}, not a failure: nothing here to test): {reason}. To see the protocol run \
+             without a GPU: SIMPLE_IPC_SIMULATE_GPUS=ok,ok simple-ipc"
+        ),
+        Status::Interrupted => format!("STOPPED (exit {code}): {reason}"),
     }
 }
 

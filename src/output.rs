@@ -107,15 +107,38 @@ pub fn fill_closed_standard_descriptors() {
     }
 }
 
+/// `--quiet`: standard output gets the verdict line alone.
+static QUIET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// From now on, [`line`] and [`text`] write nothing (`--quiet`); [`verdict`] still does.
+pub fn be_quiet() {
+    QUIET.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+fn quiet() -> bool {
+    QUIET.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Writes a line (use [`say!`](crate::say)) at once, so that the lines of several processes come out in the
 /// order they were written.
 pub fn line(args: std::fmt::Arguments) -> Result<()> {
+    if quiet() {
+        return Ok(());
+    }
     to_stdout(format!("{args}\n").as_bytes())
 }
 
 /// Writes text as it is, at once.
 pub fn text(text: &str) -> Result<()> {
+    if quiet() {
+        return Ok(());
+    }
     to_stdout(text.as_bytes())
+}
+
+/// Writes the run's last line, the verdict, even with `--quiet`.
+pub fn verdict(line: &str) -> Result<()> {
+    to_stdout(format!("{line}\n").as_bytes())
 }
 
 /// Writes a line to standard error in one write, so that the lines of processes sharing it do not

@@ -92,6 +92,8 @@ pub fn run(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
         guardian: &guardian,
     };
 
+    // --quiet reaches the children: they print nothing either.
+    let child_args: &[&str] = if cli.quiet { &["--quiet"] } else { &[] };
     // Declared before the children: dropped (events destroyed, buffers freed) after them.
     let exports;
     let mut children;
@@ -103,14 +105,25 @@ pub fn run(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
             return Ok(Outcome::Waived);
         };
         exports = exported;
-        children =
-            Team::Started(Children::spawn(&segment, 0..n, &[], &their_sockets, started, cli.timeout())?);
+        children = Team::Started(Children::spawn(
+            &segment,
+            0..n,
+            child_args,
+            &their_sockets,
+            started,
+            cli.timeout(),
+        )?);
     } else {
         watch.enter(Phase::StartChildren)?;
         children = match &cli.serve {
-            None => {
-                Team::Started(Children::spawn(&segment, 0..n, &[], &their_sockets, started, cli.timeout())?)
-            }
+            None => Team::Started(Children::spawn(
+                &segment,
+                0..n,
+                child_args,
+                &their_sockets,
+                started,
+                cli.timeout(),
+            )?),
             // --serve: no children; the processes that join take their place.
             Some(address) => {
                 let address = Address::parse(address).with_context(|| format!("--serve {address}"))?;
@@ -160,6 +173,15 @@ pub fn run(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
     children.wait(|| false, || {})?;
 
     report(cli, json, state, &watch.finish())?;
+    let gpus = chosen.len();
+    crate::report::note_summary(format!(
+        "{n} process{} on {gpus} GPU{}, {} IPC, {}{}: every buffer verified",
+        if n == 1 { "" } else { "es" },
+        if gpus == 1 { "" } else { "s" },
+        mechanism.name(),
+        if memops { "memops" } else { "events" },
+        if cli.serve.is_some() { ", joined over the socket" } else { "" }
+    ));
     Ok(Outcome::Passed)
 }
 

@@ -121,6 +121,19 @@ pub fn waiver() -> Option<String> {
     WAIVER.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
 }
 
+/// What a run that passed did, for the verdict line (`4 processes on 1 GPU, legacy IPC, events`).
+static SUMMARY: Mutex<Option<String>> = Mutex::new(None);
+
+/// Remembers what the run did, for the verdict line.
+pub fn note_summary(summary: String) {
+    *SUMMARY.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(summary);
+}
+
+/// What the run did, as its role said.
+pub fn summary() -> Option<String> {
+    SUMMARY.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+}
+
 /// A role's handle on the run's `--json` document.
 pub struct JsonFile(());
 

@@ -62,7 +62,15 @@ fn no_device_fit_for_ipc_is_waived_with_the_original_messages() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("Device 0 does not support unified addressing, skipping...\n"), "{stdout}");
     assert!(stdout.contains("Device 1 is in an unsupported compute mode for this sample\n"), "{stdout}");
-    assert!(stdout.ends_with("No CUDA devices support IPC\n"), "{stdout}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines[lines.len() - 2], "No CUDA devices support IPC", "the original's last line: {stdout}");
+    let verdict = lines[lines.len() - 1];
+    assert!(verdict.starts_with("WAIVED (exit 2, not a failure"), "then the verdict: {stdout}");
+    assert!(
+        verdict.contains(": No CUDA devices support IPC.")
+            && verdict.contains("SIMPLE_IPC_SIMULATE_GPUS=ok,ok"),
+        "{verdict}"
+    );
 
     let out = run(&mut simulated(""));
     assert_eq!(out.status.code(), Some(2), "no device at all: {}", text(&out));

@@ -24,7 +24,14 @@ fn one_process_prints_the_original_transcript() {
          PP: lshmName = simpleIPCshm{pid}\nCP: lshmName = simpleIPCshm{pid}\nProcess 0: Starting on device 0...\n\
          Step 0 done\nProcess 0: verifying...\nProcess 0 complete!\n"
     );
-    assert_eq!(String::from_utf8_lossy(&out.stdout), expected);
+    // The original's transcript, then the verdict line.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let verdict = stdout.strip_prefix(&expected).unwrap_or_else(|| panic!("{stdout}"));
+    assert!(
+        verdict.starts_with("PASSED: 1 process on 1 GPU, legacy IPC, events: every buffer verified in "),
+        "{verdict}"
+    );
+    assert!(verdict.ends_with(" s\n") && verdict.lines().count() == 1, "{verdict}");
     assert_clean(pid);
 }
 
@@ -187,4 +194,30 @@ fn a_wrong_buffer_is_one_line_and_exit_1() {
         all.contains("test fault: child1@verify:corrupt strikes"),
         "the fault says that it struck: {all}"
     );
+}
+
+/// The last line says how the run ended, for a machine and a person alike; `--quiet` prints it alone, and
+/// the children are quiet too.
+#[test]
+fn the_last_line_is_the_verdict_and_quiet_prints_only_it() {
+    let out = run(simulated("ok,ok").args(["--procs-per-device", "2", "--quiet"]));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout.lines().count(), 1, "{stdout}");
+    assert!(
+        stdout.starts_with("PASSED: 4 processes on 2 GPUs, legacy IPC, events: every buffer verified in "),
+        "{stdout}"
+    );
+
+    let out =
+        run(simulated("ok").args(["--procs-per-device", "2", "--quiet"]).env(FAULT, "child1@verify:corrupt"));
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout, "FAILED (exit 1): Process 1 failed! (exit code 1)\n");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("verification failed"), "errors still say why");
+
+    let out = run(simulated("no-uva").arg("--quiet"));
+    assert_eq!(out.status.code(), Some(2));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.starts_with("WAIVED (exit 2, not a failure") && stdout.lines().count() == 1, "{stdout}");
 }

@@ -108,7 +108,7 @@ pub fn run_consumer(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
     let mut children = Children::spawn(
         &setup.segment,
         PRODUCER..PRODUCER + 1,
-        &["--bench"],
+        if cli.quiet { &["--bench", "--quiet"] } else { &["--bench"] },
         &their_socket,
         started,
         cli.timeout(),

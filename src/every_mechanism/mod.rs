@@ -67,6 +67,9 @@ pub fn run(cli: &Cli) -> Result<Outcome> {
     if let Some(json) = json {
         json.write(&json_document(&rows))?;
     }
+    let said: Vec<String> =
+        rows.iter().map(|r| format!("{} {}", r.mechanism.name(), table::ending_word(&r.ending))).collect();
+    crate::report::note_summary(format!("every mechanism: {}", said.join(", ")));
     outcome(&rows)
 }
 
@@ -148,7 +151,7 @@ mod tests {
             &["--ipc", "all", "--sync", "memops", "--procs-per-device", "3", "--timings", "--json", "x.json"],
             &["--ipc=all", "--json=x.json", "--sequential", "--timeout=5", "--bind-numa"],
             &["--timeout", "0", "--ipc", "legacy", "--bench", "--bench-max-bytes", "8192"],
-            &["--ipc", "all", "--topology"],
+            &["--ipc", "all", "--topology", "--quiet"],
             &["--ipc", "all", "--report-fd", "7"],
         ];
         let program = || std::iter::once(OsString::from("simple-ipc"));

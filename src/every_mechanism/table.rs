@@ -67,3 +67,12 @@ pub fn json_document(rows: &[Row]) -> String {
         .collect();
     format!("{{\"mechanisms\": [{}]}}\n", rows.join(", "))
 }
+
+/// One word for how a mechanism's run ended: passed, failed or waived.
+pub fn ending_word(ending: &Ending) -> &'static str {
+    match ending {
+        Ending::Passed => "passed",
+        Ending::Failed(_) => "failed",
+        Ending::Waived(_) => "waived",
+    }
+}
