@@ -26,6 +26,7 @@ pub fn run(address: &str) -> Result<()> {
     connect(connection.as_raw_fd(), &address.unix()?).with_context(|| {
         format!("--join {address}: no run is served there, or this process cannot reach the socket")
     })?;
+    meeting::ask_to_join(&connection)?;
     let asked = Instant::now();
     let admission = loop {
         signals::check()?;
@@ -33,7 +34,9 @@ pub fn run(address: &str) -> Result<()> {
             Heard::Admitted(admission) => break admission,
             Heard::Refused(why) => bail!("--join {address}: the server refused this process: {why}"),
             Heard::Closed => bail!("--join {address}: the server closed the connection without an answer"),
-            Heard::Ended(_) => bail!("--join {address}: the server sent what only a joiner sends"),
+            Heard::Ended(_) | Heard::Asked => {
+                bail!("--join {address}: the server sent what only a joiner sends")
+            }
             Heard::Nothing if asked.elapsed() > ANSWER_WITHIN => {
                 bail!("--join {address}: the server did not answer within {} s", ANSWER_WITHIN.as_secs())
             }

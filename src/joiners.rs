@@ -24,6 +24,8 @@ use crate::timings::progress_of;
 /// How long the server waits, after it aborted the run, for the joiners to leave before it closes their
 /// connections (which stops any that is still waiting).
 const GRACE: Duration = Duration::from_millis(300);
+/// How long a new connection has to ask to join before it is let go (a joiner asks at once).
+const ASK_WITHIN_MS: u16 = 200;
 /// How often the server looks at its socket and its joiners.
 const POLL: Duration = Duration::from_millis(1);
 
@@ -79,9 +81,16 @@ impl<'s> Joiners<'s> {
         if let Address::Path(path) = &address
             && std::fs::symlink_metadata(path).is_ok()
         {
-            bail!(
-                "--serve {address}: the path exists; another run may be serving there (remove it if none is)"
-            );
+            if !is_stale_socket(&address)? {
+                bail!(
+                    "--serve {address}: the path exists and is no socket a run has left; another run may be \
+                     serving there (remove it if none is)"
+                );
+            }
+            // A socket nobody listens on: a server killed before it could remove it.
+            std::fs::remove_file(path)
+                .with_context(|| format!("--serve {address}: removing a stale socket"))?;
+            warn!("simple-ipc: removed the stale socket {address} (nothing listened there)");
         }
         bind(listener.as_raw_fd(), &address.unix()?).with_context(|| format!("--serve {address}: bind"))?;
         let made = match &address {
@@ -118,6 +127,10 @@ impl<'s> Joiners<'s> {
                 Err(Errno::EAGAIN | Errno::EINTR) => return Ok(()),
                 Err(e) => return Err(e).context("accepting a joiner"),
             };
+            // Only a process that asks to join is one (not a probe of whether the socket is live).
+            if !matches!(meeting::hear(&connection, ASK_WITHIN_MS)?, Heard::Asked) {
+                continue;
+            }
             let peer = nix::sys::socket::getsockopt(&connection.as_fd(), PeerCredentials)
                 .context("the peer credentials of a joiner")?;
             let me = nix::unistd::geteuid().as_raw();
@@ -162,7 +175,9 @@ impl<'s> Joiners<'s> {
                 Heard::Closed => {
                     Some(format!("pid {}: gone without saying how it ended (killed?)", joiner.pid))
                 }
-                Heard::Admitted(_) | Heard::Refused(_) => Some("it sent what only a server sends".to_owned()),
+                Heard::Admitted(_) | Heard::Refused(_) | Heard::Asked => {
+                    Some("it sent what it should not".to_owned())
+                }
             };
             joiner.connection = None;
             if let Some(how) = how
@@ -247,6 +262,18 @@ impl<'s> Joiners<'s> {
             joiner.connection = None;
         }
     }
+}
+
+/// Whether the path is a socket that nothing listens on (a connection is refused).
+fn is_stale_socket(address: &Address) -> Result<bool> {
+    let Address::Path(path) = address else { return Ok(false) };
+    let is_socket = std::fs::symlink_metadata(path)
+        .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()));
+    if !is_socket {
+        return Ok(false);
+    }
+    let probe = meeting::seqpacket()?;
+    Ok(matches!(nix::sys::socket::connect(probe.as_raw_fd(), &address.unix()?), Err(Errno::ECONNREFUSED)))
 }
 
 impl Drop for Joiners<'_> {

@@ -62,6 +62,7 @@ pub fn seqpacket() -> Result<OwnedFd> {
 const ADMIT: &[u8; 8] = b"SIPCJOIN";
 const REFUSE: &[u8; 8] = b"SIPCFULL";
 const ENDED: &[u8; 8] = b"SIPCDONE";
+const HELLO: &[u8; 8] = b"SIPCHELO";
 
 /// What a joiner is given: its index among the run's processes, their count, the segment and, for vmm and
 /// pool, its end of the socket its buffers' descriptors come over.
@@ -70,6 +71,11 @@ pub struct Admission {
     pub processes: usize,
     pub segment: OwnedFd,
     pub descriptor_socket: Option<OwnedFd>,
+}
+
+/// A joiner asks to join: until it has, a connection is nobody (a probe, a stray client) and takes no place.
+pub fn ask_to_join(connection: &OwnedFd) -> Result<()> {
+    send(connection, HELLO, &[]).context("asking to join")
 }
 
 /// The server admits a joiner: its index, the count, and the descriptors.
@@ -116,6 +122,8 @@ pub enum Heard {
     Admitted(Admission),
     Refused(String),
     Ended(u8),
+    /// A process asks to join.
+    Asked,
     /// The connection closed: the other side is gone.
     Closed,
     /// Nothing yet.
@@ -168,6 +176,7 @@ pub fn hear(connection: &OwnedFd, wait_ms: u16) -> Result<Heard> {
         }
         Some(tag) if tag == REFUSE => Ok(Heard::Refused(String::from_utf8_lossy(&text[8..]).into_owned())),
         Some(tag) if tag == ENDED => Ok(Heard::Ended(text.get(8).copied().unwrap_or(1))),
+        Some(tag) if tag == HELLO => Ok(Heard::Asked),
         _ => bail!("a message on the run's socket that simple-ipc does not send"),
     }
 }
@@ -213,6 +222,8 @@ mod tests {
         )
         .unwrap();
         let (x, _y) = nix::unistd::pipe().unwrap();
+        ask_to_join(&b).unwrap();
+        assert!(matches!(hear(&a, 1000).unwrap(), Heard::Asked));
         admit(&a, 3, 5, x.as_fd(), None).unwrap();
         let Heard::Admitted(admission) = hear(&b, 1000).unwrap() else { panic!("not admitted") };
         assert_eq!((admission.index, admission.processes), (3, 5));

@@ -209,6 +209,21 @@ fn a_socket_path_that_exists_is_left_alone() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(text(&out).contains("the path exists"), "{}", text(&out));
     assert_eq!(std::fs::read(&socket).unwrap(), b"someone's");
+
+    // A socket a killed server left, that nothing listens on, is taken over; a live one is not.
+    let socket = socket_path("stale");
+    let killed = serve("ok", &socket, &["--procs-per-device", "2"]);
+    let pid = killed.child.id();
+    kill(Pid::from_raw(pid as i32), Signal::SIGKILL).unwrap();
+    let _ = killed.end(LIMIT);
+    assert!(std::path::Path::new(&socket).exists(), "a killed server leaves its socket");
+    let live = serve("ok", &socket, &[]);
+    assert!(live.text().contains("removed the stale socket"), "{}", live.text());
+    let out: Output = Command::new(bin()).args(["--serve", &socket]).env(SIMULATE, "ok").output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "a live server's socket is not taken: {}", text(&out));
+    let joiner = join("ok", &socket, None);
+    assert_eq!(live.end(LIMIT).0, Some(0));
+    assert_eq!(joiner.end(LIMIT).0, Some(0));
 }
 
 /// A joiner that never comes: the watchdog ends the run and names the process that never joined.
