@@ -27,7 +27,7 @@ use crate::meeting::Address;
 use crate::outcome::Outcome;
 use crate::phase::{Phase, Who};
 use crate::report::JsonFile;
-use crate::segment::{self, RunPlan, SharedState};
+use crate::segment::{self, RunPlan, Segment, SharedState};
 use crate::setup;
 use crate::signals;
 use crate::timings::{self, Phases, Stopwatch};
@@ -92,8 +92,6 @@ pub fn run(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
         guardian: &guardian,
     };
 
-    // --quiet reaches the children: they print nothing either.
-    let child_args: &[&str] = if cli.quiet { &["--quiet"] } else { &[] };
     // Declared before the children: dropped (events destroyed, buffers freed) after them.
     let exports;
     let mut children;
@@ -105,34 +103,10 @@ pub fn run(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
             return Ok(Outcome::Waived);
         };
         exports = exported;
-        children = Team::Started(Children::spawn(
-            &segment,
-            0..n,
-            child_args,
-            &their_sockets,
-            started,
-            cli.timeout(),
-        )?);
+        children = Team::start(cli, &segment, n, &mut their_sockets, started)?;
     } else {
         watch.enter(Phase::StartChildren)?;
-        children = match &cli.serve {
-            None => Team::Started(Children::spawn(
-                &segment,
-                0..n,
-                child_args,
-                &their_sockets,
-                started,
-                cli.timeout(),
-            )?),
-            // --serve: no children; the processes that join take their place.
-            Some(address) => {
-                let address = Address::parse(address).with_context(|| format!("--serve {address}"))?;
-                let sockets = std::mem::take(&mut their_sockets);
-                let joiners = Joiners::listen(&segment, address.clone(), n, sockets, started, cli.timeout())?;
-                say!("Serving the run at {address}: waiting for {n} processes to join (--join {address})")?;
-                Team::Joined(joiners)
-            }
-        };
+        children = Team::start(cli, &segment, n, &mut their_sockets, started)?;
         watch.enter(Phase::AllocateExport)?;
         let Some(exported) =
             waived_if_missing(mechanism, exporter.export_all(&mut watch, Phase::WaitChildren))?
@@ -191,7 +165,29 @@ enum Team<'s> {
     Joined(Joiners<'s>),
 }
 
-impl Team<'_> {
+impl<'s> Team<'s> {
+    /// Starts the children, or, with `--serve`, listens for the processes that join instead (each gets its
+    /// end of its descriptor socket from `their_sockets` when it joins).
+    fn start(
+        cli: &Cli,
+        segment: &'s Segment,
+        n: usize,
+        their_sockets: &mut Vec<OwnedFd>,
+        started: Instant,
+    ) -> Result<Self> {
+        let Some(address) = &cli.serve else {
+            // --quiet reaches the children: they print nothing either.
+            let args: &[&str] = if cli.quiet { &["--quiet"] } else { &[] };
+            let children = Children::spawn(segment, 0..n, args, their_sockets, started, cli.timeout())?;
+            return Ok(Team::Started(children));
+        };
+        let address = Address::parse(address).with_context(|| format!("--serve {address}"))?;
+        let sockets = std::mem::take(their_sockets);
+        let joiners = Joiners::listen(segment, address.clone(), n, sockets, started, cli.timeout())?;
+        say!("Serving the run at {address}: waiting for {n} processes to join (--join {address})")?;
+        Ok(Team::Joined(joiners))
+    }
+
     /// Waits until each has ended well, or `enough()`; the first failure stops the others (see
     /// `Children::wait` and `Joiners::wait`).
     fn wait(&mut self, enough: impl Fn() -> bool, mut tick: impl FnMut()) -> Result<()> {
