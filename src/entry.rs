@@ -29,8 +29,18 @@ pub fn main() -> ExitCode {
         return ExitCode::from(EXIT_FAILURE);
     }
     // No panic reaches the user as status 101: it is a failure like any other, said in one line.
+    // The standard library panics where it cannot map a new thread's signal stack (a tight `ulimit -v`):
+    // that is the machine's limit, not a defect, and is said as such.
     std::panic::set_hook(Box::new(|panic| {
-        warn!("simple-ipc: internal error: {panic}");
+        let payload = panic.payload();
+        let said =
+            payload.downcast_ref::<&str>().copied().or(payload.downcast_ref::<String>().map(|s| s.as_str()));
+        match said {
+            Some(said) if said.contains("alternative stack") || said.contains("failed to allocate") => {
+                warn!("simple-ipc: out of memory: {said}")
+            }
+            _ => warn!("simple-ipc: internal error: {panic}"),
+        }
         std::process::exit(i32::from(EXIT_FAILURE));
     }));
     devices::prefer_fast_context_creation();
