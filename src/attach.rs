@@ -17,8 +17,10 @@ use crate::signals;
 pub enum Parent<'a> {
     /// The parent that started this process (its pid): gone when `getppid()` changes.
     Pid(i32),
-    /// The server this process joined (`--join`): gone when the connection closes.
-    Server(&'a OwnedFd),
+    /// The server this process joined (`--join`): gone when the connection closes. A server that is stopped
+    /// or frozen keeps its connection open, so a joiner keeps a watchdog of its own: past `deadline`
+    /// (`--timeout` of the joiner), it stops.
+    Server { connection: &'a OwnedFd, deadline: Option<(std::time::Instant, std::time::Duration)> },
 }
 
 /// Maps the segment a joiner was handed (`--join`), after checking it, and says its name as a child does.
@@ -90,9 +92,13 @@ pub fn still_running(state: &SharedState, parent: &Parent) -> Result<()> {
     }
     match parent {
         Parent::Pid(pid) if getppid().as_raw() != *pid => bail!("stopped: the parent process {pid} is gone"),
-        Parent::Server(connection) if meeting::peer_is_gone(connection) => {
+        Parent::Server { connection, .. } if meeting::peer_is_gone(connection) => {
             bail!("stopped: the server of the run is gone (its socket closed)")
         }
+        Parent::Server { deadline: Some((at, timeout)), .. } if std::time::Instant::now() >= *at => bail!(
+            "stopped: the run did not finish within {} s (--timeout of this joiner); is the server stopped?",
+            timeout.as_secs_f64()
+        ),
         _ => Ok(()),
     }
 }

@@ -150,7 +150,7 @@ fn run(cli: &cli::Cli) -> anyhow::Result<Outcome> {
         )?;
     }
     if let Some(address) = &cli.join {
-        return join::run(address).map(|()| Outcome::Passed);
+        return join::run(address, cli.timeout()).map(|()| Outcome::Passed);
     }
     match cli.child {
         Some(index) if cli.bench => {

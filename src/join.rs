@@ -20,7 +20,7 @@ use crate::timings::Stopwatch;
 /// How long a joiner waits for the server to answer: it admits or refuses at once.
 const ANSWER_WITHIN: Duration = Duration::from_secs(10);
 
-pub fn run(address: &str) -> Result<()> {
+pub fn run(address: &str, timeout: Option<Duration>) -> Result<()> {
     let address = Address::parse(address).with_context(|| format!("--join {address}"))?;
     let connection = meeting::seqpacket()?;
     connect(connection.as_raw_fd(), &address.unix()?).with_context(|| {
@@ -51,7 +51,10 @@ pub fn run(address: &str) -> Result<()> {
         watch,
         &segment,
         admission.descriptor_socket,
-        &attach::Parent::Server(&connection),
+        &attach::Parent::Server {
+            connection: &connection,
+            deadline: timeout.and_then(|t| asked.checked_add(t).map(|at| (at, t))),
+        },
     );
     let status = if ended.is_ok() { crate::outcome::EXIT_SUCCESS } else { crate::outcome::EXIT_FAILURE };
     // The server may be gone already (that may be why this process stopped): nothing more to say then.

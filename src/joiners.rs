@@ -25,7 +25,10 @@ use crate::timings::progress_of;
 /// connections (which stops any that is still waiting).
 const GRACE: Duration = Duration::from_millis(300);
 /// How long a new connection has to ask to join before it is let go (a joiner asks at once).
-const ASK_WITHIN_MS: u16 = 200;
+const ASK_WITHIN: Duration = Duration::from_millis(500);
+/// New connections taken at one look, and connections that have not asked yet kept at most.
+const DOOR_PER_LOOK: usize = 8;
+const MAX_WAITING: usize = 64;
 /// How often the server looks at its socket and its joiners.
 const POLL: Duration = Duration::from_millis(1);
 
@@ -52,6 +55,15 @@ struct Joined {
     connection: Option<OwnedFd>,
 }
 
+/// A connection that has not asked to join yet: the process's pid (by the socket), since when it waits,
+/// and why it will be refused, if it will.
+struct Waiting {
+    connection: OwnedFd,
+    pid: i32,
+    since: Instant,
+    refusal: Option<String>,
+}
+
 /// The served run's joiners.
 pub struct Joiners<'s> {
     segment: &'s Segment,
@@ -63,6 +75,8 @@ pub struct Joiners<'s> {
     /// The server's end is kept; the joiner's end of each descriptor socket goes to the joiner of its index.
     descriptor_sockets: Vec<Option<OwnedFd>>,
     joined: Vec<Joined>,
+    /// Connections that have not asked to join yet.
+    waiting: Vec<Waiting>,
     deadline: Option<(Instant, Duration)>,
 }
 
@@ -111,6 +125,7 @@ impl<'s> Joiners<'s> {
             processes,
             descriptor_sockets: sockets,
             joined: Vec::new(),
+            waiting: Vec::new(),
             deadline: timeout.map(|t| (started + t, t)),
         })
     }
@@ -121,46 +136,71 @@ impl<'s> Joiners<'s> {
 
     /// Admits or refuses whoever is at the socket now.
     fn answer_the_door(&mut self) -> Result<()> {
-        loop {
+        // Take a bounded number of new connections a look, so that a flood cannot hold the server (its
+        // watchdog, its signals, its joiners) at the door.
+        for _ in 0..DOOR_PER_LOOK {
             let connection = match accept4(&self.listener, nix::sys::socket::SockFlag::SOCK_CLOEXEC) {
                 Ok(fd) => fd,
-                Err(Errno::EAGAIN | Errno::EINTR) => return Ok(()),
+                Err(Errno::EAGAIN | Errno::EINTR) => break,
                 Err(e) => return Err(e).context("accepting a joiner"),
             };
-            // Only a process that asks to join is one (not a probe of whether the socket is live).
-            if !matches!(meeting::hear(&connection, ASK_WITHIN_MS)?, Heard::Asked) {
+            // Who it is, before anything it says is trusted.
+            let Ok(peer) = nix::sys::socket::getsockopt(&connection.as_fd(), PeerCredentials) else {
                 continue;
-            }
-            let peer = nix::sys::socket::getsockopt(&connection.as_fd(), PeerCredentials)
-                .context("the peer credentials of a joiner")?;
+            };
             let me = nix::unistd::geteuid().as_raw();
-            if peer.uid() != me && peer.uid() != 0 {
-                let why = format!(
+            let refusal = (peer.uid() != me && peer.uid() != 0).then(|| {
+                format!(
                     "this run admits processes of its own user (uid {me}) or root; this one is uid {}",
                     peer.uid()
-                );
-                warn!("simple-ipc: a process (pid {}) asked to join: refused: {why}", peer.pid());
-                let _ = meeting::refuse(&connection, &why);
-                continue;
+                )
+            });
+            if self.waiting.len() >= MAX_WAITING {
+                continue; // dropped: too many connections that have not asked yet
             }
-            let index = self.joined.len();
-            if index >= self.processes {
-                let why = format!("the run has all the {} processes it needs", self.processes);
-                warn!("simple-ipc: a process (pid {}) asked to join: refused: {why}", peer.pid());
-                let _ = meeting::refuse(&connection, &why);
-                continue;
-            }
-            let socket = self.descriptor_sockets[index].take();
-            meeting::admit(
-                &connection,
-                index,
-                self.processes,
-                self.segment.fd_borrowed(),
-                socket.as_ref().map(|s| s.as_fd()),
-            )?;
-            say!("Process {index} joined (pid {})", peer.pid())?;
-            self.joined.push(Joined { index, pid: peer.pid(), connection: Some(connection) });
+            self.waiting.push(Waiting { connection, pid: peer.pid(), since: Instant::now(), refusal });
         }
+        // Those that have asked to join by now are admitted; the silent ones are let go after a while, and
+        // one that says anything else, or leaves, takes no place.
+        let mut still = Vec::new();
+        for waiting in std::mem::take(&mut self.waiting) {
+            match meeting::hear(&waiting.connection, 0) {
+                Ok(Heard::Asked) => match &waiting.refusal {
+                    // Refused once it has asked, so that the answer is read, not lost with the close.
+                    Some(why) => {
+                        warn!("simple-ipc: a process (pid {}) asked to join: refused: {why}", waiting.pid);
+                        let _ = meeting::refuse(&waiting.connection, why);
+                    }
+                    None => self.admit(waiting.connection, waiting.pid)?,
+                },
+                Ok(Heard::Nothing) if waiting.since.elapsed() < ASK_WITHIN => still.push(waiting),
+                _ => {}
+            }
+        }
+        self.waiting = still;
+        Ok(())
+    }
+
+    /// Admits a process that asked to join, or refuses it when the run has all its processes.
+    fn admit(&mut self, connection: OwnedFd, pid: i32) -> Result<()> {
+        let index = self.joined.len();
+        if index >= self.processes {
+            let why = format!("the run has all the {} processes it needs", self.processes);
+            warn!("simple-ipc: a process (pid {pid}) asked to join: refused: {why}");
+            let _ = meeting::refuse(&connection, &why);
+            return Ok(());
+        }
+        let socket = self.descriptor_sockets[index].as_ref().map(|s| s.as_fd());
+        if let Err(e) = meeting::admit(&connection, index, self.processes, self.segment.fd_borrowed(), socket)
+        {
+            // It left while it was being admitted: it takes no place.
+            warn!("simple-ipc: a process (pid {pid}) that asked to join is gone: {e:#}");
+            return Ok(());
+        }
+        self.descriptor_sockets[index] = None;
+        say!("Process {index} joined (pid {pid})")?;
+        self.joined.push(Joined { index, pid, connection: Some(connection) });
+        Ok(())
     }
 
     /// Reads what each joiner said and notices the ones that are gone; returns the first failure.
@@ -168,14 +208,17 @@ impl<'s> Joiners<'s> {
         let mut failure = None;
         for joiner in &mut self.joined {
             let Some(connection) = &joiner.connection else { continue };
-            let how = match meeting::hear(connection, 0)? {
-                Heard::Nothing => continue,
-                Heard::Ended(0) => None,
-                Heard::Ended(code) => Some(format!("exit code {code}")),
-                Heard::Closed => {
+            let how = match meeting::hear(connection, 0) {
+                Err(e) => Some(format!("it sent what simple-ipc does not send: {e:#}")),
+                Ok(Heard::Nothing) => continue,
+                // Its own word is not enough: it must have finished in the segment too.
+                Ok(Heard::Ended(0)) if crate::timings::finished(self.segment.state(), joiner.index) => None,
+                Ok(Heard::Ended(0)) => Some("it said it ended well, but never finished its part".to_owned()),
+                Ok(Heard::Ended(code)) => Some(format!("exit code {code}")),
+                Ok(Heard::Closed) => {
                     Some(format!("pid {}: gone without saying how it ended (killed?)", joiner.pid))
                 }
-                Heard::Admitted(_) | Heard::Refused(_) | Heard::Asked => {
+                Ok(Heard::Admitted(_) | Heard::Refused(_) | Heard::Asked) => {
                     Some("it sent what it should not".to_owned())
                 }
             };

@@ -184,7 +184,8 @@ impl<'s> Team<'s> {
         let address = Address::parse(address).with_context(|| format!("--serve {address}"))?;
         let sockets = std::mem::take(their_sockets);
         let joiners = Joiners::listen(segment, address.clone(), n, sockets, started, cli.timeout())?;
-        say!("Serving the run at {address}: waiting for {n} processes to join (--join {address})")?;
+        let processes = if n == 1 { "process" } else { "processes" };
+        say!("Serving the run at {address}: waiting for {n} {processes} to join (--join {address})")?;
         Ok(Team::Joined(joiners))
     }
 

@@ -73,7 +73,8 @@ impl Phases {
         *slot = Some(slot.unwrap_or_default() + d);
     }
 
-    /// Stores them in the segment's slot of process `index` (microseconds + 1; 0 means "not measured").
+    /// Stores them in the segment's slot of process `index` (microseconds + 1; 0 means "not measured"). A
+    /// process publishes them once it has finished its part (see [`finished`]).
     pub fn publish(&self, state: &SharedState, index: usize) {
         for (slot, spent) in state.timings[index].iter().zip(self.spent.iter()) {
             slot.store(spent.map_or(0, |d| d.as_micros() as u64 + 1), Ordering::Relaxed);
@@ -89,6 +90,11 @@ impl Phases {
         }
         phases
     }
+}
+
+/// Whether process `index` has finished its part: it published its phases, the total among them.
+pub fn finished(state: &SharedState, index: usize) -> bool {
+    state.timings[index][TOTAL].load(Ordering::Relaxed) != 0
 }
 
 /// Marks the phases of one process.

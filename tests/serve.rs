@@ -421,3 +421,84 @@ fn a_joiner_of_another_user_is_refused_and_an_unreachable_socket_said_so() {
     assert!(out.contains("process 0 never joined"), "{out}");
     let _ = std::fs::remove_dir_all(&copy_dir);
 }
+
+/// A raw connection to the run's socket, as a stray or hostile client makes one.
+fn raw_connect(socket: &str) -> std::os::fd::OwnedFd {
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, UnixAddr, connect, socket as make};
+    let fd = make(AddressFamily::Unix, SockType::SeqPacket, SockFlag::SOCK_CLOEXEC, None).unwrap();
+    let address = match socket.strip_prefix('@') {
+        Some(name) => UnixAddr::new_abstract(name.as_bytes()).unwrap(),
+        None => UnixAddr::new(socket).unwrap(),
+    };
+    connect(std::os::fd::AsRawFd::as_raw_fd(&fd), &address).unwrap();
+    fd
+}
+
+fn send_raw(fd: &std::os::fd::OwnedFd, bytes: &[u8]) {
+    let _ = nix::sys::socket::send(
+        std::os::fd::AsRawFd::as_raw_fd(fd),
+        bytes,
+        nix::sys::socket::MsgFlags::MSG_NOSIGNAL,
+    );
+}
+
+/// Garbage, a hello that leaves at once, and a crowd of silent connections take no place and do not hold
+/// the server up: the real joiner is admitted and the run passes, well within its watchdog.
+#[test]
+fn stray_and_hostile_connections_take_no_place() {
+    let socket = format!("@simple-ipc-test-stray-{}", std::process::id());
+    let server = serve("ok", &socket, &["--timeout", "10"]);
+    let garbage = raw_connect(&socket);
+    send_raw(&garbage, b"hello world!");
+    let hello_and_gone = raw_connect(&socket);
+    send_raw(&hello_and_gone, b"SIPCHELO");
+    drop(hello_and_gone);
+    let silent: Vec<_> = (0..40).map(|_| raw_connect(&socket)).collect();
+    let start = Instant::now();
+    let joiner = join("ok", &socket, None);
+    let (code, out, _) = server.end(LIMIT);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(start.elapsed() < Duration::from_secs(5), "the door held the run up: {:?}", start.elapsed());
+    assert_eq!(joiner.end(LIMIT).0, Some(0));
+    drop((garbage, silent));
+}
+
+/// A joiner's word that it ended well is not enough: one that never finished its part fails the run,
+/// named, instead of a PASSED that verified nothing.
+#[test]
+fn a_joiner_that_says_it_ended_well_without_finishing_fails_the_run() {
+    let socket = format!("@simple-ipc-test-liar-{}", std::process::id());
+    let server = serve("ok", &socket, &["--timeout", "10"]);
+    let liar = raw_connect(&socket);
+    send_raw(&liar, b"SIPCHELO");
+    let mut answer = [0u8; 64];
+    let _ = nix::sys::socket::recv(
+        std::os::fd::AsRawFd::as_raw_fd(&liar),
+        &mut answer,
+        nix::sys::socket::MsgFlags::empty(),
+    );
+    send_raw(&liar, b"SIPCDONE\0");
+    drop(liar);
+    let (code, out, _) = server.end(LIMIT);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("Process 0 failed! (it said it ended well, but never finished its part)"), "{out}");
+    assert!(!out.contains("PASSED"), "{out}");
+}
+
+/// A stopped (or frozen) server keeps its connection open: a joiner's own watchdog stops it.
+#[test]
+fn a_joiner_stops_by_its_own_watchdog_when_the_server_is_frozen() {
+    let socket = socket_path("frozen");
+    let mut server = serve("ok", &socket, &["--procs-per-device", "2"]);
+    let joiner = Running::start("ok", &["--join", &socket, "--timeout", "2"], None);
+    assert!(joiner.wait_for("Starting on device", Duration::from_secs(10)), "{}", joiner.text());
+    let pid = Pid::from_raw(server.child.id() as i32);
+    kill(pid, Signal::SIGSTOP).unwrap();
+    let (code, out, took) = joiner.end(Duration::from_secs(6));
+    kill(pid, Signal::SIGKILL).unwrap();
+    let _ = kill(pid, Signal::SIGCONT);
+    server.child.wait().unwrap();
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("--timeout of this joiner"), "{out}");
+    assert!(took < Duration::from_secs(4), "{took:?}");
+}
