@@ -149,10 +149,19 @@ pub fn usage_exit_code(e: &clap::Error) -> u8 {
 
 /// Prints what clap has to say; a usage error always comes with the usage line.
 pub fn print_usage_error(e: &clap::Error) {
-    let _ = e.print();
-    if e.use_stderr() && !e.render().to_string().contains("Usage:") {
-        warn!("\n{}", Cli::command().render_usage());
+    if !e.use_stderr() {
+        let _ = e.print(); // --help, --version
+        return;
     }
+    // clap's tip to pass an option "as a value, use '-- --bogus'" is about the child's hidden index, which
+    // users never type: an unknown option is an unknown option.
+    let rendered = e.render().to_string();
+    let kept: Vec<&str> = rendered.lines().filter(|l| !l.contains("as a value, use '--")).collect();
+    let mut text = kept.join("\n").replace("\n\n\n", "\n\n");
+    if !text.contains("Usage:") {
+        text.push_str(&format!("\n\n{}", Cli::command().render_usage()));
+    }
+    warn!("{}", text.trim_end());
 }
 
 #[cfg(test)]

@@ -22,6 +22,8 @@ fn usage_errors_exit_1_with_usage_help() {
         assert_eq!(out.status.code(), Some(1), "{args:?} must exit 1 (clap's 2 would read as waived)");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains("Usage:"), "{args:?}: no usage help in {err:?}");
+        // The child's hidden index stays out of the user's way: no tip to pass an option as a value.
+        assert!(!err.contains("-- --"), "{args:?}: {err:?}");
     }
 }
 
