@@ -189,8 +189,9 @@ pub fn watch(fd: RawFd) -> Result<()> {
         let _ = unsafe { signal(stray, SigHandler::SigIgn) };
     }
     let socket = crate::inherit::take(fd, "guardian socket")?;
-    check_peer_is_parent(&socket)?;
-    let parent = nix::unistd::getppid().as_raw() as u32;
+    // The parent's pid from the socket, not getppid(): a parent killed before this look has left the
+    // guardian to the reaper already.
+    let parent = check_peer_is_parent(&socket)?;
     let mut files = Vec::new();
     let mut making = 0usize;
     // What existed before the oldest making still under way; `None`: not known (nothing is guessed).
@@ -237,7 +238,8 @@ pub fn watch(fd: RawFd) -> Result<()> {
 }
 
 /// The guardian serves the process that started it, and only over a socket of the kind that process makes.
-fn check_peer_is_parent(socket: &OwnedFd) -> Result<()> {
+/// Returns the parent's pid (in this namespace), as the socket's peer credentials say.
+fn check_peer_is_parent(socket: &OwnedFd) -> Result<u32> {
     let kind = nix::sys::socket::getsockopt(&socket.as_fd(), SocketType)
         .context("the guardian's descriptor is not a socket")?;
     if kind != SockType::SeqPacket {
@@ -246,11 +248,13 @@ fn check_peer_is_parent(socket: &OwnedFd) -> Result<()> {
     let peer = nix::sys::socket::getsockopt(&socket.as_fd(), PeerCredentials)
         .context("the guardian's socket has no peer")?;
     let parent = nix::unistd::getppid().as_raw();
-    // A parent killed before this look is the peer no longer; its last words are still in the socket.
-    let peer_is_gone =
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(peer.pid()), None) == Err(Errno::ESRCH);
+    // A parent killed before this look is the guardian's parent no longer (it is gone, or a zombie its own
+    // parent has not reaped yet); its last words are still in the socket.
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", peer.pid())).unwrap_or_default();
+    let state = stat.rsplit_once(')').map_or("", |(_, rest)| rest.trim_start());
+    let peer_is_gone = stat.is_empty() || state.starts_with('Z') || state.starts_with('X');
     if peer.pid() != parent && !peer_is_gone {
         bail!("the guardian serves only the process that started it (its peer is pid {})", peer.pid());
     }
-    Ok(())
+    Ok(peer.pid() as u32)
 }
