@@ -125,28 +125,52 @@ pub fn shm_dev() -> Option<u64> {
     std::fs::metadata(SHM_DIR).ok().map(|meta| meta.dev())
 }
 
-/// The names of the driver's shape in `/dev/shm` that carry pid number `pid`, with the files they are now.
-pub fn named_by_pid(pid: u32) -> Vec<EventFile> {
+/// The names of the driver's shape in `/dev/shm` that carry pid number `pid`, with the files they are now;
+/// `None` where `/dev/shm` could not be read (out of descriptors, say): not known is not "none".
+pub fn named_by_pid(pid: u32) -> Option<Vec<EventFile>> {
     use std::os::unix::fs::MetadataExt;
-    let Ok(entries) = std::fs::read_dir(SHM_DIR) else { return Vec::new() };
-    entries
-        .filter_map(|entry| {
-            let entry = entry.ok()?;
-            let name = entry.file_name().into_string().ok()?;
-            let meta = entry.metadata().ok()?;
-            let file = EventFile { name, dev: meta.dev(), ino: meta.ino() };
-            (is_driver_file_name(&file.name) && file.pid_number() == Some(pid)).then_some(file)
-        })
-        .collect()
+    let entries = std::fs::read_dir(SHM_DIR).ok()?;
+    let mut files = Vec::new();
+    for entry in entries {
+        let entry = entry.ok()?;
+        let Ok(name) = entry.file_name().into_string() else { continue };
+        if !is_driver_file_name(&name) {
+            continue;
+        }
+        let Ok(meta) = entry.metadata() else { continue }; // gone meanwhile
+        let file = EventFile { name, dev: meta.dev(), ino: meta.ino() };
+        if file.pid_number() == Some(pid) {
+            files.push(file);
+        }
+    }
+    Some(files)
+}
+
+/// This process's `/proc/self/maps`, opened once so that it can be read again when no descriptor is left
+/// to open it with (the driver may have used the last one for an event's file).
+pub struct Maps(std::fs::File);
+
+impl Maps {
+    pub fn open() -> Result<Self> {
+        std::fs::File::open("/proc/self/maps").map(Self).context("opening /proc/self/maps")
+    }
+
+    /// The driver's event files this process maps now.
+    pub fn read(&mut self) -> Result<Vec<EventFile>> {
+        use std::io::{Read, Seek};
+        let mut maps = String::new();
+        self.0.rewind().and_then(|_| self.0.read_to_string(&mut maps)).context("reading /proc/self/maps")?;
+        let mut files: Vec<EventFile> = maps.lines().filter_map(parse_maps_line).collect();
+        files.sort_by_key(|f| (f.dev, f.ino));
+        files.dedup();
+        Ok(files)
+    }
 }
 
 /// The driver's event files this process maps now, from `/proc/self/maps`.
-pub fn mapped() -> Result<Vec<EventFile>> {
-    let maps = std::fs::read_to_string("/proc/self/maps").context("reading /proc/self/maps")?;
-    let mut files: Vec<EventFile> = maps.lines().filter_map(parse_maps_line).collect();
-    files.sort_by_key(|f| (f.dev, f.ino));
-    files.dedup();
-    Ok(files)
+#[cfg(test)]
+fn mapped() -> Result<Vec<EventFile>> {
+    Maps::open()?.read()
 }
 
 /// The file that `after` maps and `before` did not, if there is exactly one.

@@ -106,10 +106,12 @@ impl Guardian {
     ) -> Result<T> {
         let existing = driver_files::named_by_pid(std::process::id());
         let mut message = vec![Message::Making as u8];
-        if existing.len() <= MAX_LISTED {
-            message.extend(existing.iter().flat_map(EventFile::to_record));
-        } else {
-            message.push(b'!'); // too many to list: the guardian will not guess
+        match existing {
+            Some(existing) if existing.len() <= MAX_LISTED => {
+                message.extend(existing.iter().flat_map(EventFile::to_record));
+            }
+            // Too many to list, or not known: the guardian will not guess.
+            _ => message.push(b'!'),
         }
         self.send(&message);
         let made = make();
@@ -229,7 +231,8 @@ pub fn watch(fd: RawFd) -> Result<()> {
     if making > 0
         && let Some(before) = before_making
     {
-        files.extend(driver_files::named_by_pid(parent).into_iter().filter(|f| !before.contains(f)));
+        let now = driver_files::named_by_pid(parent).unwrap_or_default();
+        files.extend(now.into_iter().filter(|f| !before.contains(f)));
     }
     for file in files {
         let _ = file.remove_if_ours();

@@ -185,7 +185,13 @@ fn tight_limits_give_a_documented_status() {
         ("ulimit -v 40000", Resource::RLIMIT_AS, 40_000 * 1024),
         ("ulimit -v 80000", Resource::RLIMIT_AS, 80_000 * 1024),
         ("ulimit -n 6", Resource::RLIMIT_NOFILE, 6),
+        // Each of these runs out at another step of making an event (its file, the file's second
+        // descriptor, /proc/self/maps): none may leave the file behind.
         ("ulimit -n 12", Resource::RLIMIT_NOFILE, 12),
+        ("ulimit -n 13", Resource::RLIMIT_NOFILE, 13),
+        ("ulimit -n 14", Resource::RLIMIT_NOFILE, 14),
+        ("ulimit -n 15", Resource::RLIMIT_NOFILE, 15),
+        ("ulimit -n 16", Resource::RLIMIT_NOFILE, 16),
     ] {
         let mut command = simulated("ok");
         command.args(["--procs-per-device", "4"]);

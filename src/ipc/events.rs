@@ -23,9 +23,12 @@ static MAPPING_EVENT_FILES: Mutex<()> = Mutex::new(());
 /// Runs `make` and returns what it made with the one driver file this process began to map meanwhile.
 fn with_new_file<T>(make: impl FnOnce() -> Result<T>) -> Result<(T, Option<EventFile>)> {
     let _alone = MAPPING_EVENT_FILES.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    let before = driver_files::mapped()?;
+    // Opened before: a `make` that takes the last descriptor leaves none to open it with after, and the
+    // file it made would be known to no one.
+    let mut maps = driver_files::Maps::open()?;
+    let before = maps.read()?;
     let made = make()?;
-    let file = driver_files::appeared(&before, &driver_files::mapped()?);
+    let file = driver_files::appeared(&before, &maps.read()?);
     Ok((made, file))
 }
 

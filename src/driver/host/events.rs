@@ -124,6 +124,7 @@ fn file_name(pid: u32, n: i32) -> String {
 }
 
 pub(super) fn create(sim: &HostDriver) -> Result<RawEvent> {
+    use std::os::unix::fs::MetadataExt;
     // Like the CUDA driver, the counters live in a file in /dev/shm named by our pid, which replaces any
     // file of that name (made elsewhere by a process of the same pid number); removed only when this
     // process ends normally, so that the tests see what a killed exporter leaves.
@@ -150,9 +151,26 @@ pub(super) fn create(sim: &HostDriver) -> Result<RawEvent> {
             Err(e) => return Err(e).with_context(|| format!("creating {name}, as the CUDA driver does")),
         }
     };
-    file.set_len(EVENT_BYTES as u64).with_context(|| format!("sizing {name}, as the CUDA driver does"))?;
-    let kept = file.try_clone().context("dup of an event file")?;
-    let event = Event::new(Mapping::new(file, EVENT_BYTES)?, n)?;
+    // A creation that fails once the file is there takes its name away again, if it is still this file
+    // (out of descriptors, say): an event that was never made leaves no file.
+    let ours = file.metadata().ok().map(|m| (m.dev(), m.ino()));
+    let made = (|| {
+        file.set_len(EVENT_BYTES as u64)
+            .with_context(|| format!("sizing {name}, as the CUDA driver does"))?;
+        let kept = file.try_clone().context("dup of an event file")?;
+        let event = Event::new(Mapping::new(file, EVENT_BYTES)?, n)?;
+        Ok((kept, event))
+    })();
+    let (kept, event) = match made {
+        Ok(made) => made,
+        Err(e) => {
+            let named = std::fs::symlink_metadata(&name).ok().map(|m| (m.dev(), m.ino()));
+            if named.is_some() && named == ours {
+                let _ = std::fs::remove_file(&name);
+            }
+            return Err(e);
+        }
+    };
     let mut table = lock(&sim.events.0)?;
     table.files.push((name, kept));
     Ok(table.insert(event, Origin::Exported))
