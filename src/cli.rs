@@ -97,6 +97,21 @@ pub struct Cli {
     #[arg(long, value_name = "SOCKET", conflicts_with_all = ["bench", "topology", "join", "sequential"])]
     pub serve: Option<String>,
 
+    /// Run the processes in namespaces of their own, as in containers, meeting over the protocol of --serve
+    /// and --join: pid (each its own PID namespace, all with the same pid number), shm (its own /dev/shm),
+    /// ipc, net, uts, cgroup, user (root in a user namespace: no root needed), container (Docker's default:
+    /// pid, shm, ipc, net, uts, cgroup), comma-separated; `joiners:KINDS` leaves the parent where it is.
+    /// With --ipc all: the table of every boundary of KINDS by every kind of handle.
+    #[arg(long, value_name = "KINDS", value_parser = crate::isolation::parse_arg,
+          conflicts_with_all = ["bench", "topology", "serve", "join", "sequential", "child"])]
+    pub isolate: Option<crate::isolation::Isolation>,
+
+    /// The namespaces this process enters before anything else (a process an --isolate run starts; not
+    /// for users).
+    #[arg(long, hide = true, value_name = "KINDS", value_parser = crate::isolation::parse_arg,
+          requires = "join")]
+    pub isolated: Option<crate::isolation::Isolation>,
+
     /// Join the run served at SOCKET as one of its processes: the index, the segment and the descriptors
     /// come from the server, and everything else is a child's.
     #[arg(long, value_name = "SOCKET", conflicts_with_all = ["bench", "topology", "serve", "sequential",

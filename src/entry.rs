@@ -77,6 +77,12 @@ pub fn main() -> ExitCode {
             let reason = report::waiver().unwrap_or_else(|| "nothing can run here".to_owned());
             (Status::Waived, Some(reason), EXIT_WAIVED)
         }
+        Err(e) if e.is::<join::RunOverBeforeJoining>() => (Status::Failed, Some(e.to_string()), EXIT_FAILURE),
+        // A namespace this host does not give: nothing here to test that way.
+        Err(e) if e.chain().any(|cause| cause.is::<crate::isolation::Unavailable>()) => {
+            warn!("{who}: {e:#}");
+            (Status::Waived, Some(format!("{e:#}")), EXIT_WAIVED)
+        }
         // Quietly, as a C program killed by SIGPIPE.
         Err(e) if e.chain().any(|cause| cause.is::<ReaderGone>()) => {
             (Status::Interrupted, Some(ReaderGone.to_string()), READER_GONE_STATUS)
@@ -94,6 +100,7 @@ pub fn main() -> ExitCode {
     // The last line says how the run ended, for the roles a user starts (not a child, the guardian, or a run
     // of one mechanism under --ipc all, whose top parent says it); a reader that went away gets nothing.
     let says_verdict = cli.child.is_none()
+        && cli.isolated.is_none()
         && cli.guardian_fd.is_none()
         && cli.report_fd.is_none()
         && code != READER_GONE_STATUS;
@@ -138,6 +145,13 @@ fn verdict(status: Status, reason: Option<&str>, code: u8, took: std::time::Dura
 fn run(cli: &cli::Cli) -> anyhow::Result<Outcome> {
     // Unlike the original, an ARM host is not waived as a whole: GH200 and GB200 hosts have CUDA IPC, and
     // each device is asked for each mechanism by trial, as on x86-64.
+    // First of all, while this process has one thread: the namespaces of an isolated run's process.
+    let all = cli.ipc == cli::IpcArg::All;
+    match (&cli.isolated, &cli.isolate) {
+        (Some(isolation), _) => crate::isolation::enter(isolation)?,
+        (None, Some(isolation)) if !all && isolation.includes_parent() => crate::isolation::enter(isolation)?,
+        _ => {}
+    }
     signals::install()?;
     if let Some(fd) = cli.guardian_fd {
         return guardian::watch(fd).map(|()| Outcome::Passed);
@@ -150,7 +164,7 @@ fn run(cli: &cli::Cli) -> anyhow::Result<Outcome> {
         )?;
     }
     if let Some(address) = &cli.join {
-        return join::run(address, cli.timeout()).map(|()| Outcome::Passed);
+        return join::run(address, cli.timeout(), cli.isolated.is_some()).map(|()| Outcome::Passed);
     }
     match cli.child {
         Some(index) if cli.bench => {
@@ -176,6 +190,7 @@ fn run(cli: &cli::Cli) -> anyhow::Result<Outcome> {
             None if cli.serve.is_some() => {
                 anyhow::bail!("--serve runs one mechanism at a time: give --ipc legacy, vmm or pool")
             }
+            None if cli.isolate.is_some() => crate::isolation::run_matrix(cli),
             None => every_mechanism::run(cli),
         },
     }

@@ -20,12 +20,31 @@ use crate::timings::Stopwatch;
 /// How long a joiner waits for the server to answer: it admits or refuses at once.
 const ANSWER_WITHIN: Duration = Duration::from_secs(10);
 
-pub fn run(address: &str, timeout: Option<Duration>) -> Result<()> {
+/// A process its parent started to join (`--isolate`) found the run over before it joined: the parent has
+/// said how the run ended, and this process has nothing to add.
+#[derive(Debug)]
+pub struct RunOverBeforeJoining;
+
+impl std::fmt::Display for RunOverBeforeJoining {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the run was over before this process could join it")
+    }
+}
+
+impl std::error::Error for RunOverBeforeJoining {}
+
+/// Joins the run at `address`; `started_by_server`: the server started this process (`--isolate`).
+pub fn run(address: &str, timeout: Option<Duration>, started_by_server: bool) -> Result<()> {
     let address = Address::parse(address).with_context(|| format!("--join {address}"))?;
     let connection = meeting::seqpacket()?;
-    connect(connection.as_raw_fd(), &address.unix()?).with_context(|| {
-        format!("--join {address}: no run is served there, or this process cannot reach the socket")
-    })?;
+    match connect(connection.as_raw_fd(), &address.unix()?) {
+        Err(nix::errno::Errno::ENOENT | nix::errno::Errno::ECONNREFUSED) if started_by_server => {
+            return Err(RunOverBeforeJoining.into());
+        }
+        connected => connected.with_context(|| {
+            format!("--join {address}: no run is served there, or this process cannot reach the socket")
+        })?,
+    }
     meeting::ask_to_join(&connection)?;
     let asked = Instant::now();
     let admission = loop {
@@ -34,7 +53,7 @@ pub fn run(address: &str, timeout: Option<Duration>) -> Result<()> {
             Heard::Admitted(admission) => break admission,
             Heard::Refused(why) => bail!("--join {address}: the server refused this process: {why}"),
             Heard::Closed => bail!("--join {address}: the server closed the connection without an answer"),
-            Heard::Ended(_) | Heard::Asked => {
+            Heard::Ended(..) | Heard::Asked => {
                 bail!("--join {address}: the server sent what only a joiner sends")
             }
             Heard::Nothing if asked.elapsed() > ANSWER_WITHIN => {
@@ -56,8 +75,11 @@ pub fn run(address: &str, timeout: Option<Duration>) -> Result<()> {
             deadline: timeout.and_then(|t| asked.checked_add(t).map(|at| (at, t))),
         },
     );
-    let status = if ended.is_ok() { crate::outcome::EXIT_SUCCESS } else { crate::outcome::EXIT_FAILURE };
+    let (status, why) = match &ended {
+        Ok(()) => (crate::outcome::EXIT_SUCCESS, String::new()),
+        Err(e) => (crate::outcome::EXIT_FAILURE, format!("{e:#}")),
+    };
     // The server may be gone already (that may be why this process stopped): nothing more to say then.
-    let _ = meeting::say_ended(&connection, status);
+    let _ = meeting::say_ended(&connection, status, &why);
     ended
 }

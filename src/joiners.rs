@@ -78,9 +78,27 @@ pub struct Joiners<'s> {
     /// Connections that have not asked to join yet.
     waiting: Vec<Waiting>,
     deadline: Option<(Instant, Duration)>,
+    /// The socket's file goes once every process has joined (`--isolate`: nobody else is to come, and a
+    /// server killed after that leaves no file).
+    remove_when_full: bool,
 }
 
 impl<'s> Joiners<'s> {
+    /// Removes the socket's file once every process has joined.
+    pub fn removing_the_socket_when_full(mut self) -> Self {
+        self.remove_when_full = true;
+        self
+    }
+
+    /// Removes the socket's file, if it is still the one this server made.
+    fn remove_socket_file(&mut self) {
+        if let (Address::Path(path), Some((dev, ino))) = (&self.address, self.made.take())
+            && std::fs::symlink_metadata(path).is_ok_and(|m| m.dev() == dev && m.ino() == ino)
+        {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+
     /// Listens at `address` for the run's `processes` joiners; `descriptor_sockets` has the joiners' ends
     /// of their descriptor sockets (vmm and pool), the first for process 0.
     pub fn listen(
@@ -127,6 +145,7 @@ impl<'s> Joiners<'s> {
             joined: Vec::new(),
             waiting: Vec::new(),
             deadline: timeout.map(|t| (started + t, t)),
+            remove_when_full: false,
         })
     }
 
@@ -200,6 +219,9 @@ impl<'s> Joiners<'s> {
         self.descriptor_sockets[index] = None;
         say!("Process {index} joined (pid {pid})")?;
         self.joined.push(Joined { index, pid, connection: Some(connection) });
+        if self.remove_when_full && self.joined.len() == self.processes {
+            self.remove_socket_file();
+        }
         Ok(())
     }
 
@@ -212,9 +234,14 @@ impl<'s> Joiners<'s> {
                 Err(e) => Some(format!("it sent what simple-ipc does not send: {e:#}")),
                 Ok(Heard::Nothing) => continue,
                 // Its own word is not enough: it must have finished in the segment too.
-                Ok(Heard::Ended(0)) if crate::timings::finished(self.segment.state(), joiner.index) => None,
-                Ok(Heard::Ended(0)) => Some("it said it ended well, but never finished its part".to_owned()),
-                Ok(Heard::Ended(code)) => Some(format!("exit code {code}")),
+                Ok(Heard::Ended(0, _)) if crate::timings::finished(self.segment.state(), joiner.index) => {
+                    None
+                }
+                Ok(Heard::Ended(0, _)) => {
+                    Some("it said it ended well, but never finished its part".to_owned())
+                }
+                Ok(Heard::Ended(code, why)) if why.is_empty() => Some(format!("exit code {code}")),
+                Ok(Heard::Ended(code, why)) => Some(format!("exit code {code}: {why}")),
                 Ok(Heard::Closed) => {
                     Some(format!("pid {}: gone without saying how it ended (killed?)", joiner.pid))
                 }
@@ -238,7 +265,13 @@ impl<'s> Joiners<'s> {
 
     /// Waits until every joiner has come and said it ended well, or until `enough()`, calling `tick` at every
     /// look; the first that fails, a stop signal or the watchdog aborts the run.
-    pub fn wait(&mut self, enough: &dyn Fn() -> bool, tick: &mut dyn FnMut()) -> Result<()> {
+    /// `ended_early` says whether a process the server started itself (`--isolate`) has ended badly.
+    pub fn wait(
+        &mut self,
+        enough: &dyn Fn() -> bool,
+        tick: &mut dyn FnMut(),
+        ended_early: &mut dyn FnMut() -> Option<anyhow::Error>,
+    ) -> Result<()> {
         while !self.all_ended() {
             tick();
             if enough() {
@@ -262,6 +295,10 @@ impl<'s> Joiners<'s> {
                     failure.index
                 );
                 return Err(failure.into());
+            }
+            if let Some(failure) = ended_early() {
+                self.stop();
+                return Err(failure);
             }
             std::thread::sleep(POLL);
         }
@@ -322,10 +359,6 @@ fn is_stale_socket(address: &Address) -> Result<bool> {
 impl Drop for Joiners<'_> {
     fn drop(&mut self) {
         self.stop();
-        if let (Address::Path(path), Some((dev, ino))) = (&self.address, self.made)
-            && std::fs::symlink_metadata(path).is_ok_and(|m| m.dev() == dev && m.ino() == ino)
-        {
-            let _ = std::fs::remove_file(path);
-        }
+        self.remove_socket_file();
     }
 }

@@ -28,6 +28,7 @@ pub(crate) mod gpu;
 pub(crate) mod guardian;
 pub(crate) mod inherit;
 pub(crate) mod ipc;
+pub(crate) mod isolation;
 pub(crate) mod join;
 pub(crate) mod joiners;
 pub(crate) mod meeting;

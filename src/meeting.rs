@@ -4,7 +4,7 @@
 //! - the server admits a joiner with its index and the process count, and hands it the segment's
 //!   descriptor (and, for vmm and pool, its end of a descriptor socket) by `SCM_RIGHTS`;
 //! - or refuses it, with the reason;
-//! - the joiner, at its end, says how it ended (its exit status).
+//! - the joiner, at its end, says how it ended (its exit status, and why it failed, if it did).
 //!
 //! The connection is also how each side knows the other lives: a closed connection is a process gone.
 
@@ -101,10 +101,18 @@ pub fn refuse(connection: &OwnedFd, why: &str) -> Result<()> {
     send(connection, &message, &[]).context("refusing a joiner")
 }
 
-/// The joiner says how it ended: its exit status.
-pub fn say_ended(connection: &OwnedFd, status: u8) -> Result<()> {
+/// The longest reason a joiner gives for its failure (the rest is cut at a character's boundary).
+const MAX_REASON: usize = 3000;
+
+/// The joiner says how it ended: its exit status and, if it failed, why (the server's verdict names it).
+pub fn say_ended(connection: &OwnedFd, status: u8, why: &str) -> Result<()> {
     let mut message = ENDED.to_vec();
     message.push(status);
+    let mut end = why.len().min(MAX_REASON);
+    while !why.is_char_boundary(end) {
+        end -= 1;
+    }
+    message.extend_from_slice(&why.as_bytes()[..end]);
     send(connection, &message, &[]).context("telling the server how this process ended")
 }
 
@@ -121,7 +129,8 @@ fn send(connection: &OwnedFd, message: &[u8], fds: &[RawFd]) -> Result<()> {
 pub enum Heard {
     Admitted(Admission),
     Refused(String),
-    Ended(u8),
+    /// A joiner's exit status and why it failed (empty when it did not say).
+    Ended(u8, String),
     /// A process asks to join.
     Asked,
     /// The connection closed: the other side is gone.
@@ -138,7 +147,7 @@ pub fn hear(connection: &OwnedFd, wait_ms: u16) -> Result<Heard> {
         Ok(_) => {}
         Err(e) => return Err(e).context("poll on the run's socket"),
     }
-    let mut buffer = [0u8; 512];
+    let mut buffer = [0u8; 16 + MAX_REASON];
     let mut space = nix::cmsg_space!([RawFd; 2]);
     let mut iov = [IoSliceMut::new(&mut buffer)];
     let received =
@@ -175,7 +184,10 @@ pub fn hear(connection: &OwnedFd, wait_ms: u16) -> Result<Heard> {
             }))
         }
         Some(tag) if tag == REFUSE => Ok(Heard::Refused(String::from_utf8_lossy(&text[8..]).into_owned())),
-        Some(tag) if tag == ENDED => Ok(Heard::Ended(text.get(8).copied().unwrap_or(1))),
+        Some(tag) if tag == ENDED => {
+            let why = text.get(9..).map(String::from_utf8_lossy).unwrap_or_default().into_owned();
+            Ok(Heard::Ended(text.get(8).copied().unwrap_or(1), why))
+        }
         Some(tag) if tag == HELLO => Ok(Heard::Asked),
         _ => bail!("a message on the run's socket that simple-ipc does not send"),
     }
@@ -230,8 +242,11 @@ mod tests {
         assert!(admission.descriptor_socket.is_none());
         refuse(&a, "the run has all the processes it needs").unwrap();
         assert!(matches!(hear(&b, 1000).unwrap(), Heard::Refused(why) if why.contains("all the processes")));
-        say_ended(&b, 1).unwrap();
-        assert!(matches!(hear(&a, 1000).unwrap(), Heard::Ended(1)));
+        say_ended(&b, 1, "cuIpcOpenMemHandle: CUDA_ERROR_INVALID_CONTEXT").unwrap();
+        assert!(
+            matches!(hear(&a, 1000).unwrap(), Heard::Ended(1, why) if why.ends_with("INVALID_CONTEXT")),
+            "the reason comes with the status"
+        );
         assert!(matches!(hear(&a, 0).unwrap(), Heard::Nothing));
         assert!(!peer_is_gone(&a));
         drop(b);

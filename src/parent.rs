@@ -22,6 +22,7 @@ use crate::guardian::Guardian;
 use crate::ipc::{
     Event, ExportedBuffer, ExportedEvent, Mechanism, Missing, ProcessExports, Slice, descriptors,
 };
+use crate::isolation;
 use crate::joiners::Joiners;
 use crate::meeting::Address;
 use crate::outcome::Outcome;
@@ -154,15 +155,22 @@ pub fn run(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
         if gpus == 1 { "" } else { "s" },
         mechanism.name(),
         if memops { "memops" } else { "events" },
-        if cli.serve.is_some() { ", joined over the socket" } else { "" }
+        match (&cli.serve, &cli.isolate) {
+            (Some(_), _) => ", joined over the socket".to_owned(),
+            (_, Some(isolation)) => format!(", isolated ({isolation})"),
+            _ => String::new(),
+        }
     ));
     Ok(Outcome::Passed)
 }
 
-/// The run's other processes: the children this parent starts, or the processes that join it (`--serve`).
+/// The run's other processes: the children this parent starts, the processes that join it (`--serve`), or
+/// the processes it starts in namespaces of their own, which join it (`--isolate`).
 enum Team<'s> {
     Started(Children<'s>),
     Joined(Joiners<'s>),
+    /// Dropped in this order: the joiners' connections close, then the processes end.
+    Isolated(Joiners<'s>, isolation::Launched),
 }
 
 impl<'s> Team<'s> {
@@ -175,6 +183,18 @@ impl<'s> Team<'s> {
         their_sockets: &mut Vec<OwnedFd>,
         started: Instant,
     ) -> Result<Self> {
+        if let Some(isolation) = &cli.isolate {
+            let mut launched = isolation::Launched::prepare(isolation)?;
+            let address = launched.address();
+            let sockets = std::mem::take(their_sockets);
+            let joiners = Joiners::listen(segment, address.clone(), n, sockets, started, cli.timeout())?
+                .removing_the_socket_when_full();
+            launched.start(&address, n, isolation, cli.timeout, cli.quiet)?;
+            say!(
+                "Isolated ({isolation}): {n} processes started in namespaces of their own join at {address}"
+            )?;
+            return Ok(Team::Isolated(joiners, launched));
+        }
         let Some(address) = &cli.serve else {
             // --quiet reaches the children: they print nothing either.
             let args: &[&str] = if cli.quiet { &["--quiet"] } else { &[] };
@@ -194,14 +214,17 @@ impl<'s> Team<'s> {
     fn wait(&mut self, enough: impl Fn() -> bool, mut tick: impl FnMut()) -> Result<()> {
         match self {
             Team::Started(children) => children.wait(enough, tick),
-            Team::Joined(joiners) => joiners.wait(&enough, &mut tick),
+            Team::Joined(joiners) => joiners.wait(&enough, &mut tick, &mut || None),
+            Team::Isolated(joiners, launched) => {
+                joiners.wait(&enough, &mut tick, &mut || launched.ended_early())
+            }
         }
     }
 
     fn stop(&mut self) {
         match self {
             Team::Started(children) => children.stop(None),
-            Team::Joined(joiners) => joiners.stop(),
+            Team::Joined(joiners) | Team::Isolated(joiners, ..) => joiners.stop(),
         }
     }
 }

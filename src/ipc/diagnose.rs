@@ -32,8 +32,10 @@ pub struct Exporter {
 }
 
 const SAME_PID_FIX: &str = "what fixes it: one PID namespace for both (Docker --pid=container:NAME or \
-    --pid=host, Kubernetes shareProcessNamespace: true), or an init process that gives them different pids; \
-    --ipc vmm or pool share the memory by descriptor, and --sync memops orders without interprocess events";
+    --pid=host, Kubernetes shareProcessNamespace: true), or an init process that gives them different pids";
+/// What else fixes the same pid number, for each kind of handle: the one thing that needs no such handle.
+const SAME_PID_MEMORY: &str = "or --ipc vmm or pool, which share the memory by descriptor";
+const SAME_PID_EVENT: &str = "or --sync memops, which orders without interprocess events";
 const SHM_FIX: &str = "what fixes it: share /dev/shm (Docker --ipc=container:NAME or --ipc=host, or the same \
     pod), or --sync memops, which needs no interprocess event";
 const COLLISION: &str = "Processes of the same pid number in PID namespaces that share /dev/shm (containers \
@@ -51,9 +53,10 @@ pub fn open_failed(error: anyhow::Error, opening: Opening, exporter: &Exporter) 
 fn explain(code: Option<u32>, opening: Opening, exporter: &Exporter, me: u32) -> Option<String> {
     let code = code?;
     if code == code::INVALID_CONTEXT && exporter.pid == Some(me) {
+        let other = if opening == Opening::Event { SAME_PID_EVENT } else { SAME_PID_MEMORY };
         return Some(format!(
             "this process and the handle's exporter are both pid {me}, each in a PID namespace of its own: \
-             the driver takes the handle for one of its own; {SAME_PID_FIX}"
+             the driver takes the handle for one of its own; {SAME_PID_FIX}; {other}"
         ));
     }
     if opening != Opening::Event || code != code::MAP_FAILED {
@@ -114,6 +117,12 @@ mod tests {
     fn the_same_pid_number_is_named_with_its_fixes_and_nothing_else_is() {
         let why = explain(Some(code::INVALID_CONTEXT), Opening::LegacyMemory, &exporter(1), 1).unwrap();
         assert!(why.contains("both pid 1") && why.contains("--pid=container"), "{why}");
+        assert!(
+            why.contains("--ipc vmm") && !why.contains("memops"),
+            "a memory handle: by descriptor: {why}"
+        );
+        let event = explain(Some(code::INVALID_CONTEXT), Opening::Event, &exporter(1), 1).unwrap();
+        assert!(event.contains("--sync memops") && !event.contains("--ipc vmm"), "an event: memops: {event}");
         assert!(!why.contains("--ipc=host"), "{why}");
         assert_eq!(explain(Some(code::INVALID_CONTEXT), Opening::LegacyMemory, &exporter(1), 2), None);
         assert_eq!(explain(Some(code::MAP_FAILED), Opening::LegacyMemory, &exporter(1), 2), None);

@@ -92,6 +92,9 @@ pub(super) fn current_device() -> i32 {
     CURRENT.with(|current| current.get())
 }
 
+/// How the simulation says that what it was asked is beyond what it models (not how the driver answers).
+pub const BEYOND_THE_SIMULATION: &str = "beyond the simulation";
+
 /// The handle of another process whose pid number is this process's own: the CUDA driver takes it for one
 /// of its own and refuses it, as when two containers' first processes (both pid 1) meet.
 pub(super) fn refuse_own_pid(call: &str, exporter: u32) -> Result<()> {
@@ -269,6 +272,14 @@ pub(super) fn ipc_open_mem_handle(sim: &HostDriver, handle: &IpcHandleBytes) -> 
     refuse_own_pid(call, pid)?;
     let path = format!("/proc/{pid}/fd/{fd}");
     let file = OpenOptions::new().read(true).write(true).open(&path).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::PermissionDenied {
+            // The driver's kernel module reaches the memory whatever the namespaces; /proc does not.
+            let why = format!(
+                "{BEYOND_THE_SIMULATION}: it opens another process's memory as {path}, which a process in \
+                 another user namespace may not ({e}); the CUDA driver's kernel module is not held back so"
+            );
+            return failed(call, code::NOT_SUPPORTED, why);
+        }
         let why = format!("the exporting process is not visible from here ({path}: {e})");
         failed(call, code::INVALID_VALUE, why)
     })?;

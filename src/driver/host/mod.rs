@@ -50,6 +50,7 @@
 mod calls;
 mod events;
 mod memory;
+pub use memory::BEYOND_THE_SIMULATION;
 mod pool;
 mod streams;
 mod vmm;

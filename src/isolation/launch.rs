@@ -1,0 +1,159 @@
+//! The processes an isolated run's parent starts: this program again as `--join SOCKET --isolated KINDS`,
+//! one per process of the run, meeting the parent at an abstract socket, or, where the processes have
+//! network namespaces of their own, at a socket in a private directory (mode 0700, removed with the run;
+//! the socket's file goes as soon as every process has joined). They are the parent's own:
+//! once the run has ended, each that has not ended within a grace is killed and every one is reaped.
+
+use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+
+use super::enter::Unavailable;
+use super::{Isolation, Kind};
+use crate::meeting::Address;
+use crate::outcome::EXIT_WAIVED;
+
+/// How long a started process gets to end by itself after the run ended (it stops within 0.5 s of the
+/// server's end); then it is killed, and its init stops what it runs.
+const END_GRACE: Duration = Duration::from_millis(700);
+
+/// The private directory of the run's socket, removed on drop.
+struct SocketDir(PathBuf);
+
+impl SocketDir {
+    fn make() -> Result<Self> {
+        let base = std::env::temp_dir();
+        let mut attempt = 0u32;
+        loop {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos());
+            let dir = base.join(format!("simple-ipc-{}-{nanos:x}", std::process::id()));
+            match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+                Ok(()) => return Ok(Self(dir)),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 8 => attempt += 1,
+                Err(e) => {
+                    return Err(e)
+                        .with_context(|| format!("making a private directory in {}", base.display()));
+                }
+            }
+        }
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.0.join("run.sock")
+    }
+}
+
+impl Drop for SocketDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The processes started for an isolated run, and the directory of the socket they meet at (removed once
+/// they have ended).
+pub struct Launched {
+    processes: Vec<Child>,
+    /// `None` for an abstract socket.
+    dir: Option<SocketDir>,
+}
+
+impl Launched {
+    /// Chooses where the run is served for `isolation`: an abstract socket, which leaves nothing behind
+    /// whatever happens, unless the processes have network namespaces of their own (an abstract socket is
+    /// in one), then a socket in a private directory. Nothing is started yet.
+    pub fn prepare(isolation: &Isolation) -> Result<Self> {
+        let dir = if isolation.has(Kind::Net) { Some(SocketDir::make()?) } else { None };
+        Ok(Self { processes: Vec::new(), dir })
+    }
+
+    /// Where the run is to be served.
+    pub fn address(&self) -> Address {
+        match &self.dir {
+            Some(dir) => Address::Path(dir.socket()),
+            None => {
+                let nanos = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos());
+                Address::Abstract(format!("simple-ipc-{}-{nanos:x}", std::process::id()))
+            }
+        }
+    }
+
+    /// Starts `n` processes that join the run at `address`, each in namespaces of `isolation`'s kinds.
+    pub fn start(
+        &mut self,
+        address: &Address,
+        n: usize,
+        isolation: &Isolation,
+        timeout: u64,
+        quiet: bool,
+    ) -> Result<()> {
+        let socket = address.to_string();
+        for _ in 0..n {
+            let mut command = Command::new("/proc/self/exe");
+            command
+                .arg0(std::env::args_os().next().unwrap_or_else(|| "simple-ipc".into()))
+                .arg("--join")
+                .arg(&socket)
+                .args(["--isolated", &isolation.kinds_arg(), "--timeout", &timeout.to_string()])
+                .args(quiet.then_some("--quiet"))
+                .stdin(Stdio::null());
+            let child = command.spawn().context("starting an isolated process (/proc/self/exe)")?;
+            self.processes.push(child);
+        }
+        Ok(())
+    }
+
+    /// The first started process that has ended with another status than success, if one has: an
+    /// [`Unavailable`] (a waiver) if it could not enter its namespaces.
+    pub fn ended_early(&mut self) -> Option<anyhow::Error> {
+        self.processes.iter_mut().find_map(|child| {
+            let pid = child.id();
+            let status = child.try_wait().ok().flatten()?;
+            match status.code() {
+                Some(0) => None,
+                Some(code) if code == i32::from(EXIT_WAIVED) => Some(
+                    Unavailable(format!(
+                        "a process started in namespaces of its own (pid {pid}) could not enter them (its \
+                         message is above)"
+                    ))
+                    .into(),
+                ),
+                _ => Some(anyhow::anyhow!(
+                    "a process started in namespaces of its own (pid {pid}) ended with {}",
+                    describe(status)
+                )),
+            }
+        })
+    }
+}
+
+fn describe(status: ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit status {code}"),
+        (_, Some(signal)) => format!("signal {signal}"),
+        _ => status.to_string(),
+    }
+}
+
+impl Drop for Launched {
+    fn drop(&mut self) {
+        let until = Instant::now() + END_GRACE;
+        for child in &mut self.processes {
+            while matches!(child.try_wait(), Ok(None)) && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            if matches!(child.try_wait(), Ok(None)) {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+}
