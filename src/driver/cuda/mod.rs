@@ -4,7 +4,8 @@
 //! through it; the few it lacks (IPC, VMM, pool export and import, peer access, host registration,
 //! `cuGetProcAddress`, interprocess events) call the raw `sys` bindings, each place saying so. Every failure
 //! becomes one [`CallFailed`] through [`Named::named`]: the call's name, the `CUresult` as a number, and
-//! the driver's own words for it.
+//! the driver's own words for it. [`symbols`] makes sure, before anything is called, that the driver has
+//! every entry point the program can reach: cudarc panics at the first use of one it lacks.
 //!
 //! By concern: [`devices`] (attributes, peers, contexts made current), [`memory`] (`cuMemAlloc`, copies to
 //! and from the host, pinned host memory), [`ipc`] (legacy IPC memory and interprocess events), [`streams`]
@@ -21,6 +22,7 @@ mod ipc;
 mod memory;
 mod pool;
 mod streams;
+mod symbols;
 mod vmm;
 
 use std::collections::HashMap;
@@ -100,6 +102,7 @@ impl CudaDriver {
         if !unsafe { sys::is_culib_present() } {
             return Err(Unavailable("no CUDA driver library (libcuda.so) on this machine".into()).into());
         }
+        symbols::require_all()?;
         match result::init() {
             Err(DriverError(rc)) if means_no_gpu(rc) => {
                 return Err(
