@@ -4,41 +4,35 @@
 use std::ffi::{CStr, c_int};
 
 use anyhow::Result;
+use cudarc::driver::result;
 use cudarc::driver::sys::{self, CUresult};
 
-use super::{CudaDriver, check};
+use super::{CudaDriver, Named, check};
 use crate::driver::{Capability, DeviceInfo};
 
 pub(super) fn version() -> Result<i32> {
     let mut version: c_int = 0;
-    // SAFETY: writes one int.
+    // `sys`: the result layer has no cuDriverGetVersion. SAFETY: writes one int.
     check(unsafe { sys::cuDriverGetVersion(&mut version) }, "cuDriverGetVersion")?;
     Ok(version)
 }
 
 pub(super) fn device_count() -> Result<i32> {
-    let mut count: c_int = 0;
-    // SAFETY: writes one int.
-    check(unsafe { sys::cuDeviceGetCount(&mut count) }, "cuDeviceGetCount")?;
-    Ok(count)
+    result::device::get_count().named("cuDeviceGetCount")
 }
 
 pub(super) fn device_info(d: &CudaDriver, device: i32) -> Result<DeviceInfo> {
     use sys::CUdevice_attribute::*;
-    let mut name = [0 as std::ffi::c_char; 256];
-    // SAFETY: the driver writes at most `len` bytes, NUL included.
-    check(unsafe { sys::cuDeviceGetName(name.as_mut_ptr(), 256, device) }, "cuDeviceGetName")?;
-    // SAFETY: cuDeviceGetName NUL-terminated the buffer.
-    let name = unsafe { CStr::from_ptr(name.as_ptr()) }.to_string_lossy().into_owned();
+    // Up to 127 bytes of the name (the driver truncates and NUL-terminates it; device names are short).
+    let name = result::device::get_name(device).named("cuDeviceGetName")?;
     let mut bus = [0 as std::ffi::c_char; 32];
-    // SAFETY: as above; a device without a PCI address answers with an error, kept as None.
+    // `sys`: the result layer has no cuDeviceGetPCIBusId. SAFETY: the driver writes at most `len` bytes,
+    // NUL included; a device without a PCI address answers with an error, kept as None.
     let pci_bus_id = (unsafe { sys::cuDeviceGetPCIBusId(bus.as_mut_ptr(), 32, device) }
         == CUresult::CUDA_SUCCESS)
         // SAFETY: the call succeeded and NUL-terminated the buffer.
         .then(|| unsafe { CStr::from_ptr(bus.as_ptr()) }.to_string_lossy().into_owned());
-    let mut uuid = sys::CUuuid { bytes: [0; 16] };
-    // SAFETY: writes one 16-byte UUID.
-    check(unsafe { sys::cuDeviceGetUuid(&mut uuid, device) }, "cuDeviceGetUuid")?;
+    let uuid = result::device::get_uuid(device).named("cuDeviceGetUuid")?;
     Ok(DeviceInfo {
         name,
         uuid: uuid.bytes.map(|b| b as u8),
@@ -53,14 +47,15 @@ pub(super) fn device_info(d: &CudaDriver, device: i32) -> Result<DeviceInfo> {
 
 pub(super) fn can_access_peer(device: i32, peer: i32) -> Result<bool> {
     let mut can: c_int = 0;
-    // SAFETY: writes one int.
+    // `sys`: the result layer has no peer access. SAFETY: writes one int.
     check(unsafe { sys::cuDeviceCanAccessPeer(&mut can, device, peer) }, "cuDeviceCanAccessPeer")?;
     Ok(can != 0)
 }
 
 pub(super) fn enable_peer_access(d: &CudaDriver, peer: i32) -> Result<()> {
     let peer_ctx = d.primary_context(peer)?;
-    // SAFETY: both contexts are retained primary contexts; flags must be 0.
+    // `sys`: the result layer has no peer access. SAFETY: both contexts are retained primary contexts;
+    // flags must be 0.
     let rc = unsafe { sys::cuCtxEnablePeerAccess(peer_ctx, 0) };
     if rc == CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
         return Ok(());
@@ -71,7 +66,7 @@ pub(super) fn enable_peer_access(d: &CudaDriver, peer: i32) -> Result<()> {
 pub(super) fn use_device(d: &CudaDriver, device: i32) -> Result<()> {
     let ctx = d.primary_context(device)?;
     // SAFETY: ctx is a primary context this driver retained.
-    check(unsafe { sys::cuCtxSetCurrent(ctx) }, &format!("cuCtxSetCurrent(device {device})"))
+    unsafe { result::ctx::set_current(ctx) }.named(&format!("cuCtxSetCurrent(device {device})"))
 }
 
 pub(super) fn supports(d: &CudaDriver, device: i32, what: Capability) -> Result<bool> {

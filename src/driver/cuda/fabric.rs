@@ -2,6 +2,9 @@
 //! descriptor. The CUDA 11.4 bindings this
 //! program is built with (so that old drivers still load it) lack the few names this needs; they are
 //! defined here, with the values of CUDA 12.3's `cuda.h`, where fabric handles came in.
+//!
+//! Every call here is `sys`: cudarc's `result` layer has none of the virtual memory management calls nor
+//! `cuGetProcAddress`, and its `device::get_attribute` takes the 11.4 enum, which lacks the attribute.
 
 use std::ffi::{c_int, c_void};
 

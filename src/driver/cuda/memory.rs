@@ -2,32 +2,33 @@
 //! memory.
 
 use anyhow::Result;
+use cudarc::driver::result;
 use cudarc::driver::sys::{self, CUresult};
 
-use super::{check, ptr};
+use super::{Named, check, ptr};
 use crate::driver::DevicePtr;
 
 pub(super) fn alloc(bytes: usize) -> Result<DevicePtr> {
-    let mut p: sys::CUdeviceptr = 0;
     // SAFETY: writes one device address; freed by the owner through `free`.
-    check(unsafe { sys::cuMemAlloc_v2(&mut p, bytes) }, &format!("cuMemAlloc({bytes} bytes)"))?;
+    let p = unsafe { result::malloc_sync(bytes) }.named(&format!("cuMemAlloc({bytes} bytes)"))?;
     Ok(DevicePtr(p as u64))
 }
 
 pub(super) unsafe fn free(p: DevicePtr) -> Result<()> {
     // SAFETY: the caller (ipc::ExportedBuffer) frees each allocation once.
-    check(unsafe { sys::cuMemFree_v2(ptr(p)) }, "cuMemFree")
+    unsafe { result::free_sync(ptr(p)) }.named("cuMemFree")
 }
 
 pub(super) unsafe fn copy_to_host(dst: &mut [u8], src: DevicePtr) -> Result<()> {
     // SAFETY: `dst` is exclusively borrowed for the call, and cuMemcpyDtoH returns only once the copy has
     // completed or failed, so the device never writes into `dst` after the borrow ends; the caller
     // promises `src` has dst.len() bytes.
-    check(unsafe { sys::cuMemcpyDtoH_v2(dst.as_mut_ptr().cast(), ptr(src), dst.len()) }, "cuMemcpyDtoH")
+    unsafe { result::memcpy_dtoh_sync(dst, ptr(src)) }.named("cuMemcpyDtoH")
 }
 
 pub(super) unsafe fn pin_host_memory(host: &mut [u8]) -> Result<bool> {
-    // SAFETY: registers a live host range; the caller unregisters it before the memory goes away.
+    // `sys`: the result layer has no host registration. SAFETY: registers a live host range; the caller
+    // unregisters it before the memory goes away.
     let rc = unsafe { sys::cuMemHostRegister_v2(host.as_mut_ptr().cast(), host.len(), 0) };
     if rc == CUresult::CUDA_ERROR_NOT_SUPPORTED || rc == CUresult::CUDA_ERROR_OUT_OF_MEMORY {
         return Ok(false);
@@ -37,6 +38,6 @@ pub(super) unsafe fn pin_host_memory(host: &mut [u8]) -> Result<bool> {
 }
 
 pub(super) unsafe fn unpin_host_memory(host: &mut [u8]) -> Result<()> {
-    // SAFETY: the range was registered by pin_host_memory.
+    // `sys`, as above. SAFETY: the range was registered by pin_host_memory.
     check(unsafe { sys::cuMemHostUnregister(host.as_mut_ptr().cast()) }, "cuMemHostUnregister")
 }

@@ -1,7 +1,11 @@
-//! The [`Driver`] of real GPUs: the CUDA driver API through cudarc's raw bindings, loaded at run time.
+//! The [`Driver`] of real GPUs: the CUDA driver API through cudarc, loaded at run time.
 //!
-//! This module is where the program's CUDA `unsafe` lives. Each call goes through [`check`], which turns a
-//! `CUresult` into an error that names the call and the driver's own words for what went wrong.
+//! This module is where the program's CUDA `unsafe` lives. A call that cudarc's `result` layer has goes
+//! through it; the few it lacks (IPC, VMM, pool export and import, peer access, host registration,
+//! `cuGetProcAddress`, interprocess events) call the raw `sys` bindings, each place saying so. Every failure
+//! becomes one [`CallFailed`] through [`Named::named`]: the call's name, the `CUresult` as a number, and
+//! the driver's own words for it. [`symbols`] makes sure, before anything is called, that the driver has
+//! every entry point the program can reach: cudarc panics at the first use of one it lacks.
 //!
 //! By concern: [`devices`] (attributes, peers, contexts made current), [`memory`] (`cuMemAlloc`, copies to
 //! and from the host, pinned host memory), [`ipc`] (legacy IPC memory and interprocess events), [`streams`]
@@ -18,6 +22,7 @@ mod ipc;
 mod memory;
 mod pool;
 mod streams;
+mod symbols;
 mod vmm;
 
 use std::collections::HashMap;
@@ -26,6 +31,7 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::Mutex;
 
 use anyhow::{Result, anyhow, bail};
+use cudarc::driver::result::{self, DriverError};
 use cudarc::driver::sys::{self, CUresult};
 
 use super::{CallFailed, DevicePtr, RawEvent, RawFunction, RawPool, RawStream, Unavailable};
@@ -41,39 +47,40 @@ pub struct CudaDriver {
     memops: std::sync::OnceLock<Result<StreamMemops, String>>,
 }
 
-/// Turns a driver result into an error naming `what` was called.
-fn check(result: CUresult, what: &str) -> Result<()> {
-    if result == CUresult::CUDA_SUCCESS {
-        return Ok(());
+/// The one conversion of a driver error into the program's: [`CallFailed`] with the call's name (what
+/// `ipc::diagnose` matches on, with the code), the `CUresult` as a number, and the driver's words for it.
+trait Named<T> {
+    fn named(self, call: &str) -> Result<T>;
+}
+
+impl<T> Named<T> for std::result::Result<T, DriverError> {
+    fn named(self, call: &str) -> Result<T> {
+        self.map_err(|DriverError(code)| {
+            CallFailed { call: call.to_owned(), code: code as u32, text: describe(code) }.into()
+        })
     }
-    Err(CallFailed { call: what.to_owned(), code: result as u32, text: describe(result) }.into())
+}
+
+/// A raw `sys` call's result (for the calls cudarc's `result` layer lacks), through the same conversion.
+fn check(rc: CUresult, call: &str) -> Result<()> {
+    rc.result().named(call)
 }
 
 /// A query's answer: done (`Ok(true)`), not yet (`CUDA_ERROR_NOT_READY`), or an error.
-fn ready(result: CUresult, what: &str) -> Result<bool> {
-    if result == CUresult::CUDA_ERROR_NOT_READY {
-        return Ok(false);
+fn ready(answer: std::result::Result<(), DriverError>, call: &str) -> Result<bool> {
+    match answer {
+        Err(DriverError(CUresult::CUDA_ERROR_NOT_READY)) => Ok(false),
+        other => other.named(call).map(|()| true),
     }
-    check(result, what).map(|()| true)
 }
 
 /// `CUDA_ERROR_INVALID_VALUE (1): invalid argument`, in the driver's words.
 pub fn describe(result: CUresult) -> String {
-    let mut name: *const std::ffi::c_char = std::ptr::null();
-    let mut text: *const std::ffi::c_char = std::ptr::null();
-    // SAFETY: both calls only write a pointer to a static string into the out-parameter, or leave it null.
-    let (name_rc, text_rc) =
-        unsafe { (sys::cuGetErrorName(result, &mut name), sys::cuGetErrorString(result, &mut text)) };
-    let read = |rc: CUresult, p: *const std::ffi::c_char| {
-        if rc != CUresult::CUDA_SUCCESS || p.is_null() {
-            None
-        } else {
-            // SAFETY: the driver returned a pointer to a NUL-terminated static string.
-            Some(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
-        }
-    };
+    let error = DriverError(result);
+    let read =
+        |text: std::result::Result<&CStr, DriverError>| text.ok().map(|t| t.to_string_lossy().into_owned());
     let code = result as u32;
-    match (read(name_rc, name), read(text_rc, text)) {
+    match (read(error.error_name()), read(error.error_string())) {
         (Some(n), Some(t)) => format!("{n} ({code}): {t}"),
         (Some(n), None) => format!("{n} ({code})"),
         _ => format!("CUDA error {code}"),
@@ -90,16 +97,20 @@ fn means_no_gpu(result: CUresult) -> bool {
 impl CudaDriver {
     /// Loads `libcuda` and initialises it; `Unavailable` when this machine has no usable GPU.
     pub fn load() -> Result<Self> {
-        // SAFETY: only tries to dlopen the library by its usual names; nothing is called through it.
+        // `sys`: the result layer has no such test. SAFETY: only tries to dlopen the library by its usual
+        // names; nothing is called through it.
         if !unsafe { sys::is_culib_present() } {
             return Err(Unavailable("no CUDA driver library (libcuda.so) on this machine".into()).into());
         }
-        // SAFETY: cuInit takes flags (must be 0) and has no other preconditions.
-        let rc = unsafe { sys::cuInit(0) };
-        if means_no_gpu(rc) {
-            return Err(Unavailable(format!("the CUDA driver has no GPU to offer: {}", describe(rc))).into());
+        symbols::require_all()?;
+        match result::init() {
+            Err(DriverError(rc)) if means_no_gpu(rc) => {
+                return Err(
+                    Unavailable(format!("the CUDA driver has no GPU to offer: {}", describe(rc))).into()
+                );
+            }
+            other => other.named("cuInit")?,
         }
-        check(rc, "cuInit")?;
         Ok(Self {
             contexts: Mutex::new(HashMap::new()),
             kernels: Mutex::new(HashMap::new()),
@@ -108,10 +119,8 @@ impl CudaDriver {
     }
 
     fn attribute(&self, device: i32, attribute: sys::CUdevice_attribute) -> Result<i32> {
-        let mut value: c_int = 0;
         // SAFETY: writes one int; an invalid device is reported as an error.
-        check(unsafe { sys::cuDeviceGetAttribute(&mut value, attribute, device) }, "cuDeviceGetAttribute")?;
-        Ok(value)
+        unsafe { result::device::get_attribute(device, attribute) }.named("cuDeviceGetAttribute")
     }
 
     fn primary_context(&self, device: i32) -> Result<sys::CUcontext> {
@@ -119,22 +128,18 @@ impl CudaDriver {
         if let Some(&ctx) = contexts.get(&device) {
             return Ok(ctx as sys::CUcontext);
         }
-        let mut ctx: sys::CUcontext = std::ptr::null_mut();
         // SAFETY: writes one context handle, released in Drop.
-        let rc = unsafe { sys::cuDevicePrimaryCtxRetain(&mut ctx, device) };
-        check(rc, &format!("cuDevicePrimaryCtxRetain(device {device})"))?;
+        let ctx = unsafe { result::primary_ctx::retain(device) }
+            .named(&format!("cuDevicePrimaryCtxRetain(device {device})"))?;
         contexts.insert(device, ctx as usize);
         Ok(ctx)
     }
 
     fn current_context(&self) -> Result<usize> {
-        let mut ctx: sys::CUcontext = std::ptr::null_mut();
-        // SAFETY: writes one context handle (null when none is current).
-        check(unsafe { sys::cuCtxGetCurrent(&mut ctx) }, "cuCtxGetCurrent")?;
-        if ctx.is_null() {
-            bail!("no device is current on this thread");
+        match result::ctx::get_current().named("cuCtxGetCurrent")? {
+            Some(ctx) => Ok(ctx as usize),
+            None => bail!("no device is current on this thread"),
         }
-        Ok(ctx as usize)
     }
 }
 
@@ -143,12 +148,13 @@ impl Drop for CudaDriver {
         let mut kernels = self.kernels.lock().unwrap_or_else(|p| p.into_inner());
         for (module, _) in kernels.drain().map(|(_, v)| v) {
             // SAFETY: the module was loaded by this driver and no launch can follow: the driver is going away.
-            unsafe { sys::cuModuleUnload(module as sys::CUmodule) };
+            // Nothing is left to do about a failure here.
+            let _ = unsafe { result::module::unload(module as sys::CUmodule) };
         }
         let mut contexts = self.contexts.lock().unwrap_or_else(|p| p.into_inner());
         for (device, _) in contexts.drain() {
             // SAFETY: balances the one cuDevicePrimaryCtxRetain made for this device.
-            unsafe { sys::cuDevicePrimaryCtxRelease_v2(device) };
+            let _ = unsafe { result::primary_ctx::release(device) };
         }
     }
 }

@@ -1,14 +1,17 @@
 //! Memory pools (`streamOrderedAllocationIPC`): pools exportable as POSIX file descriptors, allocations
 //! from them, and their pointers' export data.
+//!
+//! cudarc's `result` layer has the pool's creation, allocation, freeing and destruction; the export and
+//! import of pools and pointers and the pool's access call `sys`, which alone has them.
 
 use std::ffi::{c_int, c_void};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 
 use anyhow::Result;
-use cudarc::driver::sys;
+use cudarc::driver::{result, sys};
 
-use super::{check, on_device, own, pool, ptr, read_write};
+use super::{Named, check, on_device, own, pool, ptr, read_write};
 use crate::driver::{DevicePtr, IpcHandleBytes, RawPool};
 
 pub(super) fn create(device: i32) -> Result<RawPool> {
@@ -17,17 +20,17 @@ pub(super) fn create(device: i32) -> Result<RawPool> {
     props.allocType = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
     props.handleTypes = sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
     props.location = on_device(device);
-    let mut created: sys::CUmemoryPool = std::ptr::null_mut();
     // SAFETY: reads the structure, writes one pool, destroyed by its owner.
-    let rc = unsafe { sys::cuMemPoolCreate(&mut created, &props) };
-    check(rc, &format!("cuMemPoolCreate(device {device}, POSIX file descriptor)"))?;
+    let created = unsafe { result::mem_pool::create(&props) }
+        .named(&format!("cuMemPoolCreate(device {device}, POSIX file descriptor)"))?;
     Ok(RawPool(created as u64))
 }
 
 pub(super) unsafe fn export(p: RawPool) -> Result<OwnedFd> {
     let mut fd: c_int = -1;
     let posix = sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-    // SAFETY: for a POSIX descriptor the driver writes one int; the caller keeps the pool alive.
+    // `sys`: no pool export in the result layer. SAFETY: for a POSIX descriptor the driver writes one int;
+    // the caller keeps the pool alive.
     let rc =
         unsafe { sys::cuMemPoolExportToShareableHandle((&mut fd as *mut c_int).cast(), pool(p), posix, 0) };
     check(rc, "cuMemPoolExportToShareableHandle")?;
@@ -38,12 +41,14 @@ pub(super) fn import(fd: BorrowedFd, device: i32) -> Result<RawPool> {
     let mut imported: sys::CUmemoryPool = std::ptr::null_mut();
     let posix = sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
     let handle = fd.as_raw_fd() as usize as *mut c_void;
-    // SAFETY: for a POSIX descriptor the driver takes the int itself as the "pointer"; it does not close it.
+    // `sys`: no pool import in the result layer. SAFETY: for a POSIX descriptor the driver takes the int
+    // itself as the "pointer"; it does not close it.
     let rc = unsafe { sys::cuMemPoolImportFromShareableHandle(&mut imported, handle, posix, 0) };
     check(rc, "cuMemPoolImportFromShareableHandle")?;
     let mut location = on_device(device);
     let mut flags = sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_NONE;
-    // SAFETY: the pool was just imported; reads one location, writes one flag value.
+    // `sys`: no pool access in the result layer. SAFETY: the pool was just imported; reads one location,
+    // writes one flag value.
     check(unsafe { sys::cuMemPoolGetAccess(&mut flags, imported, &mut location) }, "cuMemPoolGetAccess")?;
     if flags != sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE {
         let access = read_write(device);
@@ -54,19 +59,19 @@ pub(super) fn import(fd: BorrowedFd, device: i32) -> Result<RawPool> {
 }
 
 pub(super) unsafe fn alloc(p: RawPool, bytes: usize) -> Result<DevicePtr> {
-    let mut address: sys::CUdeviceptr = 0;
     let null_stream: sys::CUstream = std::ptr::null_mut();
     // SAFETY: the caller keeps the pool alive; writes one address, freed by pool_free.
-    let rc = unsafe { sys::cuMemAllocFromPoolAsync(&mut address, bytes, pool(p), null_stream) };
-    check(rc, &format!("cuMemAllocFromPoolAsync({bytes} bytes)"))?;
+    let address = unsafe { result::mem_pool::alloc_async(pool(p), bytes, null_stream) }
+        .named(&format!("cuMemAllocFromPoolAsync({bytes} bytes)"))?;
     // SAFETY: the null stream exists as long as the context.
-    check(unsafe { sys::cuStreamSynchronize(null_stream) }, "cuStreamSynchronize")?;
+    unsafe { result::stream::synchronize(null_stream) }.named("cuStreamSynchronize")?;
     Ok(DevicePtr(address as u64))
 }
 
 pub(super) unsafe fn export_pointer(p: DevicePtr) -> Result<IpcHandleBytes> {
     let mut data = MaybeUninit::<sys::CUmemPoolPtrExportData>::zeroed();
-    // SAFETY: writes the 64 bytes of export data; the caller promises a live pool allocation.
+    // `sys`: no pointer export in the result layer. SAFETY: writes the 64 bytes of export data; the caller
+    // promises a live pool allocation.
     check(unsafe { sys::cuMemPoolExportPointer(data.as_mut_ptr(), ptr(p)) }, "cuMemPoolExportPointer")?;
     // SAFETY: zero-initialised and filled by the driver; export data is plain bytes.
     Ok(unsafe { data.assume_init() }.reserved)
@@ -75,7 +80,8 @@ pub(super) unsafe fn export_pointer(p: DevicePtr) -> Result<IpcHandleBytes> {
 pub(super) unsafe fn import_pointer(p: RawPool, data: &IpcHandleBytes) -> Result<DevicePtr> {
     let mut raw = sys::CUmemPoolPtrExportData { reserved: *data };
     let mut address: sys::CUdeviceptr = 0;
-    // SAFETY: the caller promises an imported pool; reads the export data, writes one address.
+    // `sys`: no pointer import in the result layer. SAFETY: the caller promises an imported pool; reads the
+    // export data, writes one address.
     let rc = unsafe { sys::cuMemPoolImportPointer(&mut address, pool(p), &mut raw) };
     check(rc, "cuMemPoolImportPointer")?;
     Ok(DevicePtr(address as u64))
@@ -84,12 +90,12 @@ pub(super) unsafe fn import_pointer(p: RawPool, data: &IpcHandleBytes) -> Result
 pub(super) unsafe fn free(p: DevicePtr) -> Result<()> {
     let null_stream: sys::CUstream = std::ptr::null_mut();
     // SAFETY: the caller frees each pointer once, with no work pending on it.
-    check(unsafe { sys::cuMemFreeAsync(ptr(p), null_stream) }, "cuMemFreeAsync")?;
+    unsafe { result::free_async(ptr(p), null_stream) }.named("cuMemFreeAsync")?;
     // SAFETY: the null stream exists as long as the context.
-    check(unsafe { sys::cuStreamSynchronize(null_stream) }, "cuStreamSynchronize")
+    unsafe { result::stream::synchronize(null_stream) }.named("cuStreamSynchronize")
 }
 
 pub(super) unsafe fn destroy(p: RawPool) -> Result<()> {
     // SAFETY: the caller destroys each pool once, after freeing its allocations.
-    check(unsafe { sys::cuMemPoolDestroy(pool(p)) }, "cuMemPoolDestroy")
+    unsafe { result::mem_pool::destroy(pool(p)) }.named("cuMemPoolDestroy")
 }

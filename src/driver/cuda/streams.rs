@@ -4,9 +4,10 @@
 use std::ffi::{CStr, c_int, c_uint, c_void};
 
 use anyhow::{Result, anyhow, bail};
+use cudarc::driver::result::{self, stream::StreamKind};
 use cudarc::driver::sys::{self, CUresult};
 
-use super::{CudaDriver, check, event, ptr, ready, stream};
+use super::{CudaDriver, Named, check, event, ptr, ready, stream};
 use crate::driver::{DevicePtr, RawEvent, RawFunction, RawStream};
 
 /// `cuStreamWriteValue32_v2` / `cuStreamWaitValue32_v2`.
@@ -22,7 +23,8 @@ pub(super) struct StreamMemops {
 /// Looks `symbol` up at the CUDA 12.0 version of its API (the `_v2` one for the stream memory operations).
 fn proc_address(symbol: &CStr) -> Result<StreamValue32> {
     let mut pfn: *mut c_void = std::ptr::null_mut();
-    // SAFETY: the name is NUL-terminated; the driver writes one function pointer or leaves it null.
+    // `sys`: the result layer has no cuGetProcAddress. SAFETY: the name is NUL-terminated; the driver
+    // writes one function pointer or leaves it null.
     let rc = unsafe { sys::cuGetProcAddress(symbol.as_ptr(), &mut pfn, 12000, 0) };
     check(rc, &format!("cuGetProcAddress({symbol:?}, CUDA 12.0)"))?;
     if pfn.is_null() {
@@ -46,30 +48,29 @@ impl CudaDriver {
 
 pub(super) unsafe fn record_event(e: RawEvent, s: RawStream) -> Result<()> {
     // SAFETY: both handles are alive (borrowed from their owners by the caller).
-    check(unsafe { sys::cuEventRecord(event(e), stream(s)) }, "cuEventRecord")
+    unsafe { result::event::record(event(e), stream(s)) }.named("cuEventRecord")
 }
 
 pub(super) fn create_non_blocking_stream() -> Result<RawStream> {
-    let mut s: sys::CUstream = std::ptr::null_mut();
-    let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as c_uint;
-    // SAFETY: writes one stream handle, destroyed by its owner.
-    check(unsafe { sys::cuStreamCreate(&mut s, flags) }, "cuStreamCreate(NonBlocking)")?;
+    // Destroyed by its owner.
+    let s = result::stream::create(StreamKind::NonBlocking).named("cuStreamCreate(NonBlocking)")?;
     Ok(RawStream(s as u64))
 }
 
 pub(super) unsafe fn destroy_stream(s: RawStream) -> Result<()> {
     // SAFETY: the owner destroys the stream once.
-    check(unsafe { sys::cuStreamDestroy_v2(stream(s)) }, "cuStreamDestroy")
+    unsafe { result::stream::destroy(stream(s)) }.named("cuStreamDestroy")
 }
 
 pub(super) unsafe fn wait_event(s: RawStream, e: RawEvent) -> Result<()> {
-    // SAFETY: both handles are alive; flags must be 0.
-    check(unsafe { sys::cuStreamWaitEvent(stream(s), event(e), 0) }, "cuStreamWaitEvent")
+    let flags = sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT;
+    // SAFETY: both handles are alive; the flags are 0.
+    unsafe { result::stream::wait_event(stream(s), event(e), flags) }.named("cuStreamWaitEvent")
 }
 
 pub(super) unsafe fn query_stream(s: RawStream) -> Result<bool> {
-    // SAFETY: the caller keeps the stream alive.
-    ready(unsafe { sys::cuStreamQuery(stream(s)) }, "cuStreamQuery")
+    // `sys`: the result layer has no cuStreamQuery. SAFETY: the caller keeps the stream alive.
+    ready(unsafe { sys::cuStreamQuery(stream(s)) }.result(), "cuStreamQuery")
 }
 
 pub(super) fn load_kernel(d: &CudaDriver, image: &[u8], name: &CStr) -> Result<RawFunction> {
@@ -87,31 +88,32 @@ pub(super) fn load_kernel(d: &CudaDriver, image: &[u8], name: &CStr) -> Result<R
     let mut aligned = vec![0u64; image.len().div_ceil(8)];
     // SAFETY: `aligned` has at least image.len() bytes, and u64 has no invalid bit patterns.
     unsafe { std::ptr::copy_nonoverlapping(image.as_ptr(), aligned.as_mut_ptr().cast::<u8>(), image.len()) };
-    let mut module: sys::CUmodule = std::ptr::null_mut();
     // SAFETY: the image is a fatbin (its header gives its size) or NUL-terminated PTX (both checked
     // above), so the driver reads no further than it; it copies what it needs.
-    let rc = unsafe { sys::cuModuleLoadData(&mut module, aligned.as_ptr().cast::<c_void>()) };
-    check(rc, &format!("cuModuleLoadData({name:?})"))?;
-    let mut f: sys::CUfunction = std::ptr::null_mut();
-    // SAFETY: the name is NUL-terminated; the function lives as long as the module (unloaded in Drop).
-    let rc = unsafe { sys::cuModuleGetFunction(&mut f, module, name.as_ptr()) };
-    let found = check(rc, &format!("cuModuleGetFunction({name:?})"));
-    if let Err(e) = found {
-        // SAFETY: the module was just loaded and nothing refers to it.
-        unsafe { sys::cuModuleUnload(module) };
-        return Err(e);
-    }
+    let module = unsafe { result::module::load_data(aligned.as_ptr().cast::<c_void>()) }
+        .named(&format!("cuModuleLoadData({name:?})"))?;
+    // SAFETY: the module was just loaded; the function lives as long as it (unloaded in Drop).
+    let found = unsafe { result::module::get_function(module, name.to_owned()) }
+        .named(&format!("cuModuleGetFunction({name:?})"));
+    let f = match found {
+        Ok(f) => f,
+        Err(e) => {
+            // SAFETY: the module was just loaded and nothing refers to it; the first error is the one told.
+            let _ = unsafe { result::module::unload(module) };
+            return Err(e);
+        }
+    };
     kernels.insert(ctx, (module as usize, RawFunction(f as u64)));
     Ok(RawFunction(f as u64))
 }
 
 pub(super) unsafe fn max_active_blocks_per_multiprocessor(kernel: RawFunction, block: u32) -> Result<u32> {
-    let mut blocks: c_int = 0;
     let function = kernel.0 as sys::CUfunction;
-    // SAFETY: the caller promises the function comes from load_kernel, whose module is still loaded.
-    let rc =
-        unsafe { sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(&mut blocks, function, block as c_int, 0) };
-    check(rc, "cuOccupancyMaxActiveBlocksPerMultiprocessor")?;
+    // SAFETY: the caller promises the function comes from load_kernel, whose module is still loaded; no
+    // dynamic shared memory.
+    let blocks =
+        unsafe { result::occupancy::max_active_block_per_multiprocessor(function, block as c_int, 0) }
+            .named("cuOccupancyMaxActiveBlocksPerMultiprocessor")?;
     Ok(blocks.max(0) as u32)
 }
 
@@ -130,26 +132,11 @@ pub(super) unsafe fn launch_ptr_int_char(
         (&mut size as *mut c_int).cast(),
         (&mut value as *mut std::ffi::c_char).cast(),
     ];
+    let function = kernel.0 as sys::CUfunction;
     // SAFETY: the caller promises a (char *, int, char) kernel and a live range; the parameters outlive
-    // the call (the driver copies them at launch).
-    check(
-        unsafe {
-            sys::cuLaunchKernel(
-                kernel.0 as sys::CUfunction,
-                grid,
-                1,
-                1,
-                block,
-                1,
-                1,
-                0,
-                stream(s),
-                params.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
-        },
-        "cuLaunchKernel(simpleKernel)",
-    )
+    // the call (the driver copies them at launch). No shared memory, no `extra`.
+    unsafe { result::launch_kernel(function, (grid, 1, 1), (block, 1, 1), 0, stream(s), &mut params) }
+        .named("cuLaunchKernel(simpleKernel)")
 }
 
 pub(super) unsafe fn copy_device_to_device(
@@ -160,12 +147,12 @@ pub(super) unsafe fn copy_device_to_device(
 ) -> Result<()> {
     // SAFETY: both are live device allocations or mappings of at least `bytes` bytes, held by the caller
     // until the stream is synchronised.
-    check(unsafe { sys::cuMemcpyDtoDAsync_v2(ptr(dst), ptr(src), bytes, stream(s)) }, "cuMemcpyDtoDAsync")
+    unsafe { result::memcpy_dtod_async(ptr(dst), ptr(src), bytes, stream(s)) }.named("cuMemcpyDtoDAsync")
 }
 
 pub(super) unsafe fn fill(dst: DevicePtr, value: u8, bytes: usize, s: RawStream) -> Result<()> {
     // SAFETY: `dst` is a live device allocation or mapping of at least `bytes` bytes, held by the caller.
-    check(unsafe { sys::cuMemsetD8Async(ptr(dst), value, bytes, stream(s)) }, "cuMemsetD8Async")
+    unsafe { result::memset_d8_async(ptr(dst), value, bytes, stream(s)) }.named("cuMemsetD8Async")
 }
 
 pub(super) fn memops_unsupported(d: &CudaDriver, device: i32) -> Result<Option<String>> {
@@ -177,6 +164,7 @@ pub(super) fn memops_unsupported(d: &CudaDriver, device: i32) -> Result<Option<S
 pub(super) unsafe fn write_u32(d: &CudaDriver, s: RawStream, p: DevicePtr, value: u32) -> Result<()> {
     let write = d.memops()?.write;
     let flags = sys::CUstreamWriteValue_flags::CU_STREAM_WRITE_VALUE_DEFAULT as c_uint;
+    // An entry point from cuGetProcAddress: the result layer has no stream memory operations.
     // SAFETY: the caller keeps the stream and the 4-aligned word alive until the write has run.
     check(unsafe { write(stream(s), ptr(p), value, flags) }, "cuStreamWriteValue32_v2")
 }

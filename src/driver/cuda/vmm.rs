@@ -1,5 +1,8 @@
 //! Virtual memory management (`memMapIPCDrv`): shareable physical allocations, exported and imported as
 //! POSIX file descriptors, mapped in address ranges of their own.
+//!
+//! Every call here is `sys`: cudarc's `result` layer has none of the virtual memory management calls
+//! (`cuMemCreate`, export and import, `cuMemMap` and the rest) nor `cuGetProcAddress`.
 
 use std::ffi::{c_int, c_void};
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
