@@ -54,7 +54,8 @@ if [ $rc -eq 2 ]; then cat "$log/probe"; echo "WAIVED: the binary waives on this
 # --- Normal runs, every IPC mechanism ---------------------------------------------------------------------
 # Each must exit 0 with every "Process i complete!" and "Step i done", the PP line first, 64 MiB buffers, and
 # every child as many descriptors open after closing its handles as before opening them.
-list() { grep -o "\"$1\": \[[0-9, ]*\]" "$2" | grep -o '\[.*\]'; }
+# The children's counts under key $1 in the --json document $2 (one a line there), as [a,b,...].
+list() { local v; v=$(grep -o "\"$1\": [0-9]*" "$2" 2>/dev/null | grep -o '[0-9]*$' | paste -sd, -); [ -n "$v" ] && echo "[$v]"; }
 for ipc in legacy vmm pool; do
   ppds=${GPU_CHECK_PPDS:-"1 2 4"}
   [ "$ipc" = legacy ] && ppds="$ppds 8"

@@ -33,7 +33,13 @@ def run(*extra, env=None):
     if out.returncode != 0:
         sys.exit(f"{binary} {' '.join(extra)} exited {out.returncode}:\n{out.stdout}{out.stderr}")
     with open(path) as f:
-        return wall * 1e3, json.load(f)
+        doc = json.load(f)  # docs/json.md
+    assert doc["status"] == "passed", doc
+    return wall * 1e3, doc["run"]
+
+
+def phases(process):
+    return process["phases"]
 
 
 # simple-ipc asks for one hardware queue per context; CUDA's own default is 8 (what the original runs with).
@@ -43,13 +49,13 @@ m = {k: [] for k in ("floor", "floor_cuda", "seq", "seq_cuda", "ovl", "copy", "c
 for _ in range(runs):
     w, doc = run("--sequential")
     m["seq"].append(w)
-    m["floor"].append(doc["parent"]["cuda_start"] + doc["parent"]["context"])
+    m["floor"].append(phases(doc["parent"])["cuda_start"] + phases(doc["parent"])["context"])
     w, doc = run("--sequential", env=CUDA_DEFAULT)
     m["seq_cuda"].append(w)
-    m["floor_cuda"].append(doc["parent"]["cuda_start"] + doc["parent"]["context"])
+    m["floor_cuda"].append(phases(doc["parent"])["cuda_start"] + phases(doc["parent"])["context"])
     w, doc = run()
     m["ovl"].append(w)
-    c = doc["children"][0]
+    c = phases(doc["children"][0])
     m["copy"].append(c["copy_back"]); m["compare"].append(c["verify"]); m["child_ctx"].append(c["context"])
     assert "SIMPLE_IPC_SIMULATE_GPUS" in os.environ or doc["buffer_bytes"] == 64 << 20, doc
 r = {k: med(v) for k, v in m.items()}
@@ -79,9 +85,9 @@ for ppd in (1, 2, 4, 8, 16):
     for _ in range(3):
         w, doc = run("--procs-per-device", str(ppd))
         walls.append(w)
-        rr.append(max(c["round_robin"] for c in doc["children"]))
-        opened.append(max(c["open_handles"] for c in doc["children"]))
-        ctx.append(sum(c["context"] for c in doc["children"]))
+        rr.append(max(phases(c)["round_robin"] for c in doc["children"]))
+        opened.append(max(phases(c)["open_handles"] for c in doc["children"]))
+        ctx.append(sum(phases(c)["context"] for c in doc["children"]))
     base = base or med(walls)
     print(f"  procs-per-device {ppd:>2}: wall {med(walls):7.1f} ms ({med(walls) / base:4.2f}x)"
           f"  children's contexts, summed {med(ctx):7.1f} ms"

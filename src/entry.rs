@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use nix::sys::signal::{SigHandler, Signal, signal};
 
+use crate::ipc::diagnose::Diagnosis;
 use crate::ipc::{Mechanism, memops_refusal};
 use crate::outcome::{EXIT_FAILURE, EXIT_SUCCESS, EXIT_WAIVED, Outcome};
 use crate::output::{READER_GONE_STATUS, ReaderGone};
@@ -59,8 +60,8 @@ pub fn main() -> ExitCode {
     // usage error), and it is written once the verdict is known, whatever it is.
     // `--ipc all` hands each of its runs a pipe for the document instead (`--report-fd`).
     let opened = match (cli.child, cli.guardian_fd, &cli.json, cli.report_fd) {
-        (None, None, _, Some(fd)) => report::open_inherited(fd),
-        (None, None, Some(path), None) => report::open(path),
+        (None, None, _, Some(fd)) => report::open_inherited(fd, &cli),
+        (None, None, Some(path), None) => report::open(path, &cli),
         _ => Ok(()),
     };
     if let Err(e) = opened {
@@ -71,7 +72,10 @@ pub fn main() -> ExitCode {
         crate::output::be_quiet();
     }
     let started = std::time::Instant::now();
-    let (status, reason, code) = match run(&cli) {
+    let ended = run(&cli);
+    // Where `ipc::diagnose` explained the failure, the document carries its cause and fix as fields.
+    let diagnosis = ended.as_ref().err().and_then(|e| e.downcast_ref::<Diagnosis>());
+    let (status, reason, code) = match &ended {
         Ok(Outcome::Passed) => (Status::Passed, None, EXIT_SUCCESS),
         Ok(Outcome::Waived) => {
             let reason = report::waiver().unwrap_or_else(|| "nothing can run here".to_owned());
@@ -110,7 +114,9 @@ pub fn main() -> ExitCode {
             warn!("{who}: {e:#}");
         }
     }
-    match report::finish(status, reason.as_deref(), code) {
+    let diagnosis = diagnosis.filter(|_| status == Status::Failed);
+    let ending = report::Verdict { status, reason: reason.as_deref(), diagnosis, exit_status: code };
+    match report::finish(&ending) {
         Ok(()) => ExitCode::from(code),
         Err(e) => {
             warn!("{who}: {e:#}");

@@ -173,8 +173,6 @@ macro_rules! waive {
     }};
 }
 
-pub use crate::report::JsonFile;
-
 #[cfg(test)]
 mod tests {
     use super::*;

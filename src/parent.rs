@@ -27,7 +27,8 @@ use crate::joiners::Joiners;
 use crate::meeting::Address;
 use crate::outcome::Outcome;
 use crate::phase::{Phase, Who};
-use crate::report::JsonFile;
+use crate::report::document::RunResults;
+use crate::report::{JsonFile, Results};
 use crate::segment::{self, RunPlan, Segment, SharedState};
 use crate::setup;
 use crate::signals;
@@ -367,44 +368,14 @@ impl<'d> Exporter<'_, 'd> {
     }
 }
 
-/// Every child's count of open descriptors before it opened the handles (`when` 0) or after it closed them
-/// (1), as a JSON list.
-fn descriptor_counts(state: &SharedState, when: usize) -> String {
-    let counts: Vec<String> = (0..state.process_count())
-        .map(|i| state.descriptors[i][when].load(Ordering::Relaxed).to_string())
-        .collect();
-    format!("[{}]", counts.join(", "))
-}
-
 /// `--timings` and `--json`: the parent's phases and what each child left in the segment.
 fn report(cli: &Cli, json: Option<JsonFile>, state: &SharedState, parent: &Phases) -> Result<()> {
-    if !cli.timings && json.is_none() {
-        return Ok(());
-    }
-    let children: Vec<Phases> = (0..state.process_count()).map(|i| Phases::read(state, i)).collect();
     if cli.timings {
+        let children: Vec<Phases> = (0..state.process_count()).map(|i| Phases::read(state, i)).collect();
         crate::output::text(&timings::table(parent, &children))?;
     }
     if let Some(json) = json {
-        let extra = [
-            ("processes", state.process_count().to_string()),
-            ("procs_per_device", state.procs_per_device.load(Ordering::Relaxed).to_string()),
-            ("buffer_bytes", state.data_size().to_string()),
-            ("sequential", cli.sequential.to_string()),
-            ("sync", format!("\"{}\"", if cli.sync == Sync::Memops { "memops" } else { "events" })),
-            (
-                "ipc",
-                format!(
-                    "\"{}\"",
-                    Mechanism::from_code(state.mechanism.load(Ordering::Relaxed))
-                        .map_or("?", Mechanism::name)
-                ),
-            ),
-            ("simulated", crate::driver::host::requested().to_string()),
-            ("descriptors_before_open", descriptor_counts(state, 0)),
-            ("descriptors_after_close", descriptor_counts(state, 1)),
-        ];
-        json.write(&timings::json(parent, &children, &extra))?;
+        json.write(Results::Run(RunResults::of(state, parent)))?;
     }
     Ok(())
 }

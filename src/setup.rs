@@ -1,6 +1,6 @@
 //! The set-up the parent's roles share (the sample's parent, the benchmark's consumer): the segment, the
 //! guardian, the driver or the waived line where there is none, and the chosen devices or the waived line
-//! where none fits. What each role does next is its own.
+//! where none fits (both noted for the `--json` document). What each role does next is its own.
 
 use anyhow::Result;
 
@@ -28,8 +28,10 @@ pub fn start(before_selection: impl FnOnce() -> Result<()>) -> Result<Option<Set
     let segment = Segment::create(&segment::name_for(std::process::id()))?;
     let guardian = Guardian::start()?;
     let Some(cuda) = devices::load_or_waive()? else { return Ok(None) };
+    crate::report::note_driver(&*cuda);
     before_selection()?;
     let chosen = devices::select(&*cuda)?;
+    crate::report::note_devices(&*cuda, &chosen);
     if chosen.is_empty() {
         waive!("No CUDA devices support IPC")?;
         return Ok(None);

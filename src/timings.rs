@@ -1,7 +1,7 @@
 //! Where the time goes, and where each process is: a [`Stopwatch`] marks each phase a process enters. That
 //! one call records the time of the phase it ends, tells the segment which phase the process is in (for the
 //! watchdog's report), and is where a test fault may strike. Children leave their timings in the segment;
-//! the parent prints them all (`--timings`) or writes them as JSON (`--json FILE`).
+//! the parent prints them all (`--timings`) or hands them to the `--json` document (`report`).
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -79,6 +79,13 @@ impl Phases {
         for (slot, spent) in state.timings[index].iter().zip(self.spent.iter()) {
             slot.store(spent.map_or(0, |d| d.as_micros() as u64 + 1), Ordering::Relaxed);
         }
+    }
+
+    /// Every phase measured, in the order a run goes through them, then `total`: its name and milliseconds
+    /// (to the microsecond, as the segment holds them).
+    pub fn in_ms(&self) -> Vec<(&'static str, f64)> {
+        let rows = Phase::ALL.into_iter().map(|p| (p.name(), p.index())).chain([("total", TOTAL)]);
+        rows.filter_map(|(name, slot)| self.spent[slot].map(|d| (name, d.as_micros() as f64 / 1e3))).collect()
     }
 
     /// Reads what process `index` published.
@@ -183,31 +190,6 @@ pub fn table(parent: &Phases, children: &[Phases]) -> String {
     out
 }
 
-fn json_object(phases: &Phases) -> String {
-    let rows = Phase::ALL.into_iter().map(|p| (p.name(), p.index())).chain([("total", TOTAL)]);
-    let fields: Vec<String> = rows
-        .filter_map(|(name, slot)| {
-            phases.spent[slot].map(|d| format!("\"{name}\": {:.3}", d.as_secs_f64() * 1e3))
-        })
-        .collect();
-    format!("{{{}}}", fields.join(", "))
-}
-
-/// The same as [`table`], as one JSON document: `{"unit": "ms", "parent": {...}, "children": [{...}]}`.
-pub fn json(parent: &Phases, children: &[Phases], extra: &[(&str, String)]) -> String {
-    let children: Vec<String> = children.iter().map(json_object).collect();
-    let mut out = format!(
-        "{{\"unit\": \"ms\", \"parent\": {}, \"children\": [{}]",
-        json_object(parent),
-        children.join(", ")
-    );
-    for (key, value) in extra {
-        let _ = write!(out, ", \"{key}\": {value}");
-    }
-    out.push_str("}\n");
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -236,11 +218,13 @@ mod tests {
         phases.spent[TOTAL] = Some(Duration::from_millis(7));
         assert_eq!(phases.get(Phase::RoundRobin), Some(Duration::from_millis(2)));
         assert_eq!(phases.get(Phase::CopyBack), None);
-        assert!(json(&phases, &[], &[]).contains("\"total\": 7.000"));
-        let json = json(&phases, std::slice::from_ref(&phases), &[("procs_per_device", "1".into())]);
-        assert!(json.contains("\"round_robin\": 2.000"), "{json}");
-        assert!(json.contains("\"procs_per_device\": 1"), "{json}");
-        assert!(!json.contains("copy_back"), "unmeasured phases are left out: {json}");
+        phases.add(Phase::CudaStart, Duration::from_nanos(1_234_567));
+        let in_ms = phases.in_ms();
+        assert_eq!(
+            in_ms,
+            [("cuda_start", 1.234), ("round_robin", 2.0), ("total", 7.0)],
+            "in the phases' order, to the microsecond; unmeasured phases are left out"
+        );
         let text = table(&phases, &[]);
         assert!(text.contains("round_robin") && text.contains("2.00"), "{text}");
     }

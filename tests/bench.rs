@@ -64,20 +64,24 @@ fn bench_prints_a_row_set_per_pair_and_writes_json() {
             let [p50, p10, p90] = numbers[..] else { panic!("{line}") };
             assert!(p10 <= p50 && p50 <= p90 && p10 < p90 && p10 > 0.0, "{line}");
         }
-        let doc = std::fs::read_to_string(&json).unwrap();
+        let doc = common::document(&json);
         std::fs::remove_file(&json).unwrap();
-        assert_eq!(doc.matches("\"status\": \"Passed\"").count(), 4 * (6 + 4), "{doc}");
-        assert!(
-            doc.contains(&format!("\"mechanism\": \"{mechanism}\"")) && doc.contains("\"simulated\": true"),
-            "{doc}"
-        );
-        assert!(doc.contains("\"fits_in_l2\": true"), "{doc}");
+        assert_eq!((doc["status"].as_str(), doc["mode"].as_str()), (Some("passed"), Some("bench")), "{doc}");
+        let bench = &doc["bench"];
+        assert_eq!(bench["mechanism"], mechanism, "{doc}");
+        assert_eq!(doc["driver"]["simulated"], true, "{doc}");
+        let tests = bench["testcases"].as_array().unwrap();
+        assert_eq!(tests.len(), 4 * (6 + 4), "{doc}");
+        assert!(tests.iter().all(|t| t["status"] == "passed"), "{doc}");
+        let copies: Vec<&serde_json::Value> = tests.iter().filter(|t| t["name"] == "copy").collect();
+        assert_eq!(copies.len(), 4 * 4, "{doc}");
+        assert!(copies.iter().any(|t| t["copy"]["fits_in_l2"] == true), "{doc}");
         // One GPU: the local copy; two: the in-process peer copy.
-        for test in doc.split("}, {").filter(|t| t.contains("\"unit\": \"GB/s\"")) {
-            let same = test.contains("\"producer\": 0, \"consumer\": 0")
-                || test.contains("\"producer\": 1, \"consumer\": 1");
-            let reference = if same { "local copy" } else { "in-process peer copy" };
-            assert!(test.contains(&format!("\"reference_name\": \"{reference}\"")), "{test}");
+        for test in copies {
+            let reference =
+                if test["producer"] == test["consumer"] { "local copy" } else { "in-process peer copy" };
+            assert_eq!(test["copy"]["reference_name"], reference, "{test}");
+            assert_eq!(test["copy"]["unit"], "GB/s", "{test}");
         }
         assert!(
             common::wait_group_gone(pid, std::time::Duration::from_secs(3)).is_some(),

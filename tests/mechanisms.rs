@@ -20,6 +20,13 @@ fn table_of(all: &str) -> Vec<&str> {
     header.chain(lines.take_while(|l| rows.iter().any(|r| l.starts_with(r)))).collect()
 }
 
+/// Each child's count of descriptors (`descriptors_before_open` or `descriptors_after_close`) in a run's
+/// `--json` document.
+fn descriptors(doc: &serde_json::Value, key: &str) -> Vec<u64> {
+    let children = doc["run"]["children"].as_array().unwrap_or_else(|| panic!("no children: {doc}"));
+    children.iter().map(|child| child[key].as_u64().unwrap_or_else(|| panic!("no {key}: {doc}"))).collect()
+}
+
 /// Runs `command`, returning its pid, status and all its output.
 fn run_pid(command: &mut std::process::Command) -> (u32, Option<i32>, String) {
     let (pid, out) = common::run_with_pid(command);
@@ -42,15 +49,12 @@ fn every_mechanism_runs_the_whole_protocol_on_several_devices() {
                 assert!(all.contains(&format!("Process {i} complete!\n")), "{what}: {all}");
                 assert!(all.contains(&format!("Step {i} done\n")), "{what}: {all}");
             }
-            let doc = std::fs::read_to_string(&json).unwrap();
+            let doc = common::document(&json);
             std::fs::remove_file(&json).unwrap();
-            assert!(doc.contains(&format!("\"ipc\": \"{mechanism}\"")), "{what}: the JSON names it: {doc}");
+            assert_eq!(doc["options"]["ipc"], mechanism, "{what}: the JSON names it: {doc}");
             // Every descriptor a child received is closed: as many open at the end as before opening.
-            let list = |key: &str| -> Vec<u32> {
-                let rest = doc.split(&format!("\"{key}\": [")).nth(1).unwrap();
-                rest.split(']').next().unwrap().split(", ").map(|n| n.parse().unwrap()).collect()
-            };
-            let (before, after) = (list("descriptors_before_open"), list("descriptors_after_close"));
+            let (before, after) =
+                (descriptors(&doc, "descriptors_before_open"), descriptors(&doc, "descriptors_after_close"));
             assert_eq!(before.len(), n, "{what}: {doc}");
             assert!(before.iter().all(|&b| b > 3), "{what}: counted (0, 1, 2, the segment, ...): {doc}");
             assert_eq!(before, after, "{what}: a child left descriptors open: {doc}");
@@ -131,12 +135,13 @@ fn ipc_all_prints_a_table_and_exits_by_the_worst_result() {
     );
     assert!(table[3].starts_with("pool") && table[3].ends_with("passed"), "{}", table[3]);
     assert!(table[4].starts_with("fabric") && table[4].contains("waived: "), "{}", table[4]);
-    let doc = std::fs::read_to_string(&json).unwrap();
-    assert!(
-        doc.contains(r#"{"mechanism": "legacy", "result": "passed", "reason": null, "wall_ms": "#),
-        "{doc}"
-    );
-    assert!(doc.contains(r#"{"mechanism": "vmm", "result": "waived", "reason": "No CUDA devices"#), "{doc}");
+    let doc = common::document(&json);
+    let rows = doc["mechanisms"].as_array().unwrap();
+    assert_eq!(rows.len(), 4, "{doc}");
+    assert_eq!((rows[0]["mechanism"].as_str(), rows[0]["status"].as_str()), (Some("legacy"), Some("passed")));
+    assert!(rows[0]["reason"].is_null() && rows[0]["wall_ms"].as_f64().is_some_and(|ms| ms > 0.0), "{doc}");
+    assert_eq!((rows[1]["mechanism"].as_str(), rows[1]["status"].as_str()), (Some("vmm"), Some("waived")));
+    assert!(rows[1]["reason"].as_str().is_some_and(|r| r.starts_with("No CUDA devices")), "{doc}");
 
     // Every mechanism waived: exit 2.
     let out = run(simulated("no-legacy-ipc+no-vmm+no-pools").args(["--ipc", "all"]));
@@ -191,13 +196,12 @@ fn fabric_runs_the_whole_protocol_where_there_is_an_imex_channel() {
                 assert!(all.contains(&format!("Step {i} done\n")), "{what}: {all}");
             }
             assert!(!all.contains("waived") && !all.contains("ended holding"), "{what}: {all}");
-            let doc = std::fs::read_to_string(&json).unwrap();
+            let doc = common::document(&json);
             std::fs::remove_file(&json).unwrap();
-            assert!(doc.contains("\"ipc\": \"fabric\""), "{what}: the JSON names it: {doc}");
-            let list = |key: &str| -> String {
-                doc.split(&format!("\"{key}\": [")).nth(1).unwrap().split(']').next().unwrap().to_owned()
-            };
-            assert_eq!(list("descriptors_before_open"), list("descriptors_after_close"), "{what}: {doc}");
+            assert_eq!(doc["options"]["ipc"], "fabric", "{what}: the JSON names it: {doc}");
+            let before = descriptors(&doc, "descriptors_before_open");
+            assert_eq!(before.len(), n, "{what}: {doc}");
+            assert_eq!(before, descriptors(&doc, "descriptors_after_close"), "{what}: {doc}");
             assert_clean(pid, &what);
         }
     }

@@ -94,13 +94,26 @@ fn more_processes_than_cores_in_sequential_order_with_timings() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("Process 31 complete!") && stdout.contains("Step 31 done"));
     assert!(stdout.contains("Timings (ms)") && stdout.contains("child 31"), "{stdout}");
-    let doc = std::fs::read_to_string(&json).unwrap();
-    assert!(doc.contains("\"processes\": 32") && doc.contains("\"round_robin\""), "{doc}");
-    assert!(doc.contains("\"procs_per_device\": 32"), "{doc}");
-    let size = simple_ipc::segment::SIMULATED_DATA_SIZE;
-    let expected = format!("\"buffer_bytes\": {size}");
-    assert!(doc.contains(&expected), "every byte of the buffers is checked: {doc}");
-    assert_eq!(doc.matches("\"cuda_start\"").count(), 33, "the parent and 32 children: {doc}");
+    let doc = common::document(&json);
+    let run = &doc["run"];
+    assert_eq!(
+        (run["processes"].as_u64(), doc["options"]["procs_per_device"].as_u64()),
+        (Some(32), Some(32))
+    );
+    assert_eq!(
+        (doc["options"]["sequential"].as_bool(), doc["options"]["timings"].as_bool()),
+        (Some(true), Some(true))
+    );
+    let size = simple_ipc::segment::SIMULATED_DATA_SIZE as u64;
+    assert_eq!(run["buffer_bytes"].as_u64(), Some(size), "every byte of the buffers is checked: {doc}");
+    let children = run["children"].as_array().unwrap();
+    assert_eq!(children.len(), 32, "{doc}");
+    for (i, child) in children.iter().enumerate() {
+        assert_eq!(child["index"].as_u64(), Some(i as u64), "{doc}");
+        assert!(child["phases"]["round_robin"].as_f64().is_some_and(|ms| ms >= 0.0), "{doc}");
+        assert!(child["phases"]["cuda_start"].is_f64(), "{doc}");
+    }
+    assert!(run["parent"]["phases"]["cuda_start"].is_f64(), "{doc}");
     std::fs::remove_dir_all(dir).unwrap();
 }
 

@@ -225,8 +225,8 @@ fn buffers_are_the_originals_64_mib_and_a_simulated_run_says_its_size() {
     let json = dir.join("run.json");
     let out = common::run(common::simulated("ok,ok").arg("--json").arg(&json));
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    let doc = std::fs::read_to_string(&json).unwrap();
+    let doc = common::document(&json);
     std::fs::remove_dir_all(&dir).unwrap();
-    let expected = format!("\"buffer_bytes\": {}", segment::SIMULATED_DATA_SIZE);
-    assert!(doc.contains(&expected) && doc.contains("\"simulated\": true"), "{doc}");
+    assert_eq!(doc["run"]["buffer_bytes"].as_u64(), Some(segment::SIMULATED_DATA_SIZE as u64), "{doc}");
+    assert_eq!(doc["driver"]["simulated"], true, "{doc}");
 }

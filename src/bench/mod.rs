@@ -10,8 +10,7 @@
 //!   is one GPU. Sizes that fit in the L2 cache are marked: their rates are the cache's, not memory's.
 //!
 //! The header of each pair says whether the two processes share a GPU and whether MPS may serve them, and
-//! why that changes the figures. `--json FILE` writes every figure as one document, in the manner of
-//! nvbandwidth's.
+//! why that changes the figures. `--json FILE` has every figure, per pair and test (see `report`).
 //!
 //! This file holds the two sides' stories, [`run_consumer`] and [`run_producer`], each in the order of the
 //! [`rendezvous::Step`]s at which they meet; [`handover`] and [`copy`] measure, [`report`] says.
@@ -44,9 +43,10 @@ use crate::ipc::{
     DeviceBuffer, ExportedBuffer, ExportedEvent, Mechanism, OpenedBuffer, OpenedEvent, descriptors,
 };
 use crate::outcome::Outcome;
-use crate::output::JsonFile;
 use crate::phase::Phase;
 use crate::phase::Who;
+use crate::report::document::BenchResults;
+use crate::report::{JsonFile, Results};
 use crate::segment::{self, RunPlan};
 use crate::setup;
 use crate::signals;
@@ -68,7 +68,7 @@ pub fn run_consumer(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
         child: Phase::BENCH_PRODUCER,
         parent_sends_descriptors: false,
     })?;
-    let json = cli.json.as_deref().map(JsonFile::create).transpose()?;
+    let json = JsonFile::requested();
     let Some(setup) = setup::start(|| Ok(()))? else { return Ok(Outcome::Waived) };
     let (state, guardian, chosen) = (setup.segment.state(), &setup.guardian, &setup.chosen);
     let driver: &dyn Driver = &*setup.cuda;
@@ -204,7 +204,7 @@ pub fn run_consumer(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
     }
     children.wait(|| false, || {})?;
     if let Some(json) = json {
-        json.write(&report::json_document(driver, chosen, mechanism, &mps, &results)?)?;
+        json.write(Results::Bench(BenchResults::of(mechanism, &mps, &results)))?;
     }
     Ok(Outcome::Passed)
 }

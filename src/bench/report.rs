@@ -1,15 +1,15 @@
 //! What the benchmark says: the figures of each test ([`Figures`], [`TestResult`]), their lines on the
 //! terminal (each pair's header, with why its figures are what they are, the hand-over rows and the table
-//! of rates), whether MPS may serve the processes ([`mps_note`]), and the `--json` document.
+//! of rates), and whether MPS may serve the processes ([`mps_note`]); the `--json` document takes the
+//! figures as they are (`report::document`).
 
 use anyhow::Result;
 
 use super::copy::{Rates, Reference};
 use super::handover::{Handover, Trips};
 use crate::driver::Driver;
-use crate::ipc::Mechanism;
 
-/// One line of the results, and of the JSON.
+/// One line of the results.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Figures {
     Handover(Trips),
@@ -120,75 +120,6 @@ pub fn human(size: usize) -> String {
     }
 }
 
-fn json_number(x: f64) -> String {
-    if x.is_finite() { format!("{x:.3}") } else { "null".into() }
-}
-
-/// The figures of a hand-over in the JSON: a mean has no percentiles (`null`).
-fn json_trips(trips: &Trips) -> String {
-    let (p50, p10, p90) = match trips {
-        Trips::Spread(s) => (json_number(s.p50), json_number(s.p10), json_number(s.p90)),
-        Trips::Mean(mean) => (json_number(*mean), "null".into(), "null".into()),
-    };
-    format!("\"unit\": \"us\", \"p50\": {p50}, \"p10\": {p10}, \"p90\": {p90}")
-}
-
-/// Every figure as one JSON document, in the manner of nvbandwidth's: the devices, the driver, and for each
-/// test its name, the pair, its status (Passed or Waived) and its figures.
-pub fn json_document(
-    driver: &dyn Driver,
-    devices: &[i32],
-    mechanism: Mechanism,
-    mps: &str,
-    results: &[TestResult],
-) -> Result<String> {
-    let mut listed = Vec::new();
-    for &d in devices {
-        let info = driver.device_info(d)?;
-        listed.push(format!(
-            "{{\"index\": {d}, \"name\": \"{}\", \"l2_cache_bytes\": {}}}",
-            info.name.replace('"', "'"),
-            info.l2_cache_bytes
-        ));
-    }
-    let tests: Vec<String> = results
-        .iter()
-        .map(|r| {
-            let (status, figures) = match &r.figures {
-                Figures::Handover(trips) => ("Passed", json_trips(trips)),
-                Figures::Copy(rates) => (
-                    "Passed",
-                    format!(
-                        "\"unit\": \"GB/s\", \"bytes\": {}, \"ipc\": {}, \"reference\": {}, \
-                         \"reference_name\": \"{}\", \"ipc_percent\": {}, \"fits_in_l2\": {}",
-                        rates.bytes,
-                        json_number(rates.ipc),
-                        json_number(rates.reference),
-                        rates.compared_with.name(),
-                        json_number(rates.ipc_percent()),
-                        rates.in_l2
-                    ),
-                ),
-                Figures::Waived(reason) => ("Waived", format!("\"reason\": \"{}\"", reason.replace('"', "'"))),
-            };
-            format!(
-                "{{\"name\": \"{}\", \"producer\": {}, \"consumer\": {}, \"status\": \"{status}\", {figures}}}",
-                r.name, r.producer, r.consumer
-            )
-        })
-        .collect();
-    Ok(format!(
-        "{{\"simple_ipc_bench\": {{\"driver_version\": {}, \"simulated\": {}, \"mechanism\": \"{}\", \"mps\": \"{}\", \
-         \"devices\": [{}], \"testcases\": [{}]}}}}\n",
-        driver.version()?,
-        driver.simulated(),
-        mechanism.name(),
-        mps,
-        listed.join(", "),
-        tests.join(", ")
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -213,10 +144,5 @@ mod tests {
         let spread = Spread { p50: 6.0, p10: 2.0, p90: 10.0 };
         assert_eq!(figure_text(&Figures::Handover(Trips::Spread(spread))), "6.0 (2.0-10.0)");
         assert_eq!(figure_text(&Figures::Handover(Trips::Mean(4.25))), "4.2 (mean)");
-        assert_eq!(
-            json_trips(&Trips::Mean(4.25)),
-            "\"unit\": \"us\", \"p50\": 4.250, \"p10\": null, \"p90\": null"
-        );
-        assert_eq!(json_number(f64::NAN), "null");
     }
 }

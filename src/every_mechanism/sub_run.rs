@@ -16,8 +16,7 @@ use nix::poll::{PollFd, PollFlags, poll};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use super::table::open_one_ms;
-use super::{Ending, Row};
+use super::{Ending, Row, table};
 use crate::inherit;
 use crate::ipc::Mechanism;
 use crate::signals::{self, Interrupted};
@@ -32,7 +31,7 @@ const DRAIN: Duration = Duration::from_secs(1);
 const STOP_GRACE: Duration = Duration::from_secs(1);
 
 /// Runs this program with the user's options and `--ipc <mechanism>`; passes its output on as it comes and
-/// reads its result (the JSON document of `--json`) from a pipe it inherits (`--report-fd`): no file.
+/// reads its result (its `--json` document, parsed back) from a pipe it inherits (`--report-fd`): no file.
 pub(super) fn run_one(passed_on: &[OsString], mechanism: Mechanism) -> Result<Row> {
     let (report, report_end) =
         nix::unistd::pipe2(OFlag::O_CLOEXEC).context("pipe2 for the result of a run of one mechanism")?;
@@ -81,28 +80,33 @@ pub(super) fn run_one(passed_on: &[OsString], mechanism: Mechanism) -> Result<Ro
         return Err(Interrupted(signal).into());
     }
     let wall_ms = start.elapsed().as_secs_f64() * 1e3;
-    let [stdout, stderr, document] = pipes.map(|pipe| String::from_utf8_lossy(&pipe.got).into_owned());
+    let [stdout, stderr, document] = pipes.map(|pipe| pipe.got);
+    // The run's own document says why it failed or was waived; what it printed, where it wrote none.
+    let document = crate::report::document::parse(&document).map(Box::new);
+    let said = document.as_ref().and_then(|d| d.reason.clone());
+    let (stdout, stderr) = (String::from_utf8_lossy(&stdout), String::from_utf8_lossy(&stderr));
     let ending = match status.code() {
         Some(0) => Ending::Passed,
-        Some(2) => Ending::Waived(
+        Some(2) => Ending::Waived(said.unwrap_or_else(|| {
             stdout
                 .lines()
                 .rev()
                 .find(|l| l.starts_with("No CUDA devices support IPC"))
                 .unwrap_or("waived")
-                .to_owned(),
-        ),
+                .to_owned()
+        })),
         Some(code) if code > 128 => Ending::Failed(format!("stopped by {}", signal_name(code - 128))),
         None => Ending::Failed(format!("killed by {}", status.signal().map_or("?".into(), signal_name))),
-        other => Ending::Failed(
+        other => Ending::Failed(said.unwrap_or_else(|| {
             stderr
                 .lines()
                 .rev()
                 .find(|l| !l.trim().is_empty())
-                .map_or_else(|| format!("exit status {other:?}"), |line| line.trim().to_owned()),
-        ),
+                .map_or_else(|| format!("exit status {other:?}"), |line| line.trim().to_owned())
+        })),
     };
-    Ok(Row { mechanism, ending, wall_ms: Some(wall_ms), open_one_ms: open_one_ms(&document) })
+    let open_one_ms = table::open_one_ms(document.as_ref().and_then(|d| d.run.as_ref()));
+    Ok(Row { mechanism, ending, wall_ms: Some(wall_ms), open_one_ms, document })
 }
 
 /// Where the top parent passes on what comes through one of a run's pipes.

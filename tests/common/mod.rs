@@ -229,3 +229,12 @@ pub fn is_stopped(pid: u32) -> bool {
         .and_then(|stat| stat.rsplit_once(')').map(|(_, rest)| rest.trim_start().starts_with('T')))
         .unwrap_or(false)
 }
+
+/// The `--json` document at `path`, parsed: it must be one whole JSON object.
+pub fn document(path: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let doc: serde_json::Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: not JSON ({e}): {text}", path.display()));
+    assert!(doc.is_object() && text.ends_with("}\n"), "{text}");
+    doc
+}

@@ -1,0 +1,518 @@
+//! The `--json` document as data: one set of serde structs for every mode and every outcome (the schema is
+//! docs/json.md), and the conversions from what each role measured. Numbers are numbers; a figure that is
+//! not finite is `null`. A run of one mechanism under `--ipc all` writes the same document, which the top
+//! parent reads back with serde_json and keeps whole in its row.
+
+use std::fmt;
+use std::sync::atomic::Ordering;
+
+use serde::de::{MapAccess, Visitor};
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::bench::copy::Rates;
+use crate::bench::handover::Trips;
+use crate::bench::report::{Figures, TestResult};
+use crate::cli::{Cli, Sync};
+use crate::driver::{DeviceInfo, uuid_text};
+use crate::every_mechanism::{Ending, Row};
+use crate::ipc::Mechanism;
+use crate::segment::SharedState;
+use crate::timings::Phases;
+
+/// The whole document.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Document {
+    /// `simple-ipc`.
+    pub program: String,
+    /// This program's version (Cargo's).
+    pub version: String,
+    pub status: Status,
+    /// Why the run failed, was waived or interrupted; `null` for a pass.
+    pub reason: Option<String>,
+    /// Where the failure was diagnosed (see `ipc::diagnose`): what the evidence says happened.
+    pub cause: Option<String>,
+    /// ... and the least change that fixes it.
+    pub fix: Option<String>,
+    pub exit_status: u8,
+    pub mode: Mode,
+    /// `null` where the driver could not be loaded (or, for `--ipc all`, no run loaded it).
+    pub driver: Option<DriverFacts>,
+    /// Every device the driver reports, those the run chose marked; empty where the driver is not known.
+    pub devices: Vec<Device>,
+    pub options: Options,
+    /// `mode` "run", once every process finished: the phase timings per process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<RunResults>,
+    /// `mode` "ipc_all": one entry per mechanism.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mechanisms: Option<Vec<MechanismResult>>,
+    /// `mode` "bench", once every pair was measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bench: Option<BenchResults>,
+}
+
+/// How a run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Passed,
+    Failed,
+    Waived,
+    /// A stop signal, or the reader of standard output going away.
+    Interrupted,
+}
+
+/// What the run was asked to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// The sample's run (also with `--serve`).
+    Run,
+    /// `--ipc all`: one run per mechanism.
+    IpcAll,
+    /// `--bench`.
+    Bench,
+}
+
+impl Mode {
+    pub fn of(cli: &Cli) -> Self {
+        match (cli.bench, cli.ipc) {
+            (true, _) => Mode::Bench,
+            (false, crate::cli::IpcArg::All) => Mode::IpcAll,
+            (false, _) => Mode::Run,
+        }
+    }
+}
+
+/// The CUDA driver the run loaded.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DriverFacts {
+    /// The kernel module's version (`/proc/driver/nvidia/version`: "580.65.06"), where known.
+    pub version: Option<String>,
+    /// `cuDriverGetVersion`: 12080 for CUDA 12.8; `null` in a simulation.
+    pub cuda_version: Option<i32>,
+    /// GPUs simulated in host memory (`SIMPLE_IPC_SIMULATE_GPUS`).
+    pub simulated: bool,
+}
+
+/// One device the driver reports.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Device {
+    pub index: i32,
+    pub name: String,
+    /// As `nvidia-smi -L` writes it: `GPU-6511edb2-...`.
+    pub uuid: String,
+    /// `0000:17:00.0`, where the device has one.
+    pub pci_bus_id: Option<String>,
+    pub l2_cache_bytes: u64,
+    /// The run chose it (the original's filters: unified addressing, default compute mode, peer access).
+    pub chosen: bool,
+}
+
+impl Device {
+    pub fn of(index: i32, info: &DeviceInfo, chosen: bool) -> Self {
+        Self {
+            index,
+            name: info.name.clone(),
+            uuid: uuid_text(&info.uuid),
+            pci_bus_id: info.pci_bus_id.clone(),
+            l2_cache_bytes: info.l2_cache_bytes,
+            chosen,
+        }
+    }
+}
+
+/// The options the run was given (or their defaults).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Options {
+    /// `legacy`, `vmm`, `pool`, `fabric` or `all`.
+    pub ipc: String,
+    /// `events` or `memops`.
+    pub sync: String,
+    pub procs_per_device: u32,
+    pub sequential: bool,
+    pub timings: bool,
+    /// `--timeout`; 0: none.
+    pub timeout_s: u64,
+    pub bind_numa: bool,
+    pub quiet: bool,
+    /// `--bench-max-bytes`, with `--bench` only.
+    pub bench_max_bytes: Option<u64>,
+    /// `--serve SOCKET`.
+    pub serve: Option<String>,
+}
+
+impl Options {
+    pub fn of(cli: &Cli) -> Self {
+        Self {
+            ipc: cli.ipc.name(),
+            sync: sync_name(cli.sync).to_owned(),
+            procs_per_device: cli.procs_per_device,
+            sequential: cli.sequential,
+            timings: cli.timings,
+            timeout_s: cli.timeout,
+            bind_numa: cli.bind_numa,
+            quiet: cli.quiet,
+            bench_max_bytes: cli.bench.then_some(cli.bench_max_bytes),
+            serve: cli.serve.clone(),
+        }
+    }
+}
+
+fn sync_name(sync: Sync) -> &'static str {
+    match sync {
+        Sync::Events => "events",
+        Sync::Memops => "memops",
+    }
+}
+
+/// A plain run's results: what each process spent in each phase, in milliseconds.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunResults {
+    /// `ms`, the unit of every phase.
+    pub unit: String,
+    /// How many processes took part (children, or processes that joined).
+    pub processes: usize,
+    /// The size of each process's buffer, every byte of which was verified.
+    pub buffer_bytes: u64,
+    pub parent: ParentResult,
+    pub children: Vec<ChildResult>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ParentResult {
+    pub phases: PhaseTimes,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ChildResult {
+    pub index: usize,
+    /// The device it ran on.
+    pub device: i32,
+    pub phases: PhaseTimes,
+    /// Its open descriptors before it opened the handles, and after it closed them: a descriptor received
+    /// and not closed shows as a difference.
+    pub descriptors_before_open: u32,
+    pub descriptors_after_close: u32,
+}
+
+impl RunResults {
+    /// From the parent's phases and what each child left in the segment.
+    pub fn of(state: &SharedState, parent: &Phases) -> Self {
+        let children = (0..state.process_count())
+            .map(|index| ChildResult {
+                index,
+                device: state.devices[index].load(Ordering::Relaxed),
+                phases: PhaseTimes::of(&Phases::read(state, index)),
+                descriptors_before_open: state.descriptors[index][0].load(Ordering::Relaxed),
+                descriptors_after_close: state.descriptors[index][1].load(Ordering::Relaxed),
+            })
+            .collect();
+        Self {
+            unit: "ms".into(),
+            processes: state.process_count(),
+            buffer_bytes: state.data_size() as u64,
+            parent: ParentResult { phases: PhaseTimes::of(parent) },
+            children,
+        }
+    }
+}
+
+/// Milliseconds per phase, in the order a run goes through them, then `total`; a phase the process did not
+/// go through is left out. An object in the document (`{"cuda_start": 41.2, ..., "total": 230.9}`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PhaseTimes(pub Vec<(String, f64)>);
+
+impl PhaseTimes {
+    pub fn of(phases: &Phases) -> Self {
+        Self(phases.in_ms().into_iter().map(|(name, ms)| (name.to_owned(), ms)).collect())
+    }
+
+    pub fn get(&self, phase: &str) -> Option<f64> {
+        self.0.iter().find(|(name, _)| name == phase).map(|(_, ms)| *ms)
+    }
+}
+
+impl Serialize for PhaseTimes {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        for (name, ms) in &self.0 {
+            map.serialize_entry(name, ms)?;
+        }
+        map.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for PhaseTimes {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct InOrder;
+        impl<'de> Visitor<'de> for InOrder {
+            type Value = PhaseTimes;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an object of phase names and milliseconds")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<PhaseTimes, A::Error> {
+                let mut times = Vec::new();
+                while let Some(entry) = map.next_entry::<String, f64>()? {
+                    times.push(entry);
+                }
+                Ok(PhaseTimes(times))
+            }
+        }
+        deserializer.deserialize_map(InOrder)
+    }
+}
+
+/// One mechanism's run under `--ipc all`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MechanismResult {
+    pub mechanism: String,
+    pub status: Status,
+    pub reason: Option<String>,
+    /// The run's wall time; `null` where it was not run (pool under `--sync memops`).
+    pub wall_ms: Option<f64>,
+    /// The median over the children of their time to open every handle, divided by the process count.
+    pub open_one_ms: Option<f64>,
+    /// The run's own document, as it wrote it; `null` where it was not run or wrote none (killed).
+    pub document: Option<Box<Document>>,
+}
+
+impl MechanismResult {
+    pub fn of(row: &Row) -> Self {
+        let (status, reason) = match &row.ending {
+            Ending::Passed => (Status::Passed, None),
+            Ending::Failed(why) => (Status::Failed, Some(why.clone())),
+            Ending::Waived(why) => (Status::Waived, Some(why.clone())),
+        };
+        Self {
+            mechanism: row.mechanism.name().to_owned(),
+            status,
+            reason,
+            wall_ms: row.wall_ms.and_then(rounded),
+            open_one_ms: row.open_one_ms.and_then(|ms| finite(ms, 1e6)),
+            document: row.document.clone(),
+        }
+    }
+}
+
+/// The benchmark's figures.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BenchResults {
+    pub mechanism: String,
+    /// Whether an MPS control daemon may serve the processes, in words.
+    pub mps: String,
+    /// Per (producer, consumer) pair, each hand-over and each size of copy, in the order measured.
+    pub testcases: Vec<BenchTest>,
+}
+
+impl BenchResults {
+    pub fn of(mechanism: Mechanism, mps: &str, results: &[TestResult]) -> Self {
+        Self {
+            mechanism: mechanism.name().to_owned(),
+            mps: mps.to_owned(),
+            testcases: results.iter().map(BenchTest::of).collect(),
+        }
+    }
+}
+
+/// One test of one pair.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BenchTest {
+    /// The hand-over's name (`events, signal only, GPU waits`), or `copy`.
+    pub name: String,
+    pub producer: i32,
+    pub consumer: i32,
+    /// `passed` or `waived`.
+    pub status: Status,
+    /// Why it was waived.
+    pub reason: Option<String>,
+    /// A hand-over's round trips.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handover: Option<HandoverFigures>,
+    /// A copy's rates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copy: Option<CopyFigures>,
+}
+
+/// Round trips in microseconds: median and 10th to 90th percentiles, or only the mean (where every round
+/// was queued ahead at once).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HandoverFigures {
+    /// `us`.
+    pub unit: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p50: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p10: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p90: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mean: Option<f64>,
+}
+
+/// The copy rate through the IPC mapping beside the limit of that path.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CopyFigures {
+    /// `GB/s`.
+    pub unit: String,
+    pub bytes: u64,
+    pub ipc: Option<f64>,
+    pub reference: Option<f64>,
+    /// `local copy` (one GPU) or `in-process peer copy` (two).
+    pub reference_name: String,
+    pub ipc_percent: Option<f64>,
+    /// The size fits in the consumer's L2 cache: the rates are the cache's, not memory's.
+    pub fits_in_l2: bool,
+}
+
+impl BenchTest {
+    pub fn of(test: &TestResult) -> Self {
+        let mut out = Self {
+            name: test.name.clone(),
+            producer: test.producer,
+            consumer: test.consumer,
+            status: Status::Passed,
+            reason: None,
+            handover: None,
+            copy: None,
+        };
+        match &test.figures {
+            Figures::Handover(trips) => out.handover = Some(HandoverFigures::of(trips)),
+            Figures::Copy(rates) => out.copy = Some(CopyFigures::of(rates)),
+            Figures::Waived(reason) => {
+                out.status = Status::Waived;
+                out.reason = Some(reason.clone());
+            }
+        }
+        out
+    }
+}
+
+impl HandoverFigures {
+    fn of(trips: &Trips) -> Self {
+        let none = Self { unit: "us".into(), p50: None, p10: None, p90: None, mean: None };
+        match trips {
+            Trips::Spread(s) => {
+                Self { p50: rounded(s.p50), p10: rounded(s.p10), p90: rounded(s.p90), ..none }
+            }
+            Trips::Mean(mean) => Self { mean: rounded(*mean), ..none },
+        }
+    }
+}
+
+impl CopyFigures {
+    fn of(rates: &Rates) -> Self {
+        Self {
+            unit: "GB/s".into(),
+            bytes: rates.bytes as u64,
+            ipc: rounded(rates.ipc),
+            reference: rounded(rates.reference),
+            reference_name: rates.compared_with.name().to_owned(),
+            ipc_percent: rounded(rates.ipc_percent()),
+            fits_in_l2: rates.in_l2,
+        }
+    }
+}
+
+/// `x` to `scale` (1e3: three decimals), or `None` where it is not finite (JSON has no NaN).
+fn finite(x: f64, scale: f64) -> Option<f64> {
+    x.is_finite().then(|| (x * scale).round() / scale)
+}
+
+/// `x` to three decimals, or `None` where it is not finite.
+fn rounded(x: f64) -> Option<f64> {
+    finite(x, 1e3)
+}
+
+/// The document's text: indented, one field a line, ending with a newline.
+pub fn text(document: &Document) -> serde_json::Result<String> {
+    serde_json::to_string_pretty(document).map(|mut text| {
+        text.push('\n');
+        text
+    })
+}
+
+/// The document a run of one mechanism wrote, read back (`None` if it is not one).
+pub fn parse(text: &[u8]) -> Option<Document> {
+    serde_json::from_slice(text).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn document() -> Document {
+        Document {
+            program: "simple-ipc".into(),
+            version: "0.1.0".into(),
+            status: Status::Failed,
+            reason: Some("--json /tmp/a\"b\\c\nd: refused".into()),
+            cause: None,
+            fix: None,
+            exit_status: 1,
+            mode: Mode::Run,
+            driver: Some(DriverFacts { version: None, cuda_version: None, simulated: true }),
+            devices: Vec::new(),
+            options: Options {
+                ipc: "legacy".into(),
+                sync: "events".into(),
+                procs_per_device: 1,
+                sequential: false,
+                timings: false,
+                timeout_s: 60,
+                bind_numa: false,
+                quiet: false,
+                bench_max_bytes: None,
+                serve: None,
+            },
+            run: None,
+            mechanisms: None,
+            bench: None,
+        }
+    }
+
+    /// The document reads back as it was written (the top parent of `--ipc all` depends on it), phases in
+    /// their order; a reason with quotes, backslashes and newlines is escaped, and results a mode did not
+    /// reach are left out.
+    #[test]
+    fn a_document_reads_back_as_written_and_strings_are_escaped() {
+        let mut doc = document();
+        let written = text(&doc).unwrap();
+        assert!(written.contains(r#""reason": "--json /tmp/a\"b\\c\nd: refused""#), "{written}");
+        assert!(written.ends_with("}\n") && !written.contains("\"run\":"), "{written}");
+        assert_eq!(parse(written.as_bytes()), Some(doc.clone()));
+
+        let times = PhaseTimes(vec![("round_robin".into(), 2.5), ("cuda_start".into(), 1.0)]);
+        doc.run = Some(RunResults {
+            unit: "ms".into(),
+            processes: 1,
+            buffer_bytes: 4096,
+            parent: ParentResult { phases: times.clone() },
+            children: vec![ChildResult {
+                index: 0,
+                device: 0,
+                phases: times,
+                descriptors_before_open: 5,
+                descriptors_after_close: 5,
+            }],
+        });
+        let written = text(&doc).unwrap();
+        assert!(written.find("round_robin") < written.find("cuda_start"), "in the order given: {written}");
+        assert_eq!(parse(written.as_bytes()), Some(doc));
+        let value: serde_json::Value = serde_json::from_str(&written).unwrap();
+        assert!(value.get("run").is_some() && value.get("bench").is_none(), "{written}");
+        assert_eq!(parse(b"not a document"), None);
+    }
+
+    #[test]
+    fn figures_that_are_not_finite_are_null_and_the_rest_three_decimals() {
+        assert_eq!(rounded(f64::NAN), None);
+        assert_eq!(rounded(f64::INFINITY), None);
+        assert_eq!(rounded(1.23456), Some(1.235));
+        let mean = HandoverFigures::of(&Trips::Mean(4.25));
+        assert_eq!((mean.mean, mean.p50), (Some(4.25), None));
+        let json = serde_json::to_string(&mean).unwrap();
+        assert_eq!(json, r#"{"unit":"us","mean":4.25}"#);
+    }
+}
