@@ -281,3 +281,26 @@ fn isolation_kinds_are_checked_as_typed() {
         assert!(text(&out).contains(needle), "{args:?} says {needle:?}: {}", text(&out));
     }
 }
+
+/// A PID namespace without a /proc of its own: the CUDA driver's cuInit answers
+/// CUDA_ERROR_OPERATING_SYSTEM there (measured on the H200 host), as the simulation does, and the run says
+/// why and what fixes it.
+#[test]
+fn a_pid_namespace_without_its_own_proc_is_named() {
+    let tmp = Tmp::new("proc");
+    let mut command = Command::new("unshare");
+    command.args(["--pid", "--fork"]).arg(bin()).env(SIMULATE, "ok").env_remove(FAULT).env("TMPDIR", &tmp.0);
+    let Ok(out) = command.stdin(Stdio::null()).output() else {
+        eprintln!("SKIPPED a_pid_namespace_without_its_own_proc_is_named: no unshare here");
+        return;
+    };
+    let said = text(&out);
+    if said.contains("unshare failed") || said.contains("Operation not permitted") {
+        eprintln!("SKIPPED a_pid_namespace_without_its_own_proc_is_named: {said}");
+        return;
+    }
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    for needle in ["CUDA_ERROR_OPERATING_SYSTEM", "/proc is another namespace's", "--mount-proc"] {
+        assert!(said.contains(needle), "says {needle:?}: {said}");
+    }
+}

@@ -155,6 +155,7 @@ pub mod code {
     /// What `cuMemCreate` of a fabric-shareable allocation answers where the process has no IMEX channel.
     pub const NOT_PERMITTED: u32 = 800;
     pub const NOT_SUPPORTED: u32 = 801;
+    pub const OPERATING_SYSTEM: u32 = 304;
 
     /// The CUDA driver's name and words for `code` (what `cuGetErrorName` and `cuGetErrorString` say), for
     /// the codes above: the simulation's failures read like the driver's.
@@ -176,6 +177,9 @@ pub mod code {
             ),
             NOT_PERMITTED => ("CUDA_ERROR_NOT_PERMITTED", "operation not permitted"),
             NOT_SUPPORTED => ("CUDA_ERROR_NOT_SUPPORTED", "operation not supported"),
+            OPERATING_SYSTEM => {
+                ("CUDA_ERROR_OPERATING_SYSTEM", "OS call failed or operation not supported on this OS")
+            }
             _ => ("CUDA_ERROR_UNKNOWN", "unknown error"),
         }
     }
@@ -393,8 +397,27 @@ pub trait Driver: Send + Sync {
 /// The driver for this process: the host simulation when the tests ask for it, else CUDA.
 /// `Err(Unavailable)` (no library, no driver, no device) means the run is waived.
 pub fn load() -> Result<Box<dyn Driver>> {
-    if let Some(simulated) = host::HostDriver::from_env()? {
-        return Ok(Box::new(simulated));
-    }
-    Ok(Box::new(cuda::CudaDriver::load()?))
+    let loaded: Result<Box<dyn Driver>> = match host::HostDriver::from_env() {
+        Ok(Some(simulated)) => Ok(Box::new(simulated)),
+        Ok(None) => cuda::CudaDriver::load().map(|cuda| Box::new(cuda) as Box<dyn Driver>),
+        Err(e) => Err(e),
+    };
+    loaded.map_err(|e| match (failed_code(&e), foreign_proc()) {
+        (Some(code::OPERATING_SYSTEM), Some(why)) => e.context(why),
+        _ => e,
+    })
+}
+
+/// Why `/proc` is not this process's own, if it is not: the CUDA driver's `cuInit` then answers
+/// `CUDA_ERROR_OPERATING_SYSTEM` (measured on the H200 host: a PID namespace without a /proc of its own).
+pub fn foreign_proc() -> Option<String> {
+    let seen: u32 = std::fs::read_link("/proc/self").ok()?.to_str()?.parse().ok()?;
+    let me = std::process::id();
+    (seen != me).then(|| {
+        format!(
+            "this process is pid {me} in its PID namespace, but /proc is another namespace's (it says {seen}): \
+             the CUDA driver needs the namespace's own /proc; what fixes it: mount one (unshare --pid --fork \
+             --mount-proc; container runtimes do)"
+        )
+    })
 }

@@ -4,7 +4,7 @@
 //! - `user` (and any isolation asked by a user who is not root): a user namespace in which this user is
 //!   root, so that the other namespaces need no privilege where the kernel allows user namespaces.
 //! - `shm`: a mount namespace with an empty tmpfs on `/dev/shm`, private to this process and its children.
-//! - `pid`: a PID namespace. Its first process is a small init (as Docker's `--init`) and the run's process
+//! - `pid`: a PID namespace, with a /proc of its own (in a mount namespace). Its first process is a small init (as Docker's `--init`) and the run's process
 //!   is the second, so that every isolated process has the same pid number, 2, as containers' first
 //!   processes share 1; the init reaps, passes stop signals on, and outlives the run's process until
 //!   everything it started has ended (the guardian that removes the driver's files among them). The
@@ -24,6 +24,7 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sched::{CloneFlags, unshare};
 use nix::sys::signal::{SigSet, SigmaskHow, Signal, kill};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::stat::Mode;
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid, fork, getegid, geteuid, pipe2, setsid};
 
@@ -74,7 +75,9 @@ pub fn enter(isolation: &Isolation) -> Result<()> {
     }
     for &kind in &isolation.kinds {
         let flag = match kind {
-            Kind::Pid => CloneFlags::CLONE_NEWPID,
+            // The CUDA driver fails in a PID namespace whose /proc is another's (cuInit answers
+            // CUDA_ERROR_OPERATING_SYSTEM): the namespace gets a /proc of its own, in a mount namespace.
+            Kind::Pid => CloneFlags::CLONE_NEWPID | CloneFlags::CLONE_NEWNS,
             Kind::Shm => CloneFlags::CLONE_NEWNS,
             Kind::Ipc => CloneFlags::CLONE_NEWIPC,
             Kind::Net => CloneFlags::CLONE_NEWNET,
@@ -83,6 +86,10 @@ pub fn enter(isolation: &Isolation) -> Result<()> {
             Kind::User => continue,
         };
         unshare(flag).map_err(|e| unavailable(kind.name(), e))?;
+    }
+    if isolation.has(Kind::Shm) || isolation.has(Kind::Pid) {
+        mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
+            .context("making this mount namespace's mounts private")?;
     }
     if isolation.has(Kind::Shm) {
         own_dev_shm()?;
@@ -118,10 +125,21 @@ fn map_to_root(uid: u32, gid: u32) -> Result<()> {
 
 /// An empty /dev/shm of this mount namespace's own, which no mount outside sees.
 fn own_dev_shm() -> Result<()> {
-    mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
-        .context("making this mount namespace's mounts private")?;
     mount(Some("tmpfs"), "/dev/shm", Some("tmpfs"), MsFlags::MS_NOSUID | MsFlags::MS_NODEV, Some("mode=1777"))
         .map_err(|e| unavailable("/dev/shm (a tmpfs mounted on it)", e))
+}
+
+/// The first process of a PID namespace mounts its /proc, as a container's runtime does. The simulated
+/// driver keeps the /proc it had (see `driver::host::keep_outer_proc`).
+fn own_proc() -> Result<()> {
+    if crate::driver::host::requested() {
+        let outer =
+            nix::fcntl::open("/proc", OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())
+                .context("opening /proc")?;
+        crate::driver::host::keep_outer_proc(outer);
+    }
+    let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+    mount(Some("proc"), "/proc", Some("proc"), flags, None::<&str>).map_err(|e| unavailable("/proc", e))
 }
 
 /// The stop signals this process passes on: those its invoker did not leave ignored (see `signals`).
@@ -152,6 +170,7 @@ fn become_second_process() -> Result<()> {
         }
         ForkResult::Child => drop(outside_end),
     }
+    own_proc()?;
     // The init: its own session, so that a kill of the invoker's process group reaches the process outside
     // only, and the init can then stop the run in order instead of dying with everything in the namespace.
     setsid().context("setsid in the init of a PID namespace")?;

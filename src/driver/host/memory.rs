@@ -92,6 +92,16 @@ pub(super) fn current_device() -> i32 {
     CURRENT.with(|current| current.get())
 }
 
+/// The /proc of the PID namespace this process was started in, kept before its own was mounted over it
+/// (`--isolate pid`): where the exporter of a handle, the process that started this one, is visible. The
+/// CUDA driver reaches another process's memory through its kernel module; the simulation, through this.
+static OUTER_PROC: std::sync::OnceLock<std::os::fd::OwnedFd> = std::sync::OnceLock::new();
+
+/// Keeps `proc` (a descriptor of the /proc this process had before it mounted its own).
+pub fn keep_outer_proc(proc: std::os::fd::OwnedFd) {
+    let _ = OUTER_PROC.set(proc);
+}
+
 /// How the simulation says that what it was asked is beyond what it models (not how the driver answers).
 pub const BEYOND_THE_SIMULATION: &str = "beyond the simulation";
 
@@ -270,7 +280,10 @@ pub(super) fn ipc_open_mem_handle(sim: &HostDriver, handle: &IpcHandleBytes) -> 
     let (pid, fd, len) = decode(handle, BUFFER_TAG)
         .ok_or_else(|| failed(call, code::INVALID_VALUE, "not a simulated legacy memory handle"))?;
     refuse_own_pid(call, pid)?;
-    let path = format!("/proc/{pid}/fd/{fd}");
+    let path = match OUTER_PROC.get() {
+        Some(proc) => format!("/proc/self/fd/{}/{pid}/fd/{fd}", proc.as_raw_fd()),
+        None => format!("/proc/{pid}/fd/{fd}"),
+    };
     let file = OpenOptions::new().read(true).write(true).open(&path).map_err(|e| {
         if e.kind() == std::io::ErrorKind::PermissionDenied {
             // The driver's kernel module reaches the memory whatever the namespaces; /proc does not.

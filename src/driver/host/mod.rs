@@ -50,7 +50,7 @@
 mod calls;
 mod events;
 mod memory;
-pub use memory::BEYOND_THE_SIMULATION;
+pub use memory::{BEYOND_THE_SIMULATION, keep_outer_proc};
 mod pool;
 mod streams;
 mod vmm;
@@ -199,6 +199,11 @@ impl HostDriver {
         let Some(spec) = std::env::var_os(SIMULATE_ENV) else {
             return Ok(None);
         };
+        // As the CUDA driver's cuInit in a PID namespace whose /proc is another's.
+        if super::foreign_proc().is_some() {
+            let why = "this process's pid is not the one /proc says";
+            return Err(failed("cuInit", super::code::OPERATING_SYSTEM, why));
+        }
         Self::new(&spec.to_string_lossy()).map(Some)
     }
 
