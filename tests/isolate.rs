@@ -158,7 +158,9 @@ fn the_container_matrix_is_the_one_measured_on_the_h200_host() {
         return;
     }
     let tmp = Tmp::new("matrix");
-    let (pid, out) = run(&tmp, &["--ipc", "all", "--isolate", "container,user"]);
+    let json = tmp.0.join("matrix.json");
+    let json_arg = json.display().to_string();
+    let (pid, out) = run(&tmp, &["--ipc", "all", "--isolate", "container,user", "--json", &json_arg]);
     let said = text(&out);
     assert_eq!(out.status.code(), Some(0), "a boundary the driver refuses is a fact, not a failure: {said}");
     let row = |title: &str| -> Vec<String> {
@@ -186,6 +188,17 @@ fn the_container_matrix_is_the_one_measured_on_the_h200_host() {
         assert!(said.contains(note), "the notes say {note:?}: {said}");
     }
     assert!(!said.contains("--ipc=host or"), "no blanket advice: {said}");
+    // The same cells in the --json document, as data.
+    let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!((doc["mode"].as_str(), doc["status"].as_str()), (Some("container_matrix"), Some("passed")));
+    let cells = doc["matrix"].as_array().unwrap();
+    assert_eq!(cells.len(), 8 * 5, "every boundary by every handle");
+    let shm_event =
+        cells.iter().find(|c| c["boundary"] == "own /dev/shm" && c["handle"] == "legacy event").unwrap();
+    assert_eq!(shm_event["error"], "CUDA_ERROR_MAP_FAILED");
+    assert_eq!(shm_event["event_refused"], true);
+    assert!(shm_event["fix"].as_str().unwrap().starts_with("share /dev/shm"), "{shm_event}");
+    std::fs::remove_file(&json).unwrap();
     assert_eq!(tmp.entries(), Vec::<String>::new(), "no socket directory is left");
     assert_no_driver_files(pid, "the matrix");
 }

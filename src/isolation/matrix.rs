@@ -147,6 +147,7 @@ fn classify(code: Option<i32>, output: &str) -> Cell {
 pub fn run(cli: &Cli) -> Result<Outcome> {
     let Some(asked) = &cli.isolate else { bail!("internal error: the matrix needs --isolate") };
     let passed_on = passed_on(std::env::args_os().skip(1));
+    let json = crate::report::JsonFile::requested();
     let rows = boundaries(asked);
     say!(
         "The container matrix ({} boundaries by {} kinds of handle, each an isolated run of its own)",
@@ -165,6 +166,9 @@ pub fn run(cli: &Cli) -> Result<Outcome> {
         cells.push(line);
     }
     crate::output::text(&table(&rows, &cells))?;
+    if let Some(json) = json {
+        json.write(crate::report::Results::Matrix(document(&rows, &cells)))?;
+    }
     let failed = cells.iter().flatten().filter(|c| matches!(c, Cell::Failed { .. })).count();
     let ran = cells.iter().flatten().filter(|c| !matches!(c, Cell::Waived)).count();
     crate::report::note_summary(format!(
@@ -231,6 +235,35 @@ fn run_cell(passed_on: &[std::ffi::OsString], row: &Boundary, column: &Column) -
     let text =
         format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
     Ok(classify(output.status.code(), &text))
+}
+
+/// The cells for the `--json` document.
+fn document(rows: &[Boundary], cells: &[Vec<Cell>]) -> Vec<crate::report::MatrixCell> {
+    let mut out = Vec::new();
+    for (row, line) in rows.iter().zip(cells) {
+        for (column, cell) in COLUMNS.iter().zip(line) {
+            let (result, error, event_refused, fix) = match cell {
+                Cell::Ok => ("ok", None, None, None),
+                Cell::Waived => ("waived", None, None, None),
+                Cell::NotSimulated => ("not_simulated", None, None, None),
+                Cell::Failed { error, event, fix } => {
+                    ("failed", Some(error.clone()), Some(*event), fix.clone())
+                }
+            };
+            out.push(crate::report::MatrixCell {
+                boundary: row.title.clone(),
+                isolate: row.isolate.clone(),
+                handle: column.title.to_owned(),
+                ipc: column.mechanism.name().to_owned(),
+                sync: column.sync.to_owned(),
+                result: result.to_owned(),
+                error,
+                event_refused,
+                fix,
+            });
+        }
+    }
+    out
 }
 
 /// The table, then each cause with the least sharing that fixes it.

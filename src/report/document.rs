@@ -50,6 +50,32 @@ pub struct Document {
     /// `mode` "bench", once every pair was measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bench: Option<BenchResults>,
+    /// `mode` "container_matrix": one entry per boundary and kind of handle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matrix: Option<Vec<MatrixCell>>,
+}
+
+/// One cell of the container matrix (`--ipc all --isolate KINDS`): an isolated run that tries one kind of
+/// handle across one boundary.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MatrixCell {
+    /// The row: `own /dev/shm`, say.
+    pub boundary: String,
+    /// The run's `--isolate`: `shm`.
+    pub isolate: String,
+    /// The column: `legacy event`, say.
+    pub handle: String,
+    /// The run's `--ipc` and `--sync`.
+    pub ipc: String,
+    pub sync: String,
+    /// `ok`, `waived`, `not_simulated` (beyond what the simulation models) or `failed`.
+    pub result: String,
+    /// Where it failed: the driver's error (`CUDA_ERROR_MAP_FAILED`), or how the run ended.
+    pub error: Option<String>,
+    /// Where it failed: whether the interprocess event's handle was the one refused.
+    pub event_refused: Option<bool>,
+    /// Where it failed: the least sharing that fixes it, as the run diagnosed it.
+    pub fix: Option<String>,
 }
 
 /// How a run ended.
@@ -73,12 +99,15 @@ pub enum Mode {
     IpcAll,
     /// `--bench`.
     Bench,
+    /// `--ipc all --isolate KINDS`: the container matrix.
+    ContainerMatrix,
 }
 
 impl Mode {
     pub fn of(cli: &Cli) -> Self {
         match (cli.bench, cli.ipc) {
             (true, _) => Mode::Bench,
+            (false, crate::cli::IpcArg::All) if cli.isolate.is_some() => Mode::ContainerMatrix,
             (false, crate::cli::IpcArg::All) => Mode::IpcAll,
             (false, _) => Mode::Run,
         }
@@ -141,6 +170,9 @@ pub struct Options {
     pub bench_max_bytes: Option<u64>,
     /// `--serve SOCKET`.
     pub serve: Option<String>,
+    /// `--isolate KINDS`.
+    #[serde(default)]
+    pub isolate: Option<String>,
 }
 
 impl Options {
@@ -156,6 +188,7 @@ impl Options {
             quiet: cli.quiet,
             bench_max_bytes: cli.bench.then_some(cli.bench_max_bytes),
             serve: cli.serve.clone(),
+            isolate: cli.isolate.as_ref().map(ToString::to_string),
         }
     }
 }

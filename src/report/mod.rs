@@ -31,6 +31,7 @@ use anyhow::{Context, Result, bail};
 use crate::cli::Cli;
 use crate::driver::Driver;
 use crate::ipc::diagnose::Diagnosis;
+pub use document::MatrixCell;
 pub use document::Status;
 use document::{BenchResults, Device, Document, DriverFacts, MechanismResult, Mode, Options, RunResults};
 
@@ -66,6 +67,7 @@ pub enum Results {
     Run(RunResults),
     Mechanisms(Vec<MechanismResult>),
     Bench(BenchResults),
+    Matrix(Vec<MatrixCell>),
 }
 
 /// Where the document goes.
@@ -248,11 +250,12 @@ pub struct Verdict<'a> {
 
 /// The whole document of `pending`, with the verdict.
 fn document(pending: &mut Pending, verdict: &Verdict) -> Document {
-    let (mut run, mut mechanisms, mut bench) = (None, None, None);
+    let (mut run, mut mechanisms, mut bench, mut matrix) = (None, None, None, None);
     match pending.results.take() {
         Some(Results::Run(results)) => run = Some(results),
         Some(Results::Mechanisms(rows)) => mechanisms = Some(rows),
         Some(Results::Bench(results)) => bench = Some(results),
+        Some(Results::Matrix(cells)) => matrix = Some(cells),
         None => {}
     }
     // `--ipc all` loads no driver itself: its runs say what they found.
@@ -279,6 +282,7 @@ fn document(pending: &mut Pending, verdict: &Verdict) -> Document {
         run,
         mechanisms,
         bench,
+        matrix,
     }
 }
 
