@@ -498,10 +498,12 @@ mod tests {
                 quiet: false,
                 bench_max_bytes: None,
                 serve: None,
+                isolate: Some("joiners:pid".into()),
             },
             run: None,
             mechanisms: None,
             bench: None,
+            matrix: None,
         }
     }
 
