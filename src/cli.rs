@@ -112,6 +112,11 @@ pub struct Cli {
           requires = "join")]
     pub isolated: Option<crate::isolation::Isolation>,
 
+    /// This served run's place in a sequence (`--serve SOCKET --ipc all` gives each mechanism's run its own:
+    /// K/M), which it tells its joiners (not for users).
+    #[arg(long, hide = true, value_name = "K/M", value_parser = crate::meeting::Round::parse, requires = "serve")]
+    pub serve_round: Option<crate::meeting::Round>,
+
     /// Join the run served at SOCKET as one of its processes: the index, the segment and the descriptors
     /// come from the server, and everything else is a child's.
     #[arg(long, value_name = "SOCKET", conflicts_with_all = ["bench", "topology", "serve", "sequential",

@@ -193,9 +193,6 @@ fn run(cli: &cli::Cli) -> anyhow::Result<Outcome> {
                 anyhow::bail!("{}; use --ipc {orderable}", memops_refusal(mechanism))
             }
             Some(mechanism) => parent::run(cli, mechanism),
-            None if cli.serve.is_some() => {
-                anyhow::bail!("--serve runs one mechanism at a time: give --ipc legacy, vmm or pool")
-            }
             None if cli.isolate.is_some() => crate::isolation::run_matrix(cli),
             None => every_mechanism::run(cli),
         },

@@ -4,7 +4,7 @@
 //! status), with the connection standing for its parent: when the server is gone, it stops. At its end it
 //! tells the server how it ended.
 
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -12,7 +12,7 @@ use nix::sys::socket::connect;
 
 use crate::attach;
 use crate::child;
-use crate::meeting::{self, Address, Heard};
+use crate::meeting::{self, Address, Heard, Round};
 use crate::phase::{Phase, Who};
 use crate::signals;
 use crate::timings::Stopwatch;
@@ -33,26 +33,134 @@ impl std::fmt::Display for RunOverBeforeJoining {
 
 impl std::error::Error for RunOverBeforeJoining {}
 
-/// Joins the run at `address`; `started_by_server`: the server started this process (`--isolate`).
+/// How long a joiner of a sequence of runs (`--serve --ipc all`) waits for the next run's server: it starts
+/// as soon as the last run ended, and takes a moment to start CUDA.
+const NEXT_RUN_WITHIN: Duration = Duration::from_secs(30);
+
+/// What one run's server said to this process.
+enum Answer {
+    /// Admitted: it took part, and this is how its part ended.
+    TookPart(Result<()>, Option<Round>),
+    /// The run (one of a sequence) was waived.
+    Waived(Round),
+    /// The server closed the connection before it answered.
+    Closed,
+}
+
+/// Joins the run at `address`, and, where the server says it is one of a sequence of runs (`--serve --ipc
+/// all`), each run after it in turn; fails if any of them failed. `started_by_server`: the server started
+/// this process (`--isolate`).
 pub fn run(address: &str, timeout: Option<Duration>, started_by_server: bool) -> Result<()> {
     let address = Address::parse(address).with_context(|| format!("--join {address}"))?;
-    let connection = meeting::seqpacket()?;
-    match connect(connection.as_raw_fd(), &address.unix()?) {
-        Err(nix::errno::Errno::ENOENT | nix::errno::Errno::ECONNREFUSED) if started_by_server => {
-            return Err(RunOverBeforeJoining.into());
+    let mut failed: Vec<String> = Vec::new();
+    let mut last: Option<Round> = None;
+    // A run of a sequence that was just over may close a connection it had not answered yet: the next
+    // run's server is tried again, a bounded number of times.
+    let mut closed_unanswered = 0;
+    let mut ran_last: Option<Round> = None;
+    loop {
+        // After the first run, the next one's server may not listen yet: it is waited for.
+        let connection = match (connect_to(&address, last.is_some(), started_by_server), last) {
+            (Ok(connection), _) => connection,
+            (Err(e), Some(round)) => {
+                failed.push(format!("run {} of {}: {e:#}", round.number + 1, round.of));
+                break;
+            }
+            (Err(e), None) => return Err(e),
+        };
+        match take_part_once(&address, &connection, timeout)? {
+            Answer::TookPart(ended, round) => {
+                if let Err(e) = ended {
+                    match round {
+                        Some(round) => {
+                            warn!("simple-ipc: run {round} of the sequence: {e:#}");
+                            failed.push(format!("run {round}"));
+                        }
+                        None => return Err(e),
+                    }
+                }
+                match round {
+                    Some(round) if !round.is_last() => last = Some(round),
+                    _ => {
+                        ran_last = round;
+                        break;
+                    }
+                }
+            }
+            Answer::Waived(round) if !round.is_last() => last = Some(round),
+            Answer::Waived(round) => {
+                ran_last = Some(round);
+                break;
+            }
+            Answer::Closed if last.is_some() && closed_unanswered < 100 => {
+                closed_unanswered += 1;
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Answer::Closed => bail!("--join {address}: the server closed the connection without an answer"),
         }
-        connected => connected.with_context(|| {
-            format!("--join {address}: no run is served there, or this process cannot reach the socket")
-        })?,
     }
-    meeting::ask_to_join(&connection)?;
+    if !failed.is_empty() {
+        bail!("--join {address}: {} failed", failed.join(", "));
+    }
+    if let Some(round) = last.or(ran_last) {
+        crate::report::note_summary(format!(
+            "took part in the served sequence of {} runs at {address}",
+            round.of
+        ));
+    }
+    Ok(())
+}
+
+/// A connection to the server at `address`; `wait`: try again until [`NEXT_RUN_WITHIN`] while nothing
+/// listens there yet.
+fn connect_to(address: &Address, wait: bool, started_by_server: bool) -> Result<OwnedFd> {
+    let since = Instant::now();
+    loop {
+        let connection = meeting::seqpacket()?;
+        match connect(connection.as_raw_fd(), &address.unix()?) {
+            Ok(()) => return Ok(connection),
+            Err(nix::errno::Errno::ENOENT | nix::errno::Errno::ECONNREFUSED)
+                if wait && since.elapsed() < NEXT_RUN_WITHIN =>
+            {
+                signals::check()?;
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(nix::errno::Errno::ENOENT | nix::errno::Errno::ECONNREFUSED) if started_by_server => {
+                return Err(RunOverBeforeJoining.into());
+            }
+            Err(e) if wait => {
+                return Err(e).with_context(|| {
+                    format!(
+                        "--join {address}: the next run of the sequence was not served within {} s",
+                        NEXT_RUN_WITHIN.as_secs()
+                    )
+                });
+            }
+            Err(e) => {
+                return Err(e).with_context(|| {
+                    format!(
+                        "--join {address}: no run is served there, or this process cannot reach the socket"
+                    )
+                });
+            }
+        }
+    }
+}
+
+/// Asks to join the run at the other end of `connection` and, once admitted, takes part in it.
+fn take_part_once(address: &Address, connection: &OwnedFd, timeout: Option<Duration>) -> Result<Answer> {
+    meeting::ask_to_join(connection)?;
     let asked = Instant::now();
     let admission = loop {
         signals::check()?;
-        match meeting::hear(&connection, 10)? {
+        match meeting::hear(connection, 10)? {
             Heard::Admitted(admission) => break admission,
+            Heard::Waived(round, why) => {
+                say!("The server's run {round} was waived: {why}")?;
+                return Ok(Answer::Waived(round));
+            }
             Heard::Refused(why) => bail!("--join {address}: the server refused this process: {why}"),
-            Heard::Closed => bail!("--join {address}: the server closed the connection without an answer"),
+            Heard::Closed => return Ok(Answer::Closed),
             Heard::Ended(..) | Heard::Asked => {
                 bail!("--join {address}: the server sent what only a joiner sends")
             }
@@ -63,6 +171,7 @@ pub fn run(address: &str, timeout: Option<Duration>, started_by_server: bool) ->
         }
     };
     let index = admission.index;
+    let round = admission.round;
     let watch = Stopwatch::start(Who::Child(index), Phase::Attach)?;
     let segment = attach::joined_segment(index, admission.processes, admission.segment)?;
     let ended = child::take_part(
@@ -71,7 +180,7 @@ pub fn run(address: &str, timeout: Option<Duration>, started_by_server: bool) ->
         &segment,
         admission.descriptor_socket,
         &attach::Parent::Server {
-            connection: &connection,
+            connection,
             deadline: timeout.and_then(|t| asked.checked_add(t).map(|at| (at, t))),
         },
     );
@@ -80,6 +189,6 @@ pub fn run(address: &str, timeout: Option<Duration>, started_by_server: bool) ->
         Err(e) => (crate::outcome::EXIT_FAILURE, format!("{e:#}")),
     };
     // The server may be gone already (that may be why this process stopped): nothing more to say then.
-    let _ = meeting::say_ended(&connection, status, &why);
-    ended
+    let _ = meeting::say_ended(connection, status, &why);
+    Ok(Answer::TookPart(ended, round))
 }

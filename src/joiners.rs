@@ -67,7 +67,8 @@ struct Waiting {
 /// The served run's joiners.
 pub struct Joiners<'s> {
     segment: &'s Segment,
-    listener: OwnedFd,
+    /// `None` once the door is closed (every process of a run of a sequence has joined).
+    listener: Option<OwnedFd>,
     address: Address,
     /// The socket file the server made (device, inode), removed on drop if it is still that one.
     made: Option<(u64, u64)>,
@@ -81,9 +82,17 @@ pub struct Joiners<'s> {
     /// The socket's file goes once every process has joined (`--isolate`: nobody else is to come, and a
     /// server killed after that leaves no file).
     remove_when_full: bool,
+    /// The run's place in a sequence (`--serve --ipc all`), said to each joiner as it is admitted.
+    round: Option<meeting::Round>,
 }
 
 impl<'s> Joiners<'s> {
+    /// Tells each joiner, as it is admitted, that the run is `round` of a sequence.
+    pub fn in_round(mut self, round: Option<meeting::Round>) -> Self {
+        self.round = round;
+        self
+    }
+
     /// Removes the socket's file once every process has joined.
     pub fn removing_the_socket_when_full(mut self) -> Self {
         self.remove_when_full = true;
@@ -137,7 +146,7 @@ impl<'s> Joiners<'s> {
         sockets.resize_with(processes, || None);
         Ok(Self {
             segment,
-            listener,
+            listener: Some(listener),
             address,
             made,
             processes,
@@ -146,6 +155,7 @@ impl<'s> Joiners<'s> {
             waiting: Vec::new(),
             deadline: timeout.map(|t| (started + t, t)),
             remove_when_full: false,
+            round: None,
         })
     }
 
@@ -158,7 +168,8 @@ impl<'s> Joiners<'s> {
         // Take a bounded number of new connections a look, so that a flood cannot hold the server (its
         // watchdog, its signals, its joiners) at the door.
         for _ in 0..DOOR_PER_LOOK {
-            let connection = match accept4(&self.listener, nix::sys::socket::SockFlag::SOCK_CLOEXEC) {
+            let Some(listener) = &self.listener else { break };
+            let connection = match accept4(listener, nix::sys::socket::SockFlag::SOCK_CLOEXEC) {
                 Ok(fd) => fd,
                 Err(Errno::EAGAIN | Errno::EINTR) => break,
                 Err(e) => return Err(e).context("accepting a joiner"),
@@ -210,8 +221,8 @@ impl<'s> Joiners<'s> {
             return Ok(());
         }
         let socket = self.descriptor_sockets[index].as_ref().map(|s| s.as_fd());
-        if let Err(e) = meeting::admit(&connection, index, self.processes, self.segment.fd_borrowed(), socket)
-        {
+        let segment = self.segment.fd_borrowed();
+        if let Err(e) = meeting::admit(&connection, index, self.processes, segment, socket, self.round) {
             // It left while it was being admitted: it takes no place.
             warn!("simple-ipc: a process (pid {pid}) that asked to join is gone: {e:#}");
             return Ok(());
@@ -219,8 +230,15 @@ impl<'s> Joiners<'s> {
         self.descriptor_sockets[index] = None;
         say!("Process {index} joined (pid {pid})")?;
         self.joined.push(Joined { index, pid, connection: Some(connection) });
-        if self.remove_when_full && self.joined.len() == self.processes {
-            self.remove_socket_file();
+        if self.joined.len() == self.processes {
+            if self.remove_when_full || self.round.is_some() {
+                self.remove_socket_file();
+            }
+            // A run of a sequence closes its door once full: a joiner that comes now is for the next run,
+            // and must find nobody listening until that run's server does.
+            if self.round.is_some() {
+                self.listener = None;
+            }
         }
         Ok(())
     }
@@ -245,7 +263,7 @@ impl<'s> Joiners<'s> {
                 Ok(Heard::Closed) => {
                     Some(format!("pid {}: gone without saying how it ended (killed?)", joiner.pid))
                 }
-                Ok(Heard::Admitted(_) | Heard::Refused(_) | Heard::Asked) => {
+                Ok(Heard::Admitted(_) | Heard::Refused(_) | Heard::Asked | Heard::Waived(..)) => {
                     Some("it sent what it should not".to_owned())
                 }
             };
@@ -342,6 +360,65 @@ impl<'s> Joiners<'s> {
             joiner.connection = None;
         }
     }
+}
+
+/// How long the server of a waived run of a sequence waits for the joiners to come (they are waiting for
+/// it, trying to connect every few milliseconds, once they are done with the run before), when it does not
+/// know how many they are; with a count, at most this long for the last of them.
+const TELL_WAIVED_FOR: Duration = Duration::from_secs(2);
+const TELL_WAIVED_AT_MOST: Duration = Duration::from_secs(20);
+
+/// A waived run of a sequence (`--serve --ipc all`) serves its socket for a moment only to tell each joiner
+/// that asks that it was waived, and why: they go on to the next run.
+pub fn tell_waived(address: &Address, round: meeting::Round, why: &str) -> Result<()> {
+    let listener = meeting::seqpacket()?;
+    if let Address::Path(path) = address
+        && is_stale_socket(address)?
+    {
+        let _ = std::fs::remove_file(path);
+    }
+    bind(listener.as_raw_fd(), &address.unix()?).with_context(|| format!("--serve {address}: bind"))?;
+    let made = match address {
+        Address::Path(path) => std::fs::symlink_metadata(path).ok().map(|m| (m.dev(), m.ino())),
+        Address::Abstract(_) => None,
+    };
+    listen(&listener, Backlog::new(32).unwrap_or(Backlog::MAXCONN))
+        .with_context(|| format!("--serve {address}: listen"))?;
+    nix::fcntl::fcntl(&listener, nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK))
+        .context("making the run's socket non-blocking")?;
+    let start = Instant::now();
+    let mut last = start;
+    let mut told = 0u32;
+    let mut waiting: Vec<(OwnedFd, Instant)> = Vec::new();
+    // Until every joiner of the run before was told (or, not knowing how many, while they keep coming).
+    let more_to_tell = |told: u32, last: Instant| match round.joiners_before {
+        0 => last.elapsed() < TELL_WAIVED_FOR,
+        n => told < n && start.elapsed() < TELL_WAIVED_AT_MOST,
+    };
+    while more_to_tell(told, last) || !waiting.is_empty() {
+        signals::check()?;
+        if let Ok(connection) = accept4(&listener, nix::sys::socket::SockFlag::SOCK_CLOEXEC) {
+            waiting.push((connection, Instant::now()));
+        }
+        waiting.retain(|(connection, since)| match meeting::hear(connection, 0) {
+            Ok(Heard::Asked) => {
+                if meeting::say_waived(connection, round, why).is_ok() {
+                    told += 1;
+                    last = Instant::now();
+                }
+                false
+            }
+            Ok(Heard::Nothing) => since.elapsed() < ASK_WITHIN,
+            _ => false,
+        });
+        std::thread::sleep(POLL);
+    }
+    if let (Address::Path(path), Some((dev, ino))) = (address, made)
+        && std::fs::symlink_metadata(path).is_ok_and(|m| m.dev() == dev && m.ino() == ino)
+    {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(())
 }
 
 /// Whether the path is a socket that nothing listens on (a connection is refused).

@@ -63,6 +63,51 @@ const ADMIT: &[u8; 8] = b"SIPCJOIN";
 const REFUSE: &[u8; 8] = b"SIPCFULL";
 const ENDED: &[u8; 8] = b"SIPCDONE";
 const HELLO: &[u8; 8] = b"SIPCHELO";
+const WAIVED: &[u8; 8] = b"SIPCWAIV";
+
+/// Where a served run is one of a sequence (`--serve SOCKET --ipc all`: one run per mechanism): its number
+/// from 1, and how many runs the sequence has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Round {
+    pub number: u32,
+    pub of: u32,
+    /// How many processes joined the run before (the server of a waived run tells as many); 0: not known.
+    pub joiners_before: u32,
+}
+
+impl Round {
+    pub fn is_last(self) -> bool {
+        self.number >= self.of
+    }
+
+    /// `2/3` or `2/3/4` (4 processes joined the run before), as `--serve-round` takes it.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let fields: Vec<Option<u32>> = text.split('/').map(|f| f.parse().ok()).collect();
+        match fields[..] {
+            [Some(number), Some(of)] if number >= 1 && number <= of => {
+                Ok(Self { number, of, joiners_before: 0 })
+            }
+            [Some(number), Some(of), Some(joiners_before)] if number >= 1 && number <= of => {
+                Ok(Self { number, of, joiners_before })
+            }
+            _ => Err(format!("'{text}' is not K/M[/N] with 1 <= K <= M")),
+        }
+    }
+}
+
+impl std::fmt::Display for Round {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.number, self.of)
+    }
+}
+
+fn round_bytes(round: Option<Round>) -> [u8; 8] {
+    let (k, m) = round.map_or((0, 0), |r| (r.number, r.of));
+    let mut bytes = [0u8; 8];
+    bytes[..4].copy_from_slice(&k.to_le_bytes());
+    bytes[4..].copy_from_slice(&m.to_le_bytes());
+    bytes
+}
 
 /// What a joiner is given: its index among the run's processes, their count, the segment and, for vmm and
 /// pool, its end of the socket its buffers' descriptors come over.
@@ -71,6 +116,8 @@ pub struct Admission {
     pub processes: usize,
     pub segment: OwnedFd,
     pub descriptor_socket: Option<OwnedFd>,
+    /// The run's place in a sequence of runs, if it is one.
+    pub round: Option<Round>,
 }
 
 /// A joiner asks to join: until it has, a connection is nobody (a probe, a stray client) and takes no place.
@@ -85,10 +132,12 @@ pub fn admit(
     processes: usize,
     segment: BorrowedFd,
     descriptor_socket: Option<BorrowedFd>,
+    round: Option<Round>,
 ) -> Result<()> {
     let mut message = ADMIT.to_vec();
     message.extend_from_slice(&(index as u32).to_le_bytes());
     message.extend_from_slice(&(processes as u32).to_le_bytes());
+    message.extend_from_slice(&round_bytes(round));
     let fds: Vec<RawFd> =
         std::iter::once(segment).chain(descriptor_socket).map(|fd| fd.as_raw_fd()).collect();
     send(connection, &message, &fds).context("admitting a joiner")
@@ -99,6 +148,15 @@ pub fn refuse(connection: &OwnedFd, why: &str) -> Result<()> {
     let mut message = REFUSE.to_vec();
     message.extend_from_slice(why.as_bytes());
     send(connection, &message, &[]).context("refusing a joiner")
+}
+
+/// The server of one run of a sequence tells a joiner that this run was waived (the mechanism is missing
+/// here, say): it goes on to the next.
+pub fn say_waived(connection: &OwnedFd, round: Round, why: &str) -> Result<()> {
+    let mut message = WAIVED.to_vec();
+    message.extend_from_slice(&round_bytes(Some(round)));
+    message.extend_from_slice(why.as_bytes());
+    send(connection, &message, &[]).context("telling a joiner the run was waived")
 }
 
 /// The longest reason a joiner gives for its failure (the rest is cut at a character's boundary).
@@ -133,6 +191,8 @@ pub enum Heard {
     Ended(u8, String),
     /// A process asks to join.
     Asked,
+    /// This run of a sequence was waived, for this reason.
+    Waived(Round, String),
     /// The connection closed: the other side is gone.
     Closed,
     /// Nothing yet.
@@ -176,11 +236,18 @@ pub fn hear(connection: &OwnedFd, wait_ms: u16) -> Result<Heard> {
         Some(tag) if tag == ADMIT => {
             let mut fds = owned.into_iter();
             let segment = fds.next().context("the server admitted this process without the segment")?;
+            let round = match (word(16), word(20)) {
+                (Ok(number), Ok(of)) if number >= 1 => {
+                    Some(Round { number: number as u32, of: of as u32, joiners_before: 0 })
+                }
+                _ => None,
+            };
             Ok(Heard::Admitted(Admission {
                 index: word(8)?,
                 processes: word(12)?,
                 segment,
                 descriptor_socket: fds.next(),
+                round,
             }))
         }
         Some(tag) if tag == REFUSE => Ok(Heard::Refused(String::from_utf8_lossy(&text[8..]).into_owned())),
@@ -189,6 +256,10 @@ pub fn hear(connection: &OwnedFd, wait_ms: u16) -> Result<Heard> {
             Ok(Heard::Ended(text.get(8).copied().unwrap_or(1), why))
         }
         Some(tag) if tag == HELLO => Ok(Heard::Asked),
+        Some(tag) if tag == WAIVED => {
+            let round = Round { number: word(8)? as u32, of: word(12)? as u32, joiners_before: 0 };
+            Ok(Heard::Waived(round, String::from_utf8_lossy(text.get(16..).unwrap_or_default()).into_owned()))
+        }
         _ => bail!("a message on the run's socket that simple-ipc does not send"),
     }
 }
@@ -216,6 +287,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_round_is_k_of_m_with_the_joiners_before() {
+        assert_eq!(Round::parse("2/4"), Ok(Round { number: 2, of: 4, joiners_before: 0 }));
+        assert_eq!(Round::parse("4/4/3"), Ok(Round { number: 4, of: 4, joiners_before: 3 }));
+        assert!(Round::parse("4/4/3").unwrap().is_last() && !Round::parse("3/4").unwrap().is_last());
+        for bad in ["0/3", "4/3", "x", "1/", "1/2/3/4"] {
+            assert!(Round::parse(bad).is_err(), "{bad}");
+        }
+        assert_eq!(Round::parse("2/4/1").unwrap().to_string(), "2/4");
+    }
+
+    #[test]
     fn addresses_are_paths_or_abstract_names() {
         assert_eq!(Address::parse("/tmp/s").unwrap(), Address::Path("/tmp/s".into()));
         assert_eq!(Address::parse("@run").unwrap(), Address::Abstract("run".into()));
@@ -236,10 +318,18 @@ mod tests {
         let (x, _y) = nix::unistd::pipe().unwrap();
         ask_to_join(&b).unwrap();
         assert!(matches!(hear(&a, 1000).unwrap(), Heard::Asked));
-        admit(&a, 3, 5, x.as_fd(), None).unwrap();
+        admit(&a, 3, 5, x.as_fd(), None, None).unwrap();
         let Heard::Admitted(admission) = hear(&b, 1000).unwrap() else { panic!("not admitted") };
-        assert_eq!((admission.index, admission.processes), (3, 5));
+        assert_eq!((admission.index, admission.processes, admission.round), (3, 5, None));
         assert!(admission.descriptor_socket.is_none());
+        let round = Round { number: 2, of: 4, joiners_before: 0 };
+        admit(&a, 1, 2, x.as_fd(), None, Some(round)).unwrap();
+        let Heard::Admitted(admission) = hear(&b, 1000).unwrap() else { panic!("not admitted") };
+        assert_eq!(admission.round, Some(round), "a run of a sequence says its place");
+        say_waived(&a, round, "no fabric here").unwrap();
+        assert!(
+            matches!(hear(&b, 1000).unwrap(), Heard::Waived(r, why) if r == round && why == "no fabric here")
+        );
         refuse(&a, "the run has all the processes it needs").unwrap();
         assert!(matches!(hear(&b, 1000).unwrap(), Heard::Refused(why) if why.contains("all the processes")));
         say_ended(&b, 1, "cuIpcOpenMemHandle: CUDA_ERROR_INVALID_CONTEXT").unwrap();

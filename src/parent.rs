@@ -35,6 +35,18 @@ use crate::signals;
 use crate::timings::{self, Phases, Stopwatch};
 
 pub fn run(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
+    let outcome = run_the_sample(cli, mechanism);
+    // A waived run of a served sequence (`--serve --ipc all`) tells the joiners waiting for it so: they go
+    // on to the next.
+    if let (Ok(Outcome::Waived), Some(address), Some(round)) = (&outcome, &cli.serve, cli.serve_round) {
+        let why = crate::report::waiver().unwrap_or_else(|| "waived".to_owned());
+        let address = Address::parse(address).with_context(|| format!("--serve {address}"))?;
+        crate::joiners::tell_waived(&address, round, &why)?;
+    }
+    outcome
+}
+
+fn run_the_sample(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
     let started = Instant::now();
     let mut watch = Stopwatch::start(Who::Parent, Phase::CudaStart)?;
     // Opened before anything runs: a bad path fails at once, and a FIFO can never block the end of a run.
@@ -204,7 +216,8 @@ impl<'s> Team<'s> {
         };
         let address = Address::parse(address).with_context(|| format!("--serve {address}"))?;
         let sockets = std::mem::take(their_sockets);
-        let joiners = Joiners::listen(segment, address.clone(), n, sockets, started, cli.timeout())?;
+        let joiners = Joiners::listen(segment, address.clone(), n, sockets, started, cli.timeout())?
+            .in_round(cli.serve_round);
         let processes = if n == 1 { "process" } else { "processes" };
         say!("Serving the run at {address}: waiting for {n} {processes} to join (--join {address})")?;
         Ok(Team::Joined(joiners))

@@ -138,6 +138,34 @@ fn a_served_run_passes_with_every_mechanism() {
     }
 }
 
+/// `--serve --ipc all` is a sequence of runs, one per mechanism, and the joiners follow it from one to the
+/// next: each takes part in every run, is told of the waived one, and ends when the last has; so does the
+/// server, with its table. The same with --sync memops, where pool is waived without a run.
+#[test]
+fn a_served_sequence_takes_its_joiners_through_every_mechanism() {
+    for (name, sync, runs, waived) in [("all", "events", 3, "4/4"), ("all-memops", "memops", 2, "3/3")] {
+        let socket = socket_path(name);
+        let server = serve("ok", &socket, &["--procs-per-device", "2", "--ipc", "all", "--sync", sync]);
+        let server_pid = server.child.id();
+        let joiners = [join("ok", &socket, None), join("ok", &socket, None)];
+        let (code, out, _) = server.end(LIMIT);
+        assert_eq!(code, Some(0), "{sync}: {out}");
+        assert!(out.contains("legacy passed") && out.contains("vmm passed"), "{sync}: {out}");
+        for joiner in joiners {
+            let (code, out, _) = joiner.end(LIMIT);
+            assert_eq!(code, Some(0), "{sync}: a joiner: {out}");
+            assert_eq!(
+                out.matches("complete!").count(),
+                runs,
+                "{sync}: one part in each run that ran: {out}"
+            );
+            assert!(out.contains(&format!("run {waived} was waived")), "{sync}: told of fabric: {out}");
+        }
+        assert!(!std::path::Path::new(&socket).exists(), "{socket} was left");
+        common::assert_nothing_left(server_pid, &[], sync);
+    }
+}
+
 /// A joiner killed in the round-robin fails the run on the serving side at once, naming it; the other
 /// joiner stops too.
 #[test]

@@ -54,16 +54,30 @@ pub fn run(cli: &Cli) -> Result<Outcome> {
     let json = JsonFile::requested();
     let passed_on = passed_on(std::env::args_os().skip(1));
     let mut rows = Vec::new();
+    // Served (`--serve SOCKET --ipc all`), each mechanism's run is one of a sequence, which the joiners
+    // follow from one to the next: each run says its place in it.
+    let runs = Mechanism::ALL.into_iter().filter(|&m| cannot_run(cli, m).is_none()).count() as u32;
+    let mut number = 0;
+    let mut joined = 0; // how many processes the last run that ran had: a waived run tells as many
     for mechanism in Mechanism::ALL {
         say!("== --ipc {}", mechanism.name())?;
+        let round = if cli.serve.is_some() && cannot_run(cli, mechanism).is_none() {
+            number += 1;
+            vec![OsString::from("--serve-round"), OsString::from(format!("{number}/{runs}/{joined}"))]
+        } else {
+            Vec::new()
+        };
         let row = match cannot_run(cli, mechanism) {
             Some(reason) => {
                 say!("{reason}")?;
                 let ending = Ending::Waived(reason.clone());
                 Row { mechanism, ending, wall_ms: None, open_one_ms: None, document: None }
             }
-            None => run_one(&passed_on, mechanism)?,
+            None => run_one(&passed_on, mechanism, &round)?,
         };
+        if let Some(processes) = row.document.as_ref().and_then(|d| d.run.as_ref()).map(|r| r.processes) {
+            joined = processes;
+        }
         rows.push(row);
         signals::check()?;
     }
@@ -92,7 +106,7 @@ pub fn outcome(rows: &[Row]) -> Result<Outcome> {
 
 /// The options `--ipc all` sets itself for each run: every other argument goes on as the user gave it, so
 /// that no option, today's or a future one, can be dropped on the way.
-const SET_HERE: [&str; 3] = ["--ipc", "--json", "--report-fd"];
+const SET_HERE: [&str; 4] = ["--ipc", "--json", "--report-fd", "--serve-round"];
 
 /// The user's arguments (without the program's name) less those in [`SET_HERE`], in both their forms
 /// (`--ipc vmm` and `--ipc=vmm`).

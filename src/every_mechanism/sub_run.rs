@@ -32,7 +32,8 @@ const STOP_GRACE: Duration = Duration::from_secs(1);
 
 /// Runs this program with the user's options and `--ipc <mechanism>`; passes its output on as it comes and
 /// reads its result (its `--json` document, parsed back) from a pipe it inherits (`--report-fd`): no file.
-pub(super) fn run_one(passed_on: &[OsString], mechanism: Mechanism) -> Result<Row> {
+/// `extra`: what this run is given besides (its place in a served sequence).
+pub(super) fn run_one(passed_on: &[OsString], mechanism: Mechanism, extra: &[OsString]) -> Result<Row> {
     let (report, report_end) =
         nix::unistd::pipe2(OFlag::O_CLOEXEC).context("pipe2 for the result of a run of one mechanism")?;
     let fd = report_end.as_raw_fd();
@@ -41,6 +42,7 @@ pub(super) fn run_one(passed_on: &[OsString], mechanism: Mechanism) -> Result<Ro
         .arg0(std::env::args_os().next().unwrap_or_else(|| "simple-ipc".into()))
         .args(passed_on)
         .args(["--ipc", mechanism.name(), "--report-fd", &fd.to_string()])
+        .args(extra)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
