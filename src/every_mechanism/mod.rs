@@ -155,7 +155,7 @@ mod tests {
             &["--ipc", "all", "--sync", "memops", "--procs-per-device", "3", "--timings", "--json", "x.json"],
             &["--ipc=all", "--json=x.json", "--sequential", "--timeout=5", "--bind-numa"],
             &["--timeout", "0", "--ipc", "legacy", "--bench", "--bench-max-bytes", "8192"],
-            &["--ipc", "all", "--topology", "--quiet"],
+            &["--ipc", "all", "--quiet"],
             &["--ipc", "all", "--report-fd", "7"],
         ];
         let program = || std::iter::once(OsString::from("simple-ipc"));
@@ -172,9 +172,11 @@ mod tests {
         for arg in Cli::command().get_arguments().filter(|arg| !arg.is_hide_set()) {
             let long = arg.get_long().unwrap_or_default();
             assert!(
-                // --serve and --join are refused with --ipc all (one mechanism at a time); with --isolate,
-                // --ipc all is the container matrix, which sets each run's options itself.
-                ["help", "version", "serve", "join", "isolate"].contains(&long) || seen.contains(long),
+                // --serve and --join are refused with --ipc all (one mechanism at a time), and --topology with
+                // any --ipc; with --isolate, --ipc all is the container matrix, which sets each run's options
+                // itself.
+                ["help", "version", "serve", "join", "isolate", "topology"].contains(&long)
+                    || seen.contains(long),
                 "--{long} is in no case of this test"
             );
         }
