@@ -54,7 +54,9 @@ pub fn run(cli: &Cli) -> Result<Outcome> {
     let json = JsonFile::requested();
     let passed_on = passed_on(std::env::args_os().skip(1));
     let mut rows = Vec::new();
+    let bar = crate::progress::Bar::start(Mechanism::ALL.len() as u64, "--ipc all", cli.quiet);
     for mechanism in Mechanism::ALL {
+        bar.doing(format!("--ipc {}", mechanism.name()));
         say!("== --ipc {}", mechanism.name())?;
         let row = match cannot_run(cli, mechanism) {
             Some(reason) => {
@@ -65,8 +67,10 @@ pub fn run(cli: &Cli) -> Result<Outcome> {
             None => run_one(&passed_on, mechanism)?,
         };
         rows.push(row);
+        bar.step_done();
         signals::check()?;
     }
+    drop(bar);
     crate::output::text(&table(&rows))?;
     if let Some(json) = json {
         json.write(Results::Mechanisms(rows.iter().map(MechanismResult::of).collect()))?;
