@@ -1,17 +1,30 @@
 #!/usr/bin/env bash
 # Paired comparisons on a CUDA host, from one run: NVIDIA's simpleIPC against simple-ipc (each at its
-# defaults), and the probe's floor (`ipc-floor floor2 N`, the least program doing the same IPC work) against
-# simple-ipc with the same number of processes, for N = 1 (or the GPU count) up to 16; and each IPC
-# mechanism against legacy.
-#   scripts/compare.sh SIMPLE_IPC ORIGINAL IPC_FLOOR [ROUNDS]
-# Build the other two on that host (keep their code out of this repository):
+# defaults), and the project's floor (scripts/floor/ipc-floor.cu: the least program doing the same IPC work,
+# events, kernel and copy back included) against simple-ipc with the same number of processes, for N = 1
+# (or the GPU count) up to 16; and each IPC mechanism against legacy.
+#   scripts/compare.sh SIMPLE_IPC ORIGINAL [ROUNDS]
+# The floor is built here from the repository with nvcc (NVCC, or nvcc on PATH; FLOOR_ARCH, default
+# -arch=native, picks its GPU code). NVIDIA's sample is built by hand on that host (keep its code out of
+# this repository):
 #   nvcc -O2 -I<cuda-samples>/Common -o /tmp/simpleIPC <cuda-samples>/Samples/0_Introduction/simpleIPC/simpleIPC.cu \
 #        <cuda-samples>/Common/helper_multiprocess.cpp
-#   nvcc -O2 -std=c++17 -o /tmp/ipc-floor ipc-floor.cu -lcuda
 # The original leaves /dev/shm/simpleIPCshm<pid> and the driver's cuda.shm.* files behind at every run; this
 # script removes exactly those.
 set -u
-ours=$(realpath "$1"); original=$(realpath "$2"); floor=$(realpath "$3"); rounds=${4:-5}
+if [ $# -lt 2 ]; then
+  echo "usage: scripts/compare.sh SIMPLE_IPC ORIGINAL [ROUNDS]" >&2
+  exit 1
+fi
+ours=$(realpath "$1"); original=$(realpath "$2"); rounds=${3:-5}
+repo=$(cd "$(dirname "$0")/.." && pwd)
+build=$(mktemp -d); trap 'rm -rf "$build"' EXIT
+floor=$build/ipc-floor
+# shellcheck disable=SC2086 # FLOOR_ARCH may be several flags
+if ! "${NVCC:-nvcc}" -O2 ${FLOOR_ARCH:--arch=native} -o "$floor" "$repo/scripts/floor/ipc-floor.cu"; then
+  echo "compare.sh: building scripts/floor/ipc-floor.cu with ${NVCC:-nvcc} failed" >&2
+  exit 1
+fi
 # GPUS: how many GPUs the programs see (nvidia-smi ignores CUDA_VISIBLE_DEVICES, so say it with it).
 gpus=${GPUS:-$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)}
 ms() { local a b; a=$(date +%s%N); "$@" >/tmp/compare.out 2>&1; local rc=$?; b=$(date +%s%N); echo $(( (b - a) / 1000000 )) $rc; }
@@ -42,13 +55,13 @@ done
 mo=$(echo "${o[*]}" | median); msi=$(echo "${s[*]}" | median)
 echo "original ${mo} ms, simple-ipc ${msi} ms: simple-ipc takes $(ratio "$msi" "$mo") of the original's time$([ $bad = 1 ] && echo ' (A RUN FAILED)')"
 
-echo "-- against the floor (floor2 N, DEVS=$gpus, one connection each), whole runs:"
-printf "%10s %12s %14s %8s\n" processes "floor2, ms" "simple-ipc, ms" ratio
+echo "-- against the floor (ipc-floor N over the $gpus GPU(s)), whole runs:"
+printf "%10s %12s %14s %8s\n" processes "floor, ms" "simple-ipc, ms" ratio
 for n in 1 2 4 8 16; do
   [ $((n % gpus)) = 0 ] || continue
   f=(); s=(); bad=0
   for _ in $(seq "$rounds"); do
-    read -r t rc < <(CUDA_DEVICE_MAX_CONNECTIONS=1 DEVS=$gpus ms "$floor" floor2 "$n"); f+=("$t"); [ "$rc" = 0 ] || bad=1
+    read -r t rc < <(ms "$floor" "$n"); f+=("$t"); [ "$rc" = 0 ] || bad=1
     read -r t rc < <(ms "$ours" --procs-per-device $((n / gpus))); s+=("$t"); [ "$rc" = 0 ] || bad=1
   done
   mf=$(echo "${f[*]}" | median); ms_=$(echo "${s[*]}" | median)

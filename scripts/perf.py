@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
 """Start-up, verification and scaling of simple-ipc on a GPU host, measured in one run.
 
-    scripts/perf.py [BINARY] [--runs N] [--probe IPC_FLOOR]     (default: target/release/simple-ipc, 5 runs)
+    scripts/perf.py [BINARY] [--runs N] [--floor IPC_FLOOR]     (default: target/release/simple-ipc, 5 runs)
 
 Prints medians over N runs of: the CUDA start-up of one process (the floor: the parent's cuInit plus primary
 context in the --sequential runs, where nothing else competes), the whole run in the default (overlapped) and
 the original's sequential order, the copy back and the comparison of 64 MiB, and the wall time for
 --procs-per-device 1, 2, 4, 8, 16; then the ratios that issue 4 sets targets for; then the --topology report
-and the --bench table (hand-over latency and IPC copy bandwidth, 4 KiB to 1 GiB). Given the probe
-(../shared/probes/ipc-floor.cu, built with nvcc), it also prints the whole run against the least program doing
-the same IPC work (`ipc-floor floor2 N`, one GPU visible, one connection each) for N = 1 to 16.
+and the --bench table (hand-over latency and IPC copy bandwidth, 4 KiB to 1 GiB). Given the floor
+(scripts/floor/ipc-floor.cu, built with nvcc as scripts/compare.sh builds it), it also prints the whole run
+against the least program doing the same IPC work (`ipc-floor N`, one GPU visible, one connection each) for
+N = 1 to 16.
 """
 import json, os, statistics, subprocess, sys, tempfile, time
 
@@ -18,8 +19,8 @@ runs = 5
 if "--runs" in args:
     i = args.index("--runs"); runs = int(args[i + 1]); del args[i:i + 2]
 probe = None
-if "--probe" in args:
-    i = args.index("--probe"); probe = os.path.realpath(args[i + 1]); del args[i:i + 2]
+if "--floor" in args:
+    i = args.index("--floor"); probe = os.path.realpath(args[i + 1]); del args[i:i + 2]
 binary = os.path.realpath(args[0] if args else "target/release/simple-ipc")
 tmp = tempfile.mkdtemp()
 
@@ -102,14 +103,14 @@ def timed(command, env):
 
 
 if probe:
-    print("against the floor: probe floor2 N and simple-ipc --procs-per-device N, one GPU, one connection each")
+    print("against the floor: ipc-floor N and simple-ipc --procs-per-device N, one GPU, one connection each")
     one = {"CUDA_VISIBLE_DEVICES": "0", "CUDA_DEVICE_MAX_CONNECTIONS": "1"}
     for n in (1, 2, 4, 8, 16):
         floor, ours = [], []
         for _ in range(runs):
-            floor.append(timed([probe, "floor2", str(n)], dict(one, DEVS="1")))
+            floor.append(timed([probe, str(n)], one))
             ours.append(timed([binary, "--procs-per-device", str(n)], one))
-        print(f"  N = {n:>2}: floor2 {med(floor):7.1f} ms, simple-ipc {med(ours):7.1f} ms, "
+        print(f"  N = {n:>2}: floor {med(floor):7.1f} ms, simple-ipc {med(ours):7.1f} ms, "
               f"ratio {med(ours) / med(floor):.2f}x")
 
 for extra in (["--topology"], ["--bench"]):

@@ -1,20 +1,35 @@
 //! The command line. Users run the parent with options; the parent starts each child with its index.
-//! A usage error exits 1, not clap's 2, which a test harness would read as "waived".
+//! A usage error exits 1, not clap's 2, which a test harness would read as "waived". An option that would do
+//! nothing in the mode chosen (`--bench-max-bytes` without `--bench`, `--timeout` with `--topology`) is a
+//! usage error too, so that nobody believes it took effect.
 
 use std::path::PathBuf;
 
-use clap::{CommandFactory, Parser, ValueEnum};
+use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
 
 use crate::segment::MAX_PROCESSES;
+
+/// The smallest and largest `--bench-max-bytes`: the benchmark's first size, and the most one copy takes.
+const BENCH_MIN_BYTES: u64 = 4096;
+const BENCH_MAX_BYTES: u64 = i32::MAX as u64;
 
 #[derive(Parser, Debug, Clone, PartialEq, Eq)]
 #[command(
     name = "simple-ipc",
     version,
-    about = "CUDA inter-process communication: every process writes every other's GPU buffer through IPC \
-             handles, in a round-robin synchronised by IPC events and a barrier in shared memory.",
-    after_help = "Exit status: 0 passed, 1 failed, 2 waived (nothing can run here: no CUDA driver, no GPU, \
-                  no GPU fit for IPC, or the mechanism missing), 128+N stopped by signal N."
+    about = "CUDA inter-process communication on one node, as NVIDIA's sample simpleIPC does it: one process \
+             per chosen GPU (or more: --procs-per-device) shares a GPU buffer with the others through IPC \
+             handles; each writes every buffer in turn, in a round-robin ordered by interprocess events and a \
+             barrier in shared memory, then copies its own buffer back and verifies it.",
+    after_help = "Exit status: 0 passed; 1 failed, or a usage error; 2 waived, which is not a failure: nothing \
+                  here can run the test (no CUDA driver, no GPU, no GPU fit for IPC, or the mechanism of --ipc \
+                  or the ordering of --sync missing on these GPUs). With --ipc all: 1 if any mechanism failed, \
+                  2 if every one was waived, else 0 (a mechanism waived beside others that passed is no \
+                  failure); with --ipc all --isolate, 1 only if a run in the same namespaces failed (a boundary \
+                  the driver refuses is a finding, not a failure). 128+N: stopped by signal N (141: the reader \
+                  of the output went away).\n\
+                  Without a GPU, SIMPLE_IPC_SIMULATE_GPUS=ok,ok runs the whole protocol on simulated GPUs in \
+                  host memory."
 )]
 pub struct Cli {
     /// Child index, given by the parent when it starts its children (not for users).
@@ -39,52 +54,63 @@ pub struct Cli {
     pub report_fd: Option<i32>,
 
     /// How the buffers are shared: legacy CUDA IPC handles (the original's), virtual memory management
-    /// allocations or memory pool allocations shared as file descriptors, fabric handles; or all four, one run each.
+    /// allocations or memory pool allocations shared as file descriptors over a Unix socket, or fabric
+    /// handles (they need an IMEX channel); all: each of the four in a run of its own, then a table of them.
     #[arg(long, value_enum, value_name = "MECHANISM", default_value_t = IpcArg::Legacy)]
     pub ipc: IpcArg,
 
     /// How the round-robin orders the writes of a buffer: interprocess events (the original's), or stream
-    /// memory operations on a flag after each buffer, in IPC-mapped device memory.
+    /// memory operations on a flag after each buffer, in IPC-mapped device memory. Pool memory refuses
+    /// memops: --ipc pool is refused with them, and --ipc all waives pool.
     #[arg(long, value_enum, value_name = "HOW", default_value_t = Sync::Events)]
     pub sync: Sync,
 
-    /// Processes per chosen GPU, each with its own buffer and event, all in one round-robin.
+    /// Processes per chosen GPU, each with its own buffer, all in one round-robin (at most 32 processes in
+    /// all).
     #[arg(long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=MAX_PROCESSES as i64))]
     pub procs_per_device: u32,
 
     /// Print the time of every phase of every process, after the normal output.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "quiet")]
     pub timings: bool,
 
-    /// Write the phase timings as one JSON document to FILE (a regular file; an existing one is replaced).
+    /// Write one JSON document to FILE however the run ends: its status (passed, failed or waived), the
+    /// reason and the exit status, and the mode's results (the phase timings of a run, the figures of
+    /// --bench, the table of --ipc all). FILE is a regular file or a new one; an existing one is replaced
+    /// whole once the run has ended.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
 
-    /// Start the children only after the buffers are exported, as the original does (slower; for comparison).
+    /// Start the children only after the buffers and events are exported, as the original does (slower; for
+    /// comparison).
     #[arg(long)]
     pub sequential: bool,
 
-    /// Stop the run, name each process that had not finished and where it was, and exit 1 after this many
-    /// seconds; 0: never.
+    /// After this many seconds, stop the run, name each process that had not finished and where it was, and
+    /// exit 1; 0: never.
     #[arg(long, value_name = "SECONDS", default_value_t = 60)]
     pub timeout: u64,
 
-    /// Run the IPC benchmark instead: a producer and a consumer hand buffers of 4 KiB up to
-    /// --bench-max-bytes over, and a table compares the copy through IPC with the local and staged ones.
+    /// Run the IPC benchmark instead, of one mechanism (--ipc), for every (producer GPU, consumer GPU) pair
+    /// of the chosen GPUs: the round trip of a hand-over by interprocess events and by stream memory
+    /// operations, and the copy rate through the IPC mapping for sizes from 4 KiB, each 4 times the last, up
+    /// to --bench-max-bytes, beside an in-process peer copy between the same GPUs (a local copy where the
+    /// pair is one GPU).
     #[arg(long, conflicts_with_all = ["topology", "sequential", "timings", "procs_per_device", "bind_numa", "sync"])]
     pub bench: bool,
 
-    /// Largest buffer of the benchmark.
-    #[arg(long, value_name = "BYTES", default_value_t = 1 << 30,
-          value_parser = clap::value_parser!(u64).range(4096..=i32::MAX as u64))]
+    /// Largest buffer of --bench: bytes, or with a unit, K or KiB, M or MiB, G or GiB (powers of 1024), as
+    /// in 256MiB; from 4KiB to 2GiB less one byte.
+    #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = parse_bench_size)]
     pub bench_max_bytes: u64,
 
-    /// Print the peer-access matrix of the GPUs and the NUMA node and CPUs of each, then exit.
-    #[arg(long, conflicts_with_all = ["sequential", "timings", "json", "procs_per_device", "bind_numa"])]
+    /// Print the peer-access matrix of the GPUs and the PCI address, NUMA node and CPUs of each, then exit.
+    #[arg(long, conflicts_with_all = ["sequential", "timings", "json", "procs_per_device", "bind_numa",
+          "ipc", "sync", "timeout", "quiet"])]
     pub topology: bool,
 
-    /// Pin each child to the CPUs of its GPU's NUMA node.
+    /// Pin each child (or joiner) to the CPUs of its GPU's NUMA node, where that node is known.
     #[arg(long)]
     pub bind_numa: bool,
 
@@ -93,7 +119,7 @@ pub struct Cli {
     pub quiet: bool,
 
     /// Serve the run at SOCKET (a path, or @NAME for an abstract socket) to the processes that join it with
-    /// --join, from other containers say, instead of starting children.
+    /// --join, from other containers say, instead of starting children; one mechanism, not --ipc all.
     #[arg(long, value_name = "SOCKET", conflicts_with_all = ["bench", "topology", "join", "sequential"])]
     pub serve: Option<String>,
 
@@ -101,7 +127,8 @@ pub struct Cli {
     /// and --join: pid (each its own PID namespace, all with the same pid number), shm (its own /dev/shm),
     /// ipc, net, uts, cgroup, user (root in a user namespace: no root needed), container (Docker's default:
     /// pid, shm, ipc, net, uts, cgroup), comma-separated; `joiners:KINDS` leaves the parent where it is.
-    /// With --ipc all: the table of every boundary of KINDS by every kind of handle.
+    /// With --ipc all: the table of every boundary of KINDS by every kind of handle (each cell a run whose
+    /// --ipc and --sync the table sets).
     #[arg(long, value_name = "KINDS", value_parser = crate::isolation::parse_arg,
           conflicts_with_all = ["bench", "topology", "serve", "join", "sequential", "child"])]
     pub isolate: Option<crate::isolation::Isolation>,
@@ -118,10 +145,46 @@ pub struct Cli {
     pub serve_round: Option<crate::meeting::Round>,
 
     /// Join the run served at SOCKET as one of its processes: the index, the segment and the descriptors
-    /// come from the server, and everything else is a child's.
+    /// come from the server, and everything else is a child's; of the other options it takes --timeout and
+    /// --quiet.
     #[arg(long, value_name = "SOCKET", conflicts_with_all = ["bench", "topology", "serve", "sequential",
           "timings", "json", "procs_per_device", "bind_numa", "sync", "ipc", "child"])]
     pub join: Option<String>,
+}
+
+/// `--bench-max-bytes`: a count of bytes, plain or with a unit (K, KiB, M, MiB, G, GiB: powers of 1024, in
+/// any case, a space before the unit allowed), within the benchmark's range.
+fn parse_bench_size(text: &str) -> Result<u64, String> {
+    let bytes = parse_size(text)?;
+    if !(BENCH_MIN_BYTES..=BENCH_MAX_BYTES).contains(&bytes) {
+        return Err(format!(
+            "{bytes} bytes is not from 4KiB (4096) to 2GiB less one byte ({BENCH_MAX_BYTES})"
+        ));
+    }
+    Ok(bytes)
+}
+
+/// A count of bytes: digits, then optionally a unit K, KiB, M, MiB, G or GiB (powers of 1024, in any case).
+fn parse_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let digits = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(digits);
+    let how = "give bytes, or a number with K, KiB, M, MiB, G or GiB (powers of 1024), as in 256MiB";
+    if number.is_empty() {
+        return Err(format!("no number: {how}"));
+    }
+    let shift = match unit.trim_start().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kib" => 10,
+        "m" | "mib" => 20,
+        "g" | "gib" => 30,
+        other => return Err(format!("unknown unit '{other}': {how}")),
+    };
+    number
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(1u64 << shift))
+        .ok_or_else(|| format!("{text} is more bytes than this program can count"))
 }
 
 /// `--sync`: how the round-robin hands a buffer from one writer to the next.
@@ -159,7 +222,29 @@ impl Cli {
 
 /// Parses this process's arguments; on `Err`, print the error and exit with [`usage_exit_code`].
 pub fn parse() -> Result<Cli, clap::Error> {
-    Cli::try_parse()
+    parse_from(std::env::args_os())
+}
+
+/// Parses `args` (the program's name first), with the rules clap's own cannot hold.
+fn parse_from(
+    args: impl IntoIterator<Item = impl Into<std::ffi::OsString> + Clone>,
+) -> Result<Cli, clap::Error> {
+    let matches = Cli::command().try_get_matches_from(args)?;
+    let cli = Cli::from_arg_matches(&matches)?;
+    // `requires = "bench"` would not do: clap lets a requirement go unmet where the required argument
+    // conflicts with one given (`--sequential --bench-max-bytes 8K`), and every mode but --bench does.
+    let given = |id: &str| matches.value_source(id) == Some(clap::parser::ValueSource::CommandLine);
+    if given("bench_max_bytes") && !cli.bench {
+        let message = "--bench-max-bytes sets the largest buffer of --bench, and --bench is not given";
+        return Err(Cli::command().error(clap::error::ErrorKind::MissingRequiredArgument, message));
+    }
+    // The container matrix sets each of its runs' ordering itself (see `isolation::matrix`).
+    if given("sync") && cli.isolate.is_some() && cli.ipc == IpcArg::All {
+        let message = "the argument '--sync' cannot be used with '--ipc all --isolate': the container matrix \
+                       sets the ordering of each of its runs itself";
+        return Err(Cli::command().error(clap::error::ErrorKind::ArgumentConflict, message));
+    }
+    Ok(cli)
 }
 
 /// 0 for `--help` and `--version`, 1 for a usage error (never clap's 2, which means "waived" here).
@@ -189,7 +274,7 @@ mod tests {
     use super::*;
 
     fn run(args: &[&str]) -> Option<Cli> {
-        match Cli::try_parse_from(std::iter::once("simple-ipc").chain(args.iter().copied())) {
+        match parse_from(std::iter::once("simple-ipc").chain(args.iter().copied())) {
             Ok(cli) => Some(cli),
             Err(e) => {
                 assert_eq!(usage_exit_code(&e), 1, "usage errors exit 1: {e}");
@@ -232,6 +317,60 @@ mod tests {
             &["--report-fd", "5", "--json", "x.json"],
         ] {
             assert!(run(bad).is_none(), "{bad:?} must be a usage error");
+        }
+    }
+
+    /// An option that would do nothing in the mode chosen is refused, not ignored; defaults never count.
+    #[test]
+    fn options_that_do_nothing_in_a_mode_are_refused() {
+        for idle in [
+            &["--bench-max-bytes", "8KiB"][..],
+            &["--topology", "--ipc", "vmm"],
+            &["--topology", "--sync", "memops"],
+            &["--topology", "--timeout", "5"],
+            &["--topology", "--quiet"],
+            &["--timings", "--quiet"],
+            &["--bench", "--sync", "events"],
+            &["--bench", "--procs-per-device", "2"],
+            &["--join", "s", "--ipc", "vmm"],
+            &["--join", "s", "--procs-per-device", "2"],
+            &["--join", "s", "--json", "x.json"],
+            &["--join", "s", "--bench-max-bytes", "8KiB"],
+            &["--sequential", "--bench-max-bytes", "8KiB"],
+            &["--topology", "--bench-max-bytes", "8KiB"],
+            &["--ipc", "all", "--bench-max-bytes", "8KiB"],
+            &["--serve", "s", "--sequential"],
+            &["--ipc", "all", "--isolate", "pid", "--sync", "memops"],
+        ] {
+            assert!(run(idle).is_none(), "{idle:?} must be a usage error");
+        }
+        assert!(
+            run(&["--topology"]).unwrap().topology,
+            "the defaults of --ipc, --sync, --timeout do not count"
+        );
+        let join = run(&["--join", "s", "--timeout", "5", "--quiet"]).unwrap();
+        assert_eq!((join.timeout, join.quiet), (5, true), "a joiner takes --timeout and --quiet");
+        assert!(
+            run(&["--ipc", "vmm", "--isolate", "pid", "--sync", "memops"]).is_some(),
+            "one mechanism: --sync counts"
+        );
+    }
+
+    #[test]
+    fn bench_sizes_take_units() {
+        let max = |args: &[&str]| run(&[&["--bench"], args].concat()).map(|cli| cli.bench_max_bytes);
+        assert_eq!(max(&[]), Some(1 << 30), "1 GiB by default");
+        assert_eq!(max(&["--bench-max-bytes", "4096"]), Some(4096));
+        assert_eq!(max(&["--bench-max-bytes", "256MiB"]), Some(256 << 20));
+        assert_eq!(max(&["--bench-max-bytes=64K"]), Some(64 << 10));
+        assert_eq!(max(&["--bench-max-bytes", "8kib"]), Some(8 << 10));
+        assert_eq!(max(&["--bench-max-bytes", "1G"]), Some(1 << 30));
+        assert_eq!(max(&["--bench-max-bytes", "1 GiB"]), Some(1 << 30));
+        assert_eq!(max(&["--bench-max-bytes", "2047M"]), Some(2047 << 20));
+        for bad in
+            ["4095", "2GiB", "3K", "256MB", "MiB", "1.5GiB", "-1", "99999999999999999999", "9999999999G"]
+        {
+            assert_eq!(max(&["--bench-max-bytes", bad]), None, "{bad} must be refused");
         }
     }
 }

@@ -75,12 +75,16 @@ fn write_all_to(fd: BorrowedFd, bytes: &[u8]) -> std::io::Result<()> {
 /// Writes `bytes` to standard output in one go (one writer at a time among this process's threads, so that
 /// lines do not interleave): `Err(ReaderGone)` when the reader went away, an error with context otherwise.
 fn to_stdout(bytes: &[u8]) -> Result<()> {
-    // Std's lock on standard output serialises the writers; its buffer is not used (every write goes straight
-    // to the descriptor, so nothing is held back and nothing can be lost at exit).
-    let _one_writer = std::io::stdout().lock();
-    // SAFETY: standard output stays open for the process's life (see `fill_closed_standard_descriptors`).
-    let stdout = unsafe { BorrowedFd::borrow_raw(1) };
-    match write_all_to(stdout, bytes) {
+    // A progress bar on the terminal is taken off it first (its lock before std's, as for `warn`).
+    let written = crate::progress::suspend(|| {
+        // Std's lock on standard output serialises the writers; its buffer is not used (every write goes
+        // straight to the descriptor, so nothing is held back and nothing can be lost at exit).
+        let _one_writer = std::io::stdout().lock();
+        // SAFETY: standard output stays open for the process's life (see `fill_closed_standard_descriptors`).
+        let stdout = unsafe { BorrowedFd::borrow_raw(1) };
+        write_all_to(stdout, bytes)
+    });
+    match written {
         Ok(()) => Ok(()),
         Err(e) if e.raw_os_error() == Some(Errno::EPIPE as i32) => Err(ReaderGone.into()),
         Err(e) => Err(e).context("writing to standard output"),
@@ -144,10 +148,14 @@ pub fn verdict(line: &str) -> Result<()> {
 /// Writes a line to standard error in one write, so that the lines of processes sharing it do not
 /// interleave; an error writing it is ignored (there is nowhere left to report it).
 pub fn warn(args: std::fmt::Arguments) {
-    let _one_writer = std::io::stderr().lock();
-    // SAFETY: standard error stays open for the process's life (see `fill_closed_standard_descriptors`).
-    let stderr = unsafe { BorrowedFd::borrow_raw(2) };
-    let _ = write_all_to(stderr, format!("{args}\n").as_bytes());
+    let line = format!("{args}\n");
+    // The progress bar's lock is taken before std's, in the order the bar's own drawing takes them.
+    crate::progress::suspend(|| {
+        let _one_writer = std::io::stderr().lock();
+        // SAFETY: standard error stays open for the process's life (see `fill_closed_standard_descriptors`).
+        let stderr = unsafe { BorrowedFd::borrow_raw(2) };
+        let _ = write_all_to(stderr, line.as_bytes());
+    });
 }
 
 /// `say!("...", ...)`: a line on standard output, `Err` if it cannot be written.

@@ -91,3 +91,75 @@ fn malformed_fault_variable_is_refused() {
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out).contains("SIMPLE_IPC_TEST_FAULT"), "{}", text(&out));
 }
+
+/// An option that would do nothing in the mode chosen is a usage error (exit 1, with the usage line), not
+/// silently ignored; the same options are taken where they do something.
+#[test]
+fn options_that_do_nothing_in_a_mode_are_usage_errors() {
+    for (args, says) in [
+        (&["--bench-max-bytes", "8KiB"][..], "--bench is not given"),
+        (&["--sequential", "--bench-max-bytes", "8KiB"], "--bench is not given"),
+        (&["--ipc", "all", "--bench-max-bytes", "8KiB"], "--bench is not given"),
+        (&["--topology", "--ipc", "vmm"], "cannot be used with"),
+        (&["--topology", "--sync", "memops"], "cannot be used with"),
+        (&["--topology", "--timeout", "5"], "cannot be used with"),
+        (&["--topology", "--quiet"], "cannot be used with"),
+        (&["--timings", "--quiet"], "cannot be used with"),
+        (&["--bench", "--sync", "memops"], "cannot be used with"),
+        (&["--bench", "--procs-per-device", "2"], "cannot be used with"),
+        (&["--join", "@nowhere", "--procs-per-device", "2"], "cannot be used with"),
+        (&["--join", "@nowhere", "--bench-max-bytes", "8KiB"], "--bench is not given"),
+        (&["--serve", "@nowhere", "--sequential"], "cannot be used with"),
+        (&["--ipc", "all", "--isolate", "pid", "--sync", "memops"], "cannot be used with"),
+    ] {
+        let out = run(simulated("ok").args(args));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?} must be a usage error: {}", text(&out));
+        assert!(err.contains(says) && err.contains("Usage:"), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}: nothing ran: {}", text(&out));
+    }
+    for args in [&["--topology"][..], &["--bench", "--bench-max-bytes", "4096", "--quiet"]] {
+        let out = run(simulated("ok").args(args));
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", text(&out));
+    }
+}
+
+/// `--bench-max-bytes` takes bytes or a size with a unit; the benchmark then measures up to that size.
+#[test]
+fn bench_max_bytes_takes_units() {
+    for (size, last) in [("16KiB", "16 KiB"), ("64k", "64 KiB"), ("16384", "16 KiB")] {
+        let out = run(simulated("ok").args(["--bench", "--bench-max-bytes", size]));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{size}: {}", text(&out));
+        let sizes: Vec<&str> = stdout
+            .lines()
+            .filter_map(|l| l.trim_start().split_once(" KiB").map(|(n, _)| n))
+            .filter(|n| n.parse::<u32>().is_ok())
+            .collect();
+        assert_eq!(sizes.last().map(|n| format!("{n} KiB")).as_deref(), Some(last), "{size}: {stdout}");
+    }
+    for bad in ["256MB", "2GiB", "4095", "lots"] {
+        let out = run(simulated("ok").args(["--bench", "--bench-max-bytes", bad]));
+        assert_eq!(out.status.code(), Some(1), "{bad}: {}", text(&out));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("--bench-max-bytes"), "{bad}: {}", text(&out));
+    }
+}
+
+/// `--help` is wrapped: with no terminal and no COLUMNS, no line is longer than 100 characters; with
+/// COLUMNS it follows that width.
+#[test]
+fn help_is_wrapped() {
+    let longest = |columns: Option<&str>| {
+        let mut command = Command::new(bin());
+        command.arg("--help");
+        match columns {
+            Some(columns) => command.env("COLUMNS", columns),
+            None => command.env_remove("COLUMNS"),
+        };
+        let out = command.output().unwrap();
+        String::from_utf8_lossy(&out.stdout).lines().map(|l| l.chars().count()).max().unwrap_or(0)
+    };
+    let plain = longest(None);
+    assert!((60..=100).contains(&plain), "longest --help line: {plain}");
+    assert!(longest(Some("72")) <= 72, "COLUMNS=72: {}", longest(Some("72")));
+}

@@ -45,6 +45,7 @@ use crate::ipc::{
 use crate::outcome::Outcome;
 use crate::phase::Phase;
 use crate::phase::Who;
+use crate::progress;
 use crate::report::document::BenchResults;
 use crate::report::{JsonFile, Results};
 use crate::segment::{self, RunPlan};
@@ -127,9 +128,18 @@ pub fn run_consumer(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
 
     let mut rendezvous = Rendezvous::on(state, Side::Consumer);
     let mut results = Vec::new();
+    // Each pair's hand-overs and sizes, on a terminal's standard error; started once the producer has
+    // attached (and said so), so that its line does not cross the bar.
+    let steps = pairs.len() * (Handover::ALL.len() + sizes(max).len());
+    let mut bar = None;
     for (pair, &(producer, consumer)) in pairs.iter().enumerate() {
         state.bench.producer_device.store(producer as u32, Ordering::Relaxed);
         rendezvous.meet(Step::PairAnnounced, &stop)?;
+        let bar = bar.get_or_insert_with(|| progress::Bar::start(steps as u64, "--bench", cli.quiet));
+        let doing = |what: &str| {
+            let of = pairs.len();
+            bar.doing(format!("pair {}/{of}, GPU {producer} to GPU {consumer}: {what}", pair + 1));
+        };
         let stream = Stream::non_blocking(driver, consumer)?;
         let mine = ExportedEvent::create(driver, consumer)?;
         state.publish_event(CONSUMER, mine.handle(), mine.file());
@@ -158,6 +168,7 @@ pub fn run_consumer(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
         let rounds = rounds(driver.simulated());
         let mut memops_done = 0;
         for handover in Handover::ALL {
+            doing(handover.name());
             let figures = match (&memops_missing, handover.memops()) {
                 (Some(reason), true) => Figures::Waived(reason.clone()),
                 _ => {
@@ -166,6 +177,7 @@ pub fn run_consumer(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
                 }
             };
             report::print_handover(handover, &figures)?;
+            bar.step_done();
             results.push(TestResult { name: handover.name().into(), producer, consumer, figures });
         }
         rendezvous.meet(Step::HandoversDone, &stop)?;
@@ -174,6 +186,7 @@ pub fn run_consumer(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
         let reference = Reference::of(producer, consumer);
         report::print_rates_heading(reference)?;
         for size in sizes(max) {
+            doing(&format!("copy of {}", report::human(size)));
             rendezvous.meet(Step::BufferPublished(size), &stop)?;
             let handle = state.mem_handles[DATA_SLOT].load();
             let descriptor = receive(&stop)?;
@@ -191,6 +204,7 @@ pub fn run_consumer(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
             drop(shared);
             rendezvous.meet(Step::MappingClosed(size), &stop)?;
             report::print_rates(&rates)?;
+            bar.step_done();
             results.push(TestResult {
                 name: "copy".into(),
                 producer,

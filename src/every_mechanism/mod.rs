@@ -59,7 +59,9 @@ pub fn run(cli: &Cli) -> Result<Outcome> {
     let runs = Mechanism::ALL.into_iter().filter(|&m| cannot_run(cli, m).is_none()).count() as u32;
     let mut number = 0;
     let mut joined = 0; // how many processes the last run that ran had: a waived run tells as many
+    let bar = crate::progress::Bar::start(Mechanism::ALL.len() as u64, "--ipc all", cli.quiet);
     for mechanism in Mechanism::ALL {
+        bar.doing(format!("--ipc {}", mechanism.name()));
         say!("== --ipc {}", mechanism.name())?;
         let round = if cli.serve.is_some() && cannot_run(cli, mechanism).is_none() {
             number += 1;
@@ -79,8 +81,10 @@ pub fn run(cli: &Cli) -> Result<Outcome> {
             joined = processes;
         }
         rows.push(row);
+        bar.step_done();
         signals::check()?;
     }
+    drop(bar);
     crate::output::text(&table(&rows))?;
     if let Some(json) = json {
         json.write(Results::Mechanisms(rows.iter().map(MechanismResult::of).collect()))?;
@@ -169,7 +173,7 @@ mod tests {
             &["--ipc", "all", "--sync", "memops", "--procs-per-device", "3", "--timings", "--json", "x.json"],
             &["--ipc=all", "--json=x.json", "--sequential", "--timeout=5", "--bind-numa"],
             &["--timeout", "0", "--ipc", "legacy", "--bench", "--bench-max-bytes", "8192"],
-            &["--ipc", "all", "--topology", "--quiet"],
+            &["--ipc", "all", "--quiet"],
             &["--ipc", "all", "--report-fd", "7"],
         ];
         let program = || std::iter::once(OsString::from("simple-ipc"));
@@ -186,9 +190,11 @@ mod tests {
         for arg in Cli::command().get_arguments().filter(|arg| !arg.is_hide_set()) {
             let long = arg.get_long().unwrap_or_default();
             assert!(
-                // --serve and --join are refused with --ipc all (one mechanism at a time); with --isolate,
-                // --ipc all is the container matrix, which sets each run's options itself.
-                ["help", "version", "serve", "join", "isolate"].contains(&long) || seen.contains(long),
+                // --serve and --join are refused with --ipc all (one mechanism at a time), and --topology with
+                // any --ipc; with --isolate, --ipc all is the container matrix, which sets each run's options
+                // itself.
+                ["help", "version", "serve", "join", "isolate", "topology"].contains(&long)
+                    || seen.contains(long),
                 "--{long} is in no case of this test"
             );
         }

@@ -78,6 +78,9 @@ pub(super) fn run_one(passed_on: &[OsString], mechanism: Mechanism, extra: &[OsS
         Pipe::new(Some(report), Echo::Keep),
     ];
     let (status, stopped) = run.follow(&mut pipes)?;
+    for pipe in &mut pipes {
+        pipe.echo_rest()?;
+    }
     if let Some(signal) = stopped {
         return Err(Interrupted(signal).into());
     }
@@ -126,11 +129,49 @@ struct Pipe {
     fd: Option<OwnedFd>,
     echo: Echo,
     got: Vec<u8>,
+    /// How much of `got` has been passed on.
+    echoed: usize,
 }
 
 impl Pipe {
     fn new(fd: Option<OwnedFd>, echo: Echo) -> Self {
-        Self { fd, echo, got: Vec::new() }
+        Self { fd, echo, got: Vec::new(), echoed: 0 }
+    }
+
+    /// Passes on what came and was not passed on yet: all of it, or while a progress bar is drawn (which
+    /// is drawn again after each write, and would land inside a line) its whole lines.
+    fn echo_lines(&mut self) -> Result<()> {
+        let fresh = &self.got[self.echoed..];
+        let upto = match crate::progress::drawing() {
+            true => fresh.iter().rposition(|&b| b == b'\n').map_or(0, |last| last + 1),
+            false => fresh.len(),
+        };
+        self.echo(upto)
+    }
+
+    /// Passes on all that came and was not passed on yet, a last line without its end too.
+    fn echo_rest(&mut self) -> Result<()> {
+        self.echo(self.got.len() - self.echoed)
+    }
+
+    /// Passes on the next `len` bytes of what came.
+    fn echo(&mut self, len: usize) -> Result<()> {
+        let bytes = &self.got[self.echoed..self.echoed + len];
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        match self.echo {
+            Echo::Stdout => crate::progress::suspend(|| {
+                let mut out = std::io::stdout().lock();
+                out.write_all(bytes).and_then(|()| out.flush())
+            })
+            .context("writing to standard output")?,
+            // As `warn!`: standard error cannot fail the run.
+            Echo::Stderr => crate::progress::suspend(|| drop(std::io::stderr().write_all(bytes))),
+            Echo::Keep => {}
+        }
+        self.echoed += len;
+        Ok(())
     }
 
     /// Reads what `poll` said is there, passes it on and keeps it.
@@ -142,19 +183,12 @@ impl Pipe {
             Err(Errno::EINTR | Errno::EAGAIN) => return Ok(()),
             Err(e) => return Err(e).context("reading the output of a run of one mechanism"),
         };
-        let bytes = &chunk[..n];
-        match self.echo {
-            _ if n == 0 => self.fd = None,
-            Echo::Stdout => {
-                let mut out = std::io::stdout().lock();
-                out.write_all(bytes).and_then(|()| out.flush()).context("writing to standard output")?;
-            }
-            // As `warn!`: standard error cannot fail the run.
-            Echo::Stderr => drop(std::io::stderr().write_all(bytes)),
-            Echo::Keep => {}
+        if n == 0 {
+            self.fd = None;
+            return self.echo_rest();
         }
-        self.got.extend_from_slice(bytes);
-        Ok(())
+        self.got.extend_from_slice(&chunk[..n]);
+        self.echo_lines()
     }
 }
 

@@ -155,16 +155,21 @@ pub fn run(cli: &Cli) -> Result<Outcome> {
         COLUMNS.len()
     )?;
     let mut cells: Vec<Vec<Cell>> = Vec::new();
+    let bar =
+        crate::progress::Bar::start((rows.len() * COLUMNS.len()) as u64, "--ipc all --isolate", cli.quiet);
     for row in &rows {
         let mut line = Vec::new();
         for column in &COLUMNS {
+            bar.doing(format!("{} / {}", row.title, column.title));
             let cell = run_cell(&passed_on, row, column)?;
             say!("  {} / {}: {}", row.title, column.title, cell.word())?;
+            bar.step_done();
             line.push(cell);
             signals::check()?;
         }
         cells.push(line);
     }
+    drop(bar);
     crate::output::text(&table(&rows, &cells))?;
     if let Some(json) = json {
         json.write(crate::report::Results::Matrix(document(&rows, &cells)))?;
