@@ -185,6 +185,68 @@ fn a_joiner_that_dies_fails_the_run_at_once_naming_it() {
     }
 }
 
+/// A joiner killed at each phase of its part: the server fails the run within a few seconds naming it, the
+/// other joiner ends (it may have finished its part already), and nothing is left.
+#[test]
+fn a_joiner_killed_at_any_phase_fails_the_run_and_leaves_nothing() {
+    for phase in [
+        "attach",
+        "cuda_start",
+        "context",
+        "prepare",
+        "wait_ready",
+        "open_handles",
+        "round_robin",
+        "copy_back",
+        "verify",
+        "clean_up",
+    ] {
+        let socket = socket_path(&format!("joiner-{phase}"));
+        let server = serve("ok", &socket, &["--procs-per-device", "2", "--ipc", "vmm"]);
+        let server_pid = server.child.id();
+        let fault = format!("child1@{phase}:kill");
+        let joiners = [join("ok", &socket, Some(&fault)), join("ok", &socket, Some(&fault))];
+        let (code, out, took) = server.end(LIMIT);
+        assert_eq!(code, Some(1), "{phase}: {out}");
+        assert!(out.contains("Process 1 failed!"), "{phase}: names it: {out}");
+        assert!(took < Duration::from_secs(5), "{phase}: {took:?}");
+        for joiner in joiners {
+            let (code, out, _) = joiner.end(Duration::from_secs(3));
+            assert!(!out.contains("did not end"), "{phase}: every joiner ends: {out}");
+            assert!(matches!(code, None | Some(0) | Some(1)), "{phase}: {code:?} {out}");
+        }
+        assert!(!std::path::Path::new(&socket).exists(), "{phase}: {socket} was left");
+        common::assert_nothing_left(server_pid, &[], phase);
+    }
+}
+
+/// The server killed at each phase of its run: every joiner ends within 3 s (with an error, or well where
+/// the server died after the joiners' parts were done), and the guardian leaves no driver file.
+#[test]
+fn the_server_killed_at_any_phase_stops_every_joiner_and_leaves_nothing() {
+    for phase in ["start_children", "allocate_export", "wait_children", "clean_up"] {
+        let socket = socket_path(&format!("server-{phase}"));
+        let mut server = Running::start(
+            "ok",
+            &["--serve", &socket, "--procs-per-device", "2"],
+            Some(&format!("parent@{phase}:kill")),
+        );
+        let server_pid = server.child.id();
+        // The server may die before it listens (start_children): then no joiner finds it, which is an error too.
+        std::thread::sleep(Duration::from_millis(200));
+        let joiners = [join("ok", &socket, None), join("ok", &socket, None)];
+        let status = server.child.wait().unwrap();
+        assert!(status.code().is_none(), "{phase}: the server was killed: {status:?} {}", server.text());
+        for joiner in joiners {
+            let (code, out, took) = joiner.end(Duration::from_secs(3));
+            assert!(!out.contains("did not end"), "{phase}: every joiner ends: {out}");
+            assert!(took < Duration::from_secs(3), "{phase}: {took:?}");
+            assert!(matches!(code, Some(0) | Some(1)), "{phase}: {code:?} {out}");
+        }
+        common::assert_nothing_left(server_pid, &[], phase);
+    }
+}
+
 /// The server killed while its joiners wait in the barrier for a third that never comes: both stop within
 /// half a second, saying that the server is gone.
 #[test]
