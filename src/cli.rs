@@ -119,8 +119,9 @@ pub struct Cli {
     pub quiet: bool,
 
     /// Serve the run at SOCKET (a path, or @NAME for an abstract socket) to the processes that join it with
-    /// --join, from other containers say, instead of starting children; one mechanism, not --ipc all.
-    #[arg(long, value_name = "SOCKET", conflicts_with_all = ["bench", "topology", "join", "sequential"])]
+    /// --join, from other containers say, instead of starting children. With --ipc all, one run per
+    /// mechanism, which the joiners follow in turn; with --bench, the benchmark, whose producer joins.
+    #[arg(long, value_name = "SOCKET", conflicts_with_all = ["topology", "join", "sequential"])]
     pub serve: Option<String>,
 
     /// Run the processes in namespaces of their own, as in containers, meeting over the protocol of --serve
@@ -145,9 +146,10 @@ pub struct Cli {
     pub serve_round: Option<crate::meeting::Round>,
 
     /// Join the run served at SOCKET as one of its processes: the index, the segment and the descriptors
-    /// come from the server, and everything else is a child's; of the other options it takes --timeout and
-    /// --quiet.
-    #[arg(long, value_name = "SOCKET", conflicts_with_all = ["bench", "topology", "serve", "sequential",
+    /// come from the server, and everything else is a child's (or, where the server runs --bench, the
+    /// producer's); of the other options it takes --timeout, --quiet and --bench (then the run must be the
+    /// benchmark).
+    #[arg(long, value_name = "SOCKET", conflicts_with_all = ["topology", "serve", "sequential",
           "timings", "json", "procs_per_device", "bind_numa", "sync", "ipc", "child"])]
     pub join: Option<String>,
 }

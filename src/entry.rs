@@ -170,7 +170,8 @@ fn run(cli: &cli::Cli) -> anyhow::Result<Outcome> {
         )?;
     }
     if let Some(address) = &cli.join {
-        return join::run(address, cli.timeout(), cli.isolated.is_some()).map(|()| Outcome::Passed);
+        return join::run(address, cli.timeout(), cli.isolated.is_some(), cli.bench)
+            .map(|()| Outcome::Passed);
     }
     match cli.child {
         Some(index) if cli.bench => {

@@ -14,6 +14,7 @@ use crate::attach;
 use crate::child;
 use crate::meeting::{self, Address, Heard, Round};
 use crate::phase::{Phase, Who};
+use crate::segment;
 use crate::signals;
 use crate::timings::Stopwatch;
 
@@ -50,7 +51,8 @@ enum Answer {
 /// Joins the run at `address`, and, where the server says it is one of a sequence of runs (`--serve --ipc
 /// all`), each run after it in turn; fails if any of them failed. `started_by_server`: the server started
 /// this process (`--isolate`).
-pub fn run(address: &str, timeout: Option<Duration>, started_by_server: bool) -> Result<()> {
+/// `bench`: the user said `--bench`, and the run must be the benchmark.
+pub fn run(address: &str, timeout: Option<Duration>, started_by_server: bool, bench: bool) -> Result<()> {
     let address = Address::parse(address).with_context(|| format!("--join {address}"))?;
     let mut failed: Vec<String> = Vec::new();
     let mut last: Option<Round> = None;
@@ -68,7 +70,7 @@ pub fn run(address: &str, timeout: Option<Duration>, started_by_server: bool) ->
             }
             (Err(e), None) => return Err(e),
         };
-        match take_part_once(&address, &connection, timeout)? {
+        match take_part_once(&address, &connection, timeout, bench)? {
             Answer::TookPart(ended, round) => {
                 if let Err(e) = ended {
                     match round {
@@ -148,7 +150,12 @@ fn connect_to(address: &Address, wait: bool, started_by_server: bool) -> Result<
 }
 
 /// Asks to join the run at the other end of `connection` and, once admitted, takes part in it.
-fn take_part_once(address: &Address, connection: &OwnedFd, timeout: Option<Duration>) -> Result<Answer> {
+fn take_part_once(
+    address: &Address,
+    connection: &OwnedFd,
+    timeout: Option<Duration>,
+    bench_asked: bool,
+) -> Result<Answer> {
     meeting::ask_to_join(connection)?;
     let asked = Instant::now();
     let admission = loop {
@@ -174,16 +181,25 @@ fn take_part_once(address: &Address, connection: &OwnedFd, timeout: Option<Durat
     let round = admission.round;
     let watch = Stopwatch::start(Who::Child(index), Phase::Attach)?;
     let segment = attach::joined_segment(index, admission.processes, admission.segment)?;
-    let ended = child::take_part(
-        index,
-        watch,
-        &segment,
-        admission.descriptor_socket,
-        &attach::Parent::Server {
-            connection,
-            deadline: timeout.and_then(|t| asked.checked_add(t).map(|at| (at, t))),
-        },
-    );
+    let server = attach::Parent::Server {
+        connection,
+        deadline: timeout.and_then(|t| asked.checked_add(t).map(|at| (at, t))),
+    };
+    // A served benchmark's joiner is its producer; any other, a child of the sample.
+    let bench =
+        segment.state().options.load(std::sync::atomic::Ordering::Relaxed) & segment::OPTION_BENCH != 0;
+    if bench_asked && !bench {
+        let _ =
+            meeting::say_ended(connection, crate::outcome::EXIT_FAILURE, "it was asked to join a benchmark");
+        bail!(
+            "--join {address} --bench: the run served there is not the benchmark (leave --bench out to join it)"
+        );
+    }
+    let ended = if bench {
+        crate::bench::produce(index, watch, &segment, admission.descriptor_socket, &server)
+    } else {
+        child::take_part(index, watch, &segment, admission.descriptor_socket, &server)
+    };
     let (status, why) = match &ended {
         Ok(()) => (crate::outcome::EXIT_SUCCESS, String::new()),
         Err(e) => (crate::outcome::EXIT_FAILURE, format!("{e:#}")),

@@ -73,6 +73,8 @@ pub struct Joiners<'s> {
     /// The socket file the server made (device, inode), removed on drop if it is still that one.
     made: Option<(u64, u64)>,
     processes: usize,
+    /// The index of the first joiner: 0, or 1 where the server is process 0 (the benchmark's consumer).
+    first: usize,
     /// The server's end is kept; the joiner's end of each descriptor socket goes to the joiner of its index.
     descriptor_sockets: Vec<Option<OwnedFd>>,
     joined: Vec<Joined>,
@@ -87,6 +89,28 @@ pub struct Joiners<'s> {
 }
 
 impl<'s> Joiners<'s> {
+    /// The joiners are processes `first` and on of the run's `processes` (the server is the ones before).
+    pub fn starting_at_index(mut self, first: usize) -> Self {
+        self.first = first;
+        self
+    }
+
+    /// How many processes are to join.
+    fn expected(&self) -> usize {
+        self.processes - self.first.min(self.processes)
+    }
+
+    /// Admits whoever is at the door and fails if a joiner has failed or is gone, or the watchdog's time is
+    /// up: for a server that takes part in the run itself (the benchmark's consumer), between its steps.
+    pub fn check_alive(&mut self) -> Result<()> {
+        self.check_deadline()?;
+        self.answer_the_door()?;
+        match self.look_at_joiners()? {
+            Some(failure) => Err(failure.into()),
+            None => Ok(()),
+        }
+    }
+
     /// Tells each joiner, as it is admitted, that the run is `round` of a sequence.
     pub fn in_round(mut self, round: Option<meeting::Round>) -> Self {
         self.round = round;
@@ -150,6 +174,7 @@ impl<'s> Joiners<'s> {
             address,
             made,
             processes,
+            first: 0,
             descriptor_sockets: sockets,
             joined: Vec::new(),
             waiting: Vec::new(),
@@ -213,24 +238,25 @@ impl<'s> Joiners<'s> {
 
     /// Admits a process that asked to join, or refuses it when the run has all its processes.
     fn admit(&mut self, connection: OwnedFd, pid: i32) -> Result<()> {
-        let index = self.joined.len();
-        if index >= self.processes {
+        let position = self.joined.len();
+        let index = self.first + position;
+        if position >= self.expected() {
             let why = format!("the run has all the {} processes it needs", self.processes);
             warn!("simple-ipc: a process (pid {pid}) asked to join: refused: {why}");
             let _ = meeting::refuse(&connection, &why);
             return Ok(());
         }
-        let socket = self.descriptor_sockets[index].as_ref().map(|s| s.as_fd());
+        let socket = self.descriptor_sockets[position].as_ref().map(|s| s.as_fd());
         let segment = self.segment.fd_borrowed();
         if let Err(e) = meeting::admit(&connection, index, self.processes, segment, socket, self.round) {
             // It left while it was being admitted: it takes no place.
             warn!("simple-ipc: a process (pid {pid}) that asked to join is gone: {e:#}");
             return Ok(());
         }
-        self.descriptor_sockets[index] = None;
+        self.descriptor_sockets[position] = None;
         say!("Process {index} joined (pid {pid})")?;
         self.joined.push(Joined { index, pid, connection: Some(connection) });
-        if self.joined.len() == self.processes {
+        if self.joined.len() == self.expected() {
             if self.remove_when_full || self.round.is_some() {
                 self.remove_socket_file();
             }
@@ -278,7 +304,7 @@ impl<'s> Joiners<'s> {
     }
 
     fn all_ended(&self) -> bool {
-        self.joined.len() == self.processes && self.joined.iter().all(|j| j.connection.is_none())
+        self.joined.len() == self.expected() && self.joined.iter().all(|j| j.connection.is_none())
     }
 
     /// Waits until every joiner has come and said it ended well, or until `enough()`, calling `tick` at every
@@ -339,7 +365,8 @@ impl<'s> Joiners<'s> {
                 format!("process {} (pid {}) was {}", j.index, j.pid, progress_of(word))
             })
             .collect();
-        places.extend((self.joined.len()..self.processes).map(|i| format!("process {i} never joined")));
+        let never = self.first + self.joined.len()..self.processes;
+        places.extend(never.map(|i| format!("process {i} never joined")));
         Err(anyhow!(
             "the run did not finish within {} s (--timeout); stopped it. Not finished: {}.",
             timeout.as_secs_f64(),

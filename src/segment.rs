@@ -48,6 +48,8 @@ pub const OPTION_BIND_NUMA: u32 = 1;
 /// `SharedState::options` bit: the round-robin is ordered by stream memory operations on a flag after each
 /// buffer (`--sync memops`), not by the interprocess events.
 pub const OPTION_SYNC_MEMOPS: u32 = 2;
+/// The run is the IPC benchmark (`--bench`): a process that joins it is its producer.
+pub const OPTION_BENCH: u32 = 4;
 /// Bytes after each buffer's data that hold its flag for `--sync memops` (a whole 256-byte line, so that the
 /// flag shares it with nothing the kernel writes).
 pub const FLAG_BYTES: usize = 256;
@@ -212,6 +214,16 @@ impl SharedState {
                 le.copy_from_slice(bytes);
                 word.store(u64::from_le_bytes(le), Ordering::Relaxed);
             }
+        }
+    }
+
+    /// Places process `index` on `device`, whose UUID is `uuid` (the benchmark's producer, at each pair).
+    pub fn place(&self, index: usize, device: i32, uuid: &[u8; 16]) {
+        self.devices[index].store(device, Ordering::Relaxed);
+        for (word, bytes) in self.device_uuids[index].iter().zip(uuid.chunks_exact(8)) {
+            let mut le = [0u8; 8];
+            le.copy_from_slice(bytes);
+            word.store(u64::from_le_bytes(le), Ordering::Relaxed);
         }
     }
 

@@ -166,6 +166,51 @@ fn a_served_sequence_takes_its_joiners_through_every_mechanism() {
     }
 }
 
+/// `--bench --serve`: the consumer serves, the producer joins (from another container, say): every pair's
+/// hand-overs and copies are measured across the socket; a joiner asked for `--bench` that finds the sample
+/// says so; the producer killed mid-benchmark fails the consumer at once.
+#[test]
+fn the_benchmark_runs_across_the_socket() {
+    let socket = format!("@simple-ipc-test-bench-{}", std::process::id());
+    let args = ["--bench", "--ipc", "vmm", "--bench-max-bytes", "16KiB"];
+    let mut all = vec!["--serve", socket.as_str()];
+    all.extend_from_slice(&args);
+    let server = Running::start("ok,ok", &all, None);
+    assert!(server.wait_for("waiting for its producer", Duration::from_secs(10)), "{}", server.text());
+    let server_pid = server.child.id();
+    let producer = Running::start("ok,ok", &["--join", &socket, "--bench"], None);
+    let (code, out, _) = server.end(LIMIT);
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(out.matches("events, signal only, GPU waits").count(), 4, "four pairs of two GPUs: {out}");
+    assert_eq!(out.matches("16 KiB").count(), 4, "each pair's largest copy: {out}");
+    let (code, out, _) = producer.end(LIMIT);
+    assert_eq!(code, Some(0), "the producer: {out}");
+    common::assert_nothing_left(server_pid, &[], "the served benchmark");
+
+    // --join --bench to the sample: refused by the joiner, which fails the server's run.
+    let sample = format!("@simple-ipc-test-sample-{}", std::process::id());
+    let server = serve("ok", &sample, &[]);
+    let joiner = Running::start("ok", &["--join", &sample, "--bench"], None);
+    let (code, out, _) = joiner.end(LIMIT);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("is not the benchmark"), "{out}");
+    let (code, out, _) = server.end(LIMIT);
+    assert_eq!(code, Some(1), "{out}");
+
+    // The producer killed while it answers hand-overs.
+    let socket = format!("@simple-ipc-test-bench-dies-{}", std::process::id());
+    let mut all = vec!["--serve", socket.as_str()];
+    all.extend_from_slice(&args);
+    let server = Running::start("ok", &all, None);
+    assert!(server.wait_for("waiting for its producer", Duration::from_secs(10)), "{}", server.text());
+    let producer = Running::start("ok", &["--join", &socket], Some("child1@round-robin:kill"));
+    let (code, out, took) = server.end(LIMIT);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("the producer stopped") && out.contains("Process 1"), "{out}");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    let _ = producer.end(Duration::from_secs(3));
+}
+
 /// A joiner killed in the round-robin fails the run on the serving side at once, naming it; the other
 /// joiner stops too.
 #[test]

@@ -42,6 +42,8 @@ use crate::ipc::diagnose::Exporter;
 use crate::ipc::{
     DeviceBuffer, ExportedBuffer, ExportedEvent, Mechanism, OpenedBuffer, OpenedEvent, descriptors,
 };
+use crate::joiners::Joiners;
+use crate::meeting::Address;
 use crate::outcome::Outcome;
 use crate::phase::Phase;
 use crate::phase::Who;
@@ -85,12 +87,14 @@ pub fn run_consumer(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
         chosen.iter().find_map(|&d| driver.stream_memops_unsupported(d).transpose()).transpose()?;
     let pairs: Vec<(i32, i32)> = chosen.iter().flat_map(|&p| chosen.iter().map(move |&c| (p, c))).collect();
     let max = cli.bench_max_bytes as usize;
+    let first_uuid = driver.device_info(chosen[0])?.uuid;
     state.describe_run(&RunPlan {
-        uuids: &[],
+        uuids: &[first_uuid, first_uuid],
         devices: &[chosen[0], chosen[0]],
         procs_per_device: 1,
         data_size: max,
-        options: if memops_missing.is_none() { segment::OPTION_SYNC_MEMOPS } else { 0 },
+        options: segment::OPTION_BENCH
+            | if memops_missing.is_none() { segment::OPTION_SYNC_MEMOPS } else { 0 },
         mechanism: mechanism.code(),
     });
     state.bench.pairs.store(pairs.len() as u32, Ordering::Relaxed);
@@ -106,18 +110,28 @@ pub fn run_consumer(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
         true => descriptors::pair().map(|(ours, theirs)| (Some(ours), vec![theirs]))?,
         false => (None, Vec::new()),
     };
-    let mut children = Children::spawn(
-        &setup.segment,
-        PRODUCER..PRODUCER + 1,
-        if cli.quiet { &["--bench", "--quiet"] } else { &["--bench"] },
-        &their_socket,
-        started,
-        cli.timeout(),
-    )?;
-    drop(their_socket);
+    // The producer: this program's child, or, with --serve, the process that joins at the socket.
+    let producer = match &cli.serve {
+        None => Producer::Child(Children::spawn(
+            &setup.segment,
+            PRODUCER..PRODUCER + 1,
+            if cli.quiet { &["--bench", "--quiet"] } else { &["--bench"] },
+            &their_socket,
+            started,
+            cli.timeout(),
+        )?),
+        Some(address) => {
+            let address = Address::parse(address).with_context(|| format!("--serve {address}"))?;
+            let joiners =
+                Joiners::listen(&setup.segment, address.clone(), 2, their_socket, started, cli.timeout())?
+                    .starting_at_index(PRODUCER);
+            say!("Serving the benchmark at {address}: waiting for its producer to join (--join {address})")?;
+            Producer::Joined(std::cell::RefCell::new(joiners))
+        }
+    };
     let stop = || -> Result<()> {
         signals::check()?;
-        children.check_all_alive().context("the producer stopped")
+        producer.check().context("the producer stopped")
     };
     let receive = |stop: &dyn StopCheck| -> Result<Option<OwnedFd>> {
         match &socket {
@@ -134,6 +148,8 @@ pub fn run_consumer(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
     let mut bar = None;
     for (pair, &(producer, consumer)) in pairs.iter().enumerate() {
         state.bench.producer_device.store(producer as u32, Ordering::Relaxed);
+        // By UUID too: a producer that joined from another container may number the GPUs otherwise.
+        state.place(PRODUCER, producer, &driver.device_info(producer)?.uuid);
         rendezvous.meet(Step::PairAnnounced, &stop)?;
         let bar = bar.get_or_insert_with(|| progress::Bar::start(steps as u64, "--bench", cli.quiet));
         let doing = |what: &str| {
@@ -216,37 +232,73 @@ pub fn run_consumer(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
         drop(flags);
         rendezvous.meet(Step::FlagsClosed, &stop)?;
     }
-    children.wait(|| false, || {})?;
+    producer.wait()?;
     if let Some(json) = json {
         json.write(Results::Bench(BenchResults::of(mechanism, &mps, &results)))?;
     }
     Ok(Outcome::Passed)
 }
 
-/// The producer: the child's side of `--bench`.
+/// The benchmark's producer: the consumer's child, or the process that joined its served run.
+enum Producer<'s> {
+    Child(Children<'s>),
+    Joined(std::cell::RefCell<Joiners<'s>>),
+}
+
+impl Producer<'_> {
+    /// `Err` if the producer has failed or is gone (or, served, the watchdog's time is up).
+    fn check(&self) -> Result<()> {
+        match self {
+            Producer::Child(children) => children.check_all_alive(),
+            Producer::Joined(joiners) => joiners.borrow_mut().check_alive(),
+        }
+    }
+
+    /// Waits for the producer's end, which must be a good one.
+    fn wait(self) -> Result<()> {
+        match self {
+            Producer::Child(mut children) => children.wait(|| false, || {}),
+            Producer::Joined(joiners) => joiners.into_inner().wait(&|| false, &mut || {}, &mut || None),
+        }
+    }
+}
+
+/// The producer as the consumer's child: attaches to the inherited segment, then produces.
 pub fn run_producer(index: usize, segment_fd: Option<i32>, socket_fd: Option<i32>) -> Result<()> {
     if index != PRODUCER {
         bail!("the benchmark's producer is process {PRODUCER}, not {index}");
     }
     let watch = Stopwatch::start(Who::Child(index), Phase::Attach)?;
     let (segment, parent_pid) = attach::segment(index, segment_fd)?;
+    let socket = socket_fd.map(|fd| crate::inherit::take(fd, "descriptor socket")).transpose()?;
+    produce(index, watch, &segment, socket, &attach::Parent::Pid(parent_pid))
+}
+
+/// The producer's side of `--bench`, in the segment of a consumer that is `parent` (its parent, or the
+/// server it joined).
+pub fn produce(
+    index: usize,
+    watch: Stopwatch,
+    segment: &segment::Segment,
+    socket: Option<OwnedFd>,
+    parent: &attach::Parent,
+) -> Result<()> {
+    if index != PRODUCER {
+        bail!("the benchmark's producer is process {PRODUCER}, not {index}");
+    }
     let state = segment.state();
     let mut watch = watch.report_to(&state.progress[index]);
     let mechanism = Mechanism::from_code(state.mechanism.load(Ordering::Relaxed))
         .context("the segment names an IPC mechanism this program does not know")?;
     let memops = state.options.load(Ordering::Relaxed) & segment::OPTION_SYNC_MEMOPS != 0;
-    let socket = match socket_fd {
-        Some(fd) if mechanism.uses_descriptors() => Some(crate::inherit::take(fd, "descriptor socket")?),
-        _ => None,
-    };
+    let socket = socket.filter(|_| mechanism.uses_descriptors());
     let send = |buffer: &ExportedBuffer| -> Result<()> {
         if let (Some(socket), Some(fd)) = (&socket, buffer.descriptor()) {
             descriptors::send(socket, mechanism.code(), &[fd])?;
         }
         Ok(())
     };
-    let parent = attach::Parent::Pid(parent_pid);
-    let stop = move || attach::still_running(state, &parent);
+    let stop = move || attach::still_running(state, parent);
     watch.enter(Phase::CudaStart)?;
     let cuda = driver::load().context("starting CUDA")?;
     let driver: &dyn Driver = &*cuda;
@@ -255,7 +307,7 @@ pub fn run_producer(index: usize, segment_fd: Option<i32>, socket_fd: Option<i32
     watch.enter(Phase::RoundRobin)?;
     for _ in 0..state.bench.pairs.load(Ordering::Relaxed) {
         rendezvous.meet(Step::PairAnnounced, &stop)?;
-        let device = state.bench.producer_device.load(Ordering::Relaxed) as i32;
+        let device = attach::device(driver, state, PRODUCER)?;
         let stream = Stream::non_blocking(driver, device)?;
         let mine = ExportedEvent::create(driver, device)?;
         state.publish_event(PRODUCER, mine.handle(), mine.file());
@@ -290,5 +342,7 @@ pub fn run_producer(index: usize, segment_fd: Option<i32>, socket_fd: Option<i32
         }
         rendezvous.meet(Step::FlagsClosed, &stop)?;
     }
+    // Its part is done, as the segment says (a server counts a joiner's good end only with this).
+    watch.finish().publish(state, index);
     Ok(())
 }
