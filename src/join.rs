@@ -189,8 +189,8 @@ fn take_part_once(
     let bench =
         segment.state().options.load(std::sync::atomic::Ordering::Relaxed) & segment::OPTION_BENCH != 0;
     if bench_asked && !bench {
-        let _ =
-            meeting::say_ended(connection, crate::outcome::EXIT_FAILURE, "it was asked to join a benchmark");
+        let why = "it was asked to join a benchmark";
+        let _ = meeting::say_ended(connection, crate::outcome::EXIT_FAILURE, why, None);
         bail!(
             "--join {address} --bench: the run served there is not the benchmark (leave --bench out to join it)"
         );
@@ -204,7 +204,8 @@ fn take_part_once(
         Ok(()) => (crate::outcome::EXIT_SUCCESS, String::new()),
         Err(e) => (crate::outcome::EXIT_FAILURE, format!("{e:#}")),
     };
+    let diagnosis = ended.as_ref().err().and_then(|e| e.downcast_ref::<crate::ipc::diagnose::Diagnosis>());
     // The server may be gone already (that may be why this process stopped): nothing more to say then.
-    let _ = meeting::say_ended(connection, status, &why);
+    let _ = meeting::say_ended(connection, status, &why, diagnosis);
     Ok(Answer::TookPart(ended, round))
 }

@@ -37,6 +37,8 @@ const POLL: Duration = Duration::from_millis(1);
 pub struct JoinerFailed {
     pub index: usize,
     pub how: String,
+    /// The joiner's diagnosis of its failure, where it had one (for the `--json` document).
+    pub diagnosis: Option<crate::ipc::diagnose::Diagnosis>,
 }
 
 impl std::fmt::Display for JoinerFailed {
@@ -274,18 +276,22 @@ impl<'s> Joiners<'s> {
         let mut failure = None;
         for joiner in &mut self.joined {
             let Some(connection) = &joiner.connection else { continue };
+            let mut diagnosis = None;
             let how = match meeting::hear(connection, 0) {
                 Err(e) => Some(format!("it sent what simple-ipc does not send: {e:#}")),
                 Ok(Heard::Nothing) => continue,
                 // Its own word is not enough: it must have finished in the segment too.
-                Ok(Heard::Ended(0, _)) if crate::timings::finished(self.segment.state(), joiner.index) => {
+                Ok(Heard::Ended(0, ..)) if crate::timings::finished(self.segment.state(), joiner.index) => {
                     None
                 }
-                Ok(Heard::Ended(0, _)) => {
+                Ok(Heard::Ended(0, ..)) => {
                     Some("it said it ended well, but never finished its part".to_owned())
                 }
-                Ok(Heard::Ended(code, why)) if why.is_empty() => Some(format!("exit code {code}")),
-                Ok(Heard::Ended(code, why)) => Some(format!("exit code {code}: {why}")),
+                Ok(Heard::Ended(code, why, _)) if why.is_empty() => Some(format!("exit code {code}")),
+                Ok(Heard::Ended(code, why, said)) => {
+                    diagnosis = said;
+                    Some(format!("exit code {code}: {why}"))
+                }
                 Ok(Heard::Closed) => {
                     Some(format!("pid {}: gone without saying how it ended (killed?)", joiner.pid))
                 }
@@ -297,7 +303,7 @@ impl<'s> Joiners<'s> {
             if let Some(how) = how
                 && failure.is_none()
             {
-                failure = Some(JoinerFailed { index: joiner.index, how });
+                failure = Some(JoinerFailed { index: joiner.index, how, diagnosis });
             }
         }
         Ok(failure)

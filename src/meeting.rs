@@ -12,6 +12,8 @@ use std::io::{IoSlice, IoSliceMut};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 use anyhow::{Context, Result, bail, ensure};
+
+use crate::ipc::diagnose::Diagnosis;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::socket::{
     AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag, SockType, UnixAddr, recvmsg,
@@ -162,15 +164,25 @@ pub fn say_waived(connection: &OwnedFd, round: Round, why: &str) -> Result<()> {
 /// The longest reason a joiner gives for its failure (the rest is cut at a character's boundary).
 const MAX_REASON: usize = 3000;
 
-/// The joiner says how it ended: its exit status and, if it failed, why (the server's verdict names it).
-pub fn say_ended(connection: &OwnedFd, status: u8, why: &str) -> Result<()> {
+/// The joiner says how it ended: its exit status and, if it failed, why (the server's verdict names it),
+/// with the diagnosis of its failure where there is one (the server's `--json` document carries it).
+pub fn say_ended(connection: &OwnedFd, status: u8, why: &str, diagnosis: Option<&Diagnosis>) -> Result<()> {
     let mut message = ENDED.to_vec();
     message.push(status);
-    let mut end = why.len().min(MAX_REASON);
-    while !why.is_char_boundary(end) {
-        end -= 1;
+    let cut = |text: &str, most: usize| {
+        let mut end = text.len().min(most);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text[..end].replace('\0', " ")
+    };
+    message.extend_from_slice(cut(why, MAX_REASON).as_bytes());
+    if let Some(diagnosis) = diagnosis {
+        for part in [&diagnosis.cause, &diagnosis.fix] {
+            message.push(0);
+            message.extend_from_slice(cut(part, MAX_REASON / 2).as_bytes());
+        }
     }
-    message.extend_from_slice(&why.as_bytes()[..end]);
     send(connection, &message, &[]).context("telling the server how this process ended")
 }
 
@@ -187,8 +199,8 @@ fn send(connection: &OwnedFd, message: &[u8], fds: &[RawFd]) -> Result<()> {
 pub enum Heard {
     Admitted(Admission),
     Refused(String),
-    /// A joiner's exit status and why it failed (empty when it did not say).
-    Ended(u8, String),
+    /// A joiner's exit status, why it failed (empty when it did not say), and its diagnosis, if it had one.
+    Ended(u8, String, Option<Diagnosis>),
     /// A process asks to join.
     Asked,
     /// This run of a sequence was waived, for this reason.
@@ -207,7 +219,7 @@ pub fn hear(connection: &OwnedFd, wait_ms: u16) -> Result<Heard> {
         Ok(_) => {}
         Err(e) => return Err(e).context("poll on the run's socket"),
     }
-    let mut buffer = [0u8; 16 + MAX_REASON];
+    let mut buffer = [0u8; 16 + 2 * MAX_REASON + 2];
     let mut space = nix::cmsg_space!([RawFd; 2]);
     let mut iov = [IoSliceMut::new(&mut buffer)];
     let received =
@@ -252,8 +264,16 @@ pub fn hear(connection: &OwnedFd, wait_ms: u16) -> Result<Heard> {
         }
         Some(tag) if tag == REFUSE => Ok(Heard::Refused(String::from_utf8_lossy(&text[8..]).into_owned())),
         Some(tag) if tag == ENDED => {
-            let why = text.get(9..).map(String::from_utf8_lossy).unwrap_or_default().into_owned();
-            Ok(Heard::Ended(text.get(8).copied().unwrap_or(1), why))
+            let rest = String::from_utf8_lossy(text.get(9..).unwrap_or_default()).into_owned();
+            let mut parts = rest.split('\0');
+            let why = parts.next().unwrap_or_default().to_owned();
+            let diagnosis = match (parts.next(), parts.next()) {
+                (Some(cause), Some(fix)) => {
+                    Some(Diagnosis::new(cause.to_owned(), "; what fixes it: ", fix.to_owned()))
+                }
+                _ => None,
+            };
+            Ok(Heard::Ended(text.get(8).copied().unwrap_or(1), why, diagnosis))
         }
         Some(tag) if tag == HELLO => Ok(Heard::Asked),
         Some(tag) if tag == WAIVED => {
@@ -332,10 +352,16 @@ mod tests {
         );
         refuse(&a, "the run has all the processes it needs").unwrap();
         assert!(matches!(hear(&b, 1000).unwrap(), Heard::Refused(why) if why.contains("all the processes")));
-        say_ended(&b, 1, "cuIpcOpenMemHandle: CUDA_ERROR_INVALID_CONTEXT").unwrap();
+        say_ended(&b, 1, "cuIpcOpenMemHandle: CUDA_ERROR_INVALID_CONTEXT", None).unwrap();
         assert!(
-            matches!(hear(&a, 1000).unwrap(), Heard::Ended(1, why) if why.ends_with("INVALID_CONTEXT")),
+            matches!(hear(&a, 1000).unwrap(), Heard::Ended(1, why, None) if why.ends_with("INVALID_CONTEXT")),
             "the reason comes with the status"
+        );
+        let diagnosis = Diagnosis::new("both pid 2".into(), "; what fixes it: ", "one PID namespace".into());
+        say_ended(&b, 1, "opening: both pid 2", Some(&diagnosis)).unwrap();
+        assert!(
+            matches!(hear(&a, 1000).unwrap(), Heard::Ended(1, _, Some(d)) if d == diagnosis),
+            "and its diagnosis, in its parts"
         );
         assert!(matches!(hear(&a, 0).unwrap(), Heard::Nothing));
         assert!(!peer_is_gone(&a));

@@ -148,6 +148,14 @@ fn each_boundary_names_its_cause_and_the_least_sharing_that_fixes_it() {
         assert_eq!(tmp.entries(), Vec::<String>::new(), "{args:?}: the socket's directory is gone");
         assert_no_driver_files(pid, &format!("{args:?}"));
     }
+    // The cause and the fix come back from the joiner that met them, into the server's --json document.
+    let tmp = Tmp::new("boundary-json");
+    let json = tmp.0.join("run.json").display().to_string();
+    let (_, out) = run(&tmp, &["--isolate", "shm", "--json", &json]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert!(doc["cause"].as_str().is_some_and(|c| c.contains("this process has another")), "{doc}");
+    assert!(doc["fix"].as_str().is_some_and(|f| f.starts_with("share /dev/shm")), "{doc}");
 }
 
 /// The cells of the table, row by row, as the H200 host's driver answers (issue 16's table), and the notes.
