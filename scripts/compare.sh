@@ -3,7 +3,8 @@
 # defaults), and the project's floor (scripts/floor/ipc-floor.cu: the least program doing the same IPC work,
 # events, kernel and copy back included) against simple-ipc with the same number of processes, for N = 1
 # (or the GPU count) up to 16; and each IPC mechanism against legacy.
-#   scripts/compare.sh SIMPLE_IPC ORIGINAL [ROUNDS]
+#   scripts/compare.sh SIMPLE_IPC ORIGINAL [ROUNDS]     (ORIGINAL "-": no NVIDIA sample on this host; the
+#                                                     floor and the mechanisms are compared still)
 # The floor is built here from the repository with nvcc (NVCC, or nvcc on PATH; FLOOR_ARCH, default
 # -arch=native, picks its GPU code). NVIDIA's sample is built by hand on that host (keep its code out of
 # this repository):
@@ -16,7 +17,8 @@ if [ $# -lt 2 ]; then
   echo "usage: scripts/compare.sh SIMPLE_IPC ORIGINAL [ROUNDS]" >&2
   exit 1
 fi
-ours=$(realpath "$1"); original=$(realpath "$2"); rounds=${3:-5}
+ours=$(realpath "$1"); original=$2; rounds=${3:-5}
+[ "$original" = - ] || original=$(realpath "$original")
 repo=$(cd "$(dirname "$0")/.." && pwd)
 build=$(mktemp -d); trap 'rm -rf "$build"' EXIT
 floor=$build/ipc-floor
@@ -37,6 +39,7 @@ echo "== $gpus GPU(s); $rounds paired rounds each; medians in ms"
 clean_original() {
   for f in $(comm -13 <(echo "$1") <(ls /dev/shm) | grep -E '^(simpleIPCshm[0-9]+|cuda\.shm\..*)$'); do rm -f "/dev/shm/$f"; done
 }
+if [ "$original" != - ]; then
 echo "-- NVIDIA's simpleIPC, one run's output:"
 before=$(ls /dev/shm)
 "$original" 2>&1 | sed 's/^/   /'
@@ -54,6 +57,9 @@ for _ in $(seq "$rounds"); do
 done
 mo=$(echo "${o[*]}" | median); msi=$(echo "${s[*]}" | median)
 echo "original ${mo} ms, simple-ipc ${msi} ms: simple-ipc takes $(ratio "$msi" "$mo") of the original's time$([ $bad = 1 ] && echo ' (A RUN FAILED)')"
+else
+  echo "-- (no NVIDIA sample given: the comparison with the original is left out)"
+fi
 
 echo "-- against the floor (ipc-floor N over the $gpus GPU(s)), whole runs:"
 printf "%10s %12s %14s %8s\n" processes "floor, ms" "simple-ipc, ms" ratio
