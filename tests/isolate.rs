@@ -224,6 +224,17 @@ fn marked(mark: &str) -> Vec<u32> {
         .collect()
 }
 
+/// Kills every process of the run marked `mark` when dropped: a test that fails half-way leaves none.
+struct EndMarked(String);
+
+impl Drop for EndMarked {
+    fn drop(&mut self) {
+        for pid in marked(&self.0) {
+            let _ = nix::sys::signal::kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
+        }
+    }
+}
+
 fn wait_all_gone(mark: &str, limit: Duration) -> Vec<u32> {
     let start = Instant::now();
     while !marked(mark).is_empty() && start.elapsed() < limit {
@@ -249,6 +260,7 @@ fn killing_an_isolated_run_leaves_nothing() {
     ] {
         let tmp = Tmp::new("killed");
         let mark = format!("{}-{isolate}-{signal}", std::process::id());
+        let _end = EndMarked(mark.clone());
         // memops with vmm: passes across every boundary, so that the run is held, not failed.
         let mut child = isolated(
             &tmp,
@@ -284,6 +296,51 @@ fn killing_an_isolated_run_leaves_nothing() {
         assert_eq!(left, Vec::<u32>::new(), "{isolate}, {signal}: every process of the run is gone");
         assert_eq!(tmp.entries(), Vec::<String>::new(), "{isolate}, {signal}: no socket directory is left");
         assert_no_driver_files(child.id(), &format!("{isolate}, {signal}"));
+    }
+}
+
+/// A process the parent started that hangs (it never answers the abort): the watchdog stops the run, and
+/// the parent ends what it started, its init and all, before it exits; nothing is left.
+#[test]
+fn a_hung_isolated_process_is_ended_by_the_parent_that_started_it() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    if !namespaces_here("a_hung_isolated_process_is_ended_by_the_parent_that_started_it") {
+        return;
+    }
+    for isolate in ["pid", "joiners:pid", "net"] {
+        let tmp = Tmp::new("hung");
+        let mark = format!("{}-hung-{isolate}", std::process::id());
+        let _end = EndMarked(mark.clone());
+        let args = "--ipc vmm --sync memops --procs-per-device 2 --timeout 2";
+        let mut args: Vec<&str> = args.split(' ').collect();
+        args.extend(["--isolate", isolate]);
+        // Output to a file, not a pipe: a process left behind would hold a pipe open, and the test with it.
+        let log = std::env::temp_dir().join(format!("simple-ipc-isolate-{mark}.log"));
+        let file = std::fs::File::create(&log).unwrap();
+        let mut child = isolated(&tmp, &args)
+            .env(FAULT, "child1@round-robin:hang")
+            .env("SIMPLE_IPC_TEST_MARK", &mark)
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break Some(status);
+            }
+            if start.elapsed() > Duration::from_secs(15) {
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let said = std::fs::read_to_string(&log).unwrap_or_default();
+        let _ = std::fs::remove_file(&log);
+        assert_eq!(status.and_then(|s| s.code()), Some(1), "{isolate}: the watchdog: {said}");
+        assert!(said.contains("did not finish within 2 s"), "{isolate}: {said}");
+        let left = wait_all_gone(&mark, Duration::from_secs(3));
+        assert_eq!(left, Vec::<u32>::new(), "{isolate}: the hung process and its init are gone");
+        assert_eq!(tmp.entries(), Vec::<String>::new(), "{isolate}: no socket directory is left");
     }
 }
 
