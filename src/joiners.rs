@@ -127,11 +127,7 @@ impl<'s> Joiners<'s> {
 
     /// Removes the socket's file, if it is still the one this server made.
     fn remove_socket_file(&mut self) {
-        if let (Address::Path(path), Some((dev, ino))) = (&self.address, self.made.take())
-            && std::fs::symlink_metadata(path).is_ok_and(|m| m.dev() == dev && m.ino() == ino)
-        {
-            let _ = std::fs::remove_file(path);
-        }
+        remove_if_made(&self.address, self.made.take());
     }
 
     /// Listens at `address` for the run's `processes` joiners; `descriptor_sockets` has the joiners' ends
@@ -144,7 +140,6 @@ impl<'s> Joiners<'s> {
         started: Instant,
         timeout: Option<Duration>,
     ) -> Result<Self> {
-        let listener = meeting::seqpacket()?;
         if let Address::Path(path) = &address
             && std::fs::symlink_metadata(path).is_ok()
         {
@@ -159,15 +154,7 @@ impl<'s> Joiners<'s> {
                 .with_context(|| format!("--serve {address}: removing a stale socket"))?;
             warn!("simple-ipc: removed the stale socket {address} (nothing listened there)");
         }
-        bind(listener.as_raw_fd(), &address.unix()?).with_context(|| format!("--serve {address}: bind"))?;
-        let made = match &address {
-            Address::Path(path) => std::fs::symlink_metadata(path).ok().map(|m| (m.dev(), m.ino())),
-            Address::Abstract(_) => None,
-        };
-        listen(&listener, Backlog::new(32).unwrap_or(Backlog::MAXCONN))
-            .with_context(|| format!("--serve {address}: listen"))?;
-        nix::fcntl::fcntl(&listener, nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK))
-            .context("making the run's socket non-blocking")?;
+        let (listener, made) = listen_at(&address)?;
         let mut sockets: Vec<Option<OwnedFd>> = descriptor_sockets.into_iter().map(Some).collect();
         sockets.resize_with(processes, || None);
         Ok(Self {
@@ -404,21 +391,12 @@ const TELL_WAIVED_AT_MOST: Duration = Duration::from_secs(20);
 /// A waived run of a sequence (`--serve --ipc all`) serves its socket for a moment only to tell each joiner
 /// that asks that it was waived, and why: they go on to the next run.
 pub fn tell_waived(address: &Address, round: meeting::Round, why: &str) -> Result<()> {
-    let listener = meeting::seqpacket()?;
     if let Address::Path(path) = address
         && is_stale_socket(address)?
     {
         let _ = std::fs::remove_file(path);
     }
-    bind(listener.as_raw_fd(), &address.unix()?).with_context(|| format!("--serve {address}: bind"))?;
-    let made = match address {
-        Address::Path(path) => std::fs::symlink_metadata(path).ok().map(|m| (m.dev(), m.ino())),
-        Address::Abstract(_) => None,
-    };
-    listen(&listener, Backlog::new(32).unwrap_or(Backlog::MAXCONN))
-        .with_context(|| format!("--serve {address}: listen"))?;
-    nix::fcntl::fcntl(&listener, nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK))
-        .context("making the run's socket non-blocking")?;
+    let (listener, made) = listen_at(address)?;
     let start = Instant::now();
     let mut last = start;
     let mut told = 0u32;
@@ -446,12 +424,32 @@ pub fn tell_waived(address: &Address, round: meeting::Round, why: &str) -> Resul
         });
         std::thread::sleep(POLL);
     }
+    remove_if_made(address, made);
+    Ok(())
+}
+
+/// A non-blocking listening socket bound at `address`, and the file it made there (device, inode).
+fn listen_at(address: &Address) -> Result<(OwnedFd, Option<(u64, u64)>)> {
+    let listener = meeting::seqpacket()?;
+    bind(listener.as_raw_fd(), &address.unix()?).with_context(|| format!("--serve {address}: bind"))?;
+    let made = match address {
+        Address::Path(path) => std::fs::symlink_metadata(path).ok().map(|m| (m.dev(), m.ino())),
+        Address::Abstract(_) => None,
+    };
+    listen(&listener, Backlog::new(32).unwrap_or(Backlog::MAXCONN))
+        .with_context(|| format!("--serve {address}: listen"))?;
+    nix::fcntl::fcntl(&listener, nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK))
+        .context("making the run's socket non-blocking")?;
+    Ok((listener, made))
+}
+
+/// Removes the socket's file at `address`, if it is still the one that `made` says was made there.
+fn remove_if_made(address: &Address, made: Option<(u64, u64)>) {
     if let (Address::Path(path), Some((dev, ino))) = (address, made)
         && std::fs::symlink_metadata(path).is_ok_and(|m| m.dev() == dev && m.ino() == ino)
     {
         let _ = std::fs::remove_file(path);
     }
-    Ok(())
 }
 
 /// Whether the path is a socket that nothing listens on (a connection is refused).
