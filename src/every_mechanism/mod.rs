@@ -20,7 +20,7 @@ use crate::cli::{Cli, Sync};
 use crate::ipc::{Mechanism, memops_refusal};
 use crate::outcome::Outcome;
 use crate::report::document::{Document, MechanismResult};
-use crate::report::{JsonFile, Results};
+use crate::report::{JsonFile, Results, Status};
 use crate::signals;
 
 mod sub_run;
@@ -48,6 +48,19 @@ pub struct Row {
     pub open_one_ms: Option<f64>,
     /// The run's own `--json` document, read back; `None` where it was not run or wrote none.
     pub document: Option<Box<Document>>,
+}
+
+impl Row {
+    /// The row as the `--json` document carries it.
+    fn result(&self) -> MechanismResult {
+        let ending = match &self.ending {
+            Ending::Passed => (Status::Passed, None),
+            Ending::Failed(why) => (Status::Failed, Some(why.clone())),
+            Ending::Waived(why) => (Status::Waived, Some(why.clone())),
+        };
+        let document = self.document.clone();
+        MechanismResult::new(self.mechanism.name(), ending, self.wall_ms, self.open_one_ms, document)
+    }
 }
 
 pub fn run(cli: &Cli) -> Result<Outcome> {
@@ -87,7 +100,7 @@ pub fn run(cli: &Cli) -> Result<Outcome> {
     drop(bar);
     crate::output::text(&table(&rows))?;
     if let Some(json) = json {
-        json.write(Results::Mechanisms(rows.iter().map(MechanismResult::of).collect()))?;
+        json.write(Results::Mechanisms(rows.iter().map(Row::result).collect()))?;
     }
     let said: Vec<String> =
         rows.iter().map(|r| format!("{} {}", r.mechanism.name(), table::ending_word(&r.ending))).collect();

@@ -15,7 +15,6 @@ use crate::bench::handover::Trips;
 use crate::bench::report::{Figures, TestResult};
 use crate::cli::{Cli, Sync};
 use crate::driver::{DeviceInfo, uuid_text};
-use crate::every_mechanism::{Ending, Row};
 use crate::ipc::Mechanism;
 use crate::segment::SharedState;
 use crate::timings::Phases;
@@ -312,19 +311,21 @@ pub struct MechanismResult {
 }
 
 impl MechanismResult {
-    pub fn of(row: &Row) -> Self {
-        let (status, reason) = match &row.ending {
-            Ending::Passed => (Status::Passed, None),
-            Ending::Failed(why) => (Status::Failed, Some(why.clone())),
-            Ending::Waived(why) => (Status::Waived, Some(why.clone())),
-        };
+    /// One mechanism's run as `--ipc all` saw it end; the times are rounded here.
+    pub fn new(
+        mechanism: &str,
+        (status, reason): (Status, Option<String>),
+        wall_ms: Option<f64>,
+        open_one_ms: Option<f64>,
+        document: Option<Box<Document>>,
+    ) -> Self {
         Self {
-            mechanism: row.mechanism.name().to_owned(),
+            mechanism: mechanism.to_owned(),
             status,
             reason,
-            wall_ms: row.wall_ms.and_then(rounded),
-            open_one_ms: row.open_one_ms.and_then(|ms| finite(ms, 1e6)),
-            document: row.document.clone(),
+            wall_ms: wall_ms.and_then(rounded),
+            open_one_ms: open_one_ms.and_then(|ms| finite(ms, 1e6)),
+            document,
         }
     }
 }
