@@ -243,6 +243,7 @@ mod tests {
         let name = format!("cuda.shm.0.{:x}.7e57", 0x7fff_fff0 - std::process::id());
         let path = PathBuf::from(SHM_DIR).join(&name);
         std::fs::write(&path, b"").unwrap();
+        let _made = tempfile::TempPath::try_from_path(&path).unwrap();
         let meta = std::fs::metadata(&path).unwrap();
         let mine = EventFile { name: name.clone(), dev: meta.dev(), ino: meta.ino() };
         assert_eq!(mine.name_now(), NameNow::Same);
@@ -268,6 +269,7 @@ mod tests {
         let name = format!("cuda.shm.0.{:x}.5a5a", 0x7fff_ff00 - std::process::id());
         let path = PathBuf::from(SHM_DIR).join(&name);
         let before = mapped().unwrap();
+        let _made = tempfile::TempPath::try_from_path(&path).unwrap();
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -281,6 +283,5 @@ mod tests {
         let seen = appeared(&before, &mapped().unwrap());
         assert_eq!(seen, Some(EventFile { name, dev: meta.dev(), ino: meta.ino() }));
         drop(map);
-        std::fs::remove_file(path).unwrap();
     }
 }

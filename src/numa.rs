@@ -110,10 +110,10 @@ mod tests {
     }
 
     /// A fake sysfs with one GPU at `0000:17:00.0` on `node` (as sysfs writes it) and `nodes` online.
-    fn fake_sysfs(node: &str, nodes: &str) -> (tempdir::Dir, Sysfs) {
-        let dir = tempdir::Dir::new();
+    fn fake_sysfs(node: &str, nodes: &str) -> (tempfile::TempDir, Sysfs) {
+        let dir = tempfile::Builder::new().prefix("simple-ipc-sysfs-").tempdir().unwrap();
         let write = |path: &str, text: &str| {
-            let path = dir.0.join(path);
+            let path = dir.path().join(path);
             std::fs::create_dir_all(path.parent().unwrap()).unwrap();
             std::fs::write(path, text).unwrap();
         };
@@ -121,26 +121,8 @@ mod tests {
         write("devices/system/node/online", nodes);
         write("devices/system/node/node0/cpulist", "0\n");
         write("devices/system/node/node1/cpulist", "0-1\n");
-        let sysfs = Sysfs::at(&dir.0);
+        let sysfs = Sysfs::at(dir.path());
         (dir, sysfs)
-    }
-
-    mod tempdir {
-        pub struct Dir(pub std::path::PathBuf);
-        impl Dir {
-            pub fn new() -> Self {
-                static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-                let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let path = std::env::temp_dir().join(format!("simple-ipc-sysfs-{}-{n}", std::process::id()));
-                std::fs::create_dir_all(&path).unwrap();
-                Self(path)
-            }
-        }
-        impl Drop for Dir {
-            fn drop(&mut self) {
-                let _ = std::fs::remove_dir_all(&self.0);
-            }
-        }
     }
 
     #[test]

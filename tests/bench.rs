@@ -11,8 +11,8 @@ use common::{run, simulated, text};
 #[test]
 fn bench_prints_a_row_set_per_pair_and_writes_json() {
     for mechanism in ["legacy", "pool"] {
-        let json =
-            std::env::temp_dir().join(format!("simple-ipc-bench-{}-{mechanism}.json", std::process::id()));
+        let dir = common::scratch(&format!("bench-{mechanism}"));
+        let json = dir.path().join("bench.json");
         let (pid, out) = common::run_with_pid(
             simulated("ok,ok")
                 .args(["--bench", "--ipc", mechanism, "--bench-max-bytes", "262144", "--json"])
@@ -65,7 +65,6 @@ fn bench_prints_a_row_set_per_pair_and_writes_json() {
             assert!(p10 <= p50 && p50 <= p90 && p10 < p90 && p10 > 0.0, "{line}");
         }
         let doc = common::document(&json);
-        std::fs::remove_file(&json).unwrap();
         assert_eq!((doc["status"].as_str(), doc["mode"].as_str()), (Some("passed"), Some("bench")), "{doc}");
         let bench = &doc["bench"];
         assert_eq!(bench["mechanism"], mechanism, "{doc}");

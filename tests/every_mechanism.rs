@@ -89,11 +89,11 @@ fn the_users_options_reach_every_run() {
 /// changes nothing.
 #[test]
 fn results_come_back_without_files() {
-    let scratch = std::env::temp_dir();
-    let tmpdir = scratch.join(format!("simple-ipc-all-tmpdir-{}", std::process::id()));
-    std::fs::create_dir_all(&tmpdir).unwrap();
-    let json = scratch.join(format!("simple-ipc-all-doc-{}.json", std::process::id()));
-    for dir in [tmpdir.as_path(), Path::new("/nonexistent")] {
+    let fresh = common::scratch("all-tmpdir");
+    let tmpdir = fresh.path();
+    let doc_dir = common::scratch("all-doc");
+    let json = doc_dir.path().join("all.json");
+    for dir in [tmpdir, Path::new("/nonexistent")] {
         let what = format!("TMPDIR={}", dir.display());
         let mut child = simulated("ok+imex,ok+imex")
             .args(["--ipc", "all", "--procs-per-device", "2", "--json"])
@@ -109,7 +109,7 @@ fn results_come_back_without_files() {
         let err = std::thread::spawn(move || std::io::read_to_string(&mut stderr).unwrap());
         let mut seen = BTreeSet::new();
         while child.try_wait().unwrap().is_none() {
-            seen.extend(std::fs::read_dir(&tmpdir).unwrap().flatten().map(|e| e.file_name()));
+            seen.extend(std::fs::read_dir(tmpdir).unwrap().flatten().map(|e| e.file_name()));
             std::thread::sleep(Duration::from_millis(1));
         }
         assert!(seen.is_empty(), "{what}: the run wrote {seen:?} into {}", tmpdir.display());
@@ -128,8 +128,6 @@ fn results_come_back_without_files() {
             "{what}: {doc}"
         );
     }
-    std::fs::remove_file(&json).unwrap();
-    std::fs::remove_dir(&tmpdir).unwrap();
 }
 
 /// A top parent of `--ipc all` on one simulated GPU with two processes, whose child 0 hangs in the

@@ -146,6 +146,7 @@ fn a_guardian_typed_by_hand_removes_nothing() {
     let me = std::process::id();
     let decoy = format!("/dev/shm/cuda.shm.0.{me:x}.777");
     std::fs::write(&decoy, b"mine").unwrap();
+    let _decoy = common::removed_at_end(&decoy);
     let (read, _write) = nix::unistd::pipe().unwrap();
     let mut command = Command::new(bin());
     command.args(["--guardian-fd", "3"]);
@@ -164,7 +165,6 @@ fn a_guardian_typed_by_hand_removes_nothing() {
         run_with_pid(Command::new(bin()).args(["--guardian-for", &me.to_string(), "--guardian-fd", "0"]));
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(std::path::Path::new(&decoy).exists(), "a hand-typed guardian removed another process's file");
-    std::fs::remove_file(decoy).unwrap();
 }
 
 /// The guardian removes only what its own run made: files of the driver's shape named by the pids of the
@@ -187,15 +187,19 @@ fn a_killed_run_removes_only_its_own_files() {
     let mut decoys: Vec<String> =
         common::descendants(pid).into_iter().map(|p| format!("/dev/shm/cuda.shm.0.{p:x}.777")).collect();
     decoys.push(format!("/dev/shm/cuda.shm.0.{pid:x}.777"));
-    for decoy in &decoys {
-        std::fs::write(decoy, b"someone else's").unwrap();
-    }
+    let made: Vec<_> = decoys
+        .iter()
+        .map(|decoy| {
+            std::fs::write(decoy, b"someone else's").unwrap();
+            common::removed_at_end(decoy)
+        })
+        .collect();
     kill(Pid::from_raw(-(pid as i32)), Signal::SIGKILL).unwrap();
     run.wait().unwrap();
     assert!(wait_pid_gone(guardian, Duration::from_secs(3)));
     for decoy in &decoys {
         assert!(std::path::Path::new(decoy).exists(), "{decoy}, not the run's, was removed");
-        std::fs::remove_file(decoy).unwrap();
     }
+    drop(made); // the decoys go before the run's own files are looked for
     assert_nothing_left(pid, &[], "killed run");
 }

@@ -260,12 +260,9 @@ fn a_non_blocking_stdout_with_a_slow_reader_loses_nothing() {
     assert!(flags.contains(OFlag::O_NONBLOCK), "the invoker's O_NONBLOCK was cleared");
 }
 
-/// A directory of its own for a test's files.
-fn scratch(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("simple-ipc-invoker-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A directory of its own for a test's files, removed when it drops.
+fn scratch(name: &str) -> tempfile::TempDir {
+    common::scratch(&format!("invoker-{name}"))
 }
 
 fn appending(path: &std::path::Path) -> std::fs::File {
@@ -276,14 +273,15 @@ fn appending(path: &std::path::Path) -> std::fs::File {
 /// output, so it is refused before anything runs, and the file keeps what it held.
 #[test]
 fn json_to_the_runs_own_output_is_refused_and_destroys_nothing() {
-    let dir = scratch("own-output");
+    let tmp = scratch("own-output");
+    let dir = tmp.path();
     let log = dir.join("log");
     for (json, stdout, stderr) in
         [("/dev/stdout", true, false), ("log", true, false), ("/dev/stderr", false, true)]
     {
         std::fs::write(&log, "earlier\n").unwrap();
         let mut command = simulated("ok");
-        command.current_dir(&dir).args(["--json", json]).stdin(Stdio::null());
+        command.current_dir(dir).args(["--json", json]).stdin(Stdio::null());
         command.stdout(if stdout { Stdio::from(appending(&log)) } else { Stdio::null() });
         command.stderr(if stderr { Stdio::from(appending(&log)) } else { Stdio::piped() });
         let out = command.output().unwrap();
@@ -293,8 +291,7 @@ fn json_to_the_runs_own_output_is_refused_and_destroys_nothing() {
         assert!(format!("{held}{}", text(&out)).contains("standard output or error"), "--json {json}");
         assert!(!held.contains("\"status\""), "--json {json}: {held}");
     }
-    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1, "only the log is there");
-    std::fs::remove_dir_all(dir).unwrap();
+    assert_eq!(std::fs::read_dir(dir).unwrap().count(), 1, "only the log is there");
 }
 
 /// Every run given `--json` writes a document that says how it ended: passed, failed (and why), waived (and
@@ -302,13 +299,14 @@ fn json_to_the_runs_own_output_is_refused_and_destroys_nothing() {
 /// partial, and no temporary file stays beside it.
 #[test]
 fn every_run_given_json_writes_how_it_ended() {
-    let dir = scratch("every-ending");
+    let tmp = scratch("every-ending");
+    let dir = tmp.path();
     let json = dir.join("run.json");
     let document = |mut command: Command, expected_code: i32| -> serde_json::Value {
         std::fs::write(&json, "the previous document").unwrap();
         let out = command.arg("--json").arg(&json).stdin(Stdio::null()).output().unwrap();
         assert_eq!(out.status.code(), Some(expected_code), "{}", text(&out));
-        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1, "a temporary file is left");
+        assert_eq!(std::fs::read_dir(dir).unwrap().count(), 1, "a temporary file is left");
         common::document(&json)
     };
     // How the run ended, as the document says it: status, reason, exit status.
@@ -359,5 +357,4 @@ fn every_run_given_json_writes_how_it_ended() {
         (Some("interrupted"), Some(141)),
         "{gone}"
     );
-    std::fs::remove_dir_all(dir).unwrap();
 }

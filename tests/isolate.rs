@@ -10,7 +10,7 @@
 mod common;
 
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -21,25 +21,24 @@ use nix::unistd::Pid;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-/// A TMPDIR of the test's own, so that it can see whether a run left its socket directory behind.
-struct Tmp(PathBuf);
+/// A TMPDIR of the test's own, so that it can see whether a run left its socket directory behind; removed
+/// with what it holds when it drops.
+struct Tmp(tempfile::TempDir);
 
 impl Tmp {
     fn new(name: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("simple-ipc-isolate-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Self(dir)
+        Self(common::scratch(&format!("isolate-{name}")))
+    }
+
+    fn path(&self) -> &Path {
+        self.0.path()
     }
 
     fn entries(&self) -> Vec<String> {
-        std::fs::read_dir(&self.0).unwrap().filter_map(|e| e.ok()?.file_name().into_string().ok()).collect()
-    }
-}
-
-impl Drop for Tmp {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        std::fs::read_dir(self.path())
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .collect()
     }
 }
 
@@ -72,7 +71,7 @@ fn isolated(tmp: &Tmp, args: &[&str]) -> Command {
         .args(args)
         .env(SIMULATE, "ok")
         .env_remove(FAULT)
-        .env("TMPDIR", &tmp.0)
+        .env("TMPDIR", tmp.path())
         .stdin(Stdio::null())
         .process_group(0);
     command
@@ -166,7 +165,7 @@ fn the_container_matrix_is_the_one_measured_on_the_h200_host() {
         return;
     }
     let tmp = Tmp::new("matrix");
-    let json = tmp.0.join("matrix.json");
+    let json = tmp.path().join("matrix.json");
     let json_arg = json.display().to_string();
     let (pid, out) = run(&tmp, &["--ipc", "all", "--isolate", "container,user", "--json", &json_arg]);
     let said = text(&out);
@@ -367,7 +366,12 @@ fn isolation_kinds_are_checked_as_typed() {
 fn a_pid_namespace_without_its_own_proc_is_named() {
     let tmp = Tmp::new("proc");
     let mut command = Command::new("unshare");
-    command.args(["--pid", "--fork"]).arg(bin()).env(SIMULATE, "ok").env_remove(FAULT).env("TMPDIR", &tmp.0);
+    command
+        .args(["--pid", "--fork"])
+        .arg(bin())
+        .env(SIMULATE, "ok")
+        .env_remove(FAULT)
+        .env("TMPDIR", tmp.path());
     let Ok(out) = command.stdin(Stdio::null()).output() else {
         eprintln!("SKIPPED a_pid_namespace_without_its_own_proc_is_named: no unshare here");
         return;

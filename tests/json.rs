@@ -4,28 +4,23 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::process::Command;
 
 use common::{FAULT, run, simulated, text};
 use serde_json::Value;
 
-/// A directory of its own for a test's files.
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("simple-ipc-json-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A directory of its own for a test's files, removed when it drops.
+fn scratch(name: &str) -> tempfile::TempDir {
+    common::scratch(&format!("json-{name}"))
 }
 
 /// Runs `command` with `--json`, asserts its exit status, and returns its document.
 fn document_of(name: &str, mut command: Command, code: i32) -> Value {
     let dir = scratch(name);
-    let json = dir.join("run.json");
+    let json = dir.path().join("run.json");
     let out = run(command.arg("--json").arg(&json));
     assert_eq!(out.status.code(), Some(code), "{name}: {}", text(&out));
     let doc = common::document(&json);
-    std::fs::remove_dir_all(&dir).unwrap();
     assert_eq!(doc["exit_status"].as_i64(), Some(i64::from(code)), "{name}: {doc}");
     assert_eq!(doc["program"], "simple-ipc", "{doc}");
     assert_eq!(doc["version"], env!("CARGO_PKG_VERSION"), "{doc}");
@@ -92,13 +87,12 @@ fn a_failed_run_says_why_and_has_no_results() {
 #[test]
 fn a_reason_with_quotes_backslashes_and_newlines_is_escaped() {
     let dir = scratch("escaped");
-    let socket = dir.join("no\"such\\dir\nat all").join("run.sock");
-    let json = dir.join("run.json");
+    let socket = dir.path().join("no\"such\\dir\nat all").join("run.sock");
+    let json = dir.path().join("run.json");
     let out = run(simulated("ok").arg("--serve").arg(&socket).arg("--json").arg(&json));
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let raw = std::fs::read_to_string(&json).unwrap();
     let doc = common::document(&json);
-    std::fs::remove_dir_all(&dir).unwrap();
     let reason = doc["reason"].as_str().unwrap_or_else(|| panic!("{doc}"));
     assert!(reason.starts_with(&format!("--serve {}: bind", socket.display())), "{reason:?}");
     assert!(raw.contains(r#"no\"such\\dir\nat all"#), "escaped in the file: {raw}");

@@ -38,8 +38,8 @@ fn every_mechanism_runs_the_whole_protocol_on_several_devices() {
     for mechanism in ["legacy", "vmm", "pool"] {
         for ppd in ["1", "4"] {
             let what = format!("--ipc {mechanism} --procs-per-device {ppd}");
-            let json =
-                std::env::temp_dir().join(format!("simple-ipc-mech-{}-{mechanism}.json", std::process::id()));
+            let dir = common::scratch(&format!("mech-{mechanism}"));
+            let json = dir.path().join("run.json");
             let (pid, code, all) = run_pid(
                 simulated("ok,ok").args(["--ipc", mechanism, "--procs-per-device", ppd, "--json"]).arg(&json),
             );
@@ -50,7 +50,6 @@ fn every_mechanism_runs_the_whole_protocol_on_several_devices() {
                 assert!(all.contains(&format!("Step {i} done\n")), "{what}: {all}");
             }
             let doc = common::document(&json);
-            std::fs::remove_file(&json).unwrap();
             assert_eq!(doc["options"]["ipc"], mechanism, "{what}: the JSON names it: {doc}");
             // Every descriptor a child received is closed: as many open at the end as before opening.
             let (before, after) =
@@ -119,7 +118,8 @@ fn a_mechanism_the_device_lacks_is_waived_with_the_reason() {
 
 #[test]
 fn ipc_all_prints_a_table_and_exits_by_the_worst_result() {
-    let json = std::env::temp_dir().join(format!("simple-ipc-all-test-{}.json", std::process::id()));
+    let dir = common::scratch("all-test");
+    let json = dir.path().join("all.json");
     // One waived, two passed: exit 0.
     let out =
         run(simulated("ok,no-vmm").args(["--ipc", "all", "--procs-per-device", "2", "--json"]).arg(&json));
@@ -159,7 +159,6 @@ fn ipc_all_prints_a_table_and_exits_by_the_worst_result() {
         "no descriptors, no fault: {all}"
     );
     assert!(all.contains("--ipc all: vmm, pool failed"), "{all}");
-    std::fs::remove_file(&json).unwrap();
 }
 
 #[test]
@@ -182,8 +181,8 @@ fn fabric_runs_the_whole_protocol_where_there_is_an_imex_channel() {
     for sync in ["events", "memops"] {
         for ppd in ["1", "3"] {
             let what = format!("--ipc fabric --sync {sync} --procs-per-device {ppd}");
-            let json = std::env::temp_dir()
-                .join(format!("simple-ipc-fabric-{}-{sync}-{ppd}.json", std::process::id()));
+            let dir = common::scratch(&format!("fabric-{sync}-{ppd}"));
+            let json = dir.path().join("run.json");
             let (pid, code, all) = run_pid(
                 simulated("ok+imex,ok+imex")
                     .args(["--ipc", "fabric", "--sync", sync, "--procs-per-device", ppd, "--json"])
@@ -197,7 +196,6 @@ fn fabric_runs_the_whole_protocol_where_there_is_an_imex_channel() {
             }
             assert!(!all.contains("waived") && !all.contains("ended holding"), "{what}: {all}");
             let doc = common::document(&json);
-            std::fs::remove_file(&json).unwrap();
             assert_eq!(doc["options"]["ipc"], "fabric", "{what}: the JSON names it: {doc}");
             let before = descriptors(&doc, "descriptors_before_open");
             assert_eq!(before.len(), n, "{what}: {doc}");

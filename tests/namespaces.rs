@@ -138,9 +138,13 @@ fn memops_runs_make_no_event_file_and_all_pass_side_by_side() {
 fn a_run_in_a_pid_namespace_removes_no_file_of_another() {
     let Some(_alone) = namespaces_work("a_run_in_a_pid_namespace_removes_no_file_of_another") else { return };
     let decoys = ["cuda.shm.0.1.777", "cuda.shm.0.2.1", "cuda.shm.0.5.1", "cuda.shm.0.6.1"];
-    for name in decoys {
-        std::fs::write(format!("/dev/shm/{name}"), b"another run's").unwrap();
-    }
+    let made: Vec<_> = decoys
+        .iter()
+        .map(|name| {
+            std::fs::write(format!("/dev/shm/{name}"), b"another run's").unwrap();
+            common::removed_at_end(format!("/dev/shm/{name}"))
+        })
+        .collect();
     let out = at_once(1, &["--procs-per-device", "4"]).remove(0);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
 
@@ -154,8 +158,8 @@ fn a_run_in_a_pid_namespace_removes_no_file_of_another() {
     for name in decoys {
         let path = format!("/dev/shm/{name}");
         assert_eq!(std::fs::read(&path).ok().as_deref(), Some(&b"another run's"[..]), "{name} was removed");
-        std::fs::remove_file(path).unwrap();
     }
+    drop(made);
     // Killed with its namespace (its guardian too, as pid 1 took them all), the run may leave its own.
     for name in namespace_event_files() {
         let _ = std::fs::remove_file(format!("/dev/shm/{name}"));

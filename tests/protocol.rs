@@ -84,9 +84,8 @@ fn memops_cannot_order_pool_memory() {
 
 #[test]
 fn more_processes_than_cores_in_sequential_order_with_timings() {
-    let dir = std::env::temp_dir().join(format!("simple-ipc-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let json = dir.join("timings.json");
+    let dir = common::scratch("test");
+    let json = dir.path().join("timings.json");
     let out = run(simulated("ok")
         .args(["--procs-per-device", "32", "--sequential", "--timings", "--json"])
         .arg(&json));
@@ -114,7 +113,6 @@ fn more_processes_than_cores_in_sequential_order_with_timings() {
         assert!(child["phases"]["cuda_start"].is_f64(), "{doc}");
     }
     assert!(run["parent"]["phases"]["cuda_start"].is_f64(), "{doc}");
-    std::fs::remove_dir_all(dir).unwrap();
 }
 
 /// A child that dies (SIGKILL) or fails at any phase stops the whole run quickly, and the parent says who.
@@ -180,14 +178,14 @@ fn an_existing_object_of_the_segments_name_is_left_alone() {
     let script = r#"printf precious > /dev/shm/simpleIPCshm$$; exec "$0""#;
     let mut shell = std::process::Command::new("sh");
     shell.args(["-c", script]).arg(common::bin()).env(common::SIMULATE, "ok").env_remove(FAULT);
-    let out = run(&mut shell);
+    let (shell_pid, out) = common::run_with_pid(&mut shell);
+    let _made = common::removed_at_end(format!("/dev/shm/simpleIPCshm{shell_pid}"));
     let all = text(&out);
     assert_eq!(out.status.code(), Some(0), "{all}");
     let pid =
         all.split("PP: lshmName = simpleIPCshm").nth(1).and_then(|s| s.split_whitespace().next()).unwrap();
     let path = format!("/dev/shm/simpleIPCshm{pid}");
     assert_eq!(std::fs::read_to_string(&path).unwrap(), "precious", "the existing object was touched");
-    std::fs::remove_file(path).unwrap();
 }
 
 #[test]

@@ -247,11 +247,11 @@ fn a_process_limit_gives_a_documented_status() {
 /// before the run.
 #[test]
 fn json_to_a_fifo_or_an_unwritable_path_is_refused_before_the_run() {
-    let dir = std::env::temp_dir().join(format!("simple-ipc-robust-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = common::scratch("robust");
+    let dir = tmp.path();
     let fifo = dir.join("fifo");
     nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
-    for path in [fifo.clone(), dir.join("no/such/dir/t.json"), dir.clone()] {
+    for path in [fifo.clone(), dir.join("no/such/dir/t.json"), dir.to_owned()] {
         let start = Instant::now();
         let out = run(simulated("ok").arg("--json").arg(&path));
         let all = text(&out);
@@ -260,7 +260,6 @@ fn json_to_a_fifo_or_an_unwritable_path_is_refused_before_the_run() {
         assert!(!all.contains("PP: lshmName"), "refused before the run started: {all}");
         assert!(start.elapsed() < Duration::from_secs(5), "it did not block");
     }
-    std::fs::remove_dir_all(dir).unwrap();
 }
 
 /// Case 7: a stopped child and a hung child are stopped by the watchdog, which names every process that had
@@ -319,12 +318,12 @@ fn smaller_things() {
         assert!(text(&out).contains("cannot be used with"), "{}", text(&out));
     }
 
-    let json = std::env::temp_dir().join(format!("simple-ipc-sim-{}.json", std::process::id()));
+    let dir = common::scratch("sim");
+    let json = dir.path().join("run.json");
     std::fs::write(&json, "an older and longer file that must be replaced, not overwritten in part").unwrap();
     let out = run(simulated("ok").arg("--json").arg(&json));
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let doc = common::document(&json);
-    std::fs::remove_file(&json).unwrap();
     assert_eq!(
         (doc["status"].as_str(), doc["driver"]["simulated"].as_bool()),
         (Some("passed"), Some(true)),

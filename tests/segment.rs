@@ -220,13 +220,11 @@ fn buffers_are_the_originals_64_mib_and_a_simulated_run_says_its_size() {
     assert_eq!(segment::DATA_SIZE, 64 * 1024 * 1024, "the original's DATA_SIZE");
     assert_eq!(segment::data_size(false), segment::DATA_SIZE);
     assert_eq!(segment::data_size(true), segment::SIMULATED_DATA_SIZE);
-    let dir = std::env::temp_dir().join(format!("simple-ipc-size-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let json = dir.join("run.json");
+    let dir = common::scratch("size-test");
+    let json = dir.path().join("run.json");
     let out = common::run(common::simulated("ok,ok").arg("--json").arg(&json));
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let doc = common::document(&json);
-    std::fs::remove_dir_all(&dir).unwrap();
     assert_eq!(doc["run"]["buffer_bytes"].as_u64(), Some(segment::SIMULATED_DATA_SIZE as u64), "{doc}");
     assert_eq!(doc["driver"]["simulated"], true, "{doc}");
 }

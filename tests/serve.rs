@@ -79,12 +79,12 @@ impl Running {
     }
 }
 
-/// A fresh socket path of this test's own.
-fn socket_path(name: &str) -> String {
-    let dir = std::env::temp_dir().join(format!("simple-ipc-serve-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join("run.sock").display().to_string()
+/// A fresh socket path of this test's own, `run.sock` in a directory (mode 0700) that is removed with all
+/// it holds when the returned guard drops.
+fn socket_path(name: &str) -> (tempfile::TempDir, String) {
+    let dir = common::scratch(&format!("serve-{name}"));
+    let socket = dir.path().join("run.sock").display().to_string();
+    (dir, socket)
 }
 
 fn serve(gpus: &str, socket: &str, args: &[&str]) -> Running {
@@ -114,10 +114,11 @@ fn a_served_run_passes_with_every_mechanism() {
         ("vmm", "memops"),
     ];
     for (i, (ipc, sync)) in cases.into_iter().enumerate() {
-        let socket = if i % 2 == 0 {
-            socket_path(ipc)
+        let (_dir, socket) = if i % 2 == 0 {
+            let (dir, socket) = socket_path(ipc);
+            (Some(dir), socket)
         } else {
-            format!("@simple-ipc-test-{}-{i}", std::process::id())
+            (None, format!("@simple-ipc-test-{}-{i}", std::process::id()))
         };
         let server = serve("ok", &socket, &["--procs-per-device", "2", "--ipc", ipc, "--sync", sync]);
         let server_pid = server.child.id();
@@ -144,7 +145,7 @@ fn a_served_run_passes_with_every_mechanism() {
 #[test]
 fn a_served_sequence_takes_its_joiners_through_every_mechanism() {
     for (name, sync, runs, waived) in [("all", "events", 3, "4/4"), ("all-memops", "memops", 2, "3/3")] {
-        let socket = socket_path(name);
+        let (_dir, socket) = socket_path(name);
         let server = serve("ok", &socket, &["--procs-per-device", "2", "--ipc", "all", "--sync", sync]);
         let server_pid = server.child.id();
         let joiners = [join("ok", &socket, None), join("ok", &socket, None)];
@@ -215,7 +216,7 @@ fn the_benchmark_runs_across_the_socket() {
 /// joiner stops too.
 #[test]
 fn a_joiner_that_dies_fails_the_run_at_once_naming_it() {
-    let socket = socket_path("dies");
+    let (_dir, socket) = socket_path("dies");
     let server = serve("ok", &socket, &["--procs-per-device", "2"]);
     let fault = Some("child1@round-robin:kill");
     let joiners = [join("ok", &socket, fault), join("ok", &socket, fault)];
@@ -246,7 +247,7 @@ fn a_joiner_killed_at_any_phase_fails_the_run_and_leaves_nothing() {
         "verify",
         "clean_up",
     ] {
-        let socket = socket_path(&format!("joiner-{phase}"));
+        let (_dir, socket) = socket_path(&format!("joiner-{phase}"));
         let server = serve("ok", &socket, &["--procs-per-device", "2", "--ipc", "vmm"]);
         let server_pid = server.child.id();
         let fault = format!("child1@{phase}:kill");
@@ -270,7 +271,7 @@ fn a_joiner_killed_at_any_phase_fails_the_run_and_leaves_nothing() {
 #[test]
 fn the_server_killed_at_any_phase_stops_every_joiner_and_leaves_nothing() {
     for phase in ["start_children", "allocate_export", "wait_children", "clean_up"] {
-        let socket = socket_path(&format!("server-{phase}"));
+        let (_dir, socket) = socket_path(&format!("server-{phase}"));
         let mut server = Running::start(
             "ok",
             &["--serve", &socket, "--procs-per-device", "2"],
@@ -296,7 +297,7 @@ fn the_server_killed_at_any_phase_stops_every_joiner_and_leaves_nothing() {
 /// half a second, saying that the server is gone.
 #[test]
 fn the_servers_death_stops_every_joiner() {
-    let socket = socket_path("server-dies");
+    let (_dir, socket) = socket_path("server-dies");
     let mut server = serve("ok", &socket, &["--procs-per-device", "3"]);
     let joiners = [join("ok", &socket, None), join("ok", &socket, None)];
     for joiner in &joiners {
@@ -316,7 +317,7 @@ fn the_servers_death_stops_every_joiner() {
 /// The server takes no more joiners than the run needs: the one too many is refused with the reason.
 #[test]
 fn one_joiner_too_many_is_refused() {
-    let socket = socket_path("too-many");
+    let (_dir, socket) = socket_path("too-many");
     let server = serve("ok", &socket, &["--procs-per-device", "2"]);
     let joiners = [join("ok", &socket, None), join("ok", &socket, None), join("ok", &socket, None)];
     let (code, out, _) = server.end(LIMIT);
@@ -338,7 +339,7 @@ fn one_joiner_too_many_is_refused() {
 /// A socket path that exists is neither taken over nor removed.
 #[test]
 fn a_socket_path_that_exists_is_left_alone() {
-    let socket = socket_path("exists");
+    let (_exists, socket) = socket_path("exists");
     std::fs::write(&socket, b"someone's").unwrap();
     let out: Output = Command::new(bin()).args(["--serve", &socket]).env(SIMULATE, "ok").output().unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
@@ -346,7 +347,7 @@ fn a_socket_path_that_exists_is_left_alone() {
     assert_eq!(std::fs::read(&socket).unwrap(), b"someone's");
 
     // A socket a killed server left, that nothing listens on, is taken over; a live one is not.
-    let socket = socket_path("stale");
+    let (_stale, socket) = socket_path("stale");
     let killed = serve("ok", &socket, &["--procs-per-device", "2"]);
     let pid = killed.child.id();
     kill(Pid::from_raw(pid as i32), Signal::SIGKILL).unwrap();
@@ -366,7 +367,7 @@ fn a_socket_path_that_exists_is_left_alone() {
 /// A joiner that never comes: the watchdog ends the run and names the process that never joined.
 #[test]
 fn a_joiner_that_never_comes_is_named_by_the_watchdog() {
-    let socket = socket_path("never");
+    let (_dir, socket) = socket_path("never");
     let server = serve("ok", &socket, &["--procs-per-device", "2", "--timeout", "2"]);
     let joiner = join("ok", &socket, None);
     let (code, out, took) = server.end(LIMIT);
@@ -380,7 +381,7 @@ fn a_joiner_that_never_comes_is_named_by_the_watchdog() {
 /// Devices are matched by UUID: a joiner that does not see the GPU it is given says which one it lacks.
 #[test]
 fn a_joiner_without_its_gpu_says_which_uuid_it_lacks() {
-    let socket = socket_path("no-gpu");
+    let (_dir, socket) = socket_path("no-gpu");
     let server = serve("ok,ok", &socket, &[]);
     // The joiners see one GPU: device 0's. Whoever gets process 1 lacks device 1's.
     let joiners = [join("ok", &socket, None), join("ok", &socket, None)];
@@ -405,7 +406,7 @@ fn joiners_in_pid_namespaces_of_their_own_take_part() {
         return;
     }
     for sync in ["events", "memops"] {
-        let socket = socket_path(&format!("ns-{sync}"));
+        let (_dir, socket) = socket_path(&format!("ns-{sync}"));
         let server = serve("ok", &socket, &["--procs-per-device", "2", "--ipc", "vmm", "--sync", sync]);
         let joiners: Vec<Child> = (0..2)
             .map(|_| {
@@ -461,7 +462,7 @@ fn failures_across_namespaces_name_their_cause_and_fix() {
         return;
     }
     // Both pid 1: the driver takes the handle for one of its own.
-    let socket = socket_path("same-pid");
+    let (_dir, socket) = socket_path("same-pid");
     let server = in_namespaces(&pid_ns, &["--serve", &socket, "--ipc", "legacy", "--timeout", "10"]);
     let start = Instant::now();
     while !std::path::Path::new(&socket).exists() && start.elapsed() < Duration::from_secs(10) {
@@ -486,7 +487,7 @@ fn failures_across_namespaces_name_their_cause_and_fix() {
         "mount -t tmpfs none /dev/shm && exec \"$0\" \"$@\"",
     ];
     for (sync, passes) in [("events", false), ("memops", true)] {
-        let socket = socket_path(&format!("own-shm-{sync}"));
+        let (_dir, socket) = socket_path(&format!("own-shm-{sync}"));
         let server = serve("ok", &socket, &["--ipc", "vmm", "--sync", sync, "--timeout", "10"]);
         let joiner = in_namespaces(&own_shm, &["--join", &socket]).wait_with_output().unwrap();
         let all = text(&joiner);
@@ -517,15 +518,13 @@ fn a_joiner_of_another_user_is_refused_and_an_unreachable_socket_said_so() {
         return;
     }
     // `nobody` runs a copy of the binary in a directory it can enter (the build's may be under /root).
-    let copy_dir = std::env::temp_dir().join(format!("simple-ipc-nobody-{}", std::process::id()));
-    std::fs::create_dir_all(&copy_dir).unwrap();
-    std::fs::set_permissions(&copy_dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let copy = copy_dir.join("simple-ipc");
+    let copy_dir = common::scratch("nobody");
+    std::fs::set_permissions(copy_dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let copy = copy_dir.path().join("simple-ipc");
     std::fs::copy(bin(), &copy).unwrap();
     let reachable = Command::new(&copy).arg("--version").uid(65534).gid(65534).output();
     if !reachable.is_ok_and(|o| o.status.success()) {
         eprintln!("SKIPPED a_joiner_of_another_user_is_refused: nobody cannot run {} here", copy.display());
-        let _ = std::fs::remove_dir_all(&copy_dir);
         return;
     }
     let as_nobody = |socket: &str| {
@@ -533,9 +532,8 @@ fn a_joiner_of_another_user_is_refused_and_an_unreachable_socket_said_so() {
         command.args(["--join", socket]).env(SIMULATE, "ok").env_remove(FAULT).uid(65534).gid(65534);
         command.output().unwrap()
     };
-    let socket = socket_path("other-user");
-    let dir = std::path::Path::new(&socket).parent().unwrap().to_owned();
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (dir, socket) = socket_path("other-user");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let server = serve("ok", &socket, &["--timeout", "3"]);
     // The socket file is root's, mode 0755 after umask at most: make it reachable, as a shared volume is.
     std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o777)).unwrap();
@@ -546,9 +544,8 @@ fn a_joiner_of_another_user_is_refused_and_an_unreachable_socket_said_so() {
     assert_eq!(server.end(LIMIT).0, Some(0), "the refused one took no place");
     assert_eq!(joiner.end(LIMIT).0, Some(0));
 
-    let socket = socket_path("unreachable");
-    let dir = std::path::Path::new(&socket).parent().unwrap().to_owned();
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let (dir, socket) = socket_path("unreachable");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
     let server = serve("ok", &socket, &["--timeout", "2"]);
     let out = as_nobody(&socket);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
@@ -556,7 +553,6 @@ fn a_joiner_of_another_user_is_refused_and_an_unreachable_socket_said_so() {
     let (code, out, _) = server.end(LIMIT);
     assert_eq!(code, Some(1), "nobody joined: the watchdog says so: {out}");
     assert!(out.contains("process 0 never joined"), "{out}");
-    let _ = std::fs::remove_dir_all(&copy_dir);
 }
 
 /// A raw connection to the run's socket, as a stray or hostile client makes one.
@@ -625,7 +621,7 @@ fn a_joiner_that_says_it_ended_well_without_finishing_fails_the_run() {
 /// A stopped (or frozen) server keeps its connection open: a joiner's own watchdog stops it.
 #[test]
 fn a_joiner_stops_by_its_own_watchdog_when_the_server_is_frozen() {
-    let socket = socket_path("frozen");
+    let (_dir, socket) = socket_path("frozen");
     let mut server = serve("ok", &socket, &["--procs-per-device", "2"]);
     let joiner = Running::start("ok", &["--join", &socket, "--timeout", "2"], None);
     assert!(joiner.wait_for("Starting on device", Duration::from_secs(10)), "{}", joiner.text());

@@ -130,13 +130,11 @@ mod tests {
         assert_eq!(human(4096), "4 KiB");
         assert_eq!(human(64 << 20), "64 MiB");
         assert_eq!(human(1 << 30), "1 GiB");
-        let dir = std::env::temp_dir().join(format!("simple-ipc-mps-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let shown = dir.to_string_lossy().into_owned();
+        let dir = tempfile::Builder::new().prefix("simple-ipc-mps-").tempdir().unwrap();
+        let shown = dir.path().to_string_lossy().into_owned();
         assert_eq!(mps_note_for(&shown), format!("MPS: no control daemon at {shown}"));
-        std::fs::write(dir.join("control"), b"").unwrap();
+        std::fs::write(dir.path().join("control"), b"").unwrap();
         assert_eq!(mps_note_for(&shown), format!("MPS: a control daemon listens at {shown}"));
-        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]

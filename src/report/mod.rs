@@ -328,8 +328,8 @@ mod tests {
     #[test]
     fn a_regular_file_is_replaced_whole_and_anything_else_refused_without_blocking() {
         let cli = Cli::try_parse_from(["simple-ipc", "--ipc", "vmm"]).unwrap();
-        let dir = std::env::temp_dir().join(format!("simple-ipc-json-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = tempfile::Builder::new().prefix("simple-ipc-json-").tempdir().unwrap();
+        let dir = tmp.path();
         let file = dir.join("t.json");
         std::fs::write(&file, "an old and much longer document").unwrap();
         open(&file, &cli).unwrap();
@@ -348,7 +348,7 @@ mod tests {
         assert_eq!((doc.cause.as_deref(), doc.fix.as_deref()), (Some("the cause"), Some("the fix")));
         assert_eq!((doc.mode, doc.options.ipc.as_str()), (Mode::Run, "vmm"));
         assert_eq!(doc.mechanisms, Some(Vec::new()), "the role's results are there");
-        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1, "no temporary file is left");
+        assert_eq!(std::fs::read_dir(dir).unwrap().count(), 1, "no temporary file is left");
         assert!(JsonFile::requested().is_none(), "written once");
         finish(&passed()).unwrap();
 
@@ -357,9 +357,8 @@ mod tests {
         let refused = open(&fifo, &cli).expect_err("a FIFO is refused");
         assert!(format!("{refused:#}").contains("is a FIFO"), "{refused:#}");
         assert!(open(&dir.join("no/such/dir/t.json"), &cli).is_err());
-        assert!(open(&dir, &cli).is_err(), "a directory is refused");
+        assert!(open(dir, &cli).is_err(), "a directory is refused");
         assert!(JsonFile::requested().is_none(), "nothing refused is opened");
-        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]

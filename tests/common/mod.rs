@@ -1,5 +1,6 @@
-//! Helpers shared by the integration tests: the binary, the simulated GPUs, and checks that a run left no
-//! process and nothing in /dev/shm behind.
+//! Helpers shared by the integration tests: the binary, the simulated GPUs, checks that a run left no
+//! process and nothing in /dev/shm behind, and the tests' own files, which go when the test ends, however
+//! it ends.
 #![allow(dead_code)]
 
 use std::os::unix::process::CommandExt;
@@ -13,6 +14,21 @@ use nix::unistd::Pid;
 
 pub const SIMULATE: &str = "SIMPLE_IPC_SIMULATE_GPUS";
 pub const FAULT: &str = "SIMPLE_IPC_TEST_FAULT";
+
+/// A directory of the test's own under TMPDIR (`simple-ipc-NAME-XXXXXX`, mode 0700), removed with all it
+/// holds when the guard drops: when the test ends, passed or failed.
+pub fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("simple-ipc-{name}-"))
+        .tempdir()
+        .expect("a directory of the test's own under TMPDIR")
+}
+
+/// A file the test makes where no scratch directory can hold it (a decoy in /dev/shm), removed when the
+/// guard drops, if it is still there.
+pub fn removed_at_end(path: impl Into<std::path::PathBuf>) -> tempfile::TempPath {
+    tempfile::TempPath::try_from_path(path).expect("an absolute path")
+}
 
 pub fn bin() -> std::path::PathBuf {
     assert_cmd::cargo::cargo_bin!("simple-ipc").to_path_buf()
