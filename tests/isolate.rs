@@ -149,7 +149,7 @@ fn each_boundary_names_its_cause_and_the_least_sharing_that_fixes_it() {
     }
     // The cause and the fix come back from the joiner that met them, into the server's --json document.
     let tmp = Tmp::new("boundary-json");
-    let json = tmp.0.join("run.json").display().to_string();
+    let json = tmp.path().join("run.json").display().to_string();
     let (_, out) = run(&tmp, &["--isolate", "shm", "--json", &json]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
@@ -256,6 +256,8 @@ fn killing_an_isolated_run_leaves_nothing() {
         ("joiners:pid", Signal::SIGKILL),
         ("container", Signal::SIGINT),
         ("shm", Signal::SIGKILL),
+        // A socket in a directory (net namespaces of their own): gone once every process joined.
+        ("net", Signal::SIGKILL),
     ] {
         let tmp = Tmp::new("killed");
         let mark = format!("{}-{isolate}-{signal}", std::process::id());
@@ -314,7 +316,7 @@ fn a_hung_isolated_process_is_ended_by_the_parent_that_started_it() {
         let mut args: Vec<&str> = args.split(' ').collect();
         args.extend(["--isolate", isolate]);
         // Output to a file, not a pipe: a process left behind would hold a pipe open, and the test with it.
-        let log = std::env::temp_dir().join(format!("simple-ipc-isolate-{mark}.log"));
+        let log = tmp.path().join("run.log");
         let file = std::fs::File::create(&log).unwrap();
         let mut child = isolated(&tmp, &args)
             .env(FAULT, "child1@round-robin:hang")

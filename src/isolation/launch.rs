@@ -111,8 +111,13 @@ impl Launched {
     }
 
     /// The first started process that has ended with another status than success, if one has: an
-    /// [`Unavailable`] (a waiver) if it could not enter its namespaces.
+    /// [`Unavailable`] (a waiver) if it could not enter its namespaces. Called at every look of the
+    /// server's wait; once the socket's file is gone (every process has joined), its directory goes too,
+    /// so that a parent killed from then on leaves nothing.
     pub fn ended_early(&mut self) -> Option<anyhow::Error> {
+        if self.dir.as_ref().is_some_and(|dir| !dir.socket().exists()) {
+            self.dir = None;
+        }
         self.processes.iter_mut().find_map(|child| {
             let pid = child.id();
             let status = child.try_wait().ok().flatten()?;
