@@ -328,6 +328,33 @@ for ipc in legacy vmm pool; do
     fi
   done
 done
+# --serve --ipc all: one run per mechanism, which the joiners follow in turn (fabric waived here); and the
+# benchmark across the socket (--bench --serve, the producer joins).
+sock="$log/run.sock"; rm -f "$sock"
+"$bin" --serve "$sock" --ipc all --procs-per-device 2 >"$log/srv" 2>&1 & srv=$!
+for _ in $(seq 200); do grep -q 'waiting for' "$log/srv" && break; sleep 0.02; done
+"$bin" --join "$sock" >"$log/j0" 2>&1 & j0=$!
+"$bin" --join "$sock" >"$log/j1" 2>&1 & j1=$!
+wait "$srv"; rc=$?; wait "$j0"; r0=$?; wait "$j1"; r1=$?
+parts=$(( $(grep -c 'complete!' "$log/j0") + $(grep -c 'complete!' "$log/j1") ))
+if [ $rc -eq 0 ] && [ $r0 -eq 0 ] && [ $r1 -eq 0 ] && [ "$(shm_state)" = "$shm_before" ] && [ ! -e "$sock" ]; then
+  record PASS "--serve --ipc all with two joiners" "every exit 0, $parts parts verified, $(grep -o 'PASSED: every mechanism.*' "$log/srv" | cut -c1-90)"
+else
+  record FAIL "--serve --ipc all with two joiners" "server $rc, joiners $r0 $r1"
+  tail -n 4 "$log/srv" "$log/j0" "$log/j1" | sed 's/^/    /'
+fi
+rm -f "$sock"
+"$bin" --bench --serve "$sock" --ipc vmm --bench-max-bytes 64MiB >"$log/srv" 2>&1 & srv=$!
+for _ in $(seq 200); do grep -q 'waiting for its producer' "$log/srv" && break; sleep 0.02; done
+"$bin" --join "$sock" --bench >"$log/j0" 2>&1; r0=$?
+wait "$srv"; rc=$?
+if [ $rc -eq 0 ] && [ $r0 -eq 0 ] && [ "$(shm_state)" = "$shm_before" ]; then
+  record PASS "--bench --serve / --join --bench" "both exit 0; $(grep -E '^ +64 MiB' "$log/srv" | tr -s ' ' | head -1)"
+  grep -E 'signal only, GPU waits|^ +(4 KiB|64 MiB)' "$log/srv" | sed 's/^/    /'
+else
+  record FAIL "--bench --serve / --join --bench" "server $rc, producer $r0"
+  tail -n 4 "$log/srv" "$log/j0" | sed 's/^/    /'
+fi
 # A joiner killed while the run waits on it, and the server killed while its joiners wait.
 for who in joiner server; do
   sock="$log/run.sock"; rm -f "$sock"
