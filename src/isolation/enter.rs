@@ -284,3 +284,22 @@ fn exit_now(code: i32) -> ! {
     // SAFETY: _exit ends the process without running anything of it; always sound.
     unsafe { nix::libc::_exit(code) }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A namespace the host does not give is said as such, with what would give it.
+    #[test]
+    fn an_unavailable_namespace_says_which_and_why() {
+        let refused = unavailable("pid", Errno::EPERM);
+        assert!(refused.is::<Unavailable>(), "a waiver, not a failure");
+        let said = refused.to_string();
+        assert!(said.contains("no pid namespace of its own") && said.contains("needs root"), "{said}");
+        let missing = unavailable("cgroup", Errno::EINVAL).to_string();
+        assert!(
+            missing.contains("no cgroup namespace") && missing.contains("no such namespace"),
+            "{missing}"
+        );
+    }
+}
