@@ -311,6 +311,10 @@ fn killing_an_isolated_run_leaves_nothing() {
         killpg(Pid::from_raw(child.id() as i32), signal).unwrap();
         let status = child.wait().unwrap();
         assert!(!status.success(), "{isolate}: {status:?}");
+        if signal == Signal::SIGINT {
+            // Passed on to the run, which stops in order and says so as a shell would: 128 + 2.
+            assert_eq!(status.code(), Some(130), "{isolate}: {status:?}");
+        }
         let left = wait_all_gone(&mark, Duration::from_secs(3));
         assert_eq!(left, Vec::<u32>::new(), "{isolate}, {signal}: every process of the run is gone");
         assert_eq!(tmp.entries(), Vec::<String>::new(), "{isolate}, {signal}: no socket directory is left");
@@ -361,6 +365,95 @@ fn a_hung_isolated_process_is_ended_by_the_parent_that_started_it() {
         assert_eq!(left, Vec::<u32>::new(), "{isolate}: the hung process and its init are gone");
         assert_eq!(tmp.entries(), Vec::<String>::new(), "{isolate}: no socket directory is left");
     }
+}
+
+/// The children of process `pid`, as /proc lists them.
+fn children_of(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|c| c.parse().ok())
+        .collect()
+}
+
+/// The run's own process (pid 2 in its PID namespace) killed by SIGKILL while it holds its events: the
+/// process the user started exits as it did (137, as a shell says a SIGKILL), and the init waits for the
+/// guardian, which removes the driver's files, before the namespace ends.
+#[test]
+fn the_isolated_parent_killed_exits_as_killed_and_its_guardian_still_cleans_up() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    if !namespaces_here("the_isolated_parent_killed_exits_as_killed_and_its_guardian_still_cleans_up") {
+        return;
+    }
+    let tmp = Tmp::new("parent-killed");
+    let mark = format!("{}-parent-killed", std::process::id());
+    let _end = EndMarked(mark.clone());
+    let mut child =
+        isolated(&tmp, &["--isolate", "pid", "--ipc", "vmm", "--procs-per-device", "2", "--timeout", "0"])
+            .env(FAULT, "parent@wait-children:hang")
+            .env("SIMPLE_IPC_TEST_MARK", &mark)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+    let start = Instant::now();
+    while driver_files(child.id()).is_empty() && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(!driver_files(child.id()).is_empty(), "the parent exported its events");
+    // outside -> init -> the run's process
+    let init = children_of(child.id());
+    assert_eq!(init.len(), 1, "the process outside has one child, the init: {init:?}");
+    let run = children_of(init[0]);
+    let parent = *run.first().expect("the init runs the parent");
+    nix::sys::signal::kill(Pid::from_raw(parent as i32), Signal::SIGKILL).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(137), "exits as the run's process did: {status:?}");
+    assert_eq!(wait_all_gone(&mark, Duration::from_secs(3)), Vec::<u32>::new(), "every process is gone");
+    assert_no_driver_files(child.id(), "the parent killed");
+}
+
+/// A stop signal the invoker left ignored (nohup, a background job) stays ignored under --isolate too:
+/// the process outside does not pass it on, and the run goes on to its watchdog.
+#[test]
+fn an_ignored_sigint_is_not_passed_on_to_an_isolated_run() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    if !namespaces_here("an_ignored_sigint_is_not_passed_on_to_an_isolated_run") {
+        return;
+    }
+    let tmp = Tmp::new("ignored");
+    let mark = format!("{}-ignored", std::process::id());
+    let _end = EndMarked(mark.clone());
+    let mut command = isolated(
+        &tmp,
+        &[
+            "--isolate",
+            "pid",
+            "--ipc",
+            "vmm",
+            "--sync",
+            "memops",
+            "--procs-per-device",
+            "2",
+            "--timeout",
+            "2",
+        ],
+    );
+    command.env(FAULT, "child1@round-robin:hang").env("SIMPLE_IPC_TEST_MARK", &mark);
+    // SAFETY: (test) ignoring a signal between fork and exec is async-signal-safe.
+    unsafe {
+        command.pre_exec(|| {
+            nix::sys::signal::signal(Signal::SIGINT, nix::sys::signal::SigHandler::SigIgn)
+                .map(drop)
+                .map_err(std::io::Error::from)
+        });
+    }
+    let mut child = command.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    nix::sys::signal::kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(1), "the watchdog ended it, not the ignored SIGINT (130): {status:?}");
+    assert_eq!(wait_all_gone(&mark, Duration::from_secs(3)), Vec::<u32>::new(), "every process is gone");
 }
 
 /// What a user can get wrong is a usage error that says what it takes.
