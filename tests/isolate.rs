@@ -456,6 +456,18 @@ fn an_ignored_sigint_is_not_passed_on_to_an_isolated_run() {
     assert_eq!(wait_all_gone(&mark, Duration::from_secs(3)), Vec::<u32>::new(), "every process is gone");
 }
 
+/// A TMPDIR the socket's directory cannot be made in (net namespaces of their own need one) is an error
+/// that names it, at once, not a retry without end.
+#[test]
+fn a_tmpdir_that_takes_no_directory_is_named() {
+    let tmp = Tmp::new("no-tmpdir");
+    let mut command = isolated(&tmp, &["--isolate", "net"]);
+    command.env("TMPDIR", tmp.path().join("absent"));
+    let out = command.output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("making a private directory in"), "{}", text(&out));
+}
+
 /// What a user can get wrong is a usage error that says what it takes.
 #[test]
 fn isolation_kinds_are_checked_as_typed() {
