@@ -137,7 +137,7 @@ pub struct Cli {
     /// The namespaces this process enters before anything else (a process an --isolate run starts; not
     /// for users).
     #[arg(long, hide = true, value_name = "KINDS", value_parser = crate::isolation::parse_arg,
-          requires = "join")]
+          requires = "join", conflicts_with = "isolate")]
     pub isolated: Option<crate::isolation::Isolation>,
 
     /// This served run's place in a sequence (`--serve SOCKET --ipc all` gives each mechanism's run its own:

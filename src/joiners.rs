@@ -88,6 +88,8 @@ pub struct Joiners<'s> {
     remove_when_full: bool,
     /// The run's place in a sequence (`--serve --ipc all`), said to each joiner as it is admitted.
     round: Option<meeting::Round>,
+    /// `--isolate`: only processes these processes started may join (the server started them itself).
+    only_started_by: Option<Vec<i32>>,
 }
 
 impl<'s> Joiners<'s> {
@@ -111,6 +113,12 @@ impl<'s> Joiners<'s> {
             Some(failure) => Err(failure.into()),
             None => Ok(()),
         }
+    }
+
+    /// Admits only processes that `pids` started (or are): the processes an isolated run started itself.
+    pub fn only_started_by(mut self, pids: Vec<i32>) -> Self {
+        self.only_started_by = Some(pids);
+        self
     }
 
     /// Tells each joiner, as it is admitted, that the run is `round` of a sequence.
@@ -170,6 +178,7 @@ impl<'s> Joiners<'s> {
             deadline: timeout.map(|t| (started + t, t)),
             remove_when_full: false,
             round: None,
+            only_started_by: None,
         })
     }
 
@@ -199,6 +208,12 @@ impl<'s> Joiners<'s> {
                     peer.uid()
                 )
             });
+            let refusal = refusal.or_else(|| {
+                let ours = self.only_started_by.as_ref()?;
+                (!started_by(peer.pid(), ours)).then(|| {
+                    "this run admits only the processes it started in their namespaces (--isolate)".to_owned()
+                })
+            });
             if self.waiting.len() >= MAX_WAITING {
                 continue; // dropped: too many connections that have not asked yet
             }
@@ -209,7 +224,13 @@ impl<'s> Joiners<'s> {
         let mut still = Vec::new();
         for waiting in std::mem::take(&mut self.waiting) {
             match meeting::hear(&waiting.connection, 0) {
-                Ok(Heard::Asked) => match &waiting.refusal {
+                Ok(Heard::Asked(bench_only)) => match &waiting.refusal.clone().or_else(|| {
+                    let bench = self.state().options.load(std::sync::atomic::Ordering::Relaxed)
+                        & crate::segment::OPTION_BENCH
+                        != 0;
+                    (bench_only && !bench)
+                        .then(|| "this run is not the benchmark (join it without --bench)".to_owned())
+                }) {
                     // Refused once it has asked, so that the answer is read, not lost with the close.
                     Some(why) => {
                         warn!("simple-ipc: a process (pid {}) asked to join: refused: {why}", waiting.pid);
@@ -250,8 +271,9 @@ impl<'s> Joiners<'s> {
                 self.remove_socket_file();
             }
             // A run of a sequence closes its door once full: a joiner that comes now is for the next run,
-            // and must find nobody listening until that run's server does.
-            if self.round.is_some() {
+            // and must find nobody listening until that run's server does. So does an isolated run: nobody
+            // else is to come.
+            if self.round.is_some() || self.remove_when_full {
                 self.listener = None;
             }
         }
@@ -282,7 +304,7 @@ impl<'s> Joiners<'s> {
                 Ok(Heard::Closed) => {
                     Some(format!("pid {}: gone without saying how it ended (killed?)", joiner.pid))
                 }
-                Ok(Heard::Admitted(_) | Heard::Refused(_) | Heard::Asked | Heard::Waived(..)) => {
+                Ok(Heard::Admitted(_) | Heard::Refused(_) | Heard::Asked(_) | Heard::Waived(..)) => {
                     Some("it sent what it should not".to_owned())
                 }
             };
@@ -382,11 +404,32 @@ impl<'s> Joiners<'s> {
     }
 }
 
+/// Whether process `pid` (as this process sees it; 0 for one outside its PID namespace) is one of `pids` or
+/// was started by one of them, up to a few generations (a process outside, its init, the process itself).
+fn started_by(pid: i32, pids: &[i32]) -> bool {
+    let mut current = pid;
+    for _ in 0..4 {
+        if current <= 1 {
+            return false;
+        }
+        if pids.contains(&current) {
+            return true;
+        }
+        let stat = std::fs::read_to_string(format!("/proc/{current}/stat")).unwrap_or_default();
+        let parent = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse().ok());
+        match parent {
+            Some(parent) => current = parent,
+            None => return false,
+        }
+    }
+    false
+}
+
 /// How long the server of a waived run of a sequence waits for the joiners to come (they are waiting for
 /// it, trying to connect every few milliseconds, once they are done with the run before), when it does not
 /// know how many they are; with a count, at most this long for the last of them.
 const TELL_WAIVED_FOR: Duration = Duration::from_secs(2);
-const TELL_WAIVED_AT_MOST: Duration = Duration::from_secs(20);
+const TELL_WAIVED_AT_MOST: Duration = Duration::from_secs(5);
 
 /// A waived run of a sequence (`--serve --ipc all`) serves its socket for a moment only to tell each joiner
 /// that asks that it was waived, and why: they go on to the next run.
@@ -412,7 +455,7 @@ pub fn tell_waived(address: &Address, round: meeting::Round, why: &str) -> Resul
             waiting.push((connection, Instant::now()));
         }
         waiting.retain(|(connection, since)| match meeting::hear(connection, 0) {
-            Ok(Heard::Asked) => {
+            Ok(Heard::Asked(_)) => {
                 if meeting::say_waived(connection, round, why).is_ok() {
                     told += 1;
                     last = Instant::now();

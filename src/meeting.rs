@@ -65,6 +65,8 @@ const ADMIT: &[u8; 8] = b"SIPCJOIN";
 const REFUSE: &[u8; 8] = b"SIPCFULL";
 const ENDED: &[u8; 8] = b"SIPCDONE";
 const HELLO: &[u8; 8] = b"SIPCHELO";
+/// A joiner asks to join, and only a benchmark (`--join --bench`).
+const HELLO_BENCH: &[u8; 8] = b"SIPCHELB";
 const WAIVED: &[u8; 8] = b"SIPCWAIV";
 
 /// Where a served run is one of a sequence (`--serve SOCKET --ipc all`: one run per mechanism): its number
@@ -123,8 +125,9 @@ pub struct Admission {
 }
 
 /// A joiner asks to join: until it has, a connection is nobody (a probe, a stray client) and takes no place.
-pub fn ask_to_join(connection: &OwnedFd) -> Result<()> {
-    send(connection, HELLO, &[]).context("asking to join")
+/// `bench_only`: the joiner takes part only in a benchmark (`--join --bench`), and is refused by any other run.
+pub fn ask_to_join(connection: &OwnedFd, bench_only: bool) -> Result<()> {
+    send(connection, if bench_only { HELLO_BENCH } else { HELLO }, &[]).context("asking to join")
 }
 
 /// The server admits a joiner: its index, the count, and the descriptors.
@@ -201,8 +204,8 @@ pub enum Heard {
     Refused(String),
     /// A joiner's exit status, why it failed (empty when it did not say), and its diagnosis, if it had one.
     Ended(u8, String, Option<Diagnosis>),
-    /// A process asks to join.
-    Asked,
+    /// A process asks to join (`true`: only a benchmark).
+    Asked(bool),
     /// This run of a sequence was waived, for this reason.
     Waived(Round, String),
     /// The connection closed: the other side is gone.
@@ -275,7 +278,8 @@ pub fn hear(connection: &OwnedFd, wait_ms: u16) -> Result<Heard> {
             };
             Ok(Heard::Ended(text.get(8).copied().unwrap_or(1), why, diagnosis))
         }
-        Some(tag) if tag == HELLO => Ok(Heard::Asked),
+        Some(tag) if tag == HELLO => Ok(Heard::Asked(false)),
+        Some(tag) if tag == HELLO_BENCH => Ok(Heard::Asked(true)),
         Some(tag) if tag == WAIVED => {
             let round = Round { number: word(8)? as u32, of: word(12)? as u32, joiners_before: 0 };
             Ok(Heard::Waived(round, String::from_utf8_lossy(text.get(16..).unwrap_or_default()).into_owned()))
@@ -336,8 +340,10 @@ mod tests {
         )
         .unwrap();
         let (x, _y) = nix::unistd::pipe().unwrap();
-        ask_to_join(&b).unwrap();
-        assert!(matches!(hear(&a, 1000).unwrap(), Heard::Asked));
+        ask_to_join(&b, false).unwrap();
+        assert!(matches!(hear(&a, 1000).unwrap(), Heard::Asked(false)));
+        ask_to_join(&b, true).unwrap();
+        assert!(matches!(hear(&a, 1000).unwrap(), Heard::Asked(true)), "a joiner that wants the benchmark");
         admit(&a, 3, 5, x.as_fd(), None, None).unwrap();
         let Heard::Admitted(admission) = hear(&b, 1000).unwrap() else { panic!("not admitted") };
         assert_eq!((admission.index, admission.processes, admission.round), (3, 5, None));

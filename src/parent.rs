@@ -203,6 +203,7 @@ impl<'s> Team<'s> {
             let joiners = Joiners::listen(segment, address.clone(), n, sockets, started, cli.timeout())?
                 .removing_the_socket_when_full();
             launched.start(&address, n, isolation, cli.timeout, cli.quiet)?;
+            let joiners = joiners.only_started_by(launched.pids());
             say!(
                 "Isolated ({isolation}): {n} processes started in namespaces of their own join at {address}"
             )?;

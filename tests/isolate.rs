@@ -468,6 +468,101 @@ fn a_tmpdir_that_takes_no_directory_is_named() {
     assert!(text(&out).contains("making a private directory in"), "{}", text(&out));
 }
 
+/// Another process of the same user that finds an isolated run's socket (in /proc/net/unix) and asks to
+/// join takes no place: the run admits only the processes it started. The run passes, and says whom it
+/// refused.
+#[test]
+fn a_stranger_at_an_isolated_runs_socket_is_refused() {
+    use nix::sys::socket::{AddressFamily, MsgFlags, SockFlag, SockType, UnixAddr, connect, send, socket};
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    if !namespaces_here("a_stranger_at_an_isolated_runs_socket_is_refused") {
+        return;
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stranger = {
+        let stop = std::sync::Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let (mut tried, mut held) = (std::collections::BTreeSet::new(), Vec::new());
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let table = std::fs::read_to_string("/proc/net/unix").unwrap_or_default();
+                for fields in table.lines().skip(1).map(|l| l.split_whitespace().collect::<Vec<_>>()) {
+                    let Some(name) = fields.get(7).and_then(|n| n.strip_prefix("@simple-ipc-2-")) else {
+                        continue;
+                    };
+                    if fields[5] != "01" || !tried.insert(name.to_owned()) {
+                        continue;
+                    }
+                    let fd =
+                        socket(AddressFamily::Unix, SockType::SeqPacket, SockFlag::empty(), None).unwrap();
+                    let address = UnixAddr::new_abstract(format!("simple-ipc-2-{name}").as_bytes()).unwrap();
+                    if connect(std::os::fd::AsRawFd::as_raw_fd(&fd), &address).is_ok() {
+                        let _ = send(std::os::fd::AsRawFd::as_raw_fd(&fd), b"SIPCHELO", MsgFlags::empty());
+                        held.push(fd);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            tried.len()
+        })
+    };
+    let tmp = Tmp::new("stranger");
+    let (_, out) =
+        run(&tmp, &["--isolate", "pid", "--ipc", "vmm", "--sync", "memops", "--procs-per-device", "2"]);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let tried = stranger.join().unwrap();
+    assert_eq!(out.status.code(), Some(0), "the run is its own processes': {}", text(&out));
+    // (A run faster than the stranger's look leaves it nothing to try: then there is nothing to refuse.)
+    eprintln!("the stranger tried {tried} socket(s)");
+    if tried > 0 {
+        assert!(text(&out).contains("admits only the processes it started"), "{}", text(&out));
+    }
+}
+
+/// The parent alone killed by SIGKILL (not its group), with a hung process it started: what it started
+/// does not outlive it (PR_SET_PDEATHSIG), and the init of that process ends it. And SIGTERM to the matrix's
+/// top process goes on to the cell that runs, at once.
+#[test]
+fn what_an_isolated_parent_started_does_not_outlive_it() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    if !namespaces_here("what_an_isolated_parent_started_does_not_outlive_it") {
+        return;
+    }
+    for (args, signal) in [
+        (
+            &["--isolate", "joiners:pid", "--ipc", "vmm", "--sync", "memops", "--procs-per-device", "2"][..],
+            Signal::SIGKILL,
+        ),
+        (&["--ipc", "all", "--isolate", "pid"][..], Signal::SIGTERM),
+    ] {
+        let tmp = Tmp::new("outlive");
+        let mark = format!("{}-outlive-{signal}", std::process::id());
+        let _end = EndMarked(mark.clone());
+        let mut child = isolated(&tmp, args)
+            .args(["--timeout", "0"])
+            .env(FAULT, "child0@round-robin:hang")
+            .env("SIMPLE_IPC_TEST_MARK", &mark)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(1500));
+        assert!(marked(&mark).len() >= 3, "{args:?}: the run is under way");
+        nix::sys::signal::kill(Pid::from_raw(child.id() as i32), signal).unwrap();
+        let start = Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break Some(status);
+            }
+            if start.elapsed() > Duration::from_secs(5) {
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        assert!(status.is_some(), "{args:?}: the process signalled ends within 5 s");
+        assert_eq!(wait_all_gone(&mark, Duration::from_secs(4)), Vec::<u32>::new(), "{args:?}: all gone");
+    }
+}
+
 /// What a user can get wrong is a usage error that says what it takes.
 #[test]
 fn isolation_kinds_are_checked_as_typed() {

@@ -104,10 +104,24 @@ impl Launched {
                 .args(["--isolated", &isolation.kinds_arg(), "--timeout", &timeout.to_string()])
                 .args(quiet.then_some("--quiet"))
                 .stdin(Stdio::null());
+            // It must not outlive this process: SIGKILL to the process outside, whose init then stops what
+            // runs inside in order.
+            // SAFETY: runs in the forked child before exec; prctl is async-signal-safe and allocates nothing.
+            unsafe {
+                command.pre_exec(|| {
+                    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                        .map_err(std::io::Error::from)
+                });
+            }
             let child = command.spawn().context("starting an isolated process (/proc/self/exe)")?;
             self.processes.push(child);
         }
         Ok(())
+    }
+
+    /// The pids of the processes started.
+    pub fn pids(&self) -> Vec<i32> {
+        self.processes.iter().map(|child| child.id() as i32).collect()
     }
 
     /// The first started process that has ended with another status than success, if one has: an

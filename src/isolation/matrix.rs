@@ -15,6 +15,7 @@
 //! (then nothing else can be read from the table), 2 if every run was waived, 0 otherwise: a boundary that
 //! the driver refuses is a fact of the host, which the table reports.
 
+use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 
@@ -230,16 +231,45 @@ fn run_cell(passed_on: &[std::ffi::OsString], row: &Boundary, column: &Column) -
             nix::sys::prctl::set_pdeathsig(Signal::SIGTERM).map_err(std::io::Error::from)
         });
     }
-    let output = command.output().with_context(|| {
-        format!(
-            "starting the run of --ipc {} --isolate {} (/proc/self/exe)",
-            column.mechanism.name(),
-            row.isolate
-        )
-    })?;
-    let text =
-        format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
-    Ok(classify(output.status.code(), &text))
+    let what = format!("the run of --ipc {} --isolate {}", column.mechanism.name(), row.isolate);
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {what} (/proc/self/exe)"))?;
+    // Its output is kept as it comes, on threads, so that this process can watch its own stop signals: a
+    // signal to it goes on to the run, which stops in order, and then this process stops too.
+    let streams: [Option<Box<dyn std::io::Read + Send>>; 2] = [
+        child.stdout.take().map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+        child.stderr.take().map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+    ];
+    let readers: Vec<std::thread::JoinHandle<Vec<u8>>> = streams
+        .into_iter()
+        .flatten()
+        .map(|mut stream| {
+            std::thread::spawn(move || {
+                let mut got = Vec::new();
+                let _ = stream.read_to_end(&mut got);
+                got
+            })
+        })
+        .collect();
+    let status = loop {
+        if let Some(status) = child.try_wait().with_context(|| format!("waiting for {what}"))? {
+            break status;
+        }
+        if let Some(signal) = signals::received() {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), signal);
+            let _ = child.wait();
+            return Err(signals::Interrupted(signal).into());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    let text: String = readers
+        .into_iter()
+        .map(|reader| String::from_utf8_lossy(&reader.join().unwrap_or_default()).into_owned())
+        .collect();
+    Ok(classify(status.code(), &text))
 }
 
 /// The cells for the `--json` document.
