@@ -170,7 +170,7 @@ fn run_the_sample(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
         if memops { "memops" } else { "events" },
         match (&cli.serve, &cli.isolate) {
             (Some(_), _) => ", joined over the socket".to_owned(),
-            (_, Some(isolation)) => format!(", isolated ({isolation})"),
+            (_, Some(isolation)) => format!(", isolated ({})", isolation.described()),
             _ => String::new(),
         }
     ));

@@ -563,6 +563,42 @@ fn what_an_isolated_parent_started_does_not_outlive_it() {
     }
 }
 
+/// A user who is not root gets a user namespace with any isolation (the kernel gives the others only inside
+/// one), and the verdict says so. Needs root (to become `nobody`) and setpriv(1); elsewhere it says it was
+/// skipped.
+#[test]
+fn a_user_who_is_not_root_is_told_of_the_user_namespace() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    if !nix::unistd::geteuid().is_root()
+        || !namespaces_here("a_user_who_is_not_root_is_told_of_the_user_namespace")
+    {
+        eprintln!(
+            "SKIPPED a_user_who_is_not_root_is_told_of_the_user_namespace: needs root to become nobody"
+        );
+        return;
+    }
+    let tmp = Tmp::new("nobody");
+    std::fs::set_permissions(tmp.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let copy = tmp.path().join("simple-ipc");
+    std::fs::copy(bin(), &copy).unwrap();
+    let mut command = Command::new("setpriv");
+    command
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&copy)
+        .args(["--isolate", "pid", "--ipc", "vmm", "--sync", "memops", "-q"])
+        .current_dir("/")
+        .env(SIMULATE, "ok")
+        .env_remove(FAULT)
+        .env("TMPDIR", tmp.path())
+        .stdin(Stdio::null());
+    let Ok(out) = command.output() else {
+        eprintln!("SKIPPED a_user_who_is_not_root_is_told_of_the_user_namespace: no setpriv here");
+        return;
+    };
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(text(&out).contains("isolated (pid, in a user namespace: not root)"), "{}", text(&out));
+}
+
 /// What a user can get wrong is a usage error that says what it takes.
 #[test]
 fn isolation_kinds_are_checked_as_typed() {

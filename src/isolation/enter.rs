@@ -54,6 +54,13 @@ fn unavailable(kind: &str, error: Errno) -> anyhow::Error {
     Unavailable(format!("this host gives this process no {kind} namespace of its own ({why})")).into()
 }
 
+/// Whether `enter` gave this process a user namespace that was not asked for (its user is not root).
+static USER_NAMESPACE_IMPLIED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+pub fn user_namespace_implied() -> bool {
+    USER_NAMESPACE_IMPLIED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// How long the init gives the run's process to stop in order, once the process outside is gone (a parent
 /// gives the processes it started 0.7 s to end).
 const STOP_GRACE: Duration = Duration::from_secs(2);
@@ -72,6 +79,7 @@ pub fn enter(isolation: &Isolation) -> Result<()> {
     if isolation.has(Kind::User) || !uid.is_root() {
         unshare(CloneFlags::CLONE_NEWUSER).map_err(|e| unavailable("user", e))?;
         map_to_root(uid.as_raw(), gid.as_raw())?;
+        USER_NAMESPACE_IMPLIED.store(!isolation.has(Kind::User), std::sync::atomic::Ordering::Relaxed);
     }
     for &kind in &isolation.kinds {
         let flag = match kind {

@@ -172,6 +172,12 @@ pub fn run(cli: &Cli) -> Result<Outcome> {
     }
     drop(bar);
     crate::output::text(&table(&rows, &cells))?;
+    if !nix::unistd::geteuid().is_root() {
+        // (The matrix's own process enters no namespace: it is still the user who started it.)
+        say!(
+            "(Not root: every isolated run here is in a user namespace of its own too, which the kernel needs.)"
+        )?;
+    }
     if let Some(json) = json {
         json.write(crate::report::Results::Matrix(document(&rows, &cells)))?;
     }

@@ -104,6 +104,13 @@ impl Isolation {
         self.kinds.iter().map(|k| k.name()).collect::<Vec<_>>().join(",")
     }
 
+    /// How the run describes its isolation: the kinds, and the user namespace that a user who is not root
+    /// gets with any of them (the kernel gives the others only inside one).
+    pub fn described(&self) -> String {
+        let implied = !self.kinds.is_empty() && !self.has(Kind::User) && enter::user_namespace_implied();
+        if implied { format!("{self}, in a user namespace: not root") } else { self.to_string() }
+    }
+
     /// Whether the serving parent enters the namespaces too.
     pub fn includes_parent(&self) -> bool {
         !self.joiners_only && !self.kinds.is_empty()
