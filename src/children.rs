@@ -274,10 +274,7 @@ impl<'s> Children<'s> {
 
 /// Whether the process is stopped by a signal (its state in `/proc/<pid>/stat` is `T`).
 fn is_stopped(pid: Pid) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| stat.rsplit_once(')').map(|(_, rest)| rest.trim_start().starts_with('T')))
-        .unwrap_or(false)
+    crate::proc_stat::read(pid.as_raw()).is_some_and(|stat| stat.state == 'T')
 }
 
 impl Drop for Children<'_> {

@@ -253,9 +253,7 @@ fn check_peer_is_parent(socket: &OwnedFd) -> Result<u32> {
     let parent = nix::unistd::getppid().as_raw();
     // A parent killed before this look is the guardian's parent no longer (it is gone, or a zombie its own
     // parent has not reaped yet); its last words are still in the socket.
-    let stat = std::fs::read_to_string(format!("/proc/{}/stat", peer.pid())).unwrap_or_default();
-    let state = stat.rsplit_once(')').map_or("", |(_, rest)| rest.trim_start());
-    let peer_is_gone = stat.is_empty() || state.starts_with('Z') || state.starts_with('X');
+    let peer_is_gone = crate::proc_stat::read(peer.pid()).is_none_or(|stat| matches!(stat.state, 'Z' | 'X'));
     if peer.pid() != parent && !peer_is_gone {
         bail!("the guardian serves only the process that started it (its peer is pid {})", peer.pid());
     }

@@ -415,10 +415,8 @@ fn started_by(pid: i32, pids: &[i32]) -> bool {
         if pids.contains(&current) {
             return true;
         }
-        let stat = std::fs::read_to_string(format!("/proc/{current}/stat")).unwrap_or_default();
-        let parent = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse().ok());
-        match parent {
-            Some(parent) => current = parent,
+        match crate::proc_stat::read(current) {
+            Some(stat) => current = stat.parent,
             None => return false,
         }
     }

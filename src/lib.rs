@@ -36,6 +36,7 @@ pub(crate) mod numa;
 pub(crate) mod outcome;
 pub(crate) mod parent;
 pub mod phase;
+pub(crate) mod proc_stat;
 pub(crate) mod progress;
 pub(crate) mod report;
 pub mod segment;

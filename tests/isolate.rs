@@ -252,6 +252,20 @@ impl Drop for EndMarked {
     }
 }
 
+/// The child's exit status, if it ends within `limit` (it is left running otherwise).
+fn wait_at_most(child: &mut std::process::Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        if start.elapsed() > limit {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 fn wait_all_gone(mark: &str, limit: Duration) -> Vec<u32> {
     let start = Instant::now();
     while !marked(mark).is_empty() && start.elapsed() < limit {
@@ -347,16 +361,7 @@ fn a_hung_isolated_process_is_ended_by_the_parent_that_started_it() {
             .stderr(file)
             .spawn()
             .unwrap();
-        let start = Instant::now();
-        let status = loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                break Some(status);
-            }
-            if start.elapsed() > Duration::from_secs(15) {
-                break None;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        };
+        let status = wait_at_most(&mut child, Duration::from_secs(15));
         let said = std::fs::read_to_string(&log).unwrap_or_default();
         let _ = std::fs::remove_file(&log);
         assert_eq!(status.and_then(|s| s.code()), Some(1), "{isolate}: the watchdog: {said}");
@@ -548,16 +553,7 @@ fn what_an_isolated_parent_started_does_not_outlive_it() {
         std::thread::sleep(Duration::from_millis(1500));
         assert!(marked(&mark).len() >= 3, "{args:?}: the run is under way");
         nix::sys::signal::kill(Pid::from_raw(child.id() as i32), signal).unwrap();
-        let start = Instant::now();
-        let status = loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                break Some(status);
-            }
-            if start.elapsed() > Duration::from_secs(5) {
-                break None;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        };
+        let status = wait_at_most(&mut child, Duration::from_secs(5));
         assert!(status.is_some(), "{args:?}: the process signalled ends within 5 s");
         assert_eq!(wait_all_gone(&mark, Duration::from_secs(4)), Vec::<u32>::new(), "{args:?}: all gone");
     }

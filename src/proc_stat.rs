@@ -1,0 +1,35 @@
+//! What `/proc/<pid>/stat` says of a process: its state and its parent. The command name before them is in
+//! parentheses and may hold spaces or parentheses itself, so the fields are read after the last `)`.
+
+/// A process as `/proc/<pid>/stat` describes it now.
+pub struct ProcStat {
+    /// `R`, `S`, `T` (stopped), `Z` (a zombie), `X` (dead), ...
+    pub state: char,
+    pub parent: i32,
+}
+
+/// `None` where there is no such process (as this process's /proc sees it).
+pub fn read(pid: i32) -> Option<ProcStat> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let parent = fields.next()?.parse().ok()?;
+    Some(ProcStat { state, parent })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_lives_and_its_parent_is_its_parent() {
+        let me = read(std::process::id() as i32).unwrap();
+        assert!(
+            matches!(me.state, 'R' | 'S'),
+            "it runs, or its main thread waits for this one: {}",
+            me.state
+        );
+        assert_eq!(me.parent, nix::unistd::getppid().as_raw());
+        assert!(read(i32::MAX).is_none());
+    }
+}
