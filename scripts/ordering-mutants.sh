@@ -17,7 +17,10 @@ mutants=(
   "--sync memops: the flag says one write more than was done|s/stream\.write_flag(&flags\[target\], step as u32 + 1)/stream.write_flag(\&flags[target], step as u32 + 2)/"
 )
 export CARGO_TARGET_DIR="$PWD/target/ordering-mutants"
-copy() { rm -rf "$work/tree"; mkdir "$work/tree"; git ls-files -z --cached --others --exclude-standard | xargs -0 cp --parents -t "$work/tree"; }
+# What git tracks, and nothing else: an untracked build directory in the tree (a target of another name) would
+# be copied for each mutant. Tracked files deleted in the working tree are skipped.
+copy() { rm -rf "$work/tree"; mkdir "$work/tree"; git ls-files -z --cached | while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done \
+  | xargs -0 cp --parents -t "$work/tree"; }
 # The control: the copy as it is must pass, or a failure below would prove nothing.
 copy
 if ! (cd "$work/tree" && cargo test --quiet --test protocol >"$work/log" 2>&1); then
