@@ -355,6 +355,35 @@ else
   record FAIL "--bench --serve / --join --bench" "server $rc, producer $r0"
   tail -n 4 "$log/srv" "$log/j0" | sed 's/^/    /'
 fi
+# The server's verdict rests on its own check of every buffer (filled with 0xEE before the run, copied back
+# and compared at the end): a joiner that writes nothing and says it finished fails the run, and so does a
+# buffer the server finds changed though every joiner passed; an honest run says the server checked too.
+for ipc in legacy vmm; do
+  for case in lie corrupt honest; do
+    rm -f "$sock"
+    case $case in
+      lie) srv_fault=""; join_fault="child0@round-robin:lie" ;;
+      corrupt) srv_fault="parent@verify:corrupt"; join_fault="" ;;
+      honest) srv_fault=""; join_fault="" ;;
+    esac
+    SIMPLE_IPC_TEST_FAULT=$srv_fault "$bin" --serve "$sock" --ipc "$ipc" --timeout 30 >"$log/srv" 2>&1 & srv=$!
+    for _ in $(seq 200); do grep -q 'waiting for' "$log/srv" && break; sleep 0.02; done
+    SIMPLE_IPC_TEST_FAULT=$join_fault "$bin" --join "$sock" >"$log/j0" 2>&1; r0=$?
+    wait "$srv"; rc=$?
+    case $case in
+      lie) ok=$([ $rc -eq 1 ] && grep -q "own check of every buffer failed.*unwritten" "$log/srv" && echo y) ;;
+      corrupt) ok=$([ $rc -eq 1 ] && [ $r0 -eq 0 ] && grep -q "own check of every buffer failed: the buffer of process 0 has 2 of" "$log/srv" && echo y) ;;
+      honest) ok=$([ $rc -eq 0 ] && [ $r0 -eq 0 ] && grep -q "verified by its process and by the server" "$log/srv" && echo y) ;;
+    esac
+    if [ -n "$ok" ] && [ "$(shm_state)" = "$shm_before" ]; then
+      record PASS "--serve --ipc $ipc, the server's own check ($case)" "$(tail -n 1 "$log/srv" | cut -c1-110)"
+    else
+      record FAIL "--serve --ipc $ipc, the server's own check ($case)" "server $rc, joiner $r0"
+      tail -n 3 "$log/srv" "$log/j0" | sed 's/^/    /'
+    fi
+  done
+done
+rm -f "$sock"
 # A joiner killed while the run waits on it, and the server killed while its joiners wait.
 for who in joiner server; do
   sock="$log/run.sock"; rm -f "$sock"

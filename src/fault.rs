@@ -5,7 +5,9 @@
 //! the fault strikes when that process enters that phase. `<action>` is `kill` (the process sends itself
 //! SIGKILL, like a crash or `kill -9`), `error` (it fails with an error), `hang` (it sleeps until killed),
 //! `stop` (it sends itself SIGSTOP, like a process stopped in a debugger) or, at `verify` only, `corrupt`
-//! (two bytes of the copied-back buffer are changed before the comparison, which must then fail); the
+//! (two bytes of the copied-back buffer are changed before the comparison, which must then fail), or, at
+//! `round-robin` only, `lie` (the process writes nothing, checks nothing, and says it finished and ended well:
+//! only a parent that checks every buffer itself, with `--serve` or `--isolate`, can tell, and it must); the
 //! parent, at `allocate-export`, can also mistreat the descriptors of `--ipc vmm` and `pool`: `send-fewer`
 //! (one descriptor too few), `send-none` (the message without descriptors), `close-socket` (none sent). A value
 //! that is malformed, or that cannot strike in the run it is given to, is refused, so a typo cannot silently
@@ -36,12 +38,19 @@ pub struct Targets {
     pub parent: &'static [Phase],
     pub child: &'static [Phase],
     pub parent_sends_descriptors: bool,
+    /// The parent checks every buffer itself (`--serve`, `--isolate`), so a process that lies can be caught.
+    pub parent_checks_buffers: bool,
 }
 
 impl Targets {
     /// A run of no phase at all (`--topology`): no fault can strike.
-    pub const NONE: Targets =
-        Targets { children: 0..0, parent: &[], child: &[], parent_sends_descriptors: false };
+    pub const NONE: Targets = Targets {
+        children: 0..0,
+        parent: &[],
+        child: &[],
+        parent_sends_descriptors: false,
+        parent_checks_buffers: false,
+    };
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,6 +60,7 @@ enum Action {
     Hang,
     Stop,
     Corrupt,
+    Lie,
     Descriptors(DescriptorFault),
 }
 
@@ -81,6 +91,7 @@ fn parse(spec: &str) -> Result<(Who, Phase, Action)> {
         "hang" => Action::Hang,
         "stop" => Action::Stop,
         "corrupt" if phase == Phase::Verify => Action::Corrupt,
+        "lie" if phase == Phase::RoundRobin && who != Who::Parent => Action::Lie,
         "send-fewer" | "send-none" | "close-socket"
             if who == Who::Parent && phase == Phase::AllocateExport =>
         {
@@ -131,6 +142,13 @@ pub fn validate_for(run: &Targets) -> Result<()> {
             _ => format!(" (it enters {})", phases.iter().map(|p| p.name()).collect::<Vec<_>>().join(", ")),
         }
     );
+    if action == Action::Lie {
+        ensure!(
+            run.parent_checks_buffers,
+            "{FAULT_ENV}={spec:?} cannot strike: the parent of this run trusts its own children's word (only \
+             the parent of --serve or --isolate checks every buffer itself)"
+        );
+    }
     if let Action::Descriptors(_) = action {
         ensure!(
             run.parent_sends_descriptors,
@@ -145,7 +163,7 @@ pub fn validate_for(run: &Targets) -> Result<()> {
 pub fn at(who: Who, phase: Phase) -> Result<()> {
     debug_assert!(
         match who {
-            Who::Parent => Phase::PARENT,
+            Who::Parent => Phase::PARENT_CHECKING,
             Who::Child(_) => Phase::CHILD,
         }
         .contains(&phase),
@@ -156,7 +174,10 @@ pub fn at(who: Who, phase: Phase) -> Result<()> {
         return Ok(());
     };
     let (target, at, action) = parse(&spec)?;
-    if target != who || at != phase || matches!(action, Action::Corrupt | Action::Descriptors(_)) {
+    if target != who
+        || at != phase
+        || matches!(action, Action::Corrupt | Action::Lie | Action::Descriptors(_))
+    {
         return Ok(());
     }
     warn!("test fault: {spec} strikes");
@@ -173,7 +194,7 @@ pub fn at(who: Who, phase: Phase) -> Result<()> {
             nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP)?;
             Ok(())
         }
-        Action::Corrupt | Action::Descriptors(_) => Ok(()),
+        Action::Corrupt | Action::Lie | Action::Descriptors(_) => Ok(()),
     }
 }
 
@@ -194,6 +215,16 @@ pub fn descriptor_fault() -> Option<DescriptorFault> {
 pub fn needs_descriptors() -> bool {
     let Ok(spec) = std::env::var(FAULT_ENV) else { return false };
     matches!(parse(&spec), Ok((_, _, Action::Descriptors(_))))
+}
+
+/// The `lie` fault: whether it names this process (it says so on stderr).
+pub fn lies(who: Who) -> bool {
+    let Ok(spec) = std::env::var(FAULT_ENV) else { return false };
+    let lies = matches!(parse(&spec), Ok((target, _, Action::Lie)) if target == who);
+    if lies {
+        warn!("test fault: {spec} strikes");
+    }
+    lies
 }
 
 /// The `corrupt` fault: if it names this process, says so and changes two bytes of `data` (the buffer as
@@ -229,6 +260,7 @@ mod tests {
             (Who::Parent, Phase::WaitChildren, Action::Hang)
         );
         assert_eq!(parse("child0@verify:corrupt").unwrap(), (Who::Child(0), Phase::Verify, Action::Corrupt));
+        assert_eq!(parse("child1@round-robin:lie").unwrap(), (Who::Child(1), Phase::RoundRobin, Action::Lie));
         assert_eq!(parse("child2@wait_ready:stop").unwrap(), (Who::Child(2), Phase::WaitReady, Action::Stop));
         assert_eq!(
             parse("parent@allocate-export:send-fewer").unwrap().2,
@@ -240,6 +272,8 @@ mod tests {
             "child1@attach:explode",
             "child1attach:kill",
             "child1@attach:corrupt",
+            "child1@verify:lie",
+            "parent@round-robin:lie",
             "child1@allocate-export:send-none",
             "parent@verify:close-socket",
             "",

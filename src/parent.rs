@@ -17,7 +17,7 @@ use crate::cli::{Cli, Sync};
 use crate::devices;
 use crate::driver::Driver;
 use crate::fault;
-use crate::gpu::Stream;
+use crate::gpu::{DeviceMemory, Stream};
 use crate::guardian::Guardian;
 use crate::ipc::{
     Event, ExportedBuffer, ExportedEvent, Mechanism, Missing, ProcessExports, Slice, descriptors,
@@ -33,6 +33,7 @@ use crate::segment::{self, RunPlan, Segment, SharedState};
 use crate::setup;
 use crate::signals;
 use crate::timings::{self, Phases, Stopwatch};
+use crate::verify;
 
 pub fn run(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
     let outcome = run_the_sample(cli, mechanism);
@@ -76,11 +77,15 @@ fn run_the_sample(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
     }
     let process_devices = devices::plan(&chosen, cli.procs_per_device as usize)?;
     let n = process_devices.len();
+    // Processes it did not start from its own program (`--serve`), or that run where it cannot see them
+    // (`--isolate`), might say anything: the parent then checks every buffer itself before it says PASSED.
+    let checks_itself = cli.serve.is_some() || cli.isolate.is_some();
     fault::validate_for(&fault::Targets {
         children: 0..n,
-        parent: Phase::PARENT,
+        parent: if checks_itself { Phase::PARENT_CHECKING } else { Phase::PARENT },
         child: Phase::CHILD,
         parent_sends_descriptors: mechanism.uses_descriptors(),
+        parent_checks_buffers: checks_itself,
     })?;
     let uuids =
         process_devices.iter().map(|&d| Ok(driver.device_info(d)?.uuid)).collect::<Result<Vec<_>>>()?;
@@ -102,6 +107,7 @@ fn run_the_sample(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
         process_devices: &process_devices,
         mechanism,
         memops,
+        unwritten: checks_itself,
         sockets,
         guardian: &guardian,
     };
@@ -155,15 +161,22 @@ fn run_the_sample(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
             event.synchronize(&signals::check)?;
         }
     }
+    if checks_itself {
+        watch.enter(Phase::Verify)?;
+        let buffers: Vec<&dyn DeviceMemory> =
+            exports.iter().map(|e| &e.buffer as &dyn DeviceMemory).collect();
+        verify::every_buffer(driver, &buffers, &process_devices, state.data_size(), &signals::check)?;
+        watch.enter(Phase::CleanUp)?;
+    }
     drop(exports);
     drop(cuda);
     watch.enter(Phase::WaitChildren)?;
     children.wait(|| false, || {})?;
 
-    report(cli, json, state, &watch.finish())?;
+    report(cli, json, state, &watch.finish(), checks_itself)?;
     let gpus = chosen.len();
     crate::report::note_summary(format!(
-        "{n} process{} on {gpus} GPU{}, {} IPC, {}{}: every buffer verified",
+        "{n} process{} on {gpus} GPU{}, {} IPC, {}{}: every buffer verified{}",
         if n == 1 { "" } else { "es" },
         if gpus == 1 { "" } else { "s" },
         mechanism.name(),
@@ -172,6 +185,11 @@ fn run_the_sample(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
             (Some(_), _) => ", joined over the socket".to_owned(),
             (_, Some(isolation)) => format!(", isolated ({})", isolation.described()),
             _ => String::new(),
+        },
+        match (&cli.serve, checks_itself) {
+            (Some(_), _) => " by its process and by the server",
+            (None, true) => " by its process and by the parent",
+            (None, false) => "",
         }
     ));
     Ok(Outcome::Passed)
@@ -278,6 +296,8 @@ struct Exporter<'a, 'd> {
     mechanism: Mechanism,
     /// `--sync memops`: each buffer has a flag after its data, zeroed before the children may use it.
     memops: bool,
+    /// Each buffer's data is filled with [`verify::UNWRITTEN`] first, for the parent's own check.
+    unwritten: bool,
     /// The parent's end of each child's descriptor socket (vmm and pool only).
     sockets: Vec<OwnedFd>,
     /// Told of each event's file as soon as it exists.
@@ -343,7 +363,8 @@ impl<'d> Exporter<'_, 'd> {
         let mut exported = Vec::new();
         let data = self.state.data_size();
         let flag = if self.memops { segment::FLAG_BYTES } else { 0 };
-        let stream = if self.memops { Some(Stream::non_blocking(driver, device)?) } else { None };
+        let stream =
+            if self.memops || self.unwritten { Some(Stream::non_blocking(driver, device)?) } else { None };
         for (index, _) in self.process_devices.iter().enumerate().filter(|(_, d)| **d == device) {
             // --sync memops orders the round-robin without interprocess events: it makes none.
             let event = match self.memops {
@@ -355,7 +376,12 @@ impl<'d> Exporter<'_, 'd> {
             let buffer = ExportedBuffer::allocate(driver, self.mechanism, device, data + flag)
                 .with_context(|| format!("the {} buffer of process {index}", self.mechanism.name()))?;
             if let Some(stream) = &stream {
-                stream.fill(&Slice::of(&buffer, data, flag)?, 0, flag)?; // no write done yet
+                if self.memops {
+                    stream.fill(&Slice::of(&buffer, data, flag)?, 0, flag)?; // no write done yet
+                }
+                if self.unwritten {
+                    stream.fill(&buffer, verify::UNWRITTEN, data)?;
+                }
             }
             exported.push((index, ProcessExports { event, buffer }));
         }
@@ -383,13 +409,19 @@ impl<'d> Exporter<'_, 'd> {
 }
 
 /// `--timings` and `--json`: the parent's phases and what each child left in the segment.
-fn report(cli: &Cli, json: Option<JsonFile>, state: &SharedState, parent: &Phases) -> Result<()> {
+fn report(
+    cli: &Cli,
+    json: Option<JsonFile>,
+    state: &SharedState,
+    parent: &Phases,
+    checked_every_buffer: bool,
+) -> Result<()> {
     if cli.timings {
         let children: Vec<Phases> = (0..state.process_count()).map(|i| Phases::read(state, i)).collect();
         crate::output::text(&timings::table(parent, &children))?;
     }
     if let Some(json) = json {
-        json.write(Results::Run(RunResults::of(state, parent)))?;
+        json.write(Results::Run(RunResults::of(state, parent, checked_every_buffer)))?;
     }
     Ok(())
 }

@@ -26,7 +26,8 @@ pub enum Phase {
     RoundRobin,
     /// A child copies its own buffer back.
     CopyBack,
-    /// A child compares its buffer with the value it must hold.
+    /// A child compares its buffer with the value it must hold (and a parent that checks every buffer
+    /// itself, each buffer).
     Verify,
     /// The parent waits for its children.
     WaitChildren,
@@ -59,6 +60,17 @@ impl Phase {
         Phase::StartChildren,
         Phase::AllocateExport,
         Phase::WaitChildren,
+        Phase::CleanUp,
+    ];
+
+    /// ... and those of a parent that checks every buffer itself (`--serve`, `--isolate`).
+    pub const PARENT_CHECKING: &[Phase] = &[
+        Phase::CudaStart,
+        Phase::DeviceSelection,
+        Phase::StartChildren,
+        Phase::AllocateExport,
+        Phase::WaitChildren,
+        Phase::Verify,
         Phase::CleanUp,
     ];
 

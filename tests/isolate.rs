@@ -638,3 +638,23 @@ fn a_pid_namespace_without_its_own_proc_is_named() {
         assert!(said.contains(needle), "says {needle:?}: {said}");
     }
 }
+
+/// The parent of an isolated run checks every buffer itself: a process in namespaces of its own that did
+/// nothing, yet marks itself finished and says it ended well (the `lie` fault), fails the run.
+#[test]
+fn an_isolated_process_that_lies_cannot_pass_the_run() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !namespaces_here("an_isolated_process_that_lies_cannot_pass_the_run") {
+        return;
+    }
+    let tmp = Tmp::new("liar");
+    let mut command = isolated(&tmp, &["--isolate", "joiners:pid", "--timeout", "20"]);
+    command.env(FAULT, "child0@round-robin:lie");
+    let out = common::run(&mut command);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("the parent's own check of every buffer failed"), "{said}");
+    let (_, honest) = run(&tmp, &["--isolate", "joiners:pid"]);
+    assert_eq!(honest.status.code(), Some(0), "{}", text(&honest));
+    assert!(text(&honest).contains("every buffer verified by its process and by the parent in "));
+}

@@ -639,3 +639,59 @@ fn a_joiner_stops_by_its_own_watchdog_when_the_server_is_frozen() {
     assert!(out.contains("--timeout of this joiner"), "{out}");
     assert!(took < Duration::from_secs(4), "{took:?}");
 }
+
+/// The server's verdict rests on its own check of every buffer: a joiner that did nothing and says it
+/// finished and ended well (the `lie` fault: it writes "finished" into the segment it holds mapped, as a
+/// hostile client of the same uid can) fails the run, alone or taking every place; an honest run says that
+/// the server checked too.
+#[test]
+fn a_joiner_that_lies_cannot_pass_the_run() {
+    for (gpus, procs, liars) in [("ok", "1", 1), ("ok", "2", 2)] {
+        let (_dir, socket) = socket_path("liar");
+        let server = serve(gpus, &socket, &["--procs-per-device", procs, "--timeout", "10"]);
+        // One at a time, so that each has the index its fault names.
+        let joiners: Vec<Running> = (0..liars)
+            .map(|i| {
+                let joiner = join(gpus, &socket, Some(&format!("child{i}@round-robin:lie")));
+                assert!(server.wait_for(&format!("Process {i} joined"), LIMIT), "{}", server.text());
+                joiner
+            })
+            .collect();
+        let (code, out, _) = server.end(LIMIT);
+        for joiner in joiners {
+            joiner.end(LIMIT);
+        }
+        assert_eq!(code, Some(1), "{liars} lying joiner(s) must fail the run: {out}");
+        assert!(
+            out.contains("the parent's own check of every buffer failed")
+                && out.contains("the buffer of process 0 has")
+                && out.contains("(the byte it held before the run: unwritten)")
+                && !out.contains("PASSED"),
+            "the server names the buffers it found unwritten: {out}"
+        );
+    }
+    // The server's own check is a real comparison: a buffer it finds changed fails the run, though every
+    // joiner passed its own check.
+    let (_dir, socket) = socket_path("corrupt");
+    let mut args = vec!["--serve", socket.as_str()];
+    let server = Running::start("ok", &args, Some("parent@verify:corrupt"));
+    assert!(server.wait_for("waiting for", LIMIT), "{}", server.text());
+    let joiner = join("ok", &socket, None);
+    let (code, out, _) = server.end(LIMIT);
+    assert_eq!(joiner.end(LIMIT).0, Some(0), "the joiner's own check passes");
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("the parent's own check of every buffer failed: the buffer of process 0 has 2 of "),
+        "{out}"
+    );
+    args.clear();
+    let (_dir, socket) = socket_path("honest");
+    let server = serve("ok", &socket, &["--procs-per-device", "2"]);
+    let joiners: Vec<Running> = (0..2).map(|_| join("ok", &socket, None)).collect();
+    let (code, out, _) = server.end(LIMIT);
+    for joiner in joiners {
+        assert_eq!(joiner.end(LIMIT).0, Some(0));
+    }
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("every buffer verified by its process and by the server in "), "{out}");
+}

@@ -70,6 +70,7 @@ pub fn run_consumer(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
         parent: &[],
         child: Phase::BENCH_PRODUCER,
         parent_sends_descriptors: false,
+        parent_checks_buffers: false,
     })?;
     let json = JsonFile::requested();
     let Some(setup) = setup::start(|| Ok(()))? else { return Ok(Outcome::Waived) };

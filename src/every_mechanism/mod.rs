@@ -227,6 +227,7 @@ mod tests {
             unit: "ms".into(),
             processes: 2,
             buffer_bytes: 4096,
+            parent_checked_every_buffer: false,
             parent: ParentResult { phases: PhaseTimes::default() },
             children: vec![child(0, 4.0), child(1, 2.0), child(2, 100.0)],
         };

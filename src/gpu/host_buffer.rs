@@ -35,7 +35,7 @@ impl<'d> HostBuffer<'d> {
     /// `src`) has run; returns those bytes. When it returns, the device writes here no more.
     pub fn copy_from(
         &mut self,
-        src: &impl DeviceMemory,
+        src: &(impl DeviceMemory + ?Sized),
         bytes: usize,
         stream: &Stream,
         stop: &dyn StopCheck,

@@ -208,6 +208,11 @@ pub struct RunResults {
     pub processes: usize,
     /// The size of each process's buffer, every byte of which was verified.
     pub buffer_bytes: u64,
+    /// Who checked the buffers: each process its own, always; and the parent every buffer itself, where
+    /// processes it did not start from its own program took part (`--serve`) or ran where it cannot see
+    /// them (`--isolate`), so that no word of theirs can pass the run.
+    #[serde(default)]
+    pub parent_checked_every_buffer: bool,
     pub parent: ParentResult,
     pub children: Vec<ChildResult>,
 }
@@ -231,7 +236,7 @@ pub struct ChildResult {
 
 impl RunResults {
     /// From the parent's phases and what each child left in the segment.
-    pub fn of(state: &SharedState, parent: &Phases) -> Self {
+    pub fn of(state: &SharedState, parent: &Phases, parent_checked_every_buffer: bool) -> Self {
         let children = (0..state.process_count())
             .map(|index| ChildResult {
                 index,
@@ -245,6 +250,7 @@ impl RunResults {
             unit: "ms".into(),
             processes: state.process_count(),
             buffer_bytes: state.data_size() as u64,
+            parent_checked_every_buffer,
             parent: ParentResult { phases: PhaseTimes::of(parent) },
             children,
         }
@@ -524,6 +530,7 @@ mod tests {
             unit: "ms".into(),
             processes: 1,
             buffer_bytes: 4096,
+            parent_checked_every_buffer: false,
             parent: ParentResult { phases: times.clone() },
             children: vec![ChildResult {
                 index: 0,
