@@ -120,7 +120,10 @@ fn connect_to(address: &Address, wait: bool, started_by_server: bool) -> Result<
     loop {
         let connection = meeting::seqpacket()?;
         match connect(connection.as_raw_fd(), &address.unix()?) {
-            Ok(()) => return Ok(connection),
+            Ok(()) => {
+                check_the_server(address, &connection)?;
+                return Ok(connection);
+            }
             Err(nix::errno::Errno::ENOENT | nix::errno::Errno::ECONNREFUSED)
                 if wait && since.elapsed() < NEXT_RUN_WITHIN =>
             {
@@ -147,6 +150,24 @@ fn connect_to(address: &Address, wait: bool, started_by_server: bool) -> Result<
             }
         }
     }
+}
+
+/// Who listens at the other end of `connection`, before anything it says is trusted: a process of this
+/// user, or root (as the server admits a joiner); a stranger is refused, named by its uid and pid (as the
+/// socket says: pid 0 for one outside this process's PID namespace).
+fn check_the_server(address: &Address, connection: &OwnedFd) -> Result<()> {
+    let peer = nix::sys::socket::getsockopt(connection, nix::sys::socket::sockopt::PeerCredentials)
+        .with_context(|| format!("--join {address}: asking the socket who the server is (SO_PEERCRED)"))?;
+    let me = nix::unistd::geteuid().as_raw();
+    if peer.uid() != me && peer.uid() != 0 {
+        bail!(
+            "--join {address}: refused to join: the process serving there (pid {}, uid {}) is neither of this \
+             user (uid {me}) nor root",
+            peer.pid(),
+            peer.uid()
+        );
+    }
+    Ok(())
 }
 
 /// Asks to join the run at the other end of `connection` and, once admitted, takes part in it.

@@ -198,7 +198,31 @@ fn send(connection: &OwnedFd, message: &[u8], fds: &[RawFd]) -> Result<()> {
     Ok(())
 }
 
-/// What came over a connection.
+/// `text` from another process, fit to print: each control character (ESC, CR, BEL, a newline, C1 codes)
+/// and each bidirectional-text control is written as its escape (`\u{1b}`, `\r`, `\n`), so that nothing
+/// said over the socket can move the cursor, recolour, retitle or rewrite a line of a terminal or a verdict;
+/// the rest is kept as it is, to stay readable. Every text that [`hear`] returns has been through it.
+pub fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        let bidi = matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+        if bidi {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        } else if c.is_control() {
+            out.extend(c.escape_debug());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Text that came over the socket, lossily decoded and made [`printable`].
+fn said(bytes: &[u8]) -> String {
+    printable(&String::from_utf8_lossy(bytes))
+}
+
+/// What came over a connection (its texts made [`printable`]).
 pub enum Heard {
     Admitted(Admission),
     Refused(String),
@@ -265,15 +289,12 @@ pub fn hear(connection: &OwnedFd, wait_ms: u16) -> Result<Heard> {
                 round,
             }))
         }
-        Some(tag) if tag == REFUSE => Ok(Heard::Refused(String::from_utf8_lossy(&text[8..]).into_owned())),
+        Some(tag) if tag == REFUSE => Ok(Heard::Refused(said(&text[8..]))),
         Some(tag) if tag == ENDED => {
-            let rest = String::from_utf8_lossy(text.get(9..).unwrap_or_default()).into_owned();
-            let mut parts = rest.split('\0');
-            let why = parts.next().unwrap_or_default().to_owned();
+            let mut parts = text.get(9..).unwrap_or_default().split(|&b| b == 0);
+            let why = said(parts.next().unwrap_or_default());
             let diagnosis = match (parts.next(), parts.next()) {
-                (Some(cause), Some(fix)) => {
-                    Some(Diagnosis::new(cause.to_owned(), "; what fixes it: ", fix.to_owned()))
-                }
+                (Some(cause), Some(fix)) => Some(Diagnosis::new(said(cause), "; what fixes it: ", said(fix))),
                 _ => None,
             };
             Ok(Heard::Ended(text.get(8).copied().unwrap_or(1), why, diagnosis))
@@ -282,7 +303,7 @@ pub fn hear(connection: &OwnedFd, wait_ms: u16) -> Result<Heard> {
         Some(tag) if tag == HELLO_BENCH => Ok(Heard::Asked(true)),
         Some(tag) if tag == WAIVED => {
             let round = Round { number: word(8)? as u32, of: word(12)? as u32, joiners_before: 0 };
-            Ok(Heard::Waived(round, String::from_utf8_lossy(text.get(16..).unwrap_or_default()).into_owned()))
+            Ok(Heard::Waived(round, said(text.get(16..).unwrap_or_default())))
         }
         _ => bail!("a message on the run's socket that simple-ipc does not send"),
     }
@@ -319,6 +340,42 @@ mod tests {
             assert!(Round::parse(bad).is_err(), "{bad}");
         }
         assert_eq!(Round::parse("2/4/1").unwrap().to_string(), "2/4");
+    }
+
+    #[test]
+    fn printable_escapes_control_characters_only() {
+        assert_eq!(
+            printable("exit code 1: CUDA_ERROR_MAP_FAILED (é, 中)"),
+            "exit code 1: CUDA_ERROR_MAP_FAILED (é, 中)"
+        );
+        assert_eq!(printable("\x1b[32mPASSED\x1b[0m"), "\\u{1b}[32mPASSED\\u{1b}[0m");
+        assert_eq!(printable("a\rb\nc\td\x07e\0f\x7f"), "a\\rb\\nc\\td\\u{7}e\\0f\\u{7f}");
+        assert_eq!(printable("\u{9b}31m"), "\\u{9b}31m", "a C1 control (CSI)");
+        assert_eq!(printable("abc\u{202e}fed"), "abc\\u{202e}fed", "a bidirectional override");
+        assert!(printable("\x1b]0;title\x07").chars().all(|c| !c.is_control()));
+    }
+
+    /// Every text that comes over the socket is made printable as it is read.
+    #[test]
+    fn text_from_the_wire_is_heard_printable() {
+        let (a, b) = nix::sys::socket::socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .unwrap();
+        let evil = "\x1b[2K\rPASSED\x1b]0;t\x07";
+        let escaped = "\\u{1b}[2K\\rPASSED\\u{1b}]0;t\\u{7}";
+        refuse(&a, evil).unwrap();
+        assert!(matches!(hear(&b, 1000).unwrap(), Heard::Refused(why) if why == escaped));
+        say_waived(&a, Round { number: 1, of: 1, joiners_before: 0 }, evil).unwrap();
+        assert!(matches!(hear(&b, 1000).unwrap(), Heard::Waived(_, why) if why == escaped));
+        let diagnosis = Diagnosis::new(evil.into(), "; what fixes it: ", evil.into());
+        say_ended(&b, 1, evil, Some(&diagnosis)).unwrap();
+        let Heard::Ended(1, why, Some(d)) = hear(&a, 1000).unwrap() else { panic!("not ended") };
+        assert_eq!(why, escaped);
+        assert_eq!((d.cause.as_str(), d.fix.as_str()), (escaped, escaped));
     }
 
     #[test]

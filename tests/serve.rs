@@ -639,3 +639,114 @@ fn a_joiner_stops_by_its_own_watchdog_when_the_server_is_frozen() {
     assert!(out.contains("--timeout of this joiner"), "{out}");
     assert!(took < Duration::from_secs(4), "{took:?}");
 }
+
+/// A fake server in Python (`/usr/bin/python3`, which `nobody` can run), as user `uid` (`None`: the test's
+/// own): it listens at the abstract `@name`, answers the first process that asks to join with `reply` (the
+/// message's tag, its fields and a text), and is killed when the guard drops.
+struct FakeServer(Child);
+
+impl FakeServer {
+    fn start(name: &str, uid: Option<u32>, reply: &[u8]) -> Option<Self> {
+        use std::os::unix::process::CommandExt;
+        const SCRIPT: &str = "import socket, sys, time\n\
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)\n\
+            s.bind('\\0' + sys.argv[1])\n\
+            s.listen(4)\n\
+            print('listening', flush=True)\n\
+            s.settimeout(20)\n\
+            c, _ = s.accept()\n\
+            try:\n    c.recv(64)\n    c.send(bytes.fromhex(sys.argv[2]))\n    time.sleep(3)\n\
+            except OSError:\n    pass\n";
+        let python = std::path::Path::new("/usr/bin/python3");
+        if !python.exists() {
+            return None;
+        }
+        let hex: String = reply.iter().map(|b| format!("{b:02x}")).collect();
+        let mut command = Command::new(python);
+        command.args(["-I", "-c", SCRIPT, name, &hex]).stdin(Stdio::null()).stdout(Stdio::piped());
+        if let Some(uid) = uid {
+            command.uid(uid).gid(uid);
+        }
+        let mut fake = Self(command.spawn().ok()?);
+        let listening = common::wait_for_lines(&mut fake.0, "listening", 1, Duration::from_secs(10));
+        (listening == 1).then_some(fake)
+    }
+}
+
+impl Drop for FakeServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// What a waived run 1/1 of a sequence says, as the real server's `say_waived` writes it.
+fn waived_1_of_1(why: &[u8]) -> Vec<u8> {
+    let mut message = b"SIPCWAIV".to_vec();
+    message.extend_from_slice(&1u32.to_le_bytes());
+    message.extend_from_slice(&1u32.to_le_bytes());
+    message.extend_from_slice(why);
+    message
+}
+
+/// A server of another user cannot make a joiner pass: `nobody` listening at the name first and answering
+/// "run 1/1 was waived" (which a joiner once took for a sequence it had taken part in, PASSED) is refused at
+/// once, named by its uid and pid. Needs root (to run as `nobody`).
+#[test]
+fn a_joiner_refuses_a_server_of_another_user() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("SKIPPED a_joiner_refuses_a_server_of_another_user: not root");
+        return;
+    }
+    let name = format!("simple-ipc-test-impostor-{}", std::process::id());
+    let Some(fake) = FakeServer::start(&name, Some(65534), &waived_1_of_1(b"nothing to run here")) else {
+        eprintln!("SKIPPED a_joiner_refuses_a_server_of_another_user: no python3 that nobody can run");
+        return;
+    };
+    let (code, out, _) = join("ok", &format!("@{name}"), None).end(LIMIT);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(!out.contains("PASSED") && !out.contains("was waived"), "{out}");
+    assert!(out.contains("uid 65534") && out.contains(&format!("pid {}", fake.0.id())), "{out}");
+}
+
+/// Text a server sends (a refusal, a waiver) reaches the joiner's terminal with its control characters
+/// escaped: no forged green PASSED line, no window title.
+#[test]
+fn a_servers_text_reaches_the_joiners_terminal_escaped() {
+    let evil: &[u8] = b"\x1b[2K\r\x1b[32mPASSED\x1b[0m\x1b]0;pwned\x07";
+    let refusal = [b"SIPCFULL".as_slice(), evil].concat();
+    for (i, reply) in [refusal, waived_1_of_1(evil)].into_iter().enumerate() {
+        let name = format!("simple-ipc-test-escapes-{}-{i}", std::process::id());
+        let Some(_fake) = FakeServer::start(&name, None, &reply) else {
+            eprintln!("SKIPPED a_servers_text_reaches_the_joiners_terminal_escaped: no python3");
+            return;
+        };
+        let (_, out, _) = join("ok", &format!("@{name}"), None).end(LIMIT);
+        assert!(out.contains("\\u{1b}[32mPASSED\\u{1b}[0m\\u{1b}]0;pwned\\u{7}"), "{i}: {out:?}");
+        assert!(!out.contains('\x1b') && !out.contains('\x07') && !out.contains('\r'), "{i}: {out:?}");
+    }
+}
+
+/// A joiner's reason for its failure reaches the server's verdict with its control characters escaped.
+#[test]
+fn a_joiners_reason_reaches_the_servers_verdict_escaped() {
+    let socket = format!("@simple-ipc-test-escaped-reason-{}", std::process::id());
+    let server = serve("ok", &socket, &["--timeout", "10"]);
+    let joiner = raw_connect(&socket);
+    send_raw(&joiner, b"SIPCHELO");
+    let mut answer = [0u8; 64];
+    let _ = nix::sys::socket::recv(
+        std::os::fd::AsRawFd::as_raw_fd(&joiner),
+        &mut answer,
+        nix::sys::socket::MsgFlags::empty(),
+    );
+    send_raw(&joiner, b"SIPCDONE\x01\x1b[2K\r\x1b[32mPASSED\x1b]0;pwned\x07");
+    let (code, out, _) = server.end(LIMIT);
+    drop(joiner);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("Process 0 failed! (exit code 1: \\u{1b}[2K\\r\\u{1b}[32mPASSED\\u{1b}]0;pwned\\u{7})"),
+        "{out:?}"
+    );
+    assert!(!out.contains('\x1b') && !out.contains('\x07') && !out.contains('\r'), "{out:?}");
+}
