@@ -4,7 +4,9 @@
 //! - the server admits a joiner with its index and the process count, and hands it the segment's
 //!   descriptor (and, for vmm and pool, its end of a descriptor socket) by `SCM_RIGHTS`;
 //! - or refuses it, with the reason;
-//! - the joiner, at its end, says how it ended (its exit status, and why it failed, if it did).
+//! - the joiner, at its end, says how it ended (its exit status, and why it failed, if it did);
+//! - the server, once the whole run is over, tells each joiner still connected how the run ended (a
+//!   joiner's verdict is the run's, not its own part's).
 //!
 //! The connection is also how each side knows the other lives: a closed connection is a process gone.
 
@@ -68,6 +70,7 @@ const HELLO: &[u8; 8] = b"SIPCHELO";
 /// A joiner asks to join, and only a benchmark (`--join --bench`).
 const HELLO_BENCH: &[u8; 8] = b"SIPCHELB";
 const WAIVED: &[u8; 8] = b"SIPCWAIV";
+const RUN_ENDED: &[u8; 8] = b"SIPCOVER";
 
 /// Where a served run is one of a sequence (`--serve SOCKET --ipc all`: one run per mechanism): its number
 /// from 1, and how many runs the sequence has.
@@ -167,18 +170,47 @@ pub fn say_waived(connection: &OwnedFd, round: Round, why: &str) -> Result<()> {
 /// The longest reason a joiner gives for its failure (the rest is cut at a character's boundary).
 const MAX_REASON: usize = 3000;
 
+/// `text`, cut to at most `most` bytes at a character's boundary, without NULs (they separate fields).
+fn cut(text: &str, most: usize) -> String {
+    let mut end = text.len().min(most);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].replace('\0', " ")
+}
+
+/// How a whole run ended, as its server tells each joiner once the run is over.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RunEnd {
+    Passed,
+    /// It failed: because process `process` failed, where one did, and why (the server's verdict).
+    Failed {
+        process: Option<usize>,
+        why: String,
+    },
+    /// It was waived after the joiner was admitted (a mechanism the devices lack, found at the export).
+    Waived(String),
+}
+
+/// The server tells a joiner how the whole run ended.
+pub fn say_run_ended(connection: &OwnedFd, end: &RunEnd) -> Result<()> {
+    let (kind, process, why) = match end {
+        RunEnd::Passed => (0u8, 0u32, ""),
+        RunEnd::Failed { process, why } => (1, process.map_or(0, |p| p as u32 + 1), why.as_str()),
+        RunEnd::Waived(why) => (2, 0, why.as_str()),
+    };
+    let mut message = RUN_ENDED.to_vec();
+    message.push(kind);
+    message.extend_from_slice(&process.to_le_bytes());
+    message.extend_from_slice(cut(why, 2 * MAX_REASON).as_bytes());
+    send(connection, &message, &[]).context("telling a joiner how the run ended")
+}
+
 /// The joiner says how it ended: its exit status and, if it failed, why (the server's verdict names it),
 /// with the diagnosis of its failure where there is one (the server's `--json` document carries it).
 pub fn say_ended(connection: &OwnedFd, status: u8, why: &str, diagnosis: Option<&Diagnosis>) -> Result<()> {
     let mut message = ENDED.to_vec();
     message.push(status);
-    let cut = |text: &str, most: usize| {
-        let mut end = text.len().min(most);
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text[..end].replace('\0', " ")
-    };
     message.extend_from_slice(cut(why, MAX_REASON).as_bytes());
     if let Some(diagnosis) = diagnosis {
         for part in [&diagnosis.cause, &diagnosis.fix] {
@@ -232,6 +264,8 @@ pub enum Heard {
     Asked(bool),
     /// This run of a sequence was waived, for this reason.
     Waived(Round, String),
+    /// How the whole run ended (the server says it to each joiner at the end).
+    RunEnded(RunEnd),
     /// The connection closed: the other side is gone.
     Closed,
     /// Nothing yet.
@@ -304,6 +338,17 @@ pub fn hear(connection: &OwnedFd, wait_ms: u16) -> Result<Heard> {
         Some(tag) if tag == WAIVED => {
             let round = Round { number: word(8)? as u32, of: word(12)? as u32, joiners_before: 0 };
             Ok(Heard::Waived(round, said(text.get(16..).unwrap_or_default())))
+        }
+        Some(tag) if tag == RUN_ENDED => {
+            let why = said(text.get(13..).unwrap_or_default());
+            match (text.get(8), word(9)?) {
+                (Some(0), _) => Ok(Heard::RunEnded(RunEnd::Passed)),
+                (Some(1), process) => {
+                    Ok(Heard::RunEnded(RunEnd::Failed { process: process.checked_sub(1), why }))
+                }
+                (Some(2), _) => Ok(Heard::RunEnded(RunEnd::Waived(why))),
+                _ => bail!("a run's end on the run's socket that simple-ipc does not send"),
+            }
         }
         _ => bail!("a message on the run's socket that simple-ipc does not send"),
     }
@@ -388,7 +433,7 @@ mod tests {
     }
 
     #[test]
-    fn the_three_messages_come_over_whole_with_their_descriptors() {
+    fn the_messages_come_over_whole_with_their_descriptors() {
         let (a, b) = nix::sys::socket::socketpair(
             AddressFamily::Unix,
             SockType::SeqPacket,
@@ -426,6 +471,15 @@ mod tests {
             matches!(hear(&a, 1000).unwrap(), Heard::Ended(1, _, Some(d)) if d == diagnosis),
             "and its diagnosis, in its parts"
         );
+        for end in [
+            RunEnd::Passed,
+            RunEnd::Failed { process: Some(1), why: "Process 1 failed! (exit code 1: corrupt)".into() },
+            RunEnd::Failed { process: None, why: "the run did not finish within 2 s".into() },
+            RunEnd::Waived("no fabric here".into()),
+        ] {
+            say_run_ended(&a, &end).unwrap();
+            assert!(matches!(hear(&b, 1000).unwrap(), Heard::RunEnded(heard) if heard == end), "{end:?}");
+        }
         assert!(matches!(hear(&a, 0).unwrap(), Heard::Nothing));
         assert!(!peer_is_gone(&a));
         drop(b);

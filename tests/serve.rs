@@ -269,8 +269,9 @@ fn a_joiner_killed_at_any_phase_fails_the_run_and_leaves_nothing() {
     }
 }
 
-/// The server killed at each phase of its run: every joiner ends within 3 s (with an error, or well where
-/// the server died after the joiners' parts were done), and the guardian leaves no driver file.
+/// The server killed at each phase of its run: every joiner ends within 3 s, with an error, even where the
+/// server died after the joiners' parts were done (it never said how the run ended: not PASSED), and the
+/// guardian leaves no driver file.
 #[test]
 fn the_server_killed_at_any_phase_stops_every_joiner_and_leaves_nothing() {
     for phase in ["start_children", "allocate_export", "wait_children", "clean_up"] {
@@ -290,7 +291,11 @@ fn the_server_killed_at_any_phase_stops_every_joiner_and_leaves_nothing() {
             let (code, out, took) = joiner.end(Duration::from_secs(3));
             assert!(!out.contains("did not end"), "{phase}: every joiner ends: {out}");
             assert!(took < Duration::from_secs(3), "{phase}: {took:?}");
-            assert!(matches!(code, Some(0) | Some(1)), "{phase}: {code:?} {out}");
+            assert_eq!(code, Some(1), "{phase}: {out}");
+            assert!(!out.contains("PASSED"), "{phase}: {out}");
+            if phase == "clean_up" {
+                assert!(out.contains("without saying how the run ended"), "{phase}: {out}");
+            }
         }
         common::assert_nothing_left(server_pid, &[], phase);
     }
@@ -749,4 +754,48 @@ fn a_joiners_reason_reaches_the_servers_verdict_escaped() {
         "{out:?}"
     );
     assert!(!out.contains('\x1b') && !out.contains('\x07') && !out.contains('\r'), "{out:?}");
+}
+
+/// Every joiner's verdict is the run's: with joiner 1's buffer corrupted (the fault in its environment
+/// only), the server fails the run, and joiner 0, whose own part passed, fails too, naming process 1; the
+/// same in a served sequence (`--ipc all`), where the run that failed is named as well.
+#[test]
+fn a_joiner_whose_part_passed_fails_a_run_that_failed() {
+    for (name, args) in
+        [("one", &["--procs-per-device", "2"][..]), ("all", &["--procs-per-device", "2", "--ipc", "all"])]
+    {
+        let (_dir, socket) = socket_path(&format!("verdict-{name}"));
+        let server = serve("ok", &socket, args);
+        let first = join("ok", &socket, None);
+        assert!(server.wait_for("Process 0 joined", Duration::from_secs(10)), "{name}: {}", server.text());
+        let second = join("ok", &socket, Some("child1@verify:corrupt"));
+        let (code, out, _) = server.end(LIMIT);
+        assert_eq!(code, Some(1), "{name}: {out}");
+        assert!(out.contains("Process 1 failed!"), "{name}: {out}");
+        let (code, out, _) = first.end(LIMIT);
+        assert_eq!(code, Some(1), "{name}: joiner 0: {out}");
+        // The verdict line (standard error's lines may come after it).
+        let verdict = out.lines().find(|l| l.starts_with("FAILED (exit 1)")).unwrap_or_default();
+        assert!(verdict.contains("the run failed: Process 1 failed!"), "{name}: joiner 0: {out}");
+        assert!(!out.contains("PASSED"), "{name}: joiner 0: {out}");
+        if name == "all" {
+            assert!(verdict.contains("run 1/4: the run failed"), "{name}: joiner 0: {out}");
+        }
+        let (code, out, _) = second.end(LIMIT);
+        assert_eq!(code, Some(1), "{name}: joiner 1: {out}");
+    }
+}
+
+/// A joiner that fails once admitted, before its part proper (at the segment's checks, say), tells the
+/// server why: the server's verdict gives the true reason, not "gone without saying how it ended".
+#[test]
+fn a_joiner_that_fails_at_attach_tells_the_server_why() {
+    let socket = format!("@simple-ipc-test-attach-{}", std::process::id());
+    let server = serve("ok", &socket, &["--timeout", "10"]);
+    let joiner = join("ok", &socket, Some("child0@attach:error"));
+    let (code, out, _) = server.end(LIMIT);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("Process 0 failed! (exit code 1: injected fault (child0@attach:error))"), "{out}");
+    assert!(!out.contains("gone without saying"), "{out}");
+    assert_eq!(joiner.end(LIMIT).0, Some(1));
 }
