@@ -62,8 +62,9 @@ pub fn run(address: &str, timeout: Option<Duration>, started_by_server: bool, be
     let mut ran_last: Option<Round> = None;
     loop {
         // After the first run, the next one's server may not listen yet: it is waited for.
-        let connection = match (connect_to(&address, last.is_some(), started_by_server), last) {
+        let connection = match (connect_to(&address, last.is_some(), started_by_server, timeout), last) {
             (Ok(connection), _) => connection,
+            // A stop signal, in a run or between two, stops the sequence: 128+N, as any run's.
             (Err(e), Some(_)) if e.chain().any(|c| c.is::<signals::Interrupted>()) => return Err(e),
             (Err(e), Some(round)) => {
                 failed.push(format!("run {}/{} was not served ({e:#})", round.number + 1, round.of));
@@ -75,8 +76,8 @@ pub fn run(address: &str, timeout: Option<Duration>, started_by_server: bool, be
             Answer::TookPart(ended, round) => {
                 if let Err(e) = ended {
                     match round {
-                        // A stop signal stops the sequence: 128+N, as any run's.
-                        Some(round) if !e.chain().any(|c| c.is::<signals::Interrupted>()) => {
+                        // (A stop signal stops the sequence as it connects to the next run: 128+N.)
+                        Some(round) => {
                             warn!("simple-ipc: run {round} of the sequence: {e:#}");
                             failed.push(format!("run {round}: {e:#}"));
                         }
@@ -116,23 +117,44 @@ pub fn run(address: &str, timeout: Option<Duration>, started_by_server: bool, be
 }
 
 /// A connection to the server at `address`; `wait`: try again until [`NEXT_RUN_WITHIN`] while nothing
-/// listens there yet.
-fn connect_to(address: &Address, wait: bool, started_by_server: bool) -> Result<OwnedFd> {
+/// listens there yet. The connect does not block: a server whose backlog is full (stopped, or flooded) is
+/// tried again until `timeout` (the joiner's watchdog), and a stop signal stops it at once.
+fn connect_to(
+    address: &Address,
+    wait: bool,
+    started_by_server: bool,
+    timeout: Option<Duration>,
+) -> Result<OwnedFd> {
+    use nix::errno::Errno;
+    use nix::fcntl::{FcntlArg, OFlag, fcntl};
     let since = Instant::now();
     loop {
+        signals::check()?;
         let connection = meeting::seqpacket()?;
+        fcntl(&connection, FcntlArg::F_SETFL(OFlag::O_NONBLOCK)).context("making a socket non-blocking")?;
         match connect(connection.as_raw_fd(), &address.unix()?) {
             Ok(()) => {
+                // Blocking again: every wait from here on polls first.
+                fcntl(&connection, FcntlArg::F_SETFL(OFlag::empty())).context("making a socket blocking")?;
                 check_the_server(address, &connection)?;
                 return Ok(connection);
             }
-            Err(nix::errno::Errno::ENOENT | nix::errno::Errno::ECONNREFUSED)
-                if wait && since.elapsed() < NEXT_RUN_WITHIN =>
-            {
-                signals::check()?;
+            Err(Errno::EAGAIN | Errno::EINTR) => {
+                if let Some(timeout) = timeout
+                    && since.elapsed() >= timeout
+                {
+                    bail!(
+                        "--join {address}: the server did not take the connection within {} s (--timeout of \
+                         this joiner): its backlog is full; is it stopped?",
+                        timeout.as_secs_f64()
+                    );
+                }
                 std::thread::sleep(Duration::from_millis(5));
             }
-            Err(nix::errno::Errno::ENOENT | nix::errno::Errno::ECONNREFUSED) if started_by_server => {
+            Err(Errno::ENOENT | Errno::ECONNREFUSED) if wait && since.elapsed() < NEXT_RUN_WITHIN => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(Errno::ENOENT | Errno::ECONNREFUSED) if started_by_server => {
                 return Err(RunOverBeforeJoining.into());
             }
             Err(e) if wait => {

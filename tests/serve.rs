@@ -799,3 +799,67 @@ fn a_joiner_that_fails_at_attach_tells_the_server_why() {
     assert!(!out.contains("gone without saying"), "{out}");
     assert_eq!(joiner.end(LIMIT).0, Some(1));
 }
+
+/// A listener at the abstract `@name` that never accepts, its backlog filled: what a stopped (or flooded)
+/// server is to a joiner. Its connections go with it.
+fn full_backlog(name: &str) -> (std::os::fd::OwnedFd, Vec<std::os::fd::OwnedFd>) {
+    use nix::sys::socket::{
+        AddressFamily, Backlog, SockFlag, SockType, UnixAddr, bind, connect, listen, socket as make,
+    };
+    let address = UnixAddr::new_abstract(name.as_bytes()).unwrap();
+    let listener = make(AddressFamily::Unix, SockType::SeqPacket, SockFlag::SOCK_CLOEXEC, None).unwrap();
+    bind(std::os::fd::AsRawFd::as_raw_fd(&listener), &address).unwrap();
+    listen(&listener, Backlog::new(0).unwrap()).unwrap();
+    let flags = SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK;
+    let mut queued = Vec::new();
+    for _ in 0..1000 {
+        let fd = make(AddressFamily::Unix, SockType::SeqPacket, flags, None).unwrap();
+        match connect(std::os::fd::AsRawFd::as_raw_fd(&fd), &address) {
+            Ok(()) => queued.push(fd),
+            Err(nix::errno::Errno::EAGAIN) => return (listener, queued),
+            Err(e) => panic!("filling the backlog: {e}"),
+        }
+    }
+    panic!("the backlog never filled");
+}
+
+/// A joiner's `--timeout` covers connecting: to a server whose backlog is full it gives up within its
+/// watchdog's time, saying so, and a stop signal while it connects stops it at once, 128+N.
+#[test]
+fn a_joiner_connecting_is_bounded_by_its_watchdog_and_stopped_by_a_signal() {
+    let name = format!("simple-ipc-test-backlog-{}", std::process::id());
+    let _full = full_backlog(&name);
+    let socket = format!("@{name}");
+    let joiner = Running::start("ok", &["--join", &socket, "--timeout", "2"], None);
+    let (code, out, took) = joiner.end(Duration::from_secs(6));
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("did not take the connection within 2 s (--timeout of this joiner)"), "{out}");
+    assert!(took < Duration::from_secs(4), "{took:?}");
+
+    let joiner = Running::start("ok", &["--join", &socket, "--timeout", "30"], None);
+    std::thread::sleep(Duration::from_millis(500));
+    kill(Pid::from_raw(joiner.child.id() as i32), Signal::SIGTERM).unwrap();
+    let (code, out, took) = joiner.end(Duration::from_secs(5));
+    assert_eq!(code, Some(143), "{out}");
+    assert!(out.contains("STOPPED (exit 143)"), "{out}");
+    assert!(took < Duration::from_secs(1), "{took:?}");
+}
+
+/// A joiner of a served sequence stopped by SIGTERM, SIGINT or SIGHUP exits 128+N, STOPPED, as any run.
+#[test]
+fn a_sequence_joiner_stopped_by_a_signal_exits_128_plus_n() {
+    for (signal, code) in [(Signal::SIGTERM, 143), (Signal::SIGINT, 130), (Signal::SIGHUP, 129)] {
+        let (_dir, socket) = socket_path(&format!("stopped-{signal}"));
+        // Two processes per run, one joiner: it waits in the run for the other, which never comes.
+        let server = serve("ok", &socket, &["--procs-per-device", "2", "--ipc", "all", "--timeout", "10"]);
+        let joiner = join("ok", &socket, None);
+        assert!(joiner.wait_for("Starting on device", Duration::from_secs(10)), "{}", joiner.text());
+        std::thread::sleep(Duration::from_millis(200));
+        kill(Pid::from_raw(joiner.child.id() as i32), signal).unwrap();
+        let (got, out, _) = joiner.end(Duration::from_secs(5));
+        kill(Pid::from_raw(server.child.id() as i32), Signal::SIGTERM).unwrap();
+        let _ = server.end(LIMIT);
+        assert_eq!(got, Some(code), "{signal}: {out}");
+        assert!(out.contains(&format!("STOPPED (exit {code}): interrupted by {signal}")), "{signal}: {out}");
+    }
+}
