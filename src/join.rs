@@ -12,7 +12,7 @@ use nix::sys::socket::connect;
 
 use crate::attach;
 use crate::child;
-use crate::meeting::{self, Address, Heard, Round};
+use crate::meeting::{self, Address, Heard, Round, RunEnd};
 use crate::phase::{Phase, Who};
 use crate::segment;
 use crate::signals;
@@ -62,23 +62,26 @@ pub fn run(address: &str, timeout: Option<Duration>, started_by_server: bool, be
     let mut ran_last: Option<Round> = None;
     loop {
         // After the first run, the next one's server may not listen yet: it is waited for.
-        let connection = match (connect_to(&address, last.is_some(), started_by_server), last) {
+        let connection = match (connect_to(&address, last.is_some(), started_by_server, timeout), last) {
             (Ok(connection), _) => connection,
+            // A stop signal, in a run or between two, stops the sequence: 128+N, as any run's.
+            (Err(e), Some(_)) if e.chain().any(|c| c.is::<signals::Interrupted>()) => return Err(e),
             (Err(e), Some(round)) => {
                 failed.push(format!("run {}/{} was not served ({e:#})", round.number + 1, round.of));
                 break;
             }
             (Err(e), None) => return Err(e),
         };
-        match take_part_once(&address, &connection, timeout, bench)? {
+        match take_part_once(&address, &connection, timeout, bench, started_by_server)? {
             Answer::TookPart(ended, round) => {
                 if let Err(e) = ended {
                     match round {
+                        // (A stop signal stops the sequence as it connects to the next run: 128+N.)
                         Some(round) => {
                             warn!("simple-ipc: run {round} of the sequence: {e:#}");
-                            failed.push(format!("run {round} failed"));
+                            failed.push(format!("run {round}: {e:#}"));
                         }
-                        None => return Err(e),
+                        _ => return Err(e),
                     }
                 }
                 match round {
@@ -114,20 +117,44 @@ pub fn run(address: &str, timeout: Option<Duration>, started_by_server: bool, be
 }
 
 /// A connection to the server at `address`; `wait`: try again until [`NEXT_RUN_WITHIN`] while nothing
-/// listens there yet.
-fn connect_to(address: &Address, wait: bool, started_by_server: bool) -> Result<OwnedFd> {
+/// listens there yet. The connect does not block: a server whose backlog is full (stopped, or flooded) is
+/// tried again until `timeout` (the joiner's watchdog), and a stop signal stops it at once.
+fn connect_to(
+    address: &Address,
+    wait: bool,
+    started_by_server: bool,
+    timeout: Option<Duration>,
+) -> Result<OwnedFd> {
+    use nix::errno::Errno;
+    use nix::fcntl::{FcntlArg, OFlag, fcntl};
     let since = Instant::now();
     loop {
+        signals::check()?;
         let connection = meeting::seqpacket()?;
+        fcntl(&connection, FcntlArg::F_SETFL(OFlag::O_NONBLOCK)).context("making a socket non-blocking")?;
         match connect(connection.as_raw_fd(), &address.unix()?) {
-            Ok(()) => return Ok(connection),
-            Err(nix::errno::Errno::ENOENT | nix::errno::Errno::ECONNREFUSED)
-                if wait && since.elapsed() < NEXT_RUN_WITHIN =>
-            {
-                signals::check()?;
+            Ok(()) => {
+                // Blocking again: every wait from here on polls first.
+                fcntl(&connection, FcntlArg::F_SETFL(OFlag::empty())).context("making a socket blocking")?;
+                check_the_server(address, &connection)?;
+                return Ok(connection);
+            }
+            Err(Errno::EAGAIN | Errno::EINTR) => {
+                if let Some(timeout) = timeout
+                    && since.elapsed() >= timeout
+                {
+                    bail!(
+                        "--join {address}: the server did not take the connection within {} s (--timeout of \
+                         this joiner): its backlog is full; is it stopped?",
+                        timeout.as_secs_f64()
+                    );
+                }
                 std::thread::sleep(Duration::from_millis(5));
             }
-            Err(nix::errno::Errno::ENOENT | nix::errno::Errno::ECONNREFUSED) if started_by_server => {
+            Err(Errno::ENOENT | Errno::ECONNREFUSED) if wait && since.elapsed() < NEXT_RUN_WITHIN => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(Errno::ENOENT | Errno::ECONNREFUSED) if started_by_server => {
                 return Err(RunOverBeforeJoining.into());
             }
             Err(e) if wait => {
@@ -149,12 +176,33 @@ fn connect_to(address: &Address, wait: bool, started_by_server: bool) -> Result<
     }
 }
 
-/// Asks to join the run at the other end of `connection` and, once admitted, takes part in it.
+/// Who listens at the other end of `connection`, before anything it says is trusted: a process of this
+/// user, or root (as the server admits a joiner); a stranger is refused, named by its uid and pid (as the
+/// socket says: pid 0 for one outside this process's PID namespace).
+fn check_the_server(address: &Address, connection: &OwnedFd) -> Result<()> {
+    let peer = nix::sys::socket::getsockopt(connection, nix::sys::socket::sockopt::PeerCredentials)
+        .with_context(|| format!("--join {address}: asking the socket who the server is (SO_PEERCRED)"))?;
+    let me = nix::unistd::geteuid().as_raw();
+    if peer.uid() != me && peer.uid() != 0 {
+        bail!(
+            "--join {address}: refused to join: the process serving there (pid {}, uid {}) is neither of this \
+             user (uid {me}) nor root",
+            peer.pid(),
+            peer.uid()
+        );
+    }
+    Ok(())
+}
+
+/// Asks to join the run at the other end of `connection` and, once admitted, takes part in it; then, unless
+/// the server started this process (`--isolate`: it says the verdict itself), hears how the whole run ended,
+/// which is this process's verdict too.
 fn take_part_once(
     address: &Address,
     connection: &OwnedFd,
     timeout: Option<Duration>,
     bench_asked: bool,
+    started_by_server: bool,
 ) -> Result<Answer> {
     meeting::ask_to_join(connection, bench_asked)?;
     let asked = Instant::now();
@@ -168,8 +216,8 @@ fn take_part_once(
             }
             Heard::Refused(why) => bail!("--join {address}: the server refused this process: {why}"),
             Heard::Closed => return Ok(Answer::Closed),
-            Heard::Ended(..) | Heard::Asked(_) => {
-                bail!("--join {address}: the server sent what only a joiner sends")
+            Heard::Ended(..) | Heard::Asked(_) | Heard::RunEnded(_) => {
+                bail!("--join {address}: the server sent what it should not before it admitted this process")
             }
             Heard::Nothing if asked.elapsed() > ANSWER_WITHIN => {
                 bail!("--join {address}: the server did not answer within {} s", ANSWER_WITHIN.as_secs())
@@ -177,29 +225,11 @@ fn take_part_once(
             Heard::Nothing => {}
         }
     };
-    let index = admission.index;
-    let round = admission.round;
-    let watch = Stopwatch::start(Who::Child(index), Phase::Attach)?;
-    let segment = attach::joined_segment(index, admission.processes, admission.segment)?;
-    let server = attach::Parent::Server {
-        connection,
-        deadline: timeout.and_then(|t| asked.checked_add(t).map(|at| (at, t))),
-    };
-    // A served benchmark's joiner is its producer; any other, a child of the sample.
-    let bench =
-        segment.state().options.load(std::sync::atomic::Ordering::Relaxed) & segment::OPTION_BENCH != 0;
-    if bench_asked && !bench {
-        let why = "it was asked to join a benchmark";
-        let _ = meeting::say_ended(connection, crate::outcome::EXIT_FAILURE, why, None);
-        bail!(
-            "--join {address} --bench: the run served there is not the benchmark (leave --bench out to join it)"
-        );
-    }
-    let ended = if bench {
-        crate::bench::produce(index, watch, &segment, admission.descriptor_socket, &server)
-    } else {
-        child::take_part(index, watch, &segment, admission.descriptor_socket, &server)
-    };
+    let (index, round) = (admission.index, admission.round);
+    let deadline = timeout.and_then(|t| asked.checked_add(t).map(|at| (at, t)));
+    let server = attach::Parent::Server { connection, deadline };
+    // However its part ends, from the segment's checks on, the server is told why: its verdict names it.
+    let ended = take_part(address, admission, &server, bench_asked);
     let (status, why) = match &ended {
         Ok(()) => (crate::outcome::EXIT_SUCCESS, String::new()),
         Err(e) => (crate::outcome::EXIT_FAILURE, format!("{e:#}")),
@@ -207,5 +237,83 @@ fn take_part_once(
     let diagnosis = ended.as_ref().err().and_then(|e| e.downcast_ref::<crate::ipc::diagnose::Diagnosis>());
     // The server may be gone already (that may be why this process stopped): nothing more to say then.
     let _ = meeting::say_ended(connection, status, &why, diagnosis);
-    Ok(Answer::TookPart(ended, round))
+    if started_by_server {
+        return Ok(Answer::TookPart(ended, round));
+    }
+    let run = hear_how_the_run_ended(address, connection, deadline);
+    Ok(Answer::TookPart(the_runs_verdict(index, ended, run), round))
+}
+
+/// This process's part in the run it was admitted to.
+fn take_part(
+    address: &Address,
+    admission: meeting::Admission,
+    server: &attach::Parent,
+    bench_asked: bool,
+) -> Result<()> {
+    let index = admission.index;
+    let watch = Stopwatch::start(Who::Child(index), Phase::Attach)?;
+    let segment = attach::joined_segment(index, admission.processes, admission.segment)?;
+    // A served benchmark's joiner is its producer; any other, a child of the sample.
+    let bench =
+        segment.state().options.load(std::sync::atomic::Ordering::Relaxed) & segment::OPTION_BENCH != 0;
+    if bench_asked && !bench {
+        bail!(
+            "--join {address} --bench: the run served there is not the benchmark (leave --bench out to join it)"
+        );
+    }
+    if bench {
+        crate::bench::produce(index, watch, &segment, admission.descriptor_socket, server)
+    } else {
+        child::take_part(index, watch, &segment, admission.descriptor_socket, server)
+    }
+}
+
+/// How the whole run ended, as the server tells each joiner once it is over; `Err` where it never says (it
+/// is gone, or this process's watchdog ran out first) or a stop signal came.
+fn hear_how_the_run_ended(
+    address: &Address,
+    connection: &OwnedFd,
+    deadline: Option<(Instant, Duration)>,
+) -> Result<RunEnd> {
+    loop {
+        signals::check()?;
+        match meeting::hear(connection, 10)? {
+            Heard::RunEnded(end) => return Ok(end),
+            Heard::Closed => bail!(
+                "--join {address}: the server closed the connection without saying how the run ended (is it \
+                 gone?)"
+            ),
+            Heard::Nothing => {
+                if let Some((at, timeout)) = deadline
+                    && Instant::now() >= at
+                {
+                    bail!(
+                        "--join {address}: the server did not say how the run ended within {} s (--timeout of \
+                         this joiner); is it stopped?",
+                        timeout.as_secs_f64()
+                    )
+                }
+            }
+            _ => bail!("--join {address}: the server sent what it should not at the run's end"),
+        }
+    }
+}
+
+/// This process's verdict: the run's. Its own part's failure comes first (with the run's, where another
+/// process's failed it); a part that ended well passes only a run that passed.
+fn the_runs_verdict(index: usize, own: Result<()>, run: Result<RunEnd>) -> Result<()> {
+    let interrupted = |e: &anyhow::Error| e.chain().any(|c| c.is::<signals::Interrupted>());
+    match (own, run) {
+        (Err(e), _) if interrupted(&e) => Err(e),
+        (_, Err(e)) if interrupted(&e) => Err(e),
+        (Ok(()), Ok(RunEnd::Passed)) => Ok(()),
+        (Ok(()), Ok(RunEnd::Failed { why, .. })) => bail!("the run failed: {why}"),
+        (Ok(()), Ok(RunEnd::Waived(why))) => bail!("the run was waived after this process joined it: {why}"),
+        (Ok(()), Err(e)) => Err(e.context("this process's part ended well, but the run's end is not known")),
+        (Err(e), Ok(RunEnd::Failed { process, why })) if process != Some(index) => {
+            Err(e.context(format!("the run failed: {why}")))
+        }
+        (Err(e), _) => Err(e),
+    }
 }

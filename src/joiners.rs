@@ -16,7 +16,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use nix::errno::Errno;
 use nix::sys::socket::{Backlog, accept4, bind, listen, sockopt::PeerCredentials};
 
-use crate::meeting::{self, Address, Heard};
+use crate::meeting::{self, Address, Heard, RunEnd};
 use crate::segment::{Segment, SharedState};
 use crate::signals;
 use crate::timings::progress_of;
@@ -49,12 +49,43 @@ impl std::fmt::Display for JoinerFailed {
 
 impl std::error::Error for JoinerFailed {}
 
-/// One admitted joiner: its index, its pid (in our namespace, as the socket says), and its connection until
-/// it said how it ended.
+/// One admitted joiner: its index, its pid (in our namespace, as the socket says), its connection (kept
+/// after it said how it ended, to tell it how the run ended; gone when it is) and whether it is done (it said
+/// how it ended, or is gone).
 struct Joined {
     index: usize,
     pid: i32,
     connection: Option<OwnedFd>,
+    done: bool,
+}
+
+/// The joiners still connected when the run is over, to be told how the whole run ended: a joiner's verdict
+/// is the run's, not its own part's. A server's [`Joiners`] hand their connections over as they go.
+#[derive(Default)]
+pub struct Audience(std::cell::RefCell<Vec<OwnedFd>>);
+
+impl Audience {
+    /// Tells each joiner how the run ended, by the server's verdict `ended`, and closes its connection.
+    pub fn tell(self, ended: &Result<crate::outcome::Outcome>) {
+        let connections = self.0.into_inner();
+        if connections.is_empty() {
+            return;
+        }
+        let end = match ended {
+            Ok(crate::outcome::Outcome::Passed) => RunEnd::Passed,
+            Ok(crate::outcome::Outcome::Waived) => {
+                RunEnd::Waived(crate::report::waiver().unwrap_or_else(|| "waived".to_owned()))
+            }
+            Err(e) => RunEnd::Failed {
+                process: e.chain().find_map(|c| c.downcast_ref::<JoinerFailed>()).map(|j| j.index),
+                why: format!("{e:#}"),
+            },
+        };
+        for connection in &connections {
+            // One that is gone has nothing to hear.
+            let _ = meeting::say_run_ended(connection, &end);
+        }
+    }
 }
 
 /// A connection that has not asked to join yet: the process's pid (by the socket), since when it waits,
@@ -90,6 +121,8 @@ pub struct Joiners<'s> {
     round: Option<meeting::Round>,
     /// `--isolate`: only processes these processes started may join (the server started them itself).
     only_started_by: Option<Vec<i32>>,
+    /// Where the joiners' connections go when these joiners do, to be told how the run ended.
+    audience: Option<&'s Audience>,
 }
 
 impl<'s> Joiners<'s> {
@@ -124,6 +157,12 @@ impl<'s> Joiners<'s> {
     /// Tells each joiner, as it is admitted, that the run is `round` of a sequence.
     pub fn in_round(mut self, round: Option<meeting::Round>) -> Self {
         self.round = round;
+        self
+    }
+
+    /// Hands the joiners' connections to `audience` at the end, to be told how the run ended.
+    pub fn telling_the_end_to(mut self, audience: &'s Audience) -> Self {
+        self.audience = Some(audience);
         self
     }
 
@@ -179,6 +218,7 @@ impl<'s> Joiners<'s> {
             remove_when_full: false,
             round: None,
             only_started_by: None,
+            audience: None,
         })
     }
 
@@ -265,7 +305,7 @@ impl<'s> Joiners<'s> {
         }
         self.descriptor_sockets[position] = None;
         say!("Process {index} joined (pid {pid})")?;
-        self.joined.push(Joined { index, pid, connection: Some(connection) });
+        self.joined.push(Joined { index, pid, connection: Some(connection), done: false });
         if self.joined.len() == self.expected() {
             if self.remove_when_full || self.round.is_some() {
                 self.remove_socket_file();
@@ -284,10 +324,16 @@ impl<'s> Joiners<'s> {
     fn look_at_joiners(&mut self) -> Result<Option<JoinerFailed>> {
         let mut failure = None;
         for joiner in &mut self.joined {
-            let Some(connection) = &joiner.connection else { continue };
+            let Some(connection) = &joiner.connection.as_ref().filter(|_| !joiner.done) else { continue };
             let mut diagnosis = None;
+            // One that said how it ended stays connected, to be told how the run ended; one gone, or that
+            // said what it should not, is let go.
+            let mut keep = true;
             let how = match meeting::hear(connection, 0) {
-                Err(e) => Some(format!("it sent what simple-ipc does not send: {e:#}")),
+                Err(e) => {
+                    keep = false;
+                    Some(format!("it sent what simple-ipc does not send: {e:#}"))
+                }
                 Ok(Heard::Nothing) => continue,
                 // Its own word is not enough: it must have finished in the segment too.
                 Ok(Heard::Ended(0, ..)) if crate::timings::finished(self.segment.state(), joiner.index) => {
@@ -302,13 +348,24 @@ impl<'s> Joiners<'s> {
                     Some(format!("exit code {code}: {why}"))
                 }
                 Ok(Heard::Closed) => {
+                    keep = false;
                     Some(format!("pid {}: gone without saying how it ended (killed?)", joiner.pid))
                 }
-                Ok(Heard::Admitted(_) | Heard::Refused(_) | Heard::Asked(_) | Heard::Waived(..)) => {
+                Ok(
+                    Heard::Admitted(_)
+                    | Heard::Refused(_)
+                    | Heard::Asked(_)
+                    | Heard::Waived(..)
+                    | Heard::RunEnded(_),
+                ) => {
+                    keep = false;
                     Some("it sent what it should not".to_owned())
                 }
             };
-            joiner.connection = None;
+            joiner.done = true;
+            if !keep {
+                joiner.connection = None;
+            }
             if let Some(how) = how
                 && failure.is_none()
             {
@@ -319,7 +376,7 @@ impl<'s> Joiners<'s> {
     }
 
     fn all_ended(&self) -> bool {
-        self.joined.len() == self.expected() && self.joined.iter().all(|j| j.connection.is_none())
+        self.joined.len() == self.expected() && self.joined.iter().all(|j| j.done)
     }
 
     /// Waits until every joiner has come and said it ended well, or until `enough()`, calling `tick` at every
@@ -374,7 +431,7 @@ impl<'s> Joiners<'s> {
         let mut places: Vec<String> = self
             .joined
             .iter()
-            .filter(|j| j.connection.is_some())
+            .filter(|j| !j.done)
             .map(|j| {
                 let word = self.state().progress[j.index].load(std::sync::atomic::Ordering::Acquire);
                 format!("process {} (pid {}) was {}", j.index, j.pid, progress_of(word))
@@ -389,17 +446,20 @@ impl<'s> Joiners<'s> {
         ))
     }
 
-    /// Aborts the run, gives the joiners [`GRACE`] to say how they ended, then closes every connection
-    /// (a joiner still waiting stops when it sees it closed).
+    /// Aborts the run, gives the joiners [`GRACE`] to say how they ended, then lets every connection go: to
+    /// the audience, which tells them how the run ended, or closed (a joiner still waiting stops when it sees
+    /// it closed).
     pub fn stop(&mut self) {
         self.state().abort();
         let until = Instant::now() + GRACE;
-        while self.joined.iter().any(|j| j.connection.is_some()) && Instant::now() < until {
+        while self.joined.iter().any(|j| !j.done) && Instant::now() < until {
             let _ = self.look_at_joiners();
             std::thread::sleep(POLL);
         }
         for joiner in &mut self.joined {
-            joiner.connection = None;
+            if let (Some(connection), Some(audience)) = (joiner.connection.take(), self.audience) {
+                audience.0.borrow_mut().push(connection);
+            }
         }
     }
 }

@@ -4,7 +4,9 @@
 //! - the server admits a joiner with its index and the process count, and hands it the segment's
 //!   descriptor (and, for vmm and pool, its end of a descriptor socket) by `SCM_RIGHTS`;
 //! - or refuses it, with the reason;
-//! - the joiner, at its end, says how it ended (its exit status, and why it failed, if it did).
+//! - the joiner, at its end, says how it ended (its exit status, and why it failed, if it did);
+//! - the server, once the whole run is over, tells each joiner still connected how the run ended (a
+//!   joiner's verdict is the run's, not its own part's).
 //!
 //! The connection is also how each side knows the other lives: a closed connection is a process gone.
 
@@ -68,6 +70,7 @@ const HELLO: &[u8; 8] = b"SIPCHELO";
 /// A joiner asks to join, and only a benchmark (`--join --bench`).
 const HELLO_BENCH: &[u8; 8] = b"SIPCHELB";
 const WAIVED: &[u8; 8] = b"SIPCWAIV";
+const RUN_ENDED: &[u8; 8] = b"SIPCOVER";
 
 /// Where a served run is one of a sequence (`--serve SOCKET --ipc all`: one run per mechanism): its number
 /// from 1, and how many runs the sequence has.
@@ -167,18 +170,47 @@ pub fn say_waived(connection: &OwnedFd, round: Round, why: &str) -> Result<()> {
 /// The longest reason a joiner gives for its failure (the rest is cut at a character's boundary).
 const MAX_REASON: usize = 3000;
 
+/// `text`, cut to at most `most` bytes at a character's boundary, without NULs (they separate fields).
+fn cut(text: &str, most: usize) -> String {
+    let mut end = text.len().min(most);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].replace('\0', " ")
+}
+
+/// How a whole run ended, as its server tells each joiner once the run is over.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RunEnd {
+    Passed,
+    /// It failed: because process `process` failed, where one did, and why (the server's verdict).
+    Failed {
+        process: Option<usize>,
+        why: String,
+    },
+    /// It was waived after the joiner was admitted (a mechanism the devices lack, found at the export).
+    Waived(String),
+}
+
+/// The server tells a joiner how the whole run ended.
+pub fn say_run_ended(connection: &OwnedFd, end: &RunEnd) -> Result<()> {
+    let (kind, process, why) = match end {
+        RunEnd::Passed => (0u8, 0u32, ""),
+        RunEnd::Failed { process, why } => (1, process.map_or(0, |p| p as u32 + 1), why.as_str()),
+        RunEnd::Waived(why) => (2, 0, why.as_str()),
+    };
+    let mut message = RUN_ENDED.to_vec();
+    message.push(kind);
+    message.extend_from_slice(&process.to_le_bytes());
+    message.extend_from_slice(cut(why, 2 * MAX_REASON).as_bytes());
+    send(connection, &message, &[]).context("telling a joiner how the run ended")
+}
+
 /// The joiner says how it ended: its exit status and, if it failed, why (the server's verdict names it),
 /// with the diagnosis of its failure where there is one (the server's `--json` document carries it).
 pub fn say_ended(connection: &OwnedFd, status: u8, why: &str, diagnosis: Option<&Diagnosis>) -> Result<()> {
     let mut message = ENDED.to_vec();
     message.push(status);
-    let cut = |text: &str, most: usize| {
-        let mut end = text.len().min(most);
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text[..end].replace('\0', " ")
-    };
     message.extend_from_slice(cut(why, MAX_REASON).as_bytes());
     if let Some(diagnosis) = diagnosis {
         for part in [&diagnosis.cause, &diagnosis.fix] {
@@ -198,7 +230,31 @@ fn send(connection: &OwnedFd, message: &[u8], fds: &[RawFd]) -> Result<()> {
     Ok(())
 }
 
-/// What came over a connection.
+/// `text` from another process, fit to print: each control character (ESC, CR, BEL, a newline, C1 codes)
+/// and each bidirectional-text control is written as its escape (`\u{1b}`, `\r`, `\n`), so that nothing
+/// said over the socket can move the cursor, recolour, retitle or rewrite a line of a terminal or a verdict;
+/// the rest is kept as it is, to stay readable. Every text that [`hear`] returns has been through it.
+pub fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        let bidi = matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+        if bidi {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        } else if c.is_control() {
+            out.extend(c.escape_debug());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Text that came over the socket, lossily decoded and made [`printable`].
+fn said(bytes: &[u8]) -> String {
+    printable(&String::from_utf8_lossy(bytes))
+}
+
+/// What came over a connection (its texts made [`printable`]).
 pub enum Heard {
     Admitted(Admission),
     Refused(String),
@@ -208,6 +264,8 @@ pub enum Heard {
     Asked(bool),
     /// This run of a sequence was waived, for this reason.
     Waived(Round, String),
+    /// How the whole run ended (the server says it to each joiner at the end).
+    RunEnded(RunEnd),
     /// The connection closed: the other side is gone.
     Closed,
     /// Nothing yet.
@@ -265,15 +323,12 @@ pub fn hear(connection: &OwnedFd, wait_ms: u16) -> Result<Heard> {
                 round,
             }))
         }
-        Some(tag) if tag == REFUSE => Ok(Heard::Refused(String::from_utf8_lossy(&text[8..]).into_owned())),
+        Some(tag) if tag == REFUSE => Ok(Heard::Refused(said(&text[8..]))),
         Some(tag) if tag == ENDED => {
-            let rest = String::from_utf8_lossy(text.get(9..).unwrap_or_default()).into_owned();
-            let mut parts = rest.split('\0');
-            let why = parts.next().unwrap_or_default().to_owned();
+            let mut parts = text.get(9..).unwrap_or_default().split(|&b| b == 0);
+            let why = said(parts.next().unwrap_or_default());
             let diagnosis = match (parts.next(), parts.next()) {
-                (Some(cause), Some(fix)) => {
-                    Some(Diagnosis::new(cause.to_owned(), "; what fixes it: ", fix.to_owned()))
-                }
+                (Some(cause), Some(fix)) => Some(Diagnosis::new(said(cause), "; what fixes it: ", said(fix))),
                 _ => None,
             };
             Ok(Heard::Ended(text.get(8).copied().unwrap_or(1), why, diagnosis))
@@ -282,7 +337,18 @@ pub fn hear(connection: &OwnedFd, wait_ms: u16) -> Result<Heard> {
         Some(tag) if tag == HELLO_BENCH => Ok(Heard::Asked(true)),
         Some(tag) if tag == WAIVED => {
             let round = Round { number: word(8)? as u32, of: word(12)? as u32, joiners_before: 0 };
-            Ok(Heard::Waived(round, String::from_utf8_lossy(text.get(16..).unwrap_or_default()).into_owned()))
+            Ok(Heard::Waived(round, said(text.get(16..).unwrap_or_default())))
+        }
+        Some(tag) if tag == RUN_ENDED => {
+            let why = said(text.get(13..).unwrap_or_default());
+            match (text.get(8), word(9)?) {
+                (Some(0), _) => Ok(Heard::RunEnded(RunEnd::Passed)),
+                (Some(1), process) => {
+                    Ok(Heard::RunEnded(RunEnd::Failed { process: process.checked_sub(1), why }))
+                }
+                (Some(2), _) => Ok(Heard::RunEnded(RunEnd::Waived(why))),
+                _ => bail!("a run's end on the run's socket that simple-ipc does not send"),
+            }
         }
         _ => bail!("a message on the run's socket that simple-ipc does not send"),
     }
@@ -322,6 +388,42 @@ mod tests {
     }
 
     #[test]
+    fn printable_escapes_control_characters_only() {
+        assert_eq!(
+            printable("exit code 1: CUDA_ERROR_MAP_FAILED (é, 中)"),
+            "exit code 1: CUDA_ERROR_MAP_FAILED (é, 中)"
+        );
+        assert_eq!(printable("\x1b[32mPASSED\x1b[0m"), "\\u{1b}[32mPASSED\\u{1b}[0m");
+        assert_eq!(printable("a\rb\nc\td\x07e\0f\x7f"), "a\\rb\\nc\\td\\u{7}e\\0f\\u{7f}");
+        assert_eq!(printable("\u{9b}31m"), "\\u{9b}31m", "a C1 control (CSI)");
+        assert_eq!(printable("abc\u{202e}fed"), "abc\\u{202e}fed", "a bidirectional override");
+        assert!(printable("\x1b]0;title\x07").chars().all(|c| !c.is_control()));
+    }
+
+    /// Every text that comes over the socket is made printable as it is read.
+    #[test]
+    fn text_from_the_wire_is_heard_printable() {
+        let (a, b) = nix::sys::socket::socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .unwrap();
+        let evil = "\x1b[2K\rPASSED\x1b]0;t\x07";
+        let escaped = "\\u{1b}[2K\\rPASSED\\u{1b}]0;t\\u{7}";
+        refuse(&a, evil).unwrap();
+        assert!(matches!(hear(&b, 1000).unwrap(), Heard::Refused(why) if why == escaped));
+        say_waived(&a, Round { number: 1, of: 1, joiners_before: 0 }, evil).unwrap();
+        assert!(matches!(hear(&b, 1000).unwrap(), Heard::Waived(_, why) if why == escaped));
+        let diagnosis = Diagnosis::new(evil.into(), "; what fixes it: ", evil.into());
+        say_ended(&b, 1, evil, Some(&diagnosis)).unwrap();
+        let Heard::Ended(1, why, Some(d)) = hear(&a, 1000).unwrap() else { panic!("not ended") };
+        assert_eq!(why, escaped);
+        assert_eq!((d.cause.as_str(), d.fix.as_str()), (escaped, escaped));
+    }
+
+    #[test]
     fn addresses_are_paths_or_abstract_names() {
         assert_eq!(Address::parse("/tmp/s").unwrap(), Address::Path("/tmp/s".into()));
         assert_eq!(Address::parse("@run").unwrap(), Address::Abstract("run".into()));
@@ -331,7 +433,7 @@ mod tests {
     }
 
     #[test]
-    fn the_three_messages_come_over_whole_with_their_descriptors() {
+    fn the_messages_come_over_whole_with_their_descriptors() {
         let (a, b) = nix::sys::socket::socketpair(
             AddressFamily::Unix,
             SockType::SeqPacket,
@@ -369,6 +471,15 @@ mod tests {
             matches!(hear(&a, 1000).unwrap(), Heard::Ended(1, _, Some(d)) if d == diagnosis),
             "and its diagnosis, in its parts"
         );
+        for end in [
+            RunEnd::Passed,
+            RunEnd::Failed { process: Some(1), why: "Process 1 failed! (exit code 1: corrupt)".into() },
+            RunEnd::Failed { process: None, why: "the run did not finish within 2 s".into() },
+            RunEnd::Waived("no fabric here".into()),
+        ] {
+            say_run_ended(&a, &end).unwrap();
+            assert!(matches!(hear(&b, 1000).unwrap(), Heard::RunEnded(heard) if heard == end), "{end:?}");
+        }
         assert!(matches!(hear(&a, 0).unwrap(), Heard::Nothing));
         assert!(!peer_is_gone(&a));
         drop(b);

@@ -23,7 +23,7 @@ use crate::ipc::{
     Event, ExportedBuffer, ExportedEvent, Mechanism, Missing, ProcessExports, Slice, descriptors,
 };
 use crate::isolation;
-use crate::joiners::Joiners;
+use crate::joiners::{Audience, Joiners};
 use crate::meeting::Address;
 use crate::outcome::Outcome;
 use crate::phase::{Phase, Who};
@@ -36,7 +36,10 @@ use crate::timings::{self, Phases, Stopwatch};
 use crate::verify;
 
 pub fn run(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
-    let outcome = run_the_sample(cli, mechanism);
+    // Served, each joiner is told how the whole run ended once it is over: its verdict is the run's.
+    let audience = Audience::default();
+    let outcome = run_the_sample(cli, mechanism, &audience);
+    audience.tell(&outcome);
     // A waived run of a served sequence (`--serve --ipc all`) tells the joiners waiting for it so: they go
     // on to the next.
     if let (Ok(Outcome::Waived), Some(address), Some(round)) = (&outcome, &cli.serve, cli.serve_round) {
@@ -47,7 +50,7 @@ pub fn run(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
     outcome
 }
 
-fn run_the_sample(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
+fn run_the_sample(cli: &Cli, mechanism: Mechanism, audience: &Audience) -> Result<Outcome> {
     let started = Instant::now();
     let mut watch = Stopwatch::start(Who::Parent, Phase::CudaStart)?;
     // Opened before anything runs: a bad path fails at once, and a FIFO can never block the end of a run.
@@ -123,10 +126,10 @@ fn run_the_sample(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
             return Ok(Outcome::Waived);
         };
         exports = exported;
-        children = Team::start(cli, &segment, n, &mut their_sockets, started)?;
+        children = Team::start(cli, &segment, n, &mut their_sockets, started, audience)?;
     } else {
         watch.enter(Phase::StartChildren)?;
-        children = Team::start(cli, &segment, n, &mut their_sockets, started)?;
+        children = Team::start(cli, &segment, n, &mut their_sockets, started, audience)?;
         watch.enter(Phase::AllocateExport)?;
         let Some(exported) =
             waived_if_missing(mechanism, exporter.export_all(&mut watch, Phase::WaitChildren))?
@@ -206,13 +209,15 @@ enum Team<'s> {
 
 impl<'s> Team<'s> {
     /// Starts the children, or, with `--serve`, listens for the processes that join instead (each gets its
-    /// end of its descriptor socket from `their_sockets` when it joins).
+    /// end of its descriptor socket from `their_sockets` when it joins, and is told how the run ended by
+    /// `audience`).
     fn start(
         cli: &Cli,
         segment: &'s Segment,
         n: usize,
         their_sockets: &mut Vec<OwnedFd>,
         started: Instant,
+        audience: &'s Audience,
     ) -> Result<Self> {
         if let Some(isolation) = &cli.isolate {
             let mut launched = isolation::Launched::prepare(isolation)?;
@@ -236,7 +241,8 @@ impl<'s> Team<'s> {
         let address = Address::parse(address).with_context(|| format!("--serve {address}"))?;
         let sockets = std::mem::take(their_sockets);
         let joiners = Joiners::listen(segment, address.clone(), n, sockets, started, cli.timeout())?
-            .in_round(cli.serve_round);
+            .in_round(cli.serve_round)
+            .telling_the_end_to(audience);
         let processes = if n == 1 { "process" } else { "processes" };
         say!("Serving the run at {address}: waiting for {n} {processes} to join (--join {address})")?;
         Ok(Team::Joined(joiners))

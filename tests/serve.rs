@@ -269,8 +269,9 @@ fn a_joiner_killed_at_any_phase_fails_the_run_and_leaves_nothing() {
     }
 }
 
-/// The server killed at each phase of its run: every joiner ends within 3 s (with an error, or well where
-/// the server died after the joiners' parts were done), and the guardian leaves no driver file.
+/// The server killed at each phase of its run: every joiner ends within 3 s, with an error, even where the
+/// server died after the joiners' parts were done (it never said how the run ended: not PASSED), and the
+/// guardian leaves no driver file.
 #[test]
 fn the_server_killed_at_any_phase_stops_every_joiner_and_leaves_nothing() {
     for phase in ["start_children", "allocate_export", "wait_children", "clean_up"] {
@@ -290,7 +291,11 @@ fn the_server_killed_at_any_phase_stops_every_joiner_and_leaves_nothing() {
             let (code, out, took) = joiner.end(Duration::from_secs(3));
             assert!(!out.contains("did not end"), "{phase}: every joiner ends: {out}");
             assert!(took < Duration::from_secs(3), "{phase}: {took:?}");
-            assert!(matches!(code, Some(0) | Some(1)), "{phase}: {code:?} {out}");
+            assert_eq!(code, Some(1), "{phase}: {out}");
+            assert!(!out.contains("PASSED"), "{phase}: {out}");
+            if phase == "clean_up" {
+                assert!(out.contains("without saying how the run ended"), "{phase}: {out}");
+            }
         }
         common::assert_nothing_left(server_pid, &[], phase);
     }
@@ -678,7 +683,10 @@ fn a_joiner_that_lies_cannot_pass_the_run() {
     assert!(server.wait_for("waiting for", LIMIT), "{}", server.text());
     let joiner = join("ok", &socket, None);
     let (code, out, _) = server.end(LIMIT);
-    assert_eq!(joiner.end(LIMIT).0, Some(0), "the joiner's own check passes");
+    let (joined, said, _) = joiner.end(LIMIT);
+    assert!(said.contains("Process 0 complete!"), "the joiner's own check passes: {said}");
+    assert_eq!(joined, Some(1), "but the run's verdict is its own: {said}");
+    assert!(said.contains("the parent's own check of every buffer failed"), "{said}");
     assert_eq!(code, Some(1), "{out}");
     assert!(
         out.contains("the parent's own check of every buffer failed: the buffer of process 0 has 2 of "),
@@ -694,4 +702,223 @@ fn a_joiner_that_lies_cannot_pass_the_run() {
     }
     assert_eq!(code, Some(0), "{out}");
     assert!(out.contains("every buffer verified by its process and by the server in "), "{out}");
+}
+
+/// A fake server in Python (`/usr/bin/python3`, which `nobody` can run), as user `uid` (`None`: the test's
+/// own): it listens at the abstract `@name`, answers the first process that asks to join with `reply` (the
+/// message's tag, its fields and a text), and is killed when the guard drops.
+struct FakeServer(Child);
+
+impl FakeServer {
+    fn start(name: &str, uid: Option<u32>, reply: &[u8]) -> Option<Self> {
+        use std::os::unix::process::CommandExt;
+        const SCRIPT: &str = "import socket, sys, time\n\
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)\n\
+            s.bind('\\0' + sys.argv[1])\n\
+            s.listen(4)\n\
+            print('listening', flush=True)\n\
+            s.settimeout(20)\n\
+            c, _ = s.accept()\n\
+            try:\n    c.recv(64)\n    c.send(bytes.fromhex(sys.argv[2]))\n    time.sleep(3)\n\
+            except OSError:\n    pass\n";
+        let python = std::path::Path::new("/usr/bin/python3");
+        if !python.exists() {
+            return None;
+        }
+        let hex: String = reply.iter().map(|b| format!("{b:02x}")).collect();
+        let mut command = Command::new(python);
+        command.args(["-I", "-c", SCRIPT, name, &hex]).stdin(Stdio::null()).stdout(Stdio::piped());
+        if let Some(uid) = uid {
+            command.uid(uid).gid(uid);
+        }
+        let mut fake = Self(command.spawn().ok()?);
+        let listening = common::wait_for_lines(&mut fake.0, "listening", 1, Duration::from_secs(10));
+        (listening == 1).then_some(fake)
+    }
+}
+
+impl Drop for FakeServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// What a waived run 1/1 of a sequence says, as the real server's `say_waived` writes it.
+fn waived_1_of_1(why: &[u8]) -> Vec<u8> {
+    let mut message = b"SIPCWAIV".to_vec();
+    message.extend_from_slice(&1u32.to_le_bytes());
+    message.extend_from_slice(&1u32.to_le_bytes());
+    message.extend_from_slice(why);
+    message
+}
+
+/// A server of another user cannot make a joiner pass: `nobody` listening at the name first and answering
+/// "run 1/1 was waived" (which a joiner once took for a sequence it had taken part in, PASSED) is refused at
+/// once, named by its uid and pid. Needs root (to run as `nobody`).
+#[test]
+fn a_joiner_refuses_a_server_of_another_user() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("SKIPPED a_joiner_refuses_a_server_of_another_user: not root");
+        return;
+    }
+    let name = format!("simple-ipc-test-impostor-{}", std::process::id());
+    let Some(fake) = FakeServer::start(&name, Some(65534), &waived_1_of_1(b"nothing to run here")) else {
+        eprintln!("SKIPPED a_joiner_refuses_a_server_of_another_user: no python3 that nobody can run");
+        return;
+    };
+    let (code, out, _) = join("ok", &format!("@{name}"), None).end(LIMIT);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(!out.contains("PASSED") && !out.contains("was waived"), "{out}");
+    assert!(out.contains("uid 65534") && out.contains(&format!("pid {}", fake.0.id())), "{out}");
+}
+
+/// Text a server sends (a refusal, a waiver) reaches the joiner's terminal with its control characters
+/// escaped: no forged green PASSED line, no window title.
+#[test]
+fn a_servers_text_reaches_the_joiners_terminal_escaped() {
+    let evil: &[u8] = b"\x1b[2K\r\x1b[32mPASSED\x1b[0m\x1b]0;pwned\x07";
+    let refusal = [b"SIPCFULL".as_slice(), evil].concat();
+    for (i, reply) in [refusal, waived_1_of_1(evil)].into_iter().enumerate() {
+        let name = format!("simple-ipc-test-escapes-{}-{i}", std::process::id());
+        let Some(_fake) = FakeServer::start(&name, None, &reply) else {
+            eprintln!("SKIPPED a_servers_text_reaches_the_joiners_terminal_escaped: no python3");
+            return;
+        };
+        let (_, out, _) = join("ok", &format!("@{name}"), None).end(LIMIT);
+        assert!(out.contains("\\u{1b}[32mPASSED\\u{1b}[0m\\u{1b}]0;pwned\\u{7}"), "{i}: {out:?}");
+        assert!(!out.contains('\x1b') && !out.contains('\x07') && !out.contains('\r'), "{i}: {out:?}");
+    }
+}
+
+/// A joiner's reason for its failure reaches the server's verdict with its control characters escaped.
+#[test]
+fn a_joiners_reason_reaches_the_servers_verdict_escaped() {
+    let socket = format!("@simple-ipc-test-escaped-reason-{}", std::process::id());
+    let server = serve("ok", &socket, &["--timeout", "10"]);
+    let joiner = raw_connect(&socket);
+    send_raw(&joiner, b"SIPCHELO");
+    let mut answer = [0u8; 64];
+    let _ = nix::sys::socket::recv(
+        std::os::fd::AsRawFd::as_raw_fd(&joiner),
+        &mut answer,
+        nix::sys::socket::MsgFlags::empty(),
+    );
+    send_raw(&joiner, b"SIPCDONE\x01\x1b[2K\r\x1b[32mPASSED\x1b]0;pwned\x07");
+    let (code, out, _) = server.end(LIMIT);
+    drop(joiner);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("Process 0 failed! (exit code 1: \\u{1b}[2K\\r\\u{1b}[32mPASSED\\u{1b}]0;pwned\\u{7})"),
+        "{out:?}"
+    );
+    assert!(!out.contains('\x1b') && !out.contains('\x07') && !out.contains('\r'), "{out:?}");
+}
+
+/// Every joiner's verdict is the run's: with joiner 1's buffer corrupted (the fault in its environment
+/// only), the server fails the run, and joiner 0, whose own part passed, fails too, naming process 1; the
+/// same in a served sequence (`--ipc all`), where the run that failed is named as well.
+#[test]
+fn a_joiner_whose_part_passed_fails_a_run_that_failed() {
+    for (name, args) in
+        [("one", &["--procs-per-device", "2"][..]), ("all", &["--procs-per-device", "2", "--ipc", "all"])]
+    {
+        let (_dir, socket) = socket_path(&format!("verdict-{name}"));
+        let server = serve("ok", &socket, args);
+        let first = join("ok", &socket, None);
+        assert!(server.wait_for("Process 0 joined", Duration::from_secs(10)), "{name}: {}", server.text());
+        let second = join("ok", &socket, Some("child1@verify:corrupt"));
+        let (code, out, _) = server.end(LIMIT);
+        assert_eq!(code, Some(1), "{name}: {out}");
+        assert!(out.contains("Process 1 failed!"), "{name}: {out}");
+        let (code, out, _) = first.end(LIMIT);
+        assert_eq!(code, Some(1), "{name}: joiner 0: {out}");
+        // The verdict line (standard error's lines may come after it).
+        let verdict = out.lines().find(|l| l.starts_with("FAILED (exit 1)")).unwrap_or_default();
+        assert!(verdict.contains("the run failed: Process 1 failed!"), "{name}: joiner 0: {out}");
+        assert!(!out.contains("PASSED"), "{name}: joiner 0: {out}");
+        if name == "all" {
+            assert!(verdict.contains("run 1/4: the run failed"), "{name}: joiner 0: {out}");
+        }
+        let (code, out, _) = second.end(LIMIT);
+        assert_eq!(code, Some(1), "{name}: joiner 1: {out}");
+    }
+}
+
+/// A joiner that fails once admitted, before its part proper (at the segment's checks, say), tells the
+/// server why: the server's verdict gives the true reason, not "gone without saying how it ended".
+#[test]
+fn a_joiner_that_fails_at_attach_tells_the_server_why() {
+    let socket = format!("@simple-ipc-test-attach-{}", std::process::id());
+    let server = serve("ok", &socket, &["--timeout", "10"]);
+    let joiner = join("ok", &socket, Some("child0@attach:error"));
+    let (code, out, _) = server.end(LIMIT);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("Process 0 failed! (exit code 1: injected fault (child0@attach:error))"), "{out}");
+    assert!(!out.contains("gone without saying"), "{out}");
+    assert_eq!(joiner.end(LIMIT).0, Some(1));
+}
+
+/// A listener at the abstract `@name` that never accepts, its backlog filled: what a stopped (or flooded)
+/// server is to a joiner. Its connections go with it.
+fn full_backlog(name: &str) -> (std::os::fd::OwnedFd, Vec<std::os::fd::OwnedFd>) {
+    use nix::sys::socket::{
+        AddressFamily, Backlog, SockFlag, SockType, UnixAddr, bind, connect, listen, socket as make,
+    };
+    let address = UnixAddr::new_abstract(name.as_bytes()).unwrap();
+    let listener = make(AddressFamily::Unix, SockType::SeqPacket, SockFlag::SOCK_CLOEXEC, None).unwrap();
+    bind(std::os::fd::AsRawFd::as_raw_fd(&listener), &address).unwrap();
+    listen(&listener, Backlog::new(0).unwrap()).unwrap();
+    let flags = SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK;
+    let mut queued = Vec::new();
+    for _ in 0..1000 {
+        let fd = make(AddressFamily::Unix, SockType::SeqPacket, flags, None).unwrap();
+        match connect(std::os::fd::AsRawFd::as_raw_fd(&fd), &address) {
+            Ok(()) => queued.push(fd),
+            Err(nix::errno::Errno::EAGAIN) => return (listener, queued),
+            Err(e) => panic!("filling the backlog: {e}"),
+        }
+    }
+    panic!("the backlog never filled");
+}
+
+/// A joiner's `--timeout` covers connecting: to a server whose backlog is full it gives up within its
+/// watchdog's time, saying so, and a stop signal while it connects stops it at once, 128+N.
+#[test]
+fn a_joiner_connecting_is_bounded_by_its_watchdog_and_stopped_by_a_signal() {
+    let name = format!("simple-ipc-test-backlog-{}", std::process::id());
+    let _full = full_backlog(&name);
+    let socket = format!("@{name}");
+    let joiner = Running::start("ok", &["--join", &socket, "--timeout", "2"], None);
+    let (code, out, took) = joiner.end(Duration::from_secs(6));
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("did not take the connection within 2 s (--timeout of this joiner)"), "{out}");
+    assert!(took < Duration::from_secs(4), "{took:?}");
+
+    let joiner = Running::start("ok", &["--join", &socket, "--timeout", "30"], None);
+    std::thread::sleep(Duration::from_millis(500));
+    kill(Pid::from_raw(joiner.child.id() as i32), Signal::SIGTERM).unwrap();
+    let (code, out, took) = joiner.end(Duration::from_secs(5));
+    assert_eq!(code, Some(143), "{out}");
+    assert!(out.contains("STOPPED (exit 143)"), "{out}");
+    assert!(took < Duration::from_secs(1), "{took:?}");
+}
+
+/// A joiner of a served sequence stopped by SIGTERM, SIGINT or SIGHUP exits 128+N, STOPPED, as any run.
+#[test]
+fn a_sequence_joiner_stopped_by_a_signal_exits_128_plus_n() {
+    for (signal, code) in [(Signal::SIGTERM, 143), (Signal::SIGINT, 130), (Signal::SIGHUP, 129)] {
+        let (_dir, socket) = socket_path(&format!("stopped-{signal}"));
+        // Two processes per run, one joiner: it waits in the run for the other, which never comes.
+        let server = serve("ok", &socket, &["--procs-per-device", "2", "--ipc", "all", "--timeout", "10"]);
+        let joiner = join("ok", &socket, None);
+        assert!(joiner.wait_for("Starting on device", Duration::from_secs(10)), "{}", joiner.text());
+        std::thread::sleep(Duration::from_millis(200));
+        kill(Pid::from_raw(joiner.child.id() as i32), signal).unwrap();
+        let (got, out, _) = joiner.end(Duration::from_secs(5));
+        kill(Pid::from_raw(server.child.id() as i32), Signal::SIGTERM).unwrap();
+        let _ = server.end(LIMIT);
+        assert_eq!(got, Some(code), "{signal}: {out}");
+        assert!(out.contains(&format!("STOPPED (exit {code}): interrupted by {signal}")), "{signal}: {out}");
+    }
 }

@@ -42,7 +42,7 @@ use crate::ipc::diagnose::Exporter;
 use crate::ipc::{
     DeviceBuffer, ExportedBuffer, ExportedEvent, Mechanism, OpenedBuffer, OpenedEvent, descriptors,
 };
-use crate::joiners::Joiners;
+use crate::joiners::{Audience, Joiners};
 use crate::meeting::Address;
 use crate::outcome::Outcome;
 use crate::phase::Phase;
@@ -64,6 +64,14 @@ const FLAGS_SLOT: usize = 1;
 
 /// The consumer: the parent's side of `--bench`; it measures, prints and writes the JSON.
 pub fn run_consumer(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
+    // Served, the producer is told how the whole benchmark ended: its verdict is the run's.
+    let audience = Audience::default();
+    let outcome = consume(cli, mechanism, &audience);
+    audience.tell(&outcome);
+    outcome
+}
+
+fn consume(cli: &Cli, mechanism: Mechanism, audience: &Audience) -> Result<Outcome> {
     let started = Instant::now();
     fault::validate_for(&fault::Targets {
         children: PRODUCER..PRODUCER + 1,
@@ -125,7 +133,8 @@ pub fn run_consumer(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
             let address = Address::parse(address).with_context(|| format!("--serve {address}"))?;
             let joiners =
                 Joiners::listen(&setup.segment, address.clone(), 2, their_socket, started, cli.timeout())?
-                    .starting_at_index(PRODUCER);
+                    .starting_at_index(PRODUCER)
+                    .telling_the_end_to(audience);
             say!("Serving the benchmark at {address}: waiting for its producer to join (--join {address})")?;
             Producer::Joined(std::cell::RefCell::new(joiners))
         }
