@@ -119,7 +119,9 @@ pub fn main() -> ExitCode {
         }
     }
     let diagnosis = diagnosis.filter(|_| status == Status::Failed);
-    let ending = report::Verdict { status, reason: reason.as_deref(), diagnosis, exit_status: code };
+    // Where the driver refused to open another process's handle, the document says so as typed facts.
+    let refused = ended.as_ref().err().and_then(report::Refused::of);
+    let ending = report::Verdict { status, reason: reason.as_deref(), diagnosis, refused, exit_status: code };
     match report::finish(&ending) {
         Ok(()) => ExitCode::from(code),
         Err(e) => {

@@ -173,6 +173,55 @@ fn each_boundary_names_its_cause_and_the_least_sharing_that_fixes_it() {
     let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert!(doc["cause"].as_str().is_some_and(|c| c.contains("this process has another")), "{doc}");
     assert!(doc["fix"].as_str().is_some_and(|f| f.starts_with("share /dev/shm")), "{doc}");
+    // ... and the driver's refusal, as typed facts (what the container matrix reads).
+    let refused = &doc["refused"];
+    assert_eq!(refused["call"], "cuIpcOpenEventHandle", "{doc}");
+    assert_eq!(
+        (refused["error"].as_str(), refused["code"].as_u64()),
+        (Some("CUDA_ERROR_MAP_FAILED"), Some(205))
+    );
+    assert_eq!(
+        (&refused["event"], &refused["beyond_the_simulation"]),
+        (&serde_json::json!(true), &serde_json::json!(false))
+    );
+    assert!(refused["fix"].as_str().is_some_and(|f| f.starts_with("share /dev/shm")), "{doc}");
+}
+
+/// A matrix whose runs fail for another reason than the driver's refusal of a handle (no TMPDIR for the
+/// socket's directory, a TMPDIR too long for a socket's path) is no table of this host: it fails, exit 1,
+/// naming the cause, whatever the cells' messages say; the cells that ran are in its document as errors.
+#[test]
+fn a_matrix_whose_runs_fail_for_another_reason_than_a_refusal_fails_naming_it() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    if !namespaces_here("a_matrix_whose_runs_fail_for_another_reason_than_a_refusal_fails_naming_it") {
+        return;
+    }
+    let tmp = Tmp::new("matrix-broken");
+    let long = tmp.path().join("x".repeat(110));
+    std::fs::create_dir(&long).unwrap();
+    for (tmpdir, cause) in
+        [(tmp.path().join("absent"), "making a private directory in"), (long.clone(), "not a socket path")]
+    {
+        let json = tmp.path().join("matrix.json");
+        let json_arg = json.display().to_string();
+        let mut command = isolated(&tmp, &["--ipc", "all", "--isolate", "net", "--json", &json_arg]);
+        let out = command.env("TMPDIR", &tmpdir).output().unwrap();
+        let said = text(&out);
+        assert_eq!(out.status.code(), Some(1), "TMPDIR {}: {said}", tmpdir.display());
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let verdict = stdout.lines().last().unwrap_or_default();
+        assert!(verdict.starts_with("FAILED (exit 1)") && verdict.contains(cause), "{verdict}: {said}");
+        assert!(verdict.contains("own net / legacy memory"), "the cell is named: {verdict}");
+        assert!(!said.contains("PASSED"), "{said}");
+        let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        assert_eq!(doc["status"], "failed", "{doc}");
+        let cells = doc["matrix"].as_array().unwrap();
+        let net = cells.iter().filter(|c| c["isolate"] == "net").collect::<Vec<_>>();
+        assert!(net.iter().all(|c| c["result"] == "error"), "{net:?}");
+        assert!(cells.iter().filter(|c| c["isolate"] == "none").all(|c| c["result"] != "error"), "{cells:?}");
+        std::fs::remove_file(&json).unwrap();
+        assert_eq!(std::fs::read_dir(&long).unwrap().count(), 0, "nothing is left in the long TMPDIR");
+    }
 }
 
 /// The cells of the table, row by row, as the H200 host's driver answers (issue 16's table), and the notes.
