@@ -197,6 +197,12 @@ impl Drop for Launched {
                 std::thread::sleep(Duration::from_millis(5));
             }
             if matches!(child.try_wait(), Ok(None)) {
+                // What it started too: the init of its PID namespace may be stopped (SIGSTOP), and then
+                // could neither stop the run in order nor reap it; SIGKILL takes the namespace with it.
+                let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+                for started in super::outside::descendants(pid).into_iter().rev() {
+                    let _ = nix::sys::signal::kill(started, nix::sys::signal::Signal::SIGKILL);
+                }
                 let _ = child.kill();
                 let _ = child.wait();
             }

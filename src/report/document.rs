@@ -37,6 +37,9 @@ pub struct Document {
     /// this process, or in one that joined it): the typed facts of that refusal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refused: Option<Refused>,
+    /// What a run that passed did, as its verdict line says it (`2 processes on 2 GPUs, ...`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
     pub exit_status: u8,
     pub mode: Mode,
     /// `null` where the driver could not be loaded (or, for `--ipc all`, no run loaded it).
@@ -514,6 +517,7 @@ mod tests {
             cause: None,
             fix: None,
             refused: None,
+            summary: None,
             exit_status: 1,
             mode: Mode::Run,
             driver: Some(DriverFacts { version: None, cuda_version: None, simulated: true }),

@@ -142,6 +142,12 @@ pub fn open_inherited(fd: std::os::fd::RawFd, cli: &Cli) -> Result<()> {
     Ok(())
 }
 
+/// Makes `pipe` the document of this run of `cli`, in place of any other: the run inside an isolation hands
+/// it to the process outside, which writes it where the user asked (see `isolation::outside`).
+pub fn hand_over(pipe: std::fs::File, cli: &Cli) {
+    *pending() = Some(Pending::new(PathBuf::new(), Destination::Inherited(pipe), cli));
+}
+
 /// Whether this run writes a document: what is only asked for it need not be asked otherwise.
 fn requested() -> bool {
     pending().is_some()
@@ -330,6 +336,7 @@ fn document(pending: &mut Pending, verdict: &Verdict) -> Document {
             Status::Failed => verdict.refused.clone().or_else(|| pending.refused.take()),
             _ => None,
         },
+        summary: (verdict.status == Status::Passed).then(summary).flatten(),
         exit_status: verdict.exit_status,
         mode: pending.mode,
         driver,
@@ -347,6 +354,19 @@ fn document(pending: &mut Pending, verdict: &Verdict) -> Document {
 pub fn finish(verdict: &Verdict) -> Result<()> {
     let Some(mut pending) = pending().take() else { return Ok(()) };
     let text = document::text(&document(&mut pending, verdict)).context("writing the --json document")?;
+    write(pending, &text)
+}
+
+/// Writes `document`, which another process of this run made whole (the run inside an isolation), as this
+/// run's, if it was given `--json` (or `--report-fd`).
+pub fn finish_document(document: Document) -> Result<()> {
+    let Some(pending) = pending().take() else { return Ok(()) };
+    let text = document::text(&document).context("writing the --json document")?;
+    write(pending, &text)
+}
+
+/// Writes `text` to a new file beside the path, renamed over it (or to the inherited pipe).
+fn write(pending: Pending, text: &str) -> Result<()> {
     let target = match pending.destination {
         Destination::File(target) => target,
         Destination::Inherited(mut pipe) => {
