@@ -228,6 +228,20 @@ mod tests {
         assert_eq!(parse_maps_line("7f12a000-7f12b000 rw-p 00000000 00:00 0 "), None);
     }
 
+    /// The longest name a record holds (48 bytes: the record's 64 less device and inode) goes whole; one
+    /// byte more leaves the record empty, never cut or spilled.
+    #[test]
+    fn a_name_too_long_for_the_record_leaves_it_empty() {
+        let named = |len: usize| {
+            let head = "cuda.shm.0.2.";
+            EventFile { name: format!("{head}{}", "a".repeat(len - head.len())), dev: 7, ino: 9 }
+        };
+        let longest = named(48);
+        assert_eq!(EventFile::from_record(&longest.to_record()), Some(longest));
+        assert_eq!(named(49).to_record(), [0u8; RECORD_BYTES], "too long: no file named");
+        assert_eq!(EventFile::from_record(&named(49).to_record()), None);
+    }
+
     #[test]
     fn a_record_carries_the_file_and_an_empty_one_none() {
         let file = EventFile { name: "cuda.shm.0.ff.12".into(), dev: 77, ino: u64::MAX - 3 };

@@ -111,15 +111,18 @@ pub fn main() -> ExitCode {
         && cli.isolated.is_none()
         && cli.guardian_fd.is_none()
         && cli.report_fd.is_none()
+        && !crate::isolation::verdict_said_outside()
         && code != READER_GONE_STATUS;
     if says_verdict {
-        let line = verdict(status, reason.as_deref(), code, started.elapsed());
+        let line = verdict(status, reason.as_deref(), report::summary(), code, started.elapsed());
         if let Err(e) = crate::output::verdict(&line) {
             warn!("{who}: {e:#}");
         }
     }
     let diagnosis = diagnosis.filter(|_| status == Status::Failed);
-    let ending = report::Verdict { status, reason: reason.as_deref(), diagnosis, exit_status: code };
+    // Where the driver refused to open another process's handle, the document says so as typed facts.
+    let refused = ended.as_ref().err().and_then(report::Refused::of);
+    let ending = report::Verdict { status, reason: reason.as_deref(), diagnosis, refused, exit_status: code };
     match report::finish(&ending) {
         Ok(()) => ExitCode::from(code),
         Err(e) => {
@@ -131,11 +134,17 @@ pub fn main() -> ExitCode {
 
 /// The verdict line: `PASSED: <what the run did> in <seconds> s`, or `FAILED`, `WAIVED` or `STOPPED` with the
 /// exit status and the reason (its first line).
-fn verdict(status: Status, reason: Option<&str>, code: u8, took: std::time::Duration) -> String {
+pub(crate) fn verdict(
+    status: Status,
+    reason: Option<&str>,
+    summary: Option<String>,
+    code: u8,
+    took: std::time::Duration,
+) -> String {
     let reason = reason.and_then(|r| r.lines().next()).unwrap_or("");
     match status {
         Status::Passed => {
-            let what = report::summary().unwrap_or_else(|| "the run ended well".to_owned());
+            let what = summary.unwrap_or_else(|| "the run ended well".to_owned());
             format!("PASSED: {what} in {:.2} s", took.as_secs_f64())
         }
         Status::Failed => format!("FAILED (exit {code}): {reason}"),
@@ -159,7 +168,11 @@ fn run(cli: &cli::Cli) -> anyhow::Result<Outcome> {
     let all = cli.ipc == cli::IpcArg::All;
     match (&cli.isolated, &cli.isolate) {
         (Some(isolation), _) => crate::isolation::enter(isolation)?,
-        (None, Some(isolation)) if !all && isolation.includes_parent() => crate::isolation::enter(isolation)?,
+        (None, Some(isolation)) if !all && isolation.includes_parent() => {
+            // The process the user started stays in the user's namespaces; the run goes on in a child.
+            crate::isolation::stay_outside(cli)?;
+            crate::isolation::enter(isolation)?
+        }
         _ => {}
     }
     signals::install()?;

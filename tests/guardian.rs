@@ -167,6 +167,66 @@ fn a_guardian_typed_by_hand_removes_nothing() {
     assert!(std::path::Path::new(&decoy).exists(), "a hand-typed guardian removed another process's file");
 }
 
+/// A parent that dies after telling its guardian it is making an event file, and before saying which file
+/// it made: the guardian removes the file of the driver's shape with the parent's pid number that appeared
+/// meanwhile (`driver_files::named_by_pid`, at the end), and keeps the one the parent listed as there
+/// before. Spoken to by hand, as the parent speaks (`Making`, then the socket closes).
+#[test]
+fn a_parent_killed_while_it_makes_an_event_file_leaves_that_file_to_the_guardian() {
+    use std::os::fd::AsRawFd;
+    let me = std::process::id();
+    let before = format!("/dev/shm/cuda.shm.0.{me:x}.5eed1");
+    let made = format!("/dev/shm/cuda.shm.0.{me:x}.5eed2");
+    let _before = common::removed_at_end(&before);
+    let _made = common::removed_at_end(&made);
+    std::fs::write(&before, b"there before").unwrap();
+    let (ours, theirs) = nix::sys::socket::socketpair(
+        nix::sys::socket::AddressFamily::Unix,
+        nix::sys::socket::SockType::SeqPacket,
+        None,
+        nix::sys::socket::SockFlag::empty(),
+    )
+    .unwrap();
+    let mut command = Command::new(bin());
+    command.args(["--guardian-fd", "3"]).stdin(Stdio::null());
+    let fd = theirs.as_raw_fd();
+    // SAFETY: (test) dup2 in the forked child before exec.
+    unsafe {
+        command.pre_exec(move || match nix::libc::dup2(fd, 3) {
+            3 => Ok(()),
+            _ => Err(std::io::Error::last_os_error()),
+        })
+    };
+    let mut guardian = command.spawn().unwrap();
+    drop(theirs);
+    // `Making`, listing the one file of this pid number there now (as `Guardian::covering` does).
+    let meta = std::fs::metadata(&before).unwrap();
+    let mut record = [0u8; 64];
+    record[..8].copy_from_slice(&std::os::unix::fs::MetadataExt::dev(&meta).to_le_bytes());
+    record[8..16].copy_from_slice(&std::os::unix::fs::MetadataExt::ino(&meta).to_le_bytes());
+    let name = before.trim_start_matches("/dev/shm/");
+    record[16..16 + name.len()].copy_from_slice(name.as_bytes());
+    let mut message = vec![b'M'];
+    message.extend_from_slice(&record);
+    nix::sys::socket::send(ours.as_raw_fd(), &message, nix::sys::socket::MsgFlags::empty()).unwrap();
+    // The driver makes the file; the parent dies before it says which (its end closes).
+    std::fs::write(&made, b"made while making").unwrap();
+    drop(ours);
+    let start = Instant::now();
+    let mut status = None;
+    while status.is_none() && start.elapsed() < Duration::from_secs(5) {
+        status = guardian.try_wait().unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    if status.is_none() {
+        let _ = guardian.kill();
+    }
+    let _ = guardian.wait();
+    assert!(status.is_some(), "the guardian ends once its parent is gone");
+    assert!(!std::path::Path::new(&made).exists(), "the file made between Making and Made is removed");
+    assert!(std::path::Path::new(&before).exists(), "the file listed as there before is kept");
+}
+
 /// The guardian removes only what its own run made: files of the driver's shape named by the pids of the
 /// run's parent and children, made by someone else, stay when the run is killed.
 #[test]

@@ -173,6 +173,55 @@ fn each_boundary_names_its_cause_and_the_least_sharing_that_fixes_it() {
     let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert!(doc["cause"].as_str().is_some_and(|c| c.contains("this process has another")), "{doc}");
     assert!(doc["fix"].as_str().is_some_and(|f| f.starts_with("share /dev/shm")), "{doc}");
+    // ... and the driver's refusal, as typed facts (what the container matrix reads).
+    let refused = &doc["refused"];
+    assert_eq!(refused["call"], "cuIpcOpenEventHandle", "{doc}");
+    assert_eq!(
+        (refused["error"].as_str(), refused["code"].as_u64()),
+        (Some("CUDA_ERROR_MAP_FAILED"), Some(205))
+    );
+    assert_eq!(
+        (&refused["event"], &refused["beyond_the_simulation"]),
+        (&serde_json::json!(true), &serde_json::json!(false))
+    );
+    assert!(refused["fix"].as_str().is_some_and(|f| f.starts_with("share /dev/shm")), "{doc}");
+}
+
+/// A matrix whose runs fail for another reason than the driver's refusal of a handle (no TMPDIR for the
+/// socket's directory, a TMPDIR too long for a socket's path) is no table of this host: it fails, exit 1,
+/// naming the cause, whatever the cells' messages say; the cells that ran are in its document as errors.
+#[test]
+fn a_matrix_whose_runs_fail_for_another_reason_than_a_refusal_fails_naming_it() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    if !namespaces_here("a_matrix_whose_runs_fail_for_another_reason_than_a_refusal_fails_naming_it") {
+        return;
+    }
+    let tmp = Tmp::new("matrix-broken");
+    let long = tmp.path().join("x".repeat(110));
+    std::fs::create_dir(&long).unwrap();
+    for (tmpdir, cause) in
+        [(tmp.path().join("absent"), "making a private directory in"), (long.clone(), "not a socket path")]
+    {
+        let json = tmp.path().join("matrix.json");
+        let json_arg = json.display().to_string();
+        let mut command = isolated(&tmp, &["--ipc", "all", "--isolate", "net", "--json", &json_arg]);
+        let out = command.env("TMPDIR", &tmpdir).output().unwrap();
+        let said = text(&out);
+        assert_eq!(out.status.code(), Some(1), "TMPDIR {}: {said}", tmpdir.display());
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let verdict = stdout.lines().last().unwrap_or_default();
+        assert!(verdict.starts_with("FAILED (exit 1)") && verdict.contains(cause), "{verdict}: {said}");
+        assert!(verdict.contains("own net / legacy memory"), "the cell is named: {verdict}");
+        assert!(!said.contains("PASSED"), "{said}");
+        let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        assert_eq!(doc["status"], "failed", "{doc}");
+        let cells = doc["matrix"].as_array().unwrap();
+        let net = cells.iter().filter(|c| c["isolate"] == "net").collect::<Vec<_>>();
+        assert!(net.iter().all(|c| c["result"] == "error"), "{net:?}");
+        assert!(cells.iter().filter(|c| c["isolate"] == "none").all(|c| c["result"] != "error"), "{cells:?}");
+        std::fs::remove_file(&json).unwrap();
+        assert_eq!(std::fs::read_dir(&long).unwrap().count(), 0, "nothing is left in the long TMPDIR");
+    }
 }
 
 /// The cells of the table, row by row, as the H200 host's driver answers (issue 16's table), and the notes.
@@ -336,6 +385,109 @@ fn killing_an_isolated_run_leaves_nothing() {
     }
 }
 
+/// The pids of the processes `pid`'s children started: the init of an isolated run's PID namespace, whose
+/// parent is the process that entered it, itself the child of the process outside.
+fn grandchildren_of(pid: u32) -> Vec<u32> {
+    children_of(pid).into_iter().flat_map(children_of).collect()
+}
+
+/// The init (pid 1) of an isolated run's PID namespace stopped (SIGSTOP): it can reap nothing, and the run
+/// would never end. The process outside stops the run at its deadline (--timeout and 4 s), exits 1 naming
+/// the stopped init, and nothing of the run is left; never PASSED. Under joiners:pid, a joiner's stopped
+/// init is killed with the joiner by the parent that started it, and outlives nothing.
+#[test]
+fn a_stopped_init_is_stopped_at_the_deadline_and_named() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    if !namespaces_here("a_stopped_init_is_stopped_at_the_deadline_and_named") {
+        return;
+    }
+    for isolate in ["pid", "joiners:pid"] {
+        let tmp = Tmp::new("stopped-init");
+        let mark = format!("{}-stopped-init-{isolate}", std::process::id());
+        let _end = EndMarked(mark.clone());
+        let log = tmp.path().join("run.log");
+        let file = std::fs::File::create(&log).unwrap();
+        let args = "--ipc vmm --sync memops --procs-per-device 2 --timeout 2 --isolate";
+        let mut args: Vec<&str> = args.split(' ').collect();
+        args.push(isolate);
+        let mut child = isolated(&tmp, &args)
+            .env(FAULT, "child1@round-robin:hang")
+            .env("SIMPLE_IPC_TEST_MARK", &mark)
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .spawn()
+            .unwrap();
+        let started = Instant::now();
+        let said = || std::fs::read_to_string(&log).unwrap_or_default();
+        while said().matches("Starting on device").count() < 2 && started.elapsed() < Duration::from_secs(10)
+        {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // The run's own init (pid): outside -> the process that entered -> init; a joiner's (joiners:pid):
+        // parent -> joiner -> init.
+        let inits: Vec<u32> = match isolate {
+            "pid" => grandchildren_of(child.id()),
+            _ => grandchildren_of(child.id()).into_iter().take(1).collect(),
+        };
+        assert_eq!(inits.len(), 1, "{isolate}: one init to stop: {}", said());
+        nix::sys::signal::kill(Pid::from_raw(inits[0] as i32), Signal::SIGSTOP).unwrap();
+        let status = wait_at_most(&mut child, Duration::from_secs(12));
+        let out = said();
+        let _ = std::fs::remove_file(&log);
+        assert_eq!(status.and_then(|s| s.code()), Some(1), "{isolate}: ended by the deadline: {out}");
+        assert!(!out.contains("PASSED"), "{isolate}: {out}");
+        let verdict = out.lines().rfind(|l| l.starts_with("FAILED")).unwrap_or_default();
+        if isolate == "pid" {
+            assert!(verdict.contains("init of a PID namespace") && verdict.contains("stopped"), "{out}");
+        }
+        let left = wait_all_gone(&mark, Duration::from_secs(3));
+        assert_eq!(left, Vec::<u32>::new(), "{isolate}: the stopped init and all it held are gone");
+        assert_eq!(tmp.entries(), Vec::<String>::new(), "{isolate}: no socket directory is left");
+    }
+}
+
+/// `--json` under an isolation of the parent is written where the user asked, by the process outside, in
+/// the user's own namespaces: not into the run's private /dev/shm, and with the user's rights (a user
+/// namespace's root may not write in another user's 0700 directory, which root outside may). The verdict
+/// comes after it.
+#[test]
+fn the_document_is_written_where_the_user_asked_by_the_process_outside() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    if !namespaces_here("the_document_is_written_where_the_user_asked_by_the_process_outside") {
+        return;
+    }
+    let tmp = Tmp::new("document");
+    let mut cases: Vec<(&str, std::path::PathBuf)> = ["shm", "container", "pid,shm,user"]
+        .iter()
+        .map(|isolate| {
+            let name =
+                format!("simple-ipc-test-document-{}-{}.json", std::process::id(), isolate.replace(',', "-"));
+            (*isolate, Path::new("/dev/shm").join(name))
+        })
+        .collect();
+    if nix::unistd::geteuid().is_root() {
+        let theirs = tmp.path().join("nobody");
+        std::fs::create_dir(&theirs).unwrap();
+        std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+        std::fs::set_permissions(&theirs, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+        cases.push(("user", theirs.join("run.json")));
+    }
+    for (isolate, path) in cases {
+        let _gone = common::removed_at_end(&path);
+        let path_arg = path.display().to_string();
+        let args = ["--isolate", isolate, "--ipc", "vmm", "--sync", "memops", "--json", &path_arg];
+        let (_, out) = run(&tmp, &args);
+        assert_eq!(out.status.code(), Some(0), "{isolate}: {}", text(&out));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let last = stdout.lines().last().unwrap_or_default();
+        assert!(last.starts_with("PASSED") && last.contains("isolated"), "{isolate}: {stdout}");
+        let written = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{isolate}: {path_arg}: {e}"));
+        let doc: serde_json::Value = serde_json::from_str(&written).unwrap();
+        assert_eq!((doc["status"].as_str(), doc["exit_status"].as_u64()), (Some("passed"), Some(0)), "{doc}");
+        assert!(doc["run"]["processes"].as_u64().is_some(), "the run's own results: {doc}");
+    }
+}
+
 /// A process the parent started that hangs (it never answers the abort): the watchdog stops the run, and
 /// the parent ends what it started, its init and all, before it exits; nothing is left.
 #[test]
@@ -406,9 +558,9 @@ fn the_isolated_parent_killed_exits_as_killed_and_its_guardian_still_cleans_up()
         std::thread::sleep(Duration::from_millis(10));
     }
     assert!(!driver_files(child.id()).is_empty(), "the parent exported its events");
-    // outside -> init -> the run's process
-    let init = children_of(child.id());
-    assert_eq!(init.len(), 1, "the process outside has one child, the init: {init:?}");
+    // outside -> the process that entered the namespaces -> init -> the run's process
+    let init = grandchildren_of(child.id());
+    assert_eq!(init.len(), 1, "the process outside has one grandchild, the init: {init:?}");
     let run = children_of(init[0]);
     let parent = *run.first().expect("the init runs the parent");
     nix::sys::signal::kill(Pid::from_raw(parent as i32), Signal::SIGKILL).unwrap();

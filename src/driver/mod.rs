@@ -132,6 +132,9 @@ pub struct CallFailed {
     pub code: u32,
     /// The driver's own name and words for the code (`CUDA_ERROR_MAP_FAILED (205): mapping failed`).
     pub text: String,
+    /// The simulation answered so because what it was asked is beyond what it models (see
+    /// [`host::BEYOND_THE_SIMULATION`]): not how the CUDA driver answers. Always false for the driver.
+    pub beyond_the_simulation: bool,
 }
 
 impl std::fmt::Display for CallFailed {

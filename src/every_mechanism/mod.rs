@@ -26,7 +26,8 @@ use crate::signals;
 mod sub_run;
 mod table;
 
-use sub_run::run_one;
+pub(crate) use sub_run::run_one;
+pub(crate) use table::ending_word;
 pub use table::table;
 
 /// How one mechanism's run ended.
@@ -88,7 +89,7 @@ pub fn run(cli: &Cli) -> Result<Outcome> {
                 let ending = Ending::Waived(reason.clone());
                 Row { mechanism, ending, wall_ms: None, open_one_ms: None, document: None }
             }
-            None => run_one(&passed_on, mechanism, &round)?,
+            None => run_one(&passed_on, mechanism, &round, true)?,
         };
         if let Some(processes) = row.document.as_ref().and_then(|d| d.run.as_ref()).map(|r| r.processes) {
             joined = processes;

@@ -30,10 +30,17 @@ const DRAIN: Duration = Duration::from_secs(1);
 /// killed.
 const STOP_GRACE: Duration = Duration::from_secs(1);
 
-/// Runs this program with the user's options and `--ipc <mechanism>`; passes its output on as it comes and
-/// reads its result (its `--json` document, parsed back) from a pipe it inherits (`--report-fd`): no file.
-/// `extra`: what this run is given besides (its place in a served sequence).
-pub(super) fn run_one(passed_on: &[OsString], mechanism: Mechanism, extra: &[OsString]) -> Result<Row> {
+/// Runs this program with the user's options and `--ipc <mechanism>`; passes its output on as it comes
+/// (where `echo`; otherwise it is kept only) and reads its result (its `--json` document, parsed back) from
+/// a pipe it inherits (`--report-fd`): no file. How it ended, and why, is what its document says (with its
+/// exit status); nothing it printed is read. `extra`: what this run is given besides (its place in a
+/// served sequence, or the matrix's `--sync` and `--isolate`).
+pub(crate) fn run_one(
+    passed_on: &[OsString],
+    mechanism: Mechanism,
+    extra: &[OsString],
+    echo: bool,
+) -> Result<Row> {
     let (report, report_end) =
         nix::unistd::pipe2(OFlag::O_CLOEXEC).context("pipe2 for the result of a run of one mechanism")?;
     let fd = report_end.as_raw_fd();
@@ -72,11 +79,9 @@ pub(super) fn run_one(passed_on: &[OsString], mechanism: Mechanism, extra: &[OsS
     // Declared before the pipes: on an early return they close first, so the run cannot block writing to
     // them while it is being stopped.
     let mut run = SubRun(child);
-    let mut pipes = [
-        Pipe::new(stdout, Echo::Stdout),
-        Pipe::new(stderr, Echo::Stderr),
-        Pipe::new(Some(report), Echo::Keep),
-    ];
+    let (to_stdout, to_stderr) = if echo { (Echo::Stdout, Echo::Stderr) } else { (Echo::Keep, Echo::Keep) };
+    let mut pipes =
+        [Pipe::new(stdout, to_stdout), Pipe::new(stderr, to_stderr), Pipe::new(Some(report), Echo::Keep)];
     let (status, stopped) = run.follow(&mut pipes)?;
     for pipe in &mut pipes {
         pipe.echo_rest()?;
@@ -85,33 +90,27 @@ pub(super) fn run_one(passed_on: &[OsString], mechanism: Mechanism, extra: &[OsS
         return Err(Interrupted(signal).into());
     }
     let wall_ms = start.elapsed().as_secs_f64() * 1e3;
-    let [stdout, stderr, document] = pipes.map(|pipe| pipe.got);
-    // The run's own document says why it failed or was waived; what it printed, where it wrote none.
+    let [_, _, document] = pipes.map(|pipe| pipe.got);
+    // The run's own document says why it failed or was waived; a run that wrote none is named by how it
+    // ended.
     let document = crate::report::document::parse(&document).map(Box::new);
-    let said = document.as_ref().and_then(|d| d.reason.clone());
-    let (stdout, stderr) = (String::from_utf8_lossy(&stdout), String::from_utf8_lossy(&stderr));
-    let ending = match status.code() {
-        Some(0) => Ending::Passed,
-        Some(2) => Ending::Waived(said.unwrap_or_else(|| {
-            stdout
-                .lines()
-                .rev()
-                .find(|l| l.starts_with("No CUDA devices support IPC"))
-                .unwrap_or("waived")
-                .to_owned()
-        })),
-        Some(code) if code > 128 => Ending::Failed(format!("stopped by {}", signal_name(code - 128))),
-        None => Ending::Failed(format!("killed by {}", status.signal().map_or("?".into(), signal_name))),
-        other => Ending::Failed(said.unwrap_or_else(|| {
-            stderr
-                .lines()
-                .rev()
-                .find(|l| !l.trim().is_empty())
-                .map_or_else(|| format!("exit status {other:?}"), |line| line.trim().to_owned())
-        })),
-    };
+    let ending = ending_of(status, document.as_deref());
     let open_one_ms = table::open_one_ms(document.as_ref().and_then(|d| d.run.as_ref()));
     Ok(Row { mechanism, ending, wall_ms: Some(wall_ms), open_one_ms, document })
+}
+
+/// How a run ended: its exit status, and why as its own document says (a run that wrote none is named by
+/// how it ended); never what it printed.
+fn ending_of(status: ExitStatus, document: Option<&crate::report::Document>) -> Ending {
+    let said = document.and_then(|d| d.reason.clone());
+    let unsaid = |how: String| format!("{how}, without its document");
+    match status.code() {
+        Some(0) => Ending::Passed,
+        Some(2) => Ending::Waived(said.unwrap_or_else(|| unsaid("waived (exit status 2)".to_owned()))),
+        Some(code) if code > 128 => Ending::Failed(format!("stopped by {}", signal_name(code - 128))),
+        None => Ending::Failed(format!("killed by {}", status.signal().map_or("?".into(), signal_name))),
+        Some(code) => Ending::Failed(said.unwrap_or_else(|| unsaid(format!("exit status {code}")))),
+    }
 }
 
 /// Where the top parent passes on what comes through one of a run's pipes.
@@ -292,4 +291,29 @@ impl Drop for SubRun {
 /// `SIGTERM` for 15; the number where it is no signal.
 fn signal_name(number: i32) -> String {
     Signal::try_from(number).map_or_else(|_| format!("signal {number}"), |signal| signal.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The reason is the document's: a waived or failed run is not read from what it printed.
+    #[test]
+    fn a_runs_reason_is_its_documents() {
+        let exited = |code: i32| ExitStatus::from_raw(code << 8);
+        let mut document = crate::report::document::example();
+        document.reason = Some("No CUDA devices support IPC (the document's words)".into());
+        assert_eq!(
+            ending_of(exited(2), Some(&document)),
+            Ending::Waived("No CUDA devices support IPC (the document's words)".into())
+        );
+        assert_eq!(
+            ending_of(exited(2), None),
+            Ending::Waived("waived (exit status 2), without its document".into())
+        );
+        assert_eq!(ending_of(exited(1), None), Ending::Failed("exit status 1, without its document".into()));
+        assert_eq!(ending_of(exited(143), None), Ending::Failed("stopped by SIGTERM".into()));
+        assert_eq!(ending_of(ExitStatus::from_raw(9), None), Ending::Failed("killed by SIGKILL".into()));
+        assert_eq!(ending_of(exited(0), Some(&document)), Ending::Passed);
+    }
 }

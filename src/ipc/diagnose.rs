@@ -215,6 +215,7 @@ mod tests {
             call: "cuIpcOpenMemHandle".into(),
             code: code::INVALID_CONTEXT,
             text: "CUDA_ERROR_INVALID_CONTEXT".into(),
+            beyond_the_simulation: false,
         };
         let opened = open_failed(failed.into(), Opening::LegacyMemory, &exporter(std::process::id()));
         let error = opened.context("opening process 1's buffer");

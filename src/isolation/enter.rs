@@ -109,7 +109,7 @@ pub fn enter(isolation: &Isolation) -> Result<()> {
 }
 
 /// Namespaces (a user namespace above all) can be entered only by a process of one thread.
-fn ensure_one_thread() -> Result<()> {
+pub(super) fn ensure_one_thread() -> Result<()> {
     let threads = std::fs::read_dir("/proc/self/task").map(|d| d.count()).unwrap_or(1);
     ensure!(threads == 1, "internal error: namespaces are entered before any thread starts ({threads} run)");
     Ok(())
@@ -151,7 +151,7 @@ fn own_proc() -> Result<()> {
 }
 
 /// The stop signals this process passes on: those its invoker did not leave ignored (see `signals`).
-fn passed_on_signals() -> Result<SigSet> {
+pub(super) fn passed_on_signals() -> Result<SigSet> {
     let mut set = SigSet::empty();
     for signal in STOP_SIGNALS {
         if !signals::is_ignored(signal)? {

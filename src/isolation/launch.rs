@@ -3,7 +3,10 @@
 //! network namespaces of their own, at a socket in a private directory (mode 0700, removed with the run;
 //! the socket's file goes as soon as every process has joined). They are the parent's own:
 //! once the run has ended, each that has not ended within a grace is killed and every one is reaped.
+//! Each hands back its `--json` document through a pipe (`--report-fd`), as a run of `--ipc all` does: a
+//! driver's refusal of a handle in a process that joined is in this run's document as typed facts.
 
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
@@ -11,6 +14,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use nix::fcntl::{FcntlArg, OFlag, fcntl};
 
 use super::enter::Unavailable;
 use super::{Isolation, Kind};
@@ -59,6 +63,8 @@ impl Drop for SocketDir {
 /// they have ended).
 pub struct Launched {
     processes: Vec<Child>,
+    /// The reading end of each process's document, in the order of `processes`.
+    documents: Vec<OwnedFd>,
     /// `None` for an abstract socket.
     dir: Option<SocketDir>,
 }
@@ -69,7 +75,7 @@ impl Launched {
     /// in one), then a socket in a private directory. Nothing is started yet.
     pub fn prepare(isolation: &Isolation) -> Result<Self> {
         let dir = if isolation.has(Kind::Net) { Some(SocketDir::make()?) } else { None };
-        Ok(Self { processes: Vec::new(), dir })
+        Ok(Self { processes: Vec::new(), documents: Vec::new(), dir })
     }
 
     /// Where the run is to be served.
@@ -96,25 +102,35 @@ impl Launched {
     ) -> Result<()> {
         let socket = address.to_string();
         for _ in 0..n {
+            let (document, document_end) =
+                nix::unistd::pipe2(OFlag::O_CLOEXEC).context("pipe2 for an isolated process's document")?;
+            // Read once the process has ended: what is there, without waiting for more.
+            fcntl(&document, FcntlArg::F_SETFL(OFlag::O_NONBLOCK)).context("fcntl(O_NONBLOCK)")?;
+            let fd = document_end.as_raw_fd();
             let mut command = Command::new("/proc/self/exe");
             command
                 .arg0(std::env::args_os().next().unwrap_or_else(|| "simple-ipc".into()))
                 .arg("--join")
                 .arg(&socket)
                 .args(["--isolated", &isolation.kinds_arg(), "--timeout", &timeout.to_string()])
+                .args(["--report-fd", &fd.to_string()])
                 .args(quiet.then_some("--quiet"))
                 .stdin(Stdio::null());
             // It must not outlive this process: SIGKILL to the process outside, whose init then stops what
             // runs inside in order.
-            // SAFETY: runs in the forked child before exec; prctl is async-signal-safe and allocates nothing.
+            // SAFETY: runs in the forked child before exec; prctl and fcntl are async-signal-safe and
+            // allocate nothing.
             unsafe {
-                command.pre_exec(|| {
+                command.pre_exec(move || {
                     nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
-                        .map_err(std::io::Error::from)
+                        .map_err(std::io::Error::from)?;
+                    crate::inherit::keep_across_exec(fd)
                 });
             }
             let child = command.spawn().context("starting an isolated process (/proc/self/exe)")?;
+            drop(document_end);
             self.processes.push(child);
+            self.documents.push(document);
         }
         Ok(())
     }
@@ -162,16 +178,37 @@ fn describe(status: ExitStatus) -> String {
     }
 }
 
+/// What a process that ended wrote through its document's pipe, read back (`None` where it wrote none
+/// whole).
+fn document_of(pipe: &OwnedFd) -> Option<crate::report::Document> {
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 16 * 1024];
+    while let Ok(n @ 1..) = nix::unistd::read(pipe, &mut chunk) {
+        got.extend_from_slice(&chunk[..n]);
+    }
+    crate::report::document::parse(&got)
+}
+
 impl Drop for Launched {
     fn drop(&mut self) {
         let until = Instant::now() + END_GRACE;
-        for child in &mut self.processes {
+        for (child, document) in self.processes.iter_mut().zip(&self.documents) {
             while matches!(child.try_wait(), Ok(None)) && Instant::now() < until {
                 std::thread::sleep(Duration::from_millis(5));
             }
             if matches!(child.try_wait(), Ok(None)) {
+                // What it started too: the init of its PID namespace may be stopped (SIGSTOP), and then
+                // could neither stop the run in order nor reap it; SIGKILL takes the namespace with it.
+                let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+                for started in super::outside::descendants(pid).into_iter().rev() {
+                    let _ = nix::sys::signal::kill(started, nix::sys::signal::Signal::SIGKILL);
+                }
                 let _ = child.kill();
                 let _ = child.wait();
+            }
+            // The driver's refusal in a process that joined is this run's to report, as typed facts.
+            if let Some(refused) = document_of(document).and_then(|d| d.refused) {
+                crate::report::note_refused(refused);
             }
         }
     }

@@ -10,22 +10,23 @@
 //!   too: a failure of the event is said as such);
 //! - a fabric handle: `--ipc fabric --sync memops`.
 //!
-//! Each failing cell is named by the driver's error from the run, and the table ends with each cause and the
-//! least sharing that fixes it, as the run diagnosed it. Exit 1 only if a run in the same namespaces failed
-//! (then nothing else can be read from the table), 2 if every run was waived, 0 otherwise: a boundary that
-//! the driver refuses is a fact of the host, which the table reports.
+//! Each cell is read from the typed `--json` document its run hands back (`--report-fd`, as under `--ipc
+//! all`), never from what it printed. A cell counts as refused only where the document says the driver
+//! refused to open the handle (the call's error, whether it was the event's, the fix the run diagnosed:
+//! `report::Refused`); it is named by that error, and the table ends with each cause and its fix. Exit 1
+//! if any run failed for another reason (a socket, TMPDIR, a start, a run that wrote no document: then the
+//! table is not the host's, and the matrix names why), or if a run in the same namespaces was refused
+//! (then nothing else can be read from the table); 2 if every run was waived; 0 otherwise: a boundary
+//! that the driver refuses is a fact of the host, which the table reports.
 
-use std::io::Read;
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
-
-use anyhow::{Context, Result, bail};
-use nix::sys::signal::Signal;
+use anyhow::{Result, bail};
 
 use super::{Isolation, Kind};
 use crate::cli::Cli;
+use crate::every_mechanism::Ending;
 use crate::ipc::Mechanism;
 use crate::outcome::Outcome;
+use crate::report::{Document, Status};
 use crate::signals;
 
 /// One kind of handle: the run that tries it.
@@ -88,13 +89,16 @@ enum Cell {
     Waived,
     /// The simulation does not model this boundary for this handle.
     NotSimulated,
-    /// The driver's error (`CUDA_ERROR_...`, or how the run ended), whether it was the event's, and the
-    /// least sharing that fixes it, where the run said.
+    /// The driver refused the handle: its error (`CUDA_ERROR_...`), whether it was the event's, and the
+    /// least sharing that fixes it, where the run diagnosed it.
     Failed {
         error: String,
         event: bool,
         fix: Option<String>,
     },
+    /// The run failed for another reason than a refusal of the handle (or said nothing of how it ended):
+    /// why. The matrix fails.
+    Broken(String),
 }
 
 impl Cell {
@@ -105,6 +109,7 @@ impl Cell {
             Cell::NotSimulated => "not simulated".to_owned(),
             Cell::Failed { error, event: true, .. } => format!("{} (event)", short(error)),
             Cell::Failed { error, .. } => short(error).to_owned(),
+            Cell::Broken(_) => "FAILED".to_owned(),
         }
     }
 }
@@ -114,35 +119,32 @@ fn short(error: &str) -> &str {
     error.strip_prefix("CUDA_ERROR_").unwrap_or(error)
 }
 
-/// What a failed run's messages say: the driver's error, which handle, and the fix the run gave.
-fn classify(code: Option<i32>, output: &str) -> Cell {
-    match code {
-        Some(0) => return Cell::Ok,
-        Some(2) => return Cell::Waived,
-        _ => {}
-    }
-    if output.contains(crate::driver::host::BEYOND_THE_SIMULATION) {
-        return Cell::NotSimulated;
-    }
-    let error = output
-        .find("CUDA_ERROR_")
-        .map(|at| {
-            let rest = &output[at..];
-            let end = rest.find(|c: char| !(c.is_ascii_uppercase() || c == '_')).unwrap_or(rest.len());
-            rest[..end].to_owned()
-        })
-        .unwrap_or_else(|| match code {
-            Some(code) if code > 128 => format!("stopped (exit {code})"),
-            Some(code) => format!("failed (exit {code})"),
-            None => "killed".to_owned(),
+/// What a cell's run says of itself, in its typed document, beside how it exited; nothing it printed.
+fn classify(ending: &Ending, document: Option<&Document>) -> Cell {
+    let Some(document) = document else {
+        return Cell::Broken(match ending {
+            Ending::Failed(why) | Ending::Waived(why) => why.clone(),
+            Ending::Passed => "it passed without its document".to_owned(),
         });
-    let event = output.contains("cuIpcOpenEventHandle");
-    let fix = output.find("what fixes it: ").map(|at| {
-        let rest = &output[at + "what fixes it: ".len()..];
-        let end = rest.find(": cu").or_else(|| rest.find('\n')).unwrap_or(rest.len());
-        rest[..end].trim().to_owned()
-    });
-    Cell::Failed { error, event, fix }
+    };
+    let reason = || document.reason.clone().unwrap_or_else(|| "it gave no reason".to_owned());
+    match (document.status, ending) {
+        (Status::Passed, Ending::Passed) => Cell::Ok,
+        (Status::Waived, Ending::Waived(_)) => Cell::Waived,
+        (Status::Failed, Ending::Failed(_)) => match &document.refused {
+            Some(refused) if refused.beyond_the_simulation => Cell::NotSimulated,
+            Some(refused) => {
+                Cell::Failed { error: refused.error.clone(), event: refused.event, fix: refused.fix.clone() }
+            }
+            None => Cell::Broken(reason()),
+        },
+        (Status::Interrupted, _) => Cell::Broken(format!("interrupted: {}", reason())),
+        (status, ending) => Cell::Broken(format!(
+            "its document says {status:?} and its exit status {}: {}",
+            crate::every_mechanism::ending_word(ending),
+            reason()
+        )),
+    }
 }
 
 pub fn run(cli: &Cli) -> Result<Outcome> {
@@ -188,6 +190,22 @@ pub fn run(cli: &Cli) -> Result<Outcome> {
         rows.len(),
         COLUMNS.len()
     ));
+    let broken: Vec<String> = rows
+        .iter()
+        .zip(&cells)
+        .flat_map(|(row, line)| COLUMNS.iter().zip(line).map(move |(column, cell)| (row, column, cell)))
+        .filter_map(|(row, column, cell)| match cell {
+            Cell::Broken(why) => Some(format!("{} / {}: {why}", row.title, column.title)),
+            _ => None,
+        })
+        .collect();
+    if let Some(first) = broken.first() {
+        bail!(
+            "{} of the matrix's runs failed for another reason than the driver's refusal of a handle, so the \
+             table is not this host's; the first, {first}",
+            broken.len()
+        );
+    }
     let baseline_failed: Vec<&str> = COLUMNS
         .iter()
         .zip(&cells[0])
@@ -222,60 +240,12 @@ fn passed_on(args: impl IntoIterator<Item = std::ffi::OsString>) -> Vec<std::ffi
     kept
 }
 
-/// One isolated run, its output kept (the cell says what it showed), stopped with this process.
+/// One isolated run, its output kept (not shown: the cell says how it ended), its document read back
+/// through a pipe, stopped with this process (a signal to the matrix goes on to it at once).
 fn run_cell(passed_on: &[std::ffi::OsString], row: &Boundary, column: &Column) -> Result<Cell> {
-    let mut command = Command::new("/proc/self/exe");
-    command
-        .arg0(std::env::args_os().next().unwrap_or_else(|| "simple-ipc".into()))
-        .args(passed_on)
-        .args(["--ipc", column.mechanism.name(), "--sync", column.sync, "--isolate", &row.isolate])
-        .stdin(Stdio::null());
-    // SAFETY: runs in the forked child before exec; prctl is async-signal-safe and allocates nothing.
-    unsafe {
-        command.pre_exec(|| {
-            // The run must not outlive this process: SIGTERM, which it handles as an orderly stop.
-            nix::sys::prctl::set_pdeathsig(Signal::SIGTERM).map_err(std::io::Error::from)
-        });
-    }
-    let what = format!("the run of --ipc {} --isolate {}", column.mechanism.name(), row.isolate);
-    let mut child = command
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("starting {what} (/proc/self/exe)"))?;
-    // Its output is kept as it comes, on threads, so that this process can watch its own stop signals: a
-    // signal to it goes on to the run, which stops in order, and then this process stops too.
-    let streams: [Option<Box<dyn std::io::Read + Send>>; 2] = [
-        child.stdout.take().map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
-        child.stderr.take().map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
-    ];
-    let readers: Vec<std::thread::JoinHandle<Vec<u8>>> = streams
-        .into_iter()
-        .flatten()
-        .map(|mut stream| {
-            std::thread::spawn(move || {
-                let mut got = Vec::new();
-                let _ = stream.read_to_end(&mut got);
-                got
-            })
-        })
-        .collect();
-    let status = loop {
-        if let Some(status) = child.try_wait().with_context(|| format!("waiting for {what}"))? {
-            break status;
-        }
-        if let Some(signal) = signals::received() {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), signal);
-            let _ = child.wait();
-            return Err(signals::Interrupted(signal).into());
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    };
-    let text: String = readers
-        .into_iter()
-        .map(|reader| String::from_utf8_lossy(&reader.join().unwrap_or_default()).into_owned())
-        .collect();
-    Ok(classify(status.code(), &text))
+    let extra = ["--sync", column.sync, "--isolate", &row.isolate].map(std::ffi::OsString::from);
+    let ran = crate::every_mechanism::run_one(passed_on, column.mechanism, &extra, false)?;
+    Ok(classify(&ran.ending, ran.document.as_deref()))
 }
 
 /// The cells for the `--json` document.
@@ -290,6 +260,7 @@ fn document(rows: &[Boundary], cells: &[Vec<Cell>]) -> Vec<crate::report::Matrix
                 Cell::Failed { error, event, fix } => {
                     ("failed", Some(error.clone()), Some(*event), fix.clone())
                 }
+                Cell::Broken(why) => ("error", Some(why.clone()), None, None),
             };
             out.push(crate::report::MatrixCell {
                 boundary: row.title.clone(),
@@ -328,8 +299,12 @@ fn table(rows: &[Boundary], cells: &[Vec<Cell>]) -> String {
         text.push('\n');
     }
     let mut fixes: Vec<(String, String, Vec<String>)> = Vec::new();
+    let mut broken = String::new();
     for (row, line) in rows.iter().zip(cells) {
         for (column, cell) in COLUMNS.iter().zip(line) {
+            if let Cell::Broken(why) = cell {
+                broken.push_str(&format!("\nFAILED, not refused: {} / {}: {why}\n", row.title, column.title));
+            }
             let Cell::Failed { error, event, fix } = cell else { continue };
             let handle = if *event { "legacy event" } else { column.title };
             let fix = fix.clone().unwrap_or_else(|| "(the run gave no diagnosis: see its output)".to_owned());
@@ -345,6 +320,7 @@ fn table(rows: &[Boundary], cells: &[Vec<Cell>]) -> String {
         wheres.dedup();
         text.push_str(&format!("\n{key} ({}): what fixes it: {fix}\n", wheres.join("; ")));
     }
+    text.push_str(&broken);
     text
 }
 
@@ -352,20 +328,54 @@ fn table(rows: &[Boundary], cells: &[Vec<Cell>]) -> String {
 mod tests {
     use super::*;
 
+    /// A cell's document as its run wrote it: `status`, `reason`, and the driver's refusal where there was
+    /// one.
+    fn said(status: Status, reason: &str, refused: Option<crate::report::Refused>) -> Document {
+        let mut document = crate::report::document::example();
+        document.status = status;
+        document.reason = Some(reason.to_owned());
+        document.refused = refused;
+        document
+    }
+
+    fn refused(error: &str, event: bool, beyond: bool) -> crate::report::Refused {
+        crate::report::Refused {
+            call: if event { "cuIpcOpenEventHandle" } else { "cuIpcOpenMemHandle" }.into(),
+            code: 205,
+            error: error.into(),
+            event,
+            fix: Some("share /dev/shm".into()),
+            beyond_the_simulation: beyond,
+        }
+    }
+
     #[test]
-    fn a_cell_is_named_by_the_drivers_error_and_its_fix() {
-        assert_eq!(classify(Some(0), ""), Cell::Ok);
-        assert_eq!(classify(Some(2), "No CUDA devices"), Cell::Waived);
-        let said = "Process 0 failed! (exit code 1: opening the event of process 0: the event's file is in its \
-                    exporter's /dev/shm: what fixes it: share /dev/shm, or --sync memops: cuIpcOpenEventHandle \
-                    failed: CUDA_ERROR_MAP_FAILED (205))";
-        let Cell::Failed { error, event, fix } = classify(Some(1), said) else { panic!("a failure") };
-        assert_eq!((error.as_str(), event), ("CUDA_ERROR_MAP_FAILED", true));
-        assert_eq!(fix.as_deref(), Some("share /dev/shm, or --sync memops"));
-        let bare = classify(Some(1), "something else");
-        assert_eq!(bare, Cell::Failed { error: "failed (exit 1)".into(), event: false, fix: None });
-        let simulated = format!("{}: it opens", crate::driver::host::BEYOND_THE_SIMULATION);
-        assert_eq!(classify(Some(1), &simulated), Cell::NotSimulated);
+    fn a_cell_is_named_by_the_drivers_typed_refusal_and_nothing_it_printed() {
+        let failed = Ending::Failed("x".into());
+        let passed = said(Status::Passed, "", None);
+        assert_eq!(classify(&Ending::Passed, Some(&passed)), Cell::Ok);
+        let waived = said(Status::Waived, "No CUDA devices", None);
+        assert_eq!(classify(&Ending::Waived("w".into()), Some(&waived)), Cell::Waived);
+        let shm = said(Status::Failed, "opening", Some(refused("CUDA_ERROR_MAP_FAILED", true, false)));
+        assert_eq!(
+            classify(&failed, Some(&shm)),
+            Cell::Failed {
+                error: "CUDA_ERROR_MAP_FAILED".into(),
+                event: true,
+                fix: Some("share /dev/shm".into())
+            }
+        );
+        let beyond = said(Status::Failed, "opening", Some(refused("CUDA_ERROR_NOT_SUPPORTED", false, true)));
+        assert_eq!(classify(&failed, Some(&beyond)), Cell::NotSimulated);
+        // A failure that is no refusal, whatever its text says, fails the matrix, named.
+        let text = "making a private directory in /nonexistent: CUDA_ERROR_MAP_FAILED cuIpcOpenEventHandle \
+                    what fixes it: share /dev/shm";
+        let other = said(Status::Failed, text, None);
+        assert_eq!(classify(&failed, Some(&other)), Cell::Broken(text.into()));
+        assert_eq!(classify(&failed, None), Cell::Broken("x".into()), "no document: how it ended");
+        assert!(matches!(classify(&failed, Some(&passed)), Cell::Broken(_)), "a document that disagrees");
+        let stopped = said(Status::Interrupted, "interrupted by SIGTERM", None);
+        assert!(matches!(classify(&failed, Some(&stopped)), Cell::Broken(_)));
     }
 
     #[test]

@@ -4,8 +4,13 @@
 //! private directory; each other process is this program again, started by the parent with `--join` and
 //! the hidden `--isolated`, which enters its namespaces before it does anything else.
 //!
-//! This module owns what an isolation is (the kinds, as typed), entering it (`enter`), the processes the
-//! parent starts that way (`launch`), and the table of every boundary by every mechanism (`matrix`).
+//! Where the parent enters namespaces, it does so in a child: the process the user started stays outside,
+//! in the user's namespaces, stops the run at its deadline, writes its `--json` document and says its
+//! verdict (`outside`).
+//!
+//! This module owns what an isolation is (the kinds, as typed), entering it (`enter`), the process outside
+//! (`outside`), the processes the parent starts that way (`launch`), and the table of every boundary by
+//! every mechanism (`matrix`).
 
 use std::fmt;
 
@@ -14,10 +19,12 @@ use anyhow::{Result, bail};
 mod enter;
 mod launch;
 mod matrix;
+mod outside;
 
 pub use enter::{Unavailable, enter};
 pub use launch::Launched;
 pub use matrix::run as run_matrix;
+pub use outside::{stay_outside, verdict_said_outside};
 
 /// One kind of namespace a process can be given of its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

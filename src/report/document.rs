@@ -33,6 +33,13 @@ pub struct Document {
     pub cause: Option<String>,
     /// ... and the least change that fixes it.
     pub fix: Option<String>,
+    /// Where the run failed because the driver refused to open a handle that another process made (in
+    /// this process, or in one that joined it): the typed facts of that refusal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<Refused>,
+    /// What a run that passed did, as its verdict line says it (`2 processes on 2 GPUs, ...`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
     pub exit_status: u8,
     pub mode: Mode,
     /// `null` where the driver could not be loaded (or, for `--ipc all`, no run loaded it).
@@ -75,6 +82,25 @@ pub struct MatrixCell {
     pub event_refused: Option<bool>,
     /// Where it failed: the least sharing that fixes it, as the run diagnosed it.
     pub fix: Option<String>,
+}
+
+/// The driver's refusal to open a handle that another process made: the call, its error, whether the
+/// handle was the interprocess event's, and the least sharing that fixes it where the run diagnosed it.
+/// Filled from the driver's typed error (`driver::CallFailed`) and `ipc::diagnose::Diagnosis`, never
+/// from text.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Refused {
+    /// `cuIpcOpenEventHandle`, say.
+    pub call: String,
+    /// The `CUresult`, and its name (`CUDA_ERROR_MAP_FAILED`).
+    pub code: u32,
+    pub error: String,
+    /// The handle refused was the interprocess event's (not the memory's).
+    pub event: bool,
+    pub fix: Option<String>,
+    /// The simulation answered so because this is beyond what it models: not the driver's answer.
+    #[serde(default)]
+    pub beyond_the_simulation: bool,
 }
 
 /// How a run ended.
@@ -478,11 +504,17 @@ pub fn parse(text: &[u8]) -> Option<Document> {
     serde_json::from_slice(text).ok()
 }
 
+/// A document of a failed run, for tests.
+#[cfg(test)]
+pub fn example() -> Document {
+    tests::document()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn document() -> Document {
+    pub(super) fn document() -> Document {
         Document {
             program: "simple-ipc".into(),
             version: "0.1.0".into(),
@@ -490,6 +522,8 @@ mod tests {
             reason: Some("--json /tmp/a\"b\\c\nd: refused".into()),
             cause: None,
             fix: None,
+            refused: None,
+            summary: None,
             exit_status: 1,
             mode: Mode::Run,
             driver: Some(DriverFacts { version: None, cuda_version: None, simulated: true }),

@@ -32,8 +32,8 @@ use crate::cli::Cli;
 use crate::driver::Driver;
 use crate::ipc::diagnose::Diagnosis;
 pub use document::MatrixCell;
-pub use document::Status;
-use document::{BenchResults, Device, Document, DriverFacts, MechanismResult, Mode, Options, RunResults};
+use document::{BenchResults, Device, DriverFacts, MechanismResult, Mode, Options, RunResults};
+pub use document::{Document, Refused, Status};
 
 /// The document of this run, between [`open`] (or [`open_inherited`]) and [`finish`].
 struct Pending {
@@ -46,6 +46,9 @@ struct Pending {
     devices: Vec<Device>,
     /// The role's results, once it has them.
     results: Option<Results>,
+    /// A refusal that a process which joined this run reported in its own document (see
+    /// `isolation::launch`).
+    refused: Option<Refused>,
 }
 
 impl Pending {
@@ -58,6 +61,7 @@ impl Pending {
             driver: None,
             devices: Vec::new(),
             results: None,
+            refused: None,
         }
     }
 }
@@ -138,6 +142,12 @@ pub fn open_inherited(fd: std::os::fd::RawFd, cli: &Cli) -> Result<()> {
     Ok(())
 }
 
+/// Makes `pipe` the document of this run of `cli`, in place of any other: the run inside an isolation hands
+/// it to the process outside, which writes it where the user asked (see `isolation::outside`).
+pub fn hand_over(pipe: std::fs::File, cli: &Cli) {
+    *pending() = Some(Pending::new(PathBuf::new(), Destination::Inherited(pipe), cli));
+}
+
 /// Whether this run writes a document: what is only asked for it need not be asked otherwise.
 fn requested() -> bool {
     pending().is_some()
@@ -194,6 +204,51 @@ fn directory_of(path: &Path) -> &Path {
     }
 }
 
+/// The calls that open a handle another process made: a driver's error in one of them is a refusal of
+/// that handle (across whatever lies between the two processes).
+const OPENING_CALLS: [&str; 5] = [
+    "cuIpcOpenMemHandle",
+    "cuIpcOpenEventHandle",
+    "cuMemImportFromShareableHandle",
+    "cuMemPoolImportFromShareableHandle",
+    "cuMemPoolImportPointer",
+];
+
+impl Refused {
+    /// The refusal that `error` is, if a driver call that opens another process's handle made it: from
+    /// the driver's typed error and the diagnosis under it, not from their text.
+    pub fn of(error: &anyhow::Error) -> Option<Self> {
+        let failed = error.chain().find_map(|cause| cause.downcast_ref::<crate::driver::CallFailed>())?;
+        if !OPENING_CALLS.contains(&failed.call.as_str()) {
+            return None;
+        }
+        let (name, _) = crate::driver::code::name_and_words(failed.code);
+        let error_name = match name {
+            "CUDA_ERROR_UNKNOWN" if failed.code != 999 => format!("CUresult {}", failed.code),
+            _ => name.to_owned(),
+        };
+        // (anyhow finds a context's own type through every layer; `chain` finds the errors under them.)
+        let diagnosis = error
+            .downcast_ref::<Diagnosis>()
+            .or_else(|| error.chain().find_map(|cause| cause.downcast_ref::<Diagnosis>()));
+        Some(Self {
+            call: failed.call.clone(),
+            code: failed.code,
+            error: error_name,
+            event: failed.call == "cuIpcOpenEventHandle",
+            fix: diagnosis.map(|d| d.fix.clone()),
+            beyond_the_simulation: failed.beyond_the_simulation,
+        })
+    }
+}
+
+/// Notes a refusal that a process which joined this run reported (the first one is kept).
+pub fn note_refused(refused: Refused) {
+    if let Some(pending) = pending().as_mut() {
+        pending.refused.get_or_insert(refused);
+    }
+}
+
 /// The reason a waived run gives (see [`waive!`](crate::waive)).
 static WAIVER: Mutex<Option<String>> = Mutex::new(None);
 
@@ -245,6 +300,8 @@ pub struct Verdict<'a> {
     pub reason: Option<&'a str>,
     /// What `ipc::diagnose` found, where it explained the failure.
     pub diagnosis: Option<&'a Diagnosis>,
+    /// Where the run failed because the driver refused a handle in this process (see [`Refused::of`]).
+    pub refused: Option<Refused>,
     pub exit_status: u8,
 }
 
@@ -274,6 +331,12 @@ fn document(pending: &mut Pending, verdict: &Verdict) -> Document {
         reason: verdict.reason.map(str::to_owned),
         cause: verdict.diagnosis.map(|d| d.cause.clone()),
         fix: verdict.diagnosis.map(|d| d.fix.clone()),
+        // A refusal counts only where the run failed.
+        refused: match verdict.status {
+            Status::Failed => verdict.refused.clone().or_else(|| pending.refused.take()),
+            _ => None,
+        },
+        summary: (verdict.status == Status::Passed).then(summary).flatten(),
         exit_status: verdict.exit_status,
         mode: pending.mode,
         driver,
@@ -291,6 +354,19 @@ fn document(pending: &mut Pending, verdict: &Verdict) -> Document {
 pub fn finish(verdict: &Verdict) -> Result<()> {
     let Some(mut pending) = pending().take() else { return Ok(()) };
     let text = document::text(&document(&mut pending, verdict)).context("writing the --json document")?;
+    write(pending, &text)
+}
+
+/// Writes `document`, which another process of this run made whole (the run inside an isolation), as this
+/// run's, if it was given `--json` (or `--report-fd`).
+pub fn finish_document(document: Document) -> Result<()> {
+    let Some(pending) = pending().take() else { return Ok(()) };
+    let text = document::text(&document).context("writing the --json document")?;
+    write(pending, &text)
+}
+
+/// Writes `text` to a new file beside the path, renamed over it (or to the inherited pipe).
+fn write(pending: Pending, text: &str) -> Result<()> {
     let target = match pending.destination {
         Destination::File(target) => target,
         Destination::Inherited(mut pipe) => {
@@ -321,7 +397,7 @@ mod tests {
     use clap::Parser;
 
     fn passed() -> Verdict<'static> {
-        Verdict { status: Status::Passed, reason: None, diagnosis: None, exit_status: 0 }
+        Verdict { status: Status::Passed, reason: None, diagnosis: None, refused: None, exit_status: 0 }
     }
 
     /// One test for the process-wide document, so that no two tests share it at once.
@@ -340,6 +416,7 @@ mod tests {
             status: Status::Failed,
             reason: Some("x"),
             diagnosis: Some(&diagnosis),
+            refused: None,
             exit_status: 1,
         };
         finish(&failed).unwrap();

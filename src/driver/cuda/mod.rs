@@ -56,7 +56,13 @@ trait Named<T> {
 impl<T> Named<T> for std::result::Result<T, DriverError> {
     fn named(self, call: &str) -> Result<T> {
         self.map_err(|DriverError(code)| {
-            CallFailed { call: call.to_owned(), code: code as u32, text: describe(code) }.into()
+            CallFailed {
+                call: call.to_owned(),
+                code: code as u32,
+                text: describe(code),
+                beyond_the_simulation: false,
+            }
+            .into()
         })
     }
 }

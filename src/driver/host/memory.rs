@@ -14,7 +14,7 @@ use anyhow::{Context, Result, anyhow, ensure};
 use memmap2::{MmapOptions, MmapRaw};
 use nix::sys::memfd::{MFdFlags, memfd_create};
 
-use super::{CURRENT, Held, HostDriver, SimulatedDevice, failed, lock, owned};
+use super::{CURRENT, Held, HostDriver, SimulatedDevice, beyond, failed, lock, owned};
 use crate::driver::{DevicePtr, IPC_HANDLE_SIZE, IpcHandleBytes, code};
 
 const BUFFER_TAG: &[u8; 8] = b"SIMIPC\0\x02";
@@ -288,10 +288,10 @@ pub(super) fn ipc_open_mem_handle(sim: &HostDriver, handle: &IpcHandleBytes) -> 
         if e.kind() == std::io::ErrorKind::PermissionDenied {
             // The driver's kernel module reaches the memory whatever the namespaces; /proc does not.
             let why = format!(
-                "{BEYOND_THE_SIMULATION}: it opens another process's memory as {path}, which a process in \
-                 another user namespace may not ({e}); the CUDA driver's kernel module is not held back so"
+                "it opens another process's memory as {path}, which a process in another user namespace \
+                 may not ({e}); the CUDA driver's kernel module is not held back so"
             );
-            return failed(call, code::NOT_SUPPORTED, why);
+            return beyond(call, code::NOT_SUPPORTED, why);
         }
         let why = format!("the exporting process is not visible from here ({path}: {e})");
         failed(call, code::INVALID_VALUE, why)

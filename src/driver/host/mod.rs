@@ -148,9 +148,19 @@ thread_local! {
 /// A simulated driver call's failure: the code the CUDA driver answers in that case, in the driver's words,
 /// and why the simulation answered it.
 fn failed(call: impl Into<String>, code: u32, why: impl std::fmt::Display) -> anyhow::Error {
+    failed_as(call.into(), code, why.to_string(), false)
+}
+
+/// A failure of the simulation's own (see [`BEYOND_THE_SIMULATION`]), not the driver's answer: typed as
+/// such, so that a report tells it from the driver's.
+fn beyond(call: impl Into<String>, code: u32, why: impl std::fmt::Display) -> anyhow::Error {
+    failed_as(call.into(), code, format!("{BEYOND_THE_SIMULATION}: {why}"), true)
+}
+
+fn failed_as(call: String, code: u32, why: String, beyond_the_simulation: bool) -> anyhow::Error {
     let (name, words) = code::name_and_words(code);
-    CallFailed { call: call.into(), code, text: format!("{name} ({code}): {words} (simulated: {why})") }
-        .into()
+    let text = format!("{name} ({code}): {words} (simulated: {why})");
+    CallFailed { call, code, text, beyond_the_simulation }.into()
 }
 
 /// A table's lock. A poisoned one is the simulation's own failure (a panic while it held it), not a

@@ -1,0 +1,262 @@
+//! The process outside an isolated run: an isolation that includes the parent (`--isolate shm`, `pid`,
+//! `container`, ...) runs in a child of the process the user started, which stays in the user's own
+//! namespaces and
+//! - passes its stop signals on to the run (which is in a process group of its own, so that a signal to
+//!   the user's job reaches it once, through this process);
+//! - stops the run at its deadline (`--timeout` and a grace for the run to stop itself): whatever the run
+//!   started is killed, and the verdict names a stopped process, where one is (a SIGSTOPped init of the
+//!   run's PID namespace cannot reap, and the run would never end);
+//! - writes the run's `--json` document where the user asked (the run hands it back through a pipe, as a
+//!   run of `--ipc all` does): not into the run's private `/dev/shm`, and with the user's own rights, which
+//!   a user namespace's root lacks;
+//! - says the verdict, after the document was written (a run whose document could not be written is no
+//!   pass), and exits with the run's status.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use nix::errno::Errno;
+use nix::fcntl::{FcntlArg, OFlag, fcntl};
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::signal::{SigSet, Signal, kill};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::{ForkResult, Pid, fork, getpid, getppid, pipe2, setpgid};
+
+use crate::cli::Cli;
+use crate::report::{self, Status};
+
+/// How long past `--timeout` the run has to stop itself (its watchdog stops its processes within about a
+/// second and a half) before the process outside stops it.
+const STOP_GRACE: Duration = Duration::from_secs(4);
+
+/// Whether this process is the run inside: its verdict is said by the process outside.
+static INSIDE: AtomicBool = AtomicBool::new(false);
+
+/// True in the run inside an isolation whose process outside says the verdict.
+pub fn verdict_said_outside() -> bool {
+    INSIDE.load(Ordering::Relaxed)
+}
+
+/// Forks the run of `cli`, which returns from here (and then enters its namespaces); this process stays
+/// outside and never returns (see the module's doc). Call it while this process has one thread.
+pub fn stay_outside(cli: &Cli) -> Result<()> {
+    let (document, document_end) = pipe2(OFlag::O_CLOEXEC).context("pipe2 for an isolated run's document")?;
+    let me = getpid();
+    let passed_on = super::enter::passed_on_signals()?;
+    super::enter::ensure_one_thread()?;
+    // SAFETY: this process has one thread (checked just above), so the child may run any code.
+    match unsafe { fork() }.context("fork of an isolated run")? {
+        ForkResult::Parent { child } => {
+            drop(document_end);
+            watch(cli, child, document, passed_on)
+        }
+        ForkResult::Child => {
+            drop(document);
+            // A group of its own: a signal to the user's job reaches the run once, through the process
+            // outside; if that process is killed, the run stops in order.
+            setpgid(Pid::from_raw(0), Pid::from_raw(0)).context("setpgid of an isolated run")?;
+            nix::sys::prctl::set_pdeathsig(Signal::SIGTERM).context("prctl(PR_SET_PDEATHSIG)")?;
+            if getppid() != me {
+                anyhow::bail!("the process outside the isolated run ended before the run began");
+            }
+            report::hand_over(std::fs::File::from(document_end), cli);
+            INSIDE.store(true, Ordering::Relaxed);
+            Ok(())
+        }
+    }
+}
+
+/// The process outside: waits for the run, passing stop signals on and reading its document, until it
+/// ends or its deadline has passed; then writes the document, says the verdict and exits.
+fn watch(cli: &Cli, run: Pid, document: OwnedFd, passed_on: SigSet) -> ! {
+    let started = Instant::now();
+    let deadline = cli.timeout().map(|t| started + t + STOP_GRACE);
+    let mut waited = passed_on;
+    waited.add(Signal::SIGCHLD);
+    let signals = waited
+        .thread_block()
+        .map_err(anyhow::Error::from)
+        .and_then(|()| Ok(SignalFd::with_flags(&waited, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)?));
+    let signals = match signals {
+        Ok(signals) => signals,
+        Err(e) => {
+            let _ = kill(run, Signal::SIGKILL);
+            let _ = waitpid(run, None);
+            end(cli, Err(e.context("the process outside an isolated run: signalfd")), started)
+        }
+    };
+    let _ = fcntl(&document, FcntlArg::F_SETFL(OFlag::O_NONBLOCK));
+    let mut got = Vec::new();
+    let mut open = true;
+    let ended = loop {
+        match waitpid(run, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::Exited(_, code)) => break Ok(code),
+            Ok(WaitStatus::Signaled(_, signal, _)) => break Ok(128 + signal as i32),
+            Ok(_) | Err(Errno::EINTR) => {}
+            Err(e) => break Err(anyhow::Error::from(e).context("waiting for the isolated run")),
+        }
+        if let Some(deadline) = deadline
+            && Instant::now() > deadline
+        {
+            let stopped = stopped_among(run);
+            kill_all(run);
+            let timeout = cli.timeout().unwrap_or_default().as_secs();
+            let what = match stopped {
+                Some(who) => format!("{who} is stopped"),
+                None => "it did not stop itself".to_owned(),
+            };
+            break Err(anyhow::anyhow!(
+                "the isolated run (pid {run}) did not end within --timeout {timeout} s and {} s more: {what}; \
+                 the process outside stopped it and all it started",
+                STOP_GRACE.as_secs()
+            ));
+        }
+        let mut fds = [
+            PollFd::new(signals.as_fd(), PollFlags::POLLIN),
+            PollFd::new(document.as_fd(), PollFlags::POLLIN),
+        ];
+        let watched = if open { 2 } else { 1 };
+        let _ = poll(&mut fds[..watched], PollTimeout::from(100u8));
+        if open {
+            open = read_some(&document, &mut got);
+        }
+        while let Ok(Some(info)) = signals.read_signal() {
+            if let Ok(signal) = Signal::try_from(info.ssi_signo as i32)
+                && signal != Signal::SIGCHLD
+            {
+                let _ = kill(run, signal);
+            }
+        }
+    };
+    if open {
+        read_some(&document, &mut got);
+    }
+    let ended = ended.map(|code| (code, report::document::parse(&got)));
+    end(cli, ended, started)
+}
+
+/// Reads what the pipe holds now into `got`; false at its end (or on an error).
+fn read_some(pipe: &OwnedFd, got: &mut Vec<u8>) -> bool {
+    let mut chunk = [0u8; 16 * 1024];
+    loop {
+        match nix::unistd::read(pipe, &mut chunk) {
+            Ok(0) => return false,
+            Ok(n) => got.extend_from_slice(&chunk[..n]),
+            Err(Errno::EAGAIN | Errno::EINTR) => return true,
+            Err(_) => return false,
+        }
+    }
+}
+
+/// Writes the document (the run's, or one of this process's own where the run gave none), says the
+/// verdict after it, and exits.
+fn end(cli: &Cli, ended: Result<(i32, Option<report::Document>)>, started: Instant) -> ! {
+    let (mut status, mut reason, mut code, summary, written) = match ended {
+        Ok((code, Some(document))) => {
+            let said = (document.status, document.reason.clone(), document.summary.clone());
+            let code = u8::try_from(code).unwrap_or(crate::outcome::EXIT_FAILURE);
+            (said.0, said.1, code, said.2, report::finish_document(document))
+        }
+        Ok((code, None)) => {
+            let why = match code {
+                0 => "the isolated run ended without its document".to_owned(),
+                code if code > 128 => {
+                    format!("the isolated run was stopped (exit status {code}) before its document")
+                }
+                code => format!("the isolated run ended with exit status {code} without its document"),
+            };
+            let code = match u8::try_from(code) {
+                Ok(0) | Err(_) => crate::outcome::EXIT_FAILURE,
+                Ok(code) => code,
+            };
+            let status = if code > 128 { Status::Interrupted } else { Status::Failed };
+            let verdict = report::Verdict {
+                status,
+                reason: Some(&why),
+                diagnosis: None,
+                refused: None,
+                exit_status: code,
+            };
+            let written = report::finish(&verdict);
+            (status, Some(why), code, None, written)
+        }
+        Err(e) => {
+            let why = format!("{e:#}");
+            warn!("simple-ipc: {why}");
+            let code = crate::outcome::EXIT_FAILURE;
+            let verdict = report::Verdict {
+                status: Status::Failed,
+                reason: Some(&why),
+                diagnosis: None,
+                refused: None,
+                exit_status: code,
+            };
+            let written = report::finish(&verdict);
+            (Status::Failed, Some(why), code, None, written)
+        }
+    };
+    if let Err(e) = written {
+        warn!("simple-ipc: {e:#}");
+        if code == crate::outcome::EXIT_SUCCESS || status == Status::Waived {
+            status = Status::Failed;
+            reason = Some(format!("{e:#}"));
+            code = crate::outcome::EXIT_FAILURE;
+        }
+    }
+    if cli.report_fd.is_none() && code != crate::output::READER_GONE_STATUS {
+        let line = crate::entry::verdict(status, reason.as_deref(), summary, code, started.elapsed());
+        if let Err(e) = crate::output::verdict(&line) {
+            warn!("simple-ipc: {e:#}");
+        }
+    }
+    std::process::exit(i32::from(code))
+}
+
+/// Every process below `top`, as `/proc` says now (children before their own children).
+pub(super) fn descendants(top: Pid) -> Vec<Pid> {
+    let all: Vec<(i32, i32)> = std::fs::read_dir("/proc")
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+                .filter_map(|pid| Some((pid, crate::proc_stat::read(pid)?.parent)))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut found = vec![top.as_raw()];
+    let mut at = 0;
+    while at < found.len() {
+        let parent = found[at];
+        found.extend(all.iter().filter(|(_, p)| *p == parent).map(|(pid, _)| *pid));
+        at += 1;
+    }
+    found.into_iter().skip(1).map(Pid::from_raw).collect()
+}
+
+/// A stopped process among `top` and what it started, named: `the init of a PID namespace of the run (pid
+/// N)`.
+pub(super) fn stopped_among(top: Pid) -> Option<String> {
+    let stopped = std::iter::once(top)
+        .chain(descendants(top))
+        .find(|pid| crate::proc_stat::read(pid.as_raw()).is_some_and(|s| matches!(s.state, 'T' | 't')))?;
+    let status = std::fs::read_to_string(format!("/proc/{stopped}/status")).unwrap_or_default();
+    let inner =
+        status.lines().find_map(|l| l.strip_prefix("NSpid:")).and_then(|l| l.split_whitespace().last());
+    Some(match inner {
+        Some("1") => format!("the init of a PID namespace of the run (pid {stopped}, pid 1 in it)"),
+        _ => format!("process {stopped} of the run"),
+    })
+}
+
+/// Kills `top` and everything it started (SIGKILL reaches a stopped process; the init of a PID namespace
+/// takes its namespace with it), and reaps `top`.
+fn kill_all(top: Pid) {
+    for pid in descendants(top).into_iter().rev() {
+        let _ = kill(pid, Signal::SIGKILL);
+    }
+    let _ = kill(top, Signal::SIGKILL);
+    let _ = waitpid(top, None);
+}
