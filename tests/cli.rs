@@ -45,8 +45,9 @@ fn help_and_version_exit_0() {
 #[test]
 fn without_a_gpu_driver_the_real_run_is_waived_and_says_why() {
     if std::path::Path::new("/dev/nvidiactl").exists() {
-        eprintln!(
-            "SKIPPED without_a_gpu_driver_the_real_run_is_waived_and_says_why: this machine has a driver"
+        common::skipped(
+            "no-gpu-driver",
+            "without_a_gpu_driver_the_real_run_is_waived_and_says_why: this machine has a driver",
         );
         return;
     }

@@ -96,11 +96,14 @@ fn namespaces_here(test: &str) -> bool {
         run(&tmp, &["--isolate", "pid,shm,net,ipc,uts,cgroup,user", "--sync", "memops", "--ipc", "vmm"]);
     match (kernel, out.status.code()) {
         (Ok(kernel), Some(2)) if !kernel.status.success() => {
-            eprintln!("SKIPPED {test}: this host gives no namespaces: {}", text(&out));
+            common::skipped("namespaces", format!("{test}: this host gives no namespaces: {}", text(&out)));
             false
         }
         (Err(_), Some(2)) => {
-            eprintln!("SKIPPED {test}: no unshare(1), and the program waives: {}", text(&out));
+            common::skipped(
+                "namespaces",
+                format!("{test}: no unshare(1), and the program waives: {}", text(&out)),
+            );
             false
         }
         (_, code) => {
@@ -720,8 +723,9 @@ fn a_user_who_is_not_root_is_told_of_the_user_namespace() {
     if !nix::unistd::geteuid().is_root()
         || !namespaces_here("a_user_who_is_not_root_is_told_of_the_user_namespace")
     {
-        eprintln!(
-            "SKIPPED a_user_who_is_not_root_is_told_of_the_user_namespace: needs root to become nobody"
+        common::skipped(
+            "root",
+            "a_user_who_is_not_root_is_told_of_the_user_namespace: needs root to become nobody",
         );
         return;
     }
@@ -740,7 +744,7 @@ fn a_user_who_is_not_root_is_told_of_the_user_namespace() {
         .env("TMPDIR", tmp.path())
         .stdin(Stdio::null());
     let Ok(out) = command.output() else {
-        eprintln!("SKIPPED a_user_who_is_not_root_is_told_of_the_user_namespace: no setpriv here");
+        common::skipped("setpriv", "a_user_who_is_not_root_is_told_of_the_user_namespace: no setpriv here");
         return;
     };
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
@@ -777,12 +781,12 @@ fn a_pid_namespace_without_its_own_proc_is_named() {
         .env_remove(FAULT)
         .env("TMPDIR", tmp.path());
     let Ok(out) = command.stdin(Stdio::null()).output() else {
-        eprintln!("SKIPPED a_pid_namespace_without_its_own_proc_is_named: no unshare here");
+        common::skipped("namespaces", "a_pid_namespace_without_its_own_proc_is_named: no unshare here");
         return;
     };
     let said = text(&out);
     if said.contains("unshare failed") || said.contains("Operation not permitted") {
-        eprintln!("SKIPPED a_pid_namespace_without_its_own_proc_is_named: {said}");
+        common::skipped("namespaces", format!("a_pid_namespace_without_its_own_proc_is_named: {said}"));
         return;
     }
     assert_eq!(out.status.code(), Some(1), "{said}");

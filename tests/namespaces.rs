@@ -45,7 +45,7 @@ fn namespaces_work(test: &str) -> Option<std::sync::MutexGuard<'static, ()>> {
         .status()
         .is_ok_and(|s| s.success());
     if !works {
-        eprintln!("SKIPPED {test}: no PID namespaces here (needs root and unshare(1))");
+        common::skipped("namespaces", format!("{test}: no PID namespaces here (needs root and unshare(1))"));
     }
     works.then_some(alone)
 }

@@ -49,7 +49,10 @@ fn on_a_terminal(args: &str) -> Option<(Option<i32>, String)> {
 #[test]
 fn progress_where_standard_error_is_a_terminal() {
     let Some((code, bench)) = on_a_terminal("--bench --bench-max-bytes 64KiB") else {
-        eprintln!("SKIPPED progress_where_standard_error_is_a_terminal: no `script` or no pseudo-terminal");
+        common::skipped(
+            "terminal",
+            "progress_where_standard_error_is_a_terminal: no `script` or no pseudo-terminal",
+        );
         return;
     };
     assert_eq!(code, Some(0), "{bench}");

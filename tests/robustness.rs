@@ -119,12 +119,15 @@ fn a_full_dev_shm_is_an_error_not_a_crash() {
         .env_remove(FAULT)
         .output();
     let Ok(out) = out else {
-        eprintln!("SKIPPED a_full_dev_shm_is_an_error_not_a_crash: no unshare(1) here");
+        common::skipped("namespaces", "a_full_dev_shm_is_an_error_not_a_crash: no unshare(1) here");
         return;
     };
     let all = text(&out);
     if !all.contains("status ") {
-        eprintln!("SKIPPED a_full_dev_shm_is_an_error_not_a_crash: no mount namespace here: {all}");
+        common::skipped(
+            "namespaces",
+            format!("a_full_dev_shm_is_an_error_not_a_crash: no mount namespace here: {all}"),
+        );
         return;
     }
     assert!(all.contains("status 1"), "a full /dev/shm fails the run with exit 1: {all}");
@@ -215,7 +218,10 @@ fn tight_limits_give_a_documented_status() {
 #[test]
 fn a_process_limit_gives_a_documented_status() {
     if !nix::unistd::geteuid().is_root() {
-        eprintln!("SKIPPED a_process_limit_gives_a_documented_status: needs root to run as another user");
+        common::skipped(
+            "root",
+            "a_process_limit_gives_a_documented_status: needs root to run as another user",
+        );
         return;
     }
     for limit in [3, 5, 9] {
@@ -233,8 +239,9 @@ fn a_process_limit_gives_a_documented_status() {
         let (pid, out) = common::run_with_pid(&mut command);
         let all = text(&out);
         if all.contains("Permission denied") && !all.contains("PP:") {
-            eprintln!(
-                "SKIPPED a_process_limit_gives_a_documented_status: the binary is not readable by nobody"
+            common::skipped(
+                "nobody",
+                "a_process_limit_gives_a_documented_status: the binary is not readable by nobody",
             );
             return;
         }

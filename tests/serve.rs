@@ -411,7 +411,10 @@ fn a_joiner_without_its_gpu_says_which_uuid_it_lacks() {
 fn joiners_in_pid_namespaces_of_their_own_take_part() {
     let works = Command::new("unshare").args(["--pid", "--fork", "--mount-proc", "true"]).status();
     if !works.is_ok_and(|s| s.success()) {
-        eprintln!("SKIPPED joiners_in_pid_namespaces_of_their_own_take_part: no PID namespaces here");
+        common::skipped(
+            "namespaces",
+            "joiners_in_pid_namespaces_of_their_own_take_part: no PID namespaces here",
+        );
         return;
     }
     for sync in ["events", "memops"] {
@@ -467,7 +470,10 @@ fn failures_across_namespaces_name_their_cause_and_fix() {
         .status()
         .is_ok_and(|s| s.success())
     {
-        eprintln!("SKIPPED failures_across_namespaces_name_their_cause_and_fix: no namespaces here");
+        common::skipped(
+            "namespaces",
+            "failures_across_namespaces_name_their_cause_and_fix: no namespaces here",
+        );
         return;
     }
     // Both pid 1: the driver takes the handle for one of its own.
@@ -523,7 +529,7 @@ fn a_joiner_of_another_user_is_refused_and_an_unreachable_socket_said_so() {
     use std::os::unix::fs::PermissionsExt;
     use std::os::unix::process::CommandExt;
     if !nix::unistd::geteuid().is_root() {
-        eprintln!("SKIPPED a_joiner_of_another_user_is_refused: not root");
+        common::skipped("root", "a_joiner_of_another_user_is_refused: not root");
         return;
     }
     // `nobody` runs a copy of the binary in a directory it can enter (the build's may be under /root).
@@ -533,7 +539,10 @@ fn a_joiner_of_another_user_is_refused_and_an_unreachable_socket_said_so() {
     std::fs::copy(bin(), &copy).unwrap();
     let reachable = Command::new(&copy).arg("--version").uid(65534).gid(65534).output();
     if !reachable.is_ok_and(|o| o.status.success()) {
-        eprintln!("SKIPPED a_joiner_of_another_user_is_refused: nobody cannot run {} here", copy.display());
+        common::skipped(
+            "nobody",
+            format!("a_joiner_of_another_user_is_refused: nobody cannot run {} here", copy.display()),
+        );
         return;
     }
     let as_nobody = |socket: &str| {
@@ -759,12 +768,15 @@ fn waived_1_of_1(why: &[u8]) -> Vec<u8> {
 #[test]
 fn a_joiner_refuses_a_server_of_another_user() {
     if !nix::unistd::geteuid().is_root() {
-        eprintln!("SKIPPED a_joiner_refuses_a_server_of_another_user: not root");
+        common::skipped("root", "a_joiner_refuses_a_server_of_another_user: not root");
         return;
     }
     let name = format!("simple-ipc-test-impostor-{}", std::process::id());
     let Some(fake) = FakeServer::start(&name, Some(65534), &waived_1_of_1(b"nothing to run here")) else {
-        eprintln!("SKIPPED a_joiner_refuses_a_server_of_another_user: no python3 that nobody can run");
+        common::skipped(
+            "python3",
+            "a_joiner_refuses_a_server_of_another_user: no python3 that nobody can run",
+        );
         return;
     };
     let (code, out, _) = join("ok", &format!("@{name}"), None).end(LIMIT);
@@ -782,7 +794,7 @@ fn a_servers_text_reaches_the_joiners_terminal_escaped() {
     for (i, reply) in [refusal, waived_1_of_1(evil)].into_iter().enumerate() {
         let name = format!("simple-ipc-test-escapes-{}-{i}", std::process::id());
         let Some(_fake) = FakeServer::start(&name, None, &reply) else {
-            eprintln!("SKIPPED a_servers_text_reaches_the_joiners_terminal_escaped: no python3");
+            common::skipped("python3", "a_servers_text_reaches_the_joiners_terminal_escaped: no python3");
             return;
         };
         let (_, out, _) = join("ok", &format!("@{name}"), None).end(LIMIT);

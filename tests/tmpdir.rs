@@ -139,9 +139,9 @@ fn isolated_runs_leave_nothing_in_tmpdir() {
         isolated.args(["--isolate", isolate, "--ipc", "vmm", "--sync", "memops"]);
         let out = run_with_fresh_tmpdir(&what, &mut isolated);
         if out.status.code() == Some(2) {
-            eprintln!(
-                "SKIPPED isolated_runs_leave_nothing_in_tmpdir ({what}): no namespaces here: {}",
-                text(&out)
+            common::skipped(
+                "namespaces",
+                format!("isolated_runs_leave_nothing_in_tmpdir ({what}): no namespaces here: {}", text(&out)),
             );
             continue;
         }

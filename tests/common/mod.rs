@@ -254,3 +254,18 @@ pub fn document(path: &Path) -> serde_json::Value {
     assert!(doc.is_object() && text.ends_with("}\n"), "{text}");
     doc
 }
+
+/// What turns a skipped test into a failure: a comma-separated list of what this host is known to have
+/// (`namespaces`, `root`, `nobody`, `setpriv`, `python3`, `terminal`, `no-gpu-driver`, or `all`). `.ci/run`
+/// sets it, so that a test that would skip there for want of one fails instead of passing unseen.
+pub const REQUIRE: &str = "SIMPLE_IPC_REQUIRE";
+
+/// Says that a test is skipped, for want of `needs`: `why`, which starts with the test's name. Panics
+/// instead where [`REQUIRE`] says the host has `needs`.
+pub fn skipped(needs: &str, why: impl std::fmt::Display) {
+    let required = std::env::var(REQUIRE).unwrap_or_default();
+    if required.split(',').map(str::trim).any(|r| r == needs || r == "all") {
+        panic!("{REQUIRE}={required} says this host has {needs}, but a test would be skipped: {why}");
+    }
+    eprintln!("SKIPPED {why}");
+}
