@@ -1,0 +1,241 @@
+//! The forecast for a pair of processes: from what they share ([`share::compare`]) and the container matrix
+//! measured on the H200 host (docs/measurements.md, driver 580), whether each kind of handle will cross
+//! between them, the rule it comes from, and the least change where it will not, in the words a user
+//! deploys with: the Docker flag, the Kubernetes pod-spec field, or the program's option where that is
+//! cheaper. A forecast never says "works" for what nobody measured: that is [`Verdict::NotKnown`].
+
+use serde::{Deserialize, Serialize};
+
+use super::share::{Fact, Sameness};
+
+/// What a forecast says.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "verdict", content = "error")]
+pub enum Verdict {
+    Works,
+    /// It will fail, with this driver error.
+    Fails(String),
+    /// Nobody measured it for this pair.
+    NotKnown,
+}
+
+/// The least change that makes a failing path work.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fix {
+    pub docker: String,
+    pub kubernetes: String,
+    /// The option of this program (or of the library) that needs no change of the containers.
+    pub option: Option<String>,
+}
+
+/// The forecast for one kind of handle (or library path) between the exporter and one importer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Forecast {
+    /// `legacy memory`, `VMM fd`, ...: the container matrix's column.
+    pub path: String,
+    #[serde(flatten)]
+    pub verdict: Verdict,
+    /// Why: the rule, and where it was measured or read.
+    pub rule: String,
+    pub fix: Option<Fix>,
+}
+
+/// The matrix's columns, as `--ipc all --isolate` names them.
+pub const PATHS: [&str; 5] = ["legacy memory", "legacy event", "VMM fd", "pool fd", "fabric"];
+
+const MEASURED: &str = "measured on the H200 host, driver 580 (docs/measurements.md)";
+
+fn same_pid_number_fix() -> Fix {
+    Fix {
+        docker: "--pid=container:NAME (one PID namespace)".into(),
+        kubernetes: "shareProcessNamespace: true (both containers in one pod), or hostPID: true".into(),
+        option: Some("--ipc vmm or pool (memory by descriptor), with --sync memops (no event)".into()),
+    }
+}
+
+fn dev_shm_fix() -> Fix {
+    Fix {
+        docker: "--ipc=container:NAME (its /dev/shm), or one volume mounted at /dev/shm in both".into(),
+        kubernetes: "both containers in one pod, with an emptyDir of medium: Memory mounted at /dev/shm; or hostIPC: true"
+            .into(),
+        option: Some("--sync memops (no interprocess event)".into()),
+    }
+}
+
+fn fact(facts: &[Fact], name: &str) -> Sameness {
+    facts.iter().find(|f| f.fact == name).map_or(Sameness::Unknown, |f| f.same)
+}
+
+/// The forecast of every path of [`PATHS`] for the exporter and an importer whose facts are `facts`, with
+/// `same_pid_number`: their pids are the same number.
+pub fn forecast(facts: &[Fact], same_pid_number: bool) -> Vec<Forecast> {
+    let pid = fact(facts, "pid_namespace");
+    let shm = fact(facts, "dev_shm");
+    let imex = facts.iter().find(|f| f.fact == "imex_channel");
+    let node = fact(facts, "boot_id");
+    let make = |path: &str, verdict: Verdict, rule: String, fix: Option<Fix>| Forecast {
+        path: path.to_owned(),
+        verdict,
+        rule,
+        fix,
+    };
+    if node == Sameness::Differs {
+        let rule = "the two processes are on different nodes (boot ids differ): CUDA IPC is within one node"
+            .to_owned();
+        return PATHS
+            .iter()
+            .map(|p| make(p, Verdict::Fails("not on one node".into()), rule.clone(), None))
+            .collect();
+    }
+    // The driver takes a legacy handle whose exporter has the importer's own pid number for one of its own.
+    let collision = match pid {
+        Sameness::Differs if same_pid_number => Some(true),
+        Sameness::Same | Sameness::Differs => Some(false),
+        Sameness::Unknown => None,
+    };
+    let legacy = |path: &str, also_shm: bool| match (collision, shm) {
+        (Some(true), _) => make(
+            path,
+            Verdict::Fails("CUDA_ERROR_INVALID_CONTEXT".into()),
+            format!(
+                "different PID namespaces and the same pid number: the driver takes the handle for one of its own; {MEASURED}"
+            ),
+            Some(same_pid_number_fix()),
+        ),
+        (Some(false), Sameness::Differs) if also_shm => make(
+            path,
+            Verdict::Fails("CUDA_ERROR_MAP_FAILED".into()),
+            format!(
+                "an interprocess event's file lives in the exporter's /dev/shm, which the importer does not see; {MEASURED}"
+            ),
+            Some(dev_shm_fix()),
+        ),
+        (Some(false), Sameness::Same | Sameness::Differs) => make(
+            path,
+            Verdict::Works,
+            format!(
+                "no pid number collides{}; {MEASURED}",
+                if also_shm { " and /dev/shm is one" } else { "" }
+            ),
+            None,
+        ),
+        _ => make(path, Verdict::NotKnown, "a PID namespace or /dev/shm could not be read".into(), None),
+    };
+    let by_descriptor = |path: &str| {
+        make(
+            path,
+            Verdict::Works,
+            format!("the descriptor crosses every namespace boundary over the run's Unix socket; {MEASURED}"),
+            None,
+        )
+    };
+    let fabric = match imex.map(|f| (f.same, f.detail.as_deref())) {
+        Some((Sameness::Same, None)) => make(
+            "fabric",
+            Verdict::NotKnown,
+            "both have an IMEX channel; fabric handles were not measured here (the H200 host has no IMEX channel)".into(),
+            None,
+        ),
+        _ => make(
+            "fabric",
+            Verdict::Fails("CUDA_ERROR_NOT_PERMITTED".into()),
+            "a fabric handle needs an IMEX channel (/dev/nvidia-caps-imex-channels/) on both sides".into(),
+            Some(Fix {
+                docker: "--device /dev/nvidia-caps-imex-channels/channel0 (with the IMEX daemon on the node)".into(),
+                kubernetes: "an IMEX channel from NVIDIA's DRA driver (ComputeDomain) for both pods".into(),
+                option: Some("--ipc vmm (a POSIX descriptor, within one node)".into()),
+            }),
+        ),
+    };
+    vec![
+        legacy(PATHS[0], false),
+        legacy(PATHS[1], true),
+        by_descriptor(PATHS[2]),
+        by_descriptor(PATHS[3]),
+        fabric,
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::placement::share::compare;
+    use crate::placement::share::tests::place;
+
+    fn verdicts(forecasts: &[Forecast]) -> Vec<Verdict> {
+        forecasts.iter().map(|f| f.verdict.clone()).collect()
+    }
+
+    fn fails(error: &str) -> Verdict {
+        Verdict::Fails(error.into())
+    }
+
+    /// Each row of the matrix measured on the H200 host, forecast from the facts alone.
+    #[test]
+    fn each_measured_row_is_forecast() {
+        let no_imex = fails("CUDA_ERROR_NOT_PERMITTED");
+        let (exporter, mut importer) = (place(1), place(2));
+        let row = |importer: &Place| {
+            verdicts(&forecast(&compare(&exporter, importer), exporter.pid == importer.pid))
+        };
+        use crate::placement::Place;
+        use Verdict::Works;
+        assert_eq!(row(&importer), [Works, Works, Works, Works, no_imex.clone()], "same namespaces");
+        importer.namespaces.pid = Some(9);
+        assert_eq!(row(&importer), [Works, Works, Works, Works, no_imex.clone()], "other pid numbers");
+        importer.pid = 1;
+        let invalid = fails("CUDA_ERROR_INVALID_CONTEXT");
+        assert_eq!(
+            row(&importer),
+            [invalid.clone(), invalid, Works, Works, no_imex.clone()],
+            "the same pid number"
+        );
+        let mut importer = place(2);
+        importer.dev_shm.as_mut().unwrap().device = 99;
+        assert_eq!(
+            row(&importer),
+            [Works, fails("CUDA_ERROR_MAP_FAILED"), Works, Works, no_imex.clone()],
+            "own /dev/shm"
+        );
+        let mut importer = place(2);
+        importer.namespaces.net = Some(3);
+        importer.namespaces.user = Some(3);
+        importer.namespaces.ipc = Some(3);
+        assert_eq!(row(&importer), [Works, Works, Works, Works, no_imex], "own SysV IPC, net, user");
+    }
+
+    #[test]
+    fn a_forecast_never_says_works_for_what_nobody_measured() {
+        let (mut exporter, mut importer) = (place(1), place(2));
+        exporter.imex_channel = true;
+        importer.imex_channel = true;
+        let forecasts = forecast(&compare(&exporter, &importer), false);
+        assert_eq!(forecasts[4].verdict, Verdict::NotKnown);
+        importer.namespaces.pid = None;
+        let forecasts = forecast(&compare(&exporter, &importer), false);
+        assert_eq!(forecasts[0].verdict, Verdict::NotKnown, "a PID namespace not read");
+        importer.boot_id = Some("elsewhere".into());
+        let forecasts = forecast(&compare(&exporter, &importer), false);
+        assert!(forecasts.iter().all(|f| matches!(&f.verdict, Verdict::Fails(e) if e == "not on one node")));
+    }
+
+    #[test]
+    fn each_failing_forecast_names_the_least_change_in_docker_and_kubernetes_words() {
+        let (exporter, mut importer) = (place(1), place(1));
+        importer.namespaces.pid = Some(2);
+        importer.dev_shm.as_mut().unwrap().device = 3;
+        for forecast in forecast(&compare(&exporter, &importer), true) {
+            if let Verdict::Fails(_) = forecast.verdict {
+                let fix = forecast.fix.as_ref().unwrap_or_else(|| panic!("{forecast:?}"));
+                assert!(fix.docker.starts_with("--") && !fix.kubernetes.is_empty(), "{fix:?}");
+            }
+        }
+        let json = serde_json::to_value(&forecast(&compare(&exporter, &importer), true)[0]).unwrap();
+        assert_eq!(json["verdict"], "fails");
+        assert_eq!(json["error"], "CUDA_ERROR_INVALID_CONTEXT");
+        assert_eq!(
+            json["fix"]["kubernetes"],
+            "shareProcessNamespace: true (both containers in one pod), or hostPID: true"
+        );
+    }
+}
