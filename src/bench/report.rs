@@ -8,6 +8,9 @@ use anyhow::Result;
 use super::copy::{Rates, Reference};
 use super::handover::{Handover, Trips};
 use crate::driver::Driver;
+use crate::ipc::Mechanism;
+use crate::report::Status;
+use crate::report::document::{BenchResults, BenchTest, CopyFigures, HandoverFigures, rounded};
 
 /// One line of the results.
 #[derive(Clone, Debug, PartialEq)]
@@ -120,8 +123,77 @@ pub fn human(size: usize) -> String {
     }
 }
 
+// The `--json` document's part of the benchmark, from its results.
+
+impl BenchResults {
+    pub fn of(mechanism: Mechanism, mps: &str, results: &[TestResult]) -> Self {
+        Self {
+            mechanism: mechanism.name().to_owned(),
+            mps: mps.to_owned(),
+            testcases: results.iter().map(BenchTest::of).collect(),
+        }
+    }
+}
+impl BenchTest {
+    pub fn of(test: &TestResult) -> Self {
+        let mut out = Self {
+            name: test.name.clone(),
+            producer: test.producer,
+            consumer: test.consumer,
+            status: Status::Passed,
+            reason: None,
+            handover: None,
+            copy: None,
+        };
+        match &test.figures {
+            Figures::Handover(trips) => out.handover = Some(HandoverFigures::of(trips)),
+            Figures::Copy(rates) => out.copy = Some(CopyFigures::of(rates)),
+            Figures::Waived(reason) => {
+                out.status = Status::Waived;
+                out.reason = Some(reason.clone());
+            }
+        }
+        out
+    }
+}
+impl HandoverFigures {
+    fn of(trips: &Trips) -> Self {
+        let none = Self { unit: "us".into(), p50: None, p10: None, p90: None, mean: None };
+        match trips {
+            Trips::Spread(s) => {
+                Self { p50: rounded(s.p50), p10: rounded(s.p10), p90: rounded(s.p90), ..none }
+            }
+            Trips::Mean(mean) => Self { mean: rounded(*mean), ..none },
+        }
+    }
+}
+impl CopyFigures {
+    fn of(rates: &Rates) -> Self {
+        Self {
+            unit: "GB/s".into(),
+            bytes: rates.bytes as u64,
+            ipc: rounded(rates.ipc),
+            reference: rounded(rates.reference),
+            reference_name: rates.compared_with.name().to_owned(),
+            ipc_percent: rounded(rates.ipc_percent()),
+            fits_in_l2: rates.in_l2,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn figures_that_are_not_finite_are_null_and_the_rest_three_decimals() {
+        assert_eq!(rounded(f64::NAN), None);
+        assert_eq!(rounded(f64::INFINITY), None);
+        assert_eq!(rounded(1.23456), Some(1.235));
+        let mean = HandoverFigures::of(&Trips::Mean(4.25));
+        assert_eq!((mean.mean, mean.p50), (Some(4.25), None));
+        let json = serde_json::to_string(&mean).unwrap();
+        assert_eq!(json, r#"{"unit":"us","mean":4.25}"#);
+    }
+
     use super::*;
     use crate::bench::handover::Spread;
 

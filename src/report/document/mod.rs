@@ -1,23 +1,21 @@
 //! The `--json` document as data: one set of serde structs for every mode and every outcome (the schema is
 //! docs/json.md), and the conversions from what each role measured. Numbers are numbers; a figure that is
 //! not finite is `null`. A run of one mechanism under `--ipc all` writes the same document, which the top
-//! parent reads back with serde_json and keeps whole in its row.
+//! parent reads back with serde_json and keeps whole in its row. The benchmark's part is [`bench`]; a mode
+//! converts what it measured into its part (the benchmark in `bench::report`).
 
-use std::fmt;
-use std::sync::atomic::Ordering;
+mod bench;
+mod run;
+pub use bench::{BenchResults, BenchTest, CopyFigures, HandoverFigures};
+pub use run::RunResults;
+#[cfg(test)]
+pub use run::{ChildResult, ParentResult, PhaseTimes};
 
-use serde::de::{MapAccess, Visitor};
-use serde::ser::SerializeMap;
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::bench::copy::Rates;
-use crate::bench::handover::Trips;
-use crate::bench::report::{Figures, TestResult};
+use serde::{Deserialize, Serialize};
+
 use crate::cli::{Cli, Sync};
 use crate::driver::{DeviceInfo, uuid_text};
-use crate::ipc::Mechanism;
-use crate::segment::SharedState;
-use crate::timings::Phases;
 
 /// The whole document.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -225,109 +223,6 @@ fn sync_name(sync: Sync) -> &'static str {
     }
 }
 
-/// A plain run's results: what each process spent in each phase, in milliseconds.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct RunResults {
-    /// `ms`, the unit of every phase.
-    pub unit: String,
-    /// How many processes took part (children, or processes that joined).
-    pub processes: usize,
-    /// The size of each process's buffer, every byte of which was verified.
-    pub buffer_bytes: u64,
-    /// Who checked the buffers: each process its own, always; and the parent every buffer itself, where
-    /// processes it did not start from its own program took part (`--serve`) or ran where it cannot see
-    /// them (`--isolate`), so that no word of theirs can pass the run.
-    #[serde(default)]
-    pub parent_checked_every_buffer: bool,
-    pub parent: ParentResult,
-    pub children: Vec<ChildResult>,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ParentResult {
-    pub phases: PhaseTimes,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ChildResult {
-    pub index: usize,
-    /// The device it ran on.
-    pub device: i32,
-    pub phases: PhaseTimes,
-    /// Its open descriptors before it opened the handles, and after it closed them: a descriptor received
-    /// and not closed shows as a difference.
-    pub descriptors_before_open: u32,
-    pub descriptors_after_close: u32,
-}
-
-impl RunResults {
-    /// From the parent's phases and what each child left in the segment.
-    pub fn of(state: &SharedState, parent: &Phases, parent_checked_every_buffer: bool) -> Self {
-        let children = (0..state.process_count())
-            .map(|index| ChildResult {
-                index,
-                device: state.devices[index].load(Ordering::Relaxed),
-                phases: PhaseTimes::of(&Phases::read(state, index)),
-                descriptors_before_open: state.descriptors[index][0].load(Ordering::Relaxed),
-                descriptors_after_close: state.descriptors[index][1].load(Ordering::Relaxed),
-            })
-            .collect();
-        Self {
-            unit: "ms".into(),
-            processes: state.process_count(),
-            buffer_bytes: state.data_size() as u64,
-            parent_checked_every_buffer,
-            parent: ParentResult { phases: PhaseTimes::of(parent) },
-            children,
-        }
-    }
-}
-
-/// Milliseconds per phase, in the order a run goes through them, then `total`; a phase the process did not
-/// go through is left out. An object in the document (`{"cuda_start": 41.2, ..., "total": 230.9}`).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct PhaseTimes(pub Vec<(String, f64)>);
-
-impl PhaseTimes {
-    pub fn of(phases: &Phases) -> Self {
-        Self(phases.in_ms().into_iter().map(|(name, ms)| (name.to_owned(), ms)).collect())
-    }
-
-    pub fn get(&self, phase: &str) -> Option<f64> {
-        self.0.iter().find(|(name, _)| name == phase).map(|(_, ms)| *ms)
-    }
-}
-
-impl Serialize for PhaseTimes {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut map = serializer.serialize_map(Some(self.0.len()))?;
-        for (name, ms) in &self.0 {
-            map.serialize_entry(name, ms)?;
-        }
-        map.end()
-    }
-}
-
-impl<'de> Deserialize<'de> for PhaseTimes {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct InOrder;
-        impl<'de> Visitor<'de> for InOrder {
-            type Value = PhaseTimes;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("an object of phase names and milliseconds")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<PhaseTimes, A::Error> {
-                let mut times = Vec::new();
-                while let Some(entry) = map.next_entry::<String, f64>()? {
-                    times.push(entry);
-                }
-                Ok(PhaseTimes(times))
-            }
-        }
-        deserializer.deserialize_map(InOrder)
-    }
-}
-
 /// One mechanism's run under `--ipc all`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct MechanismResult {
@@ -362,132 +257,13 @@ impl MechanismResult {
     }
 }
 
-/// The benchmark's figures.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct BenchResults {
-    pub mechanism: String,
-    /// Whether an MPS control daemon may serve the processes, in words.
-    pub mps: String,
-    /// Per (producer, consumer) pair, each hand-over and each size of copy, in the order measured.
-    pub testcases: Vec<BenchTest>,
-}
-
-impl BenchResults {
-    pub fn of(mechanism: Mechanism, mps: &str, results: &[TestResult]) -> Self {
-        Self {
-            mechanism: mechanism.name().to_owned(),
-            mps: mps.to_owned(),
-            testcases: results.iter().map(BenchTest::of).collect(),
-        }
-    }
-}
-
-/// One test of one pair.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct BenchTest {
-    /// The hand-over's name (`events, signal only, GPU waits`), or `copy`.
-    pub name: String,
-    pub producer: i32,
-    pub consumer: i32,
-    /// `passed` or `waived`.
-    pub status: Status,
-    /// Why it was waived.
-    pub reason: Option<String>,
-    /// A hand-over's round trips.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub handover: Option<HandoverFigures>,
-    /// A copy's rates.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub copy: Option<CopyFigures>,
-}
-
-/// Round trips in microseconds: median and 10th to 90th percentiles, or only the mean (where every round
-/// was queued ahead at once).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct HandoverFigures {
-    /// `us`.
-    pub unit: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub p50: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub p10: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub p90: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mean: Option<f64>,
-}
-
-/// The copy rate through the IPC mapping beside the limit of that path.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct CopyFigures {
-    /// `GB/s`.
-    pub unit: String,
-    pub bytes: u64,
-    pub ipc: Option<f64>,
-    pub reference: Option<f64>,
-    /// `local copy` (one GPU) or `in-process peer copy` (two).
-    pub reference_name: String,
-    pub ipc_percent: Option<f64>,
-    /// The size fits in the consumer's L2 cache: the rates are the cache's, not memory's.
-    pub fits_in_l2: bool,
-}
-
-impl BenchTest {
-    pub fn of(test: &TestResult) -> Self {
-        let mut out = Self {
-            name: test.name.clone(),
-            producer: test.producer,
-            consumer: test.consumer,
-            status: Status::Passed,
-            reason: None,
-            handover: None,
-            copy: None,
-        };
-        match &test.figures {
-            Figures::Handover(trips) => out.handover = Some(HandoverFigures::of(trips)),
-            Figures::Copy(rates) => out.copy = Some(CopyFigures::of(rates)),
-            Figures::Waived(reason) => {
-                out.status = Status::Waived;
-                out.reason = Some(reason.clone());
-            }
-        }
-        out
-    }
-}
-
-impl HandoverFigures {
-    fn of(trips: &Trips) -> Self {
-        let none = Self { unit: "us".into(), p50: None, p10: None, p90: None, mean: None };
-        match trips {
-            Trips::Spread(s) => {
-                Self { p50: rounded(s.p50), p10: rounded(s.p10), p90: rounded(s.p90), ..none }
-            }
-            Trips::Mean(mean) => Self { mean: rounded(*mean), ..none },
-        }
-    }
-}
-
-impl CopyFigures {
-    fn of(rates: &Rates) -> Self {
-        Self {
-            unit: "GB/s".into(),
-            bytes: rates.bytes as u64,
-            ipc: rounded(rates.ipc),
-            reference: rounded(rates.reference),
-            reference_name: rates.compared_with.name().to_owned(),
-            ipc_percent: rounded(rates.ipc_percent()),
-            fits_in_l2: rates.in_l2,
-        }
-    }
-}
-
 /// `x` to `scale` (1e3: three decimals), or `None` where it is not finite (JSON has no NaN).
-fn finite(x: f64, scale: f64) -> Option<f64> {
+pub fn finite(x: f64, scale: f64) -> Option<f64> {
     x.is_finite().then(|| (x * scale).round() / scale)
 }
 
 /// `x` to three decimals, or `None` where it is not finite.
-fn rounded(x: f64) -> Option<f64> {
+pub fn rounded(x: f64) -> Option<f64> {
     finite(x, 1e3)
 }
 
@@ -580,16 +356,5 @@ mod tests {
         let value: serde_json::Value = serde_json::from_str(&written).unwrap();
         assert!(value.get("run").is_some() && value.get("bench").is_none(), "{written}");
         assert_eq!(parse(b"not a document"), None);
-    }
-
-    #[test]
-    fn figures_that_are_not_finite_are_null_and_the_rest_three_decimals() {
-        assert_eq!(rounded(f64::NAN), None);
-        assert_eq!(rounded(f64::INFINITY), None);
-        assert_eq!(rounded(1.23456), Some(1.235));
-        let mean = HandoverFigures::of(&Trips::Mean(4.25));
-        assert_eq!((mean.mean, mean.p50), (Some(4.25), None));
-        let json = serde_json::to_string(&mean).unwrap();
-        assert_eq!(json, r#"{"unit":"us","mean":4.25}"#);
     }
 }
