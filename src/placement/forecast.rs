@@ -10,11 +10,13 @@ use super::share::{Fact, Sameness};
 
 /// What a forecast says.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case", tag = "verdict", content = "error")]
+#[serde(rename_all = "snake_case", tag = "verdict", content = "detail")]
 pub enum Verdict {
     Works,
     /// It will fail, with this driver error.
     Fails(String),
+    /// A library will not take this path, and silently takes this slower one instead.
+    FallsBack(String),
     /// Nobody measured it for this pair.
     NotKnown,
 }
@@ -45,7 +47,7 @@ pub const PATHS: [&str; 5] = ["legacy memory", "legacy event", "VMM fd", "pool f
 
 const MEASURED: &str = "measured on the H200 host, driver 580 (docs/measurements.md)";
 
-fn same_pid_number_fix() -> Fix {
+pub(super) fn same_pid_number_fix() -> Fix {
     Fix {
         docker: "--pid=container:NAME (one PID namespace)".into(),
         kubernetes: "shareProcessNamespace: true (both containers in one pod), or hostPID: true".into(),
@@ -53,7 +55,7 @@ fn same_pid_number_fix() -> Fix {
     }
 }
 
-fn dev_shm_fix() -> Fix {
+pub(super) fn dev_shm_fix() -> Fix {
     Fix {
         docker: "--ipc=container:NAME (its /dev/shm), or one volume mounted at /dev/shm in both".into(),
         kubernetes: "both containers in one pod, with an emptyDir of medium: Memory mounted at /dev/shm; or hostIPC: true"
@@ -62,7 +64,7 @@ fn dev_shm_fix() -> Fix {
     }
 }
 
-fn fact(facts: &[Fact], name: &str) -> Sameness {
+pub(super) fn fact(facts: &[Fact], name: &str) -> Sameness {
     facts.iter().find(|f| f.fact == name).map_or(Sameness::Unknown, |f| f.same)
 }
 
@@ -232,7 +234,7 @@ mod tests {
         }
         let json = serde_json::to_value(&forecast(&compare(&exporter, &importer), true)[0]).unwrap();
         assert_eq!(json["verdict"], "fails");
-        assert_eq!(json["error"], "CUDA_ERROR_INVALID_CONTEXT");
+        assert_eq!(json["detail"], "CUDA_ERROR_INVALID_CONTEXT");
         assert_eq!(
             json["fix"]["kubernetes"],
             "shareProcessNamespace: true (both containers in one pod), or hostPID: true"

@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 pub(crate) mod forecast;
+pub(crate) mod libraries;
 pub(crate) mod share;
 
 /// The namespaces that a container may give a process of its own, by the inode of `/proc/self/ns/<kind>`;
@@ -57,6 +58,8 @@ pub struct Place {
     /// `CUDA_VISIBLE_DEVICES` and `NVIDIA_VISIBLE_DEVICES`, as set.
     pub cuda_visible_devices: Option<String>,
     pub nvidia_visible_devices: Option<String>,
+    /// `NCCL_HOSTID`, which NCCL takes for its host hash instead of the hostname and boot id.
+    pub nccl_hostid: Option<String>,
     /// The GPUs it sees, by UUID, where its driver was asked (`None`: not yet).
     pub gpus: Option<Vec<String>>,
     /// `/dev/nvidia-caps-imex-channels/` holds a channel (fabric handles need one).
@@ -99,6 +102,7 @@ impl Place {
             boot_id: read_trimmed("/proc/sys/kernel/random/boot_id"),
             cuda_visible_devices: env("CUDA_VISIBLE_DEVICES"),
             nvidia_visible_devices: env("NVIDIA_VISIBLE_DEVICES"),
+            nccl_hostid: env("NCCL_HOSTID"),
             gpus: None,
             imex_channel: std::fs::read_dir("/dev/nvidia-caps-imex-channels")
                 .is_ok_and(|mut entries| entries.next().is_some()),

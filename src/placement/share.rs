@@ -151,6 +151,7 @@ pub(crate) mod tests {
             boot_id: Some("b".into()),
             cuda_visible_devices: None,
             nvidia_visible_devices: None,
+            nccl_hostid: None,
             gpus: Some(vec!["GPU-a".into()]),
             imex_channel: false,
             uid: 0,

@@ -11,7 +11,6 @@ pub use run::RunResults;
 #[cfg(test)]
 pub use run::{ChildResult, ParentResult, PhaseTimes};
 
-
 use serde::{Deserialize, Serialize};
 
 use crate::cli::{Cli, Sync};
