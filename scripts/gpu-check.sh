@@ -359,6 +359,10 @@ fi
 # and compared at the end): a joiner that writes nothing and says it finished fails the run, and so does a
 # buffer the server finds changed though the joiner's own check passed (the joiner then exits 1 too: its
 # verdict is the run's); an honest run says the server checked too.
+with_fault() { # with_fault FAULT COMMAND...: COMMAND with SIMPLE_IPC_TEST_FAULT=FAULT, or without it if empty
+  local fault=$1; shift
+  if [ -n "$fault" ]; then SIMPLE_IPC_TEST_FAULT=$fault "$@"; else "$@"; fi
+}
 for ipc in legacy vmm; do
   for case in lie corrupt honest; do
     rm -f "$sock"
@@ -367,9 +371,9 @@ for ipc in legacy vmm; do
       corrupt) srv_fault="parent@verify:corrupt"; join_fault="" ;;
       honest) srv_fault=""; join_fault="" ;;
     esac
-    SIMPLE_IPC_TEST_FAULT=$srv_fault "$bin" --serve "$sock" --ipc "$ipc" --timeout 30 >"$log/srv" 2>&1 & srv=$!
+    with_fault "$srv_fault" "$bin" --serve "$sock" --ipc "$ipc" --timeout 30 >"$log/srv" 2>&1 & srv=$!
     for _ in $(seq 200); do grep -q 'waiting for' "$log/srv" && break; sleep 0.02; done
-    SIMPLE_IPC_TEST_FAULT=$join_fault "$bin" --join "$sock" >"$log/j0" 2>&1; r0=$?
+    with_fault "$join_fault" "$bin" --join "$sock" >"$log/j0" 2>&1; r0=$?
     wait "$srv"; rc=$?
     case $case in
       lie) ok=$([ $rc -eq 1 ] && grep -q "own check of every buffer failed.*unwritten" "$log/srv" && echo y) ;;
