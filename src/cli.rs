@@ -142,8 +142,14 @@ pub struct Cli {
 
     /// This served run's place in a sequence (`--serve SOCKET --ipc all` gives each mechanism's run its own:
     /// K/M), which it tells its joiners (not for users).
-    #[arg(long, hide = true, value_name = "K/M", value_parser = crate::meeting::Round::parse, requires = "serve")]
+    #[arg(long, hide = true, value_name = "K/M", value_parser = crate::meeting::Round::parse,
+          requires = "served_fds")]
     pub serve_round: Option<crate::meeting::Round>,
+
+    /// What a run of a served sequence inherits from its top parent: the sequence's listener, the socket the
+    /// connections go back over, then the connections it holds (not for users).
+    #[arg(long, hide = true, value_name = "FD,...", value_delimiter = ',', requires_all = ["serve", "serve_round"])]
+    pub served_fds: Option<Vec<i32>>,
 
     /// Join the run served at SOCKET as one of its processes: the index, the segment and the descriptors
     /// come from the server, and everything else is a child's (or, where the server runs --bench, the

@@ -187,8 +187,7 @@ fn run(cli: &cli::Cli) -> anyhow::Result<Outcome> {
         )?;
     }
     if let Some(address) = &cli.join {
-        return join::run(address, cli.timeout(), cli.isolated.is_some(), cli.bench)
-            .map(|()| Outcome::Passed);
+        return join::run(address, cli.timeout(), cli.isolated.is_some(), cli.bench);
     }
     match cli.child {
         Some(index) if cli.bench => {

@@ -13,13 +13,11 @@ use nix::sys::socket::connect;
 use crate::attach;
 use crate::child;
 use crate::meeting::{self, Address, Heard, Round, RunEnd};
+use crate::outcome::Outcome;
 use crate::phase::{Phase, Who};
 use crate::segment;
 use crate::signals;
 use crate::timings::Stopwatch;
-
-/// How long a joiner waits for the server to answer: it admits or refuses at once.
-const ANSWER_WITHIN: Duration = Duration::from_secs(10);
 
 /// A process its parent started to join (`--isolate`) found the run over before it joined: the parent has
 /// said how the run ended, and this process has nothing to add.
@@ -34,97 +32,88 @@ impl std::fmt::Display for RunOverBeforeJoining {
 
 impl std::error::Error for RunOverBeforeJoining {}
 
-/// How long a joiner of a sequence of runs (`--serve --ipc all`) waits for the next run's server: it starts
-/// as soon as the last run ended, and takes a moment to start CUDA (well under a second on the H200 host).
-const NEXT_RUN_WITHIN: Duration = Duration::from_secs(10);
-
 /// What one run's server said to this process.
 enum Answer {
-    /// Admitted: it took part, and this is how its part ended.
-    TookPart(Result<()>, Option<Round>),
-    /// The run (one of a sequence) was waived.
-    Waived(Round),
-    /// The server closed the connection before it answered.
-    Closed,
+    /// Admitted: it took part, and this is how its part ended (the run's verdict with it), and how the run
+    /// ended.
+    TookPart(Result<()>, Option<Round>, Option<RunEnd>),
+    /// How every run of a served sequence ended (`--serve --ipc all`), said by its top parent at the end.
+    SequenceEnded(Vec<RunEnd>),
 }
 
 /// Joins the run at `address`, and, where the server says it is one of a sequence of runs (`--serve --ipc
-/// all`), each run after it in turn; fails if any of them failed. `started_by_server`: the server started
-/// this process (`--isolate`).
+/// all`), each run after it that it is admitted to, over the same connection, until the sequence's top
+/// parent says how every run ended; fails if any of them failed. `timeout` bounds the whole of it.
+/// `started_by_server`: the server started this process (`--isolate`).
 /// `bench`: the user said `--bench`, and the run must be the benchmark.
-pub fn run(address: &str, timeout: Option<Duration>, started_by_server: bool, bench: bool) -> Result<()> {
+pub fn run(
+    address: &str,
+    timeout: Option<Duration>,
+    started_by_server: bool,
+    bench: bool,
+) -> Result<Outcome> {
     let address = Address::parse(address).with_context(|| format!("--join {address}"))?;
-    let mut failed: Vec<String> = Vec::new();
-    let mut last: Option<Round> = None;
-    // A run of a sequence that was just over may close a connection it had not answered yet: the next
-    // run's server is tried again, a bounded number of times.
-    let mut closed_unanswered = 0;
-    let mut ran_last: Option<Round> = None;
-    loop {
-        // After the first run, the next one's server may not listen yet: it is waited for.
-        let connection = match (connect_to(&address, last.is_some(), started_by_server, timeout), last) {
-            (Ok(connection), _) => connection,
-            // A stop signal, in a run or between two, stops the sequence: 128+N, as any run's.
-            (Err(e), Some(_)) if e.chain().any(|c| c.is::<signals::Interrupted>()) => return Err(e),
-            (Err(e), Some(round)) => {
-                failed.push(format!("run {}/{} was not served ({e:#})", round.number + 1, round.of));
-                break;
-            }
-            (Err(e), None) => return Err(e),
-        };
-        match take_part_once(&address, &connection, timeout, bench, started_by_server)? {
-            Answer::TookPart(ended, round) => {
-                if let Err(e) = ended {
-                    match round {
-                        // (A stop signal stops the sequence as it connects to the next run: 128+N.)
-                        Some(round) => {
-                            warn!("simple-ipc: run {round} of the sequence: {e:#}");
-                            failed.push(format!("run {round}: {e:#}"));
-                        }
-                        _ => return Err(e),
+    let deadline = timeout.and_then(|t| Instant::now().checked_add(t).map(|at| (at, t)));
+    let connection = connect_to(&address, started_by_server, timeout)?;
+    let mut took_part: Vec<(Round, Result<()>)> = Vec::new();
+    let ends = loop {
+        match take_part_once(&address, &connection, deadline, bench, started_by_server)? {
+            Answer::TookPart(ended, None, _) => return ended.map(|()| Outcome::Passed),
+            Answer::TookPart(ended, Some(round), end) => {
+                // A run waived once this process had joined is waived, as the sequence's table says.
+                let ended = match (ended, end) {
+                    (Err(_), Some(RunEnd::Waived(why))) => {
+                        say!("The server's run {round} was waived: {why}")?;
+                        Ok(())
                     }
+                    (ended, _) => ended,
+                };
+                if let Err(e) = &ended {
+                    warn!("simple-ipc: run {round} of the sequence: {e:#}");
                 }
-                match round {
-                    Some(round) if !round.is_last() => last = Some(round),
-                    _ => {
-                        ran_last = round;
-                        break;
-                    }
-                }
+                took_part.push((round, ended));
             }
-            Answer::Waived(round) if !round.is_last() => last = Some(round),
-            Answer::Waived(round) => {
-                ran_last = Some(round);
-                break;
-            }
-            Answer::Closed if last.is_some() && closed_unanswered < 100 => {
-                closed_unanswered += 1;
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            Answer::Closed => bail!("--join {address}: the server closed the connection without an answer"),
+            Answer::SequenceEnded(ends) => break ends,
+        }
+    };
+    the_sequences_verdict(&address, took_part, &ends)
+}
+
+/// A joiner's verdict on a served sequence: it fails if any run failed (naming each, with this process's
+/// own part's failure where it took part), is waived if every run was, and passes otherwise. Each run it
+/// did not take part in is said, with how it ended.
+fn the_sequences_verdict(
+    address: &Address,
+    mut took_part: Vec<(Round, Result<()>)>,
+    ends: &[RunEnd],
+) -> Result<Outcome> {
+    let of = ends.len() as u32;
+    let mut failed = Vec::new();
+    for (number, end) in (1..).zip(ends) {
+        let round = Round { number, of };
+        let own = took_part.iter().position(|(r, _)| r.number == number).map(|i| took_part.remove(i).1);
+        match (own, end) {
+            (Some(Err(e)), _) => failed.push(format!("run {round}: {e:#}")),
+            (Some(Ok(())), _) | (None, RunEnd::Passed) => {}
+            (None, RunEnd::Waived(why)) => say!("The server's run {round} was waived: {why}")?,
+            (None, RunEnd::Failed { why, .. }) => failed.push(format!("run {round} failed: {why}")),
         }
     }
     if !failed.is_empty() {
         bail!("--join {address}: {}", failed.join("; "));
     }
-    if let Some(round) = last.or(ran_last) {
-        crate::report::note_summary(format!(
-            "took part in the served sequence of {} runs at {address}",
-            round.of
-        ));
+    if ends.iter().all(|end| matches!(end, RunEnd::Waived(_))) {
+        crate::report::note_waiver(&format!("every run of the served sequence at {address} was waived"));
+        return Ok(Outcome::Waived);
     }
-    Ok(())
+    crate::report::note_summary(format!("took part in the served sequence of {of} runs at {address}"));
+    Ok(Outcome::Passed)
 }
 
-/// A connection to the server at `address`; `wait`: try again until [`NEXT_RUN_WITHIN`] while nothing
-/// listens there yet. The connect does not block: a server whose backlog is full (stopped, or flooded) is
-/// tried again until `timeout` (the joiner's watchdog), and a stop signal stops it at once.
-fn connect_to(
-    address: &Address,
-    wait: bool,
-    started_by_server: bool,
-    timeout: Option<Duration>,
-) -> Result<OwnedFd> {
+/// A connection to the server at `address`. The connect does not block: a server whose backlog is full
+/// (stopped, or flooded) is tried again until `timeout` (the joiner's watchdog), and a stop signal stops it
+/// at once.
+fn connect_to(address: &Address, started_by_server: bool, timeout: Option<Duration>) -> Result<OwnedFd> {
     use nix::errno::Errno;
     use nix::fcntl::{FcntlArg, OFlag, fcntl};
     let since = Instant::now();
@@ -151,19 +140,8 @@ fn connect_to(
                 }
                 std::thread::sleep(Duration::from_millis(5));
             }
-            Err(Errno::ENOENT | Errno::ECONNREFUSED) if wait && since.elapsed() < NEXT_RUN_WITHIN => {
-                std::thread::sleep(Duration::from_millis(5));
-            }
             Err(Errno::ENOENT | Errno::ECONNREFUSED) if started_by_server => {
                 return Err(RunOverBeforeJoining.into());
-            }
-            Err(e) if wait => {
-                return Err(e).with_context(|| {
-                    format!(
-                        "--join {address}: the next run of the sequence was not served within {} s",
-                        NEXT_RUN_WITHIN.as_secs()
-                    )
-                });
             }
             Err(e) => {
                 return Err(e).with_context(|| {
@@ -200,33 +178,35 @@ fn check_the_server(address: &Address, connection: &OwnedFd) -> Result<()> {
 fn take_part_once(
     address: &Address,
     connection: &OwnedFd,
-    timeout: Option<Duration>,
+    deadline: Option<(Instant, Duration)>,
     bench_asked: bool,
     started_by_server: bool,
 ) -> Result<Answer> {
-    meeting::ask_to_join(connection, bench_asked)?;
-    let asked = Instant::now();
+    // A server that refuses a stranger at once may have closed already: its refusal is read next.
+    let _ = meeting::ask_to_join(connection, bench_asked);
     let admission = loop {
         signals::check()?;
         match meeting::hear(connection, 10)? {
             Heard::Admitted(admission) => break admission,
-            Heard::Waived(round, why) => {
-                say!("The server's run {round} was waived: {why}")?;
-                return Ok(Answer::Waived(round));
-            }
+            Heard::SequenceEnded(ends) => return Ok(Answer::SequenceEnded(ends)),
             Heard::Refused(why) => bail!("--join {address}: the server refused this process: {why}"),
-            Heard::Closed => return Ok(Answer::Closed),
-            Heard::Ended(..) | Heard::Asked(_) | Heard::RunEnded(_) => {
+            Heard::Closed => bail!("--join {address}: the server closed the connection without an answer"),
+            Heard::Ended(..) | Heard::Asked(_) | Heard::RunEnded(_) | Heard::HandedBack(_) => {
                 bail!("--join {address}: the server sent what it should not before it admitted this process")
             }
-            Heard::Nothing if asked.elapsed() > ANSWER_WITHIN => {
-                bail!("--join {address}: the server did not answer within {} s", ANSWER_WITHIN.as_secs())
+            Heard::Nothing => {
+                if let Some((at, timeout)) = deadline
+                    && Instant::now() >= at
+                {
+                    bail!(
+                        "--join {address}: no run admitted this process within {} s (--timeout of this joiner)",
+                        timeout.as_secs_f64()
+                    )
+                }
             }
-            Heard::Nothing => {}
         }
     };
     let (index, round) = (admission.index, admission.round);
-    let deadline = timeout.and_then(|t| asked.checked_add(t).map(|at| (at, t)));
     let server = attach::Parent::Server { connection, deadline };
     // However its part ends, from the segment's checks on, the server is told why: its verdict names it.
     let ended = take_part(address, admission, &server, bench_asked);
@@ -238,10 +218,11 @@ fn take_part_once(
     // The server may be gone already (that may be why this process stopped): nothing more to say then.
     let _ = meeting::say_ended(connection, status, &why, diagnosis);
     if started_by_server {
-        return Ok(Answer::TookPart(ended, round));
+        return Ok(Answer::TookPart(ended, round, None));
     }
     let run = hear_how_the_run_ended(address, connection, deadline);
-    Ok(Answer::TookPart(the_runs_verdict(index, ended, run), round))
+    let end = run.as_ref().ok().cloned();
+    Ok(Answer::TookPart(the_runs_verdict(index, ended, run), round, end))
 }
 
 /// This process's part in the run it was admitted to.

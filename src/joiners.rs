@@ -1,13 +1,17 @@
 //! The processes that join a served run (`--serve SOCKET`), as the server sees them: the listening socket,
-//! who may join (a process of the same user, or root, by the socket's peer credentials; no more than the
+//! who may join (a process of the same user, or root, by the socket's peer credentials read at accept: a
+//! stranger is refused and closed at once; a bounded number of connections per process; no more than the
 //! run needs, the rest refused with the reason), and each joiner watched through its connection until it
-//! says how it ended. The server cannot kill a joiner: it stops one by aborting the run in the segment and
+//! says how it ended. A run of a served sequence (`--serve --ipc all`) neither binds nor removes the
+//! socket: it inherits the sequence's listener and the connections its top parent holds, and hands every
+//! connection still open back at its end. The server cannot kill a joiner: it stops one by aborting the run in the segment and
 //! closing the connection, which every wait of a joiner looks at.
 //!
 //! A joiner's death is its connection closing without a word: the run fails at once, naming it, as a child's
 //! death does. A socket path is made by the server and removed by it, and only while it is still the socket
 //! it made: an existing path is never taken over or removed.
 
+use std::cell::RefCell;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::time::{Duration, Instant};
@@ -16,7 +20,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use nix::errno::Errno;
 use nix::sys::socket::{Backlog, accept4, bind, listen, sockopt::PeerCredentials};
 
-use crate::meeting::{self, Address, Heard, RunEnd};
+use crate::meeting::{self, Address, Heard, Round, RunEnd};
 use crate::segment::{Segment, SharedState};
 use crate::signals;
 use crate::timings::progress_of;
@@ -29,6 +33,8 @@ const ASK_WITHIN: Duration = Duration::from_millis(500);
 /// New connections taken at one look, and connections that have not asked yet kept at most.
 const DOOR_PER_LOOK: usize = 8;
 const MAX_WAITING: usize = 64;
+/// Connections of one process that have not asked yet kept at most: a flood of one cannot push others out.
+const PER_PEER: usize = 4;
 /// How often the server looks at its socket and its joiners.
 const POLL: Duration = Duration::from_millis(1);
 
@@ -62,15 +68,50 @@ struct Joined {
 /// The joiners still connected when the run is over, to be told how the whole run ended: a joiner's verdict
 /// is the run's, not its own part's. A server's [`Joiners`] hand their connections over as they go.
 #[derive(Default)]
-pub struct Audience(std::cell::RefCell<Vec<OwnedFd>>);
+pub struct Audience {
+    told: RefCell<Vec<OwnedFd>>,
+    sequence: Option<InSequence>,
+}
+
+/// What a run of a served sequence inherits from the sequence's top parent: the listener, the connections
+/// the top parent holds (joiners that ask again after the run before, or that it had not admitted), and the
+/// socket every connection still open goes back over at the run's end.
+struct InSequence {
+    round: Round,
+    listener: RefCell<Option<OwnedFd>>,
+    waiting: RefCell<Vec<OwnedFd>>,
+    back: OwnedFd,
+}
 
 impl Audience {
-    /// Tells each joiner how the run ended, by the server's verdict `ended`, and closes its connection.
+    /// The audience of run `round` of a served sequence, from the descriptors `--served-fds` names: the
+    /// listener, the socket back to the top parent, then the connections it holds.
+    pub fn in_sequence(round: Round, fds: &[i32]) -> Result<Self> {
+        let [listener, back, held @ ..] = fds else {
+            bail!("--served-fds {fds:?}: the listener and the socket back come first");
+        };
+        let held = held.iter().map(|&fd| crate::inherit::take(fd, "held connection"));
+        Ok(Self {
+            told: RefCell::default(),
+            sequence: Some(InSequence {
+                round,
+                listener: RefCell::new(Some(crate::inherit::take(*listener, "sequence's listener")?)),
+                waiting: RefCell::new(held.collect::<Result<_>>()?),
+                back: crate::inherit::take(*back, "socket back to the top parent")?,
+            }),
+        })
+    }
+
+    /// The sequence's listener and the connections held, for this run's joiners (once).
+    fn door(&self) -> Option<(Round, OwnedFd, Vec<OwnedFd>)> {
+        let sequence = self.sequence.as_ref()?;
+        Some((sequence.round, sequence.listener.take()?, sequence.waiting.take()))
+    }
+
+    /// Tells each joiner how the run ended, by the server's verdict `ended`; then closes its connection, or,
+    /// in a served sequence, hands it back to the top parent with every other connection still open.
     pub fn tell(self, ended: &Result<crate::outcome::Outcome>) {
-        let connections = self.0.into_inner();
-        if connections.is_empty() {
-            return;
-        }
+        let mut connections = self.told.into_inner();
         let end = match ended {
             Ok(crate::outcome::Outcome::Passed) => RunEnd::Passed,
             Ok(crate::outcome::Outcome::Waived) => {
@@ -81,9 +122,13 @@ impl Audience {
                 why: format!("{e:#}"),
             },
         };
-        for connection in &connections {
-            // One that is gone has nothing to hear.
-            let _ = meeting::say_run_ended(connection, &end);
+        // One that is gone has nothing to hear.
+        connections.retain(|connection| meeting::say_run_ended(connection, &end).is_ok());
+        if let Some(sequence) = self.sequence {
+            connections.extend(sequence.waiting.into_inner());
+            if let Err(e) = meeting::hand_back(&sequence.back, &connections) {
+                warn!("simple-ipc: {e:#}");
+            }
         }
     }
 }
@@ -118,7 +163,7 @@ pub struct Joiners<'s> {
     /// server killed after that leaves no file).
     remove_when_full: bool,
     /// The run's place in a sequence (`--serve --ipc all`), said to each joiner as it is admitted.
-    round: Option<meeting::Round>,
+    round: Option<Round>,
     /// `--isolate`: only processes these processes started may join (the server started them itself).
     only_started_by: Option<Vec<i32>>,
     /// Where the joiners' connections go when these joiners do, to be told how the run ended.
@@ -154,16 +199,32 @@ impl<'s> Joiners<'s> {
         self
     }
 
-    /// Tells each joiner, as it is admitted, that the run is `round` of a sequence.
-    pub fn in_round(mut self, round: Option<meeting::Round>) -> Self {
-        self.round = round;
-        self
-    }
-
     /// Hands the joiners' connections to `audience` at the end, to be told how the run ended.
     pub fn telling_the_end_to(mut self, audience: &'s Audience) -> Self {
         self.audience = Some(audience);
         self
+    }
+
+    /// The joiners of a run of a served sequence, at the listener (and with the connections) that
+    /// `audience` inherited from the sequence's top parent.
+    pub fn in_sequence(
+        segment: &'s Segment,
+        audience: &'s Audience,
+        processes: usize,
+        descriptor_sockets: Vec<OwnedFd>,
+        started: Instant,
+        timeout: Option<Duration>,
+    ) -> Result<Self> {
+        let (round, listener, held) =
+            audience.door().context("a run of a served sequence without the sequence's listener")?;
+        let address = Address::Abstract("(the sequence's)".to_owned()); // never bound or removed here
+        let mut joiners =
+            Self::at(segment, (listener, None), address, processes, descriptor_sockets, started, timeout);
+        joiners.round = Some(round);
+        for connection in held {
+            joiners.arrived(connection);
+        }
+        Ok(joiners.telling_the_end_to(audience))
     }
 
     /// Removes the socket's file once every process has joined.
@@ -187,24 +248,23 @@ impl<'s> Joiners<'s> {
         started: Instant,
         timeout: Option<Duration>,
     ) -> Result<Self> {
-        if let Address::Path(path) = &address
-            && std::fs::symlink_metadata(path).is_ok()
-        {
-            if !is_stale_socket(&address)? {
-                bail!(
-                    "--serve {address}: the path exists and is no socket a run has left; another run may be \
-                     serving there (remove it if none is)"
-                );
-            }
-            // A socket nobody listens on: a server killed before it could remove it.
-            std::fs::remove_file(path)
-                .with_context(|| format!("--serve {address}: removing a stale socket"))?;
-            warn!("simple-ipc: removed the stale socket {address} (nothing listened there)");
-        }
-        let (listener, made) = listen_at(&address)?;
+        let door = bind_at(&address)?;
+        Ok(Self::at(segment, door, address, processes, descriptor_sockets, started, timeout))
+    }
+
+    /// Joiners at the listener `door` (and the socket file it made, if it made one).
+    fn at(
+        segment: &'s Segment,
+        (listener, made): (OwnedFd, Option<(u64, u64)>),
+        address: Address,
+        processes: usize,
+        descriptor_sockets: Vec<OwnedFd>,
+        started: Instant,
+        timeout: Option<Duration>,
+    ) -> Self {
         let mut sockets: Vec<Option<OwnedFd>> = descriptor_sockets.into_iter().map(Some).collect();
         sockets.resize_with(processes, || None);
-        Ok(Self {
+        Self {
             segment,
             listener: Some(listener),
             address,
@@ -219,7 +279,7 @@ impl<'s> Joiners<'s> {
             round: None,
             only_started_by: None,
             audience: None,
-        })
+        }
     }
 
     fn state(&self) -> &'s SharedState {
@@ -237,27 +297,7 @@ impl<'s> Joiners<'s> {
                 Err(Errno::EAGAIN | Errno::EINTR) => break,
                 Err(e) => return Err(e).context("accepting a joiner"),
             };
-            // Who it is, before anything it says is trusted.
-            let Ok(peer) = nix::sys::socket::getsockopt(&connection.as_fd(), PeerCredentials) else {
-                continue;
-            };
-            let me = nix::unistd::geteuid().as_raw();
-            let refusal = (peer.uid() != me && peer.uid() != 0).then(|| {
-                format!(
-                    "this run admits processes of its own user (uid {me}) or root; this one is uid {}",
-                    peer.uid()
-                )
-            });
-            let refusal = refusal.or_else(|| {
-                let ours = self.only_started_by.as_ref()?;
-                (!started_by(peer.pid(), ours)).then(|| {
-                    "this run admits only the processes it started in their namespaces (--isolate)".to_owned()
-                })
-            });
-            if self.waiting.len() >= MAX_WAITING {
-                continue; // dropped: too many connections that have not asked yet
-            }
-            self.waiting.push(Waiting { connection, pid: peer.pid(), since: Instant::now(), refusal });
+            self.arrived(connection);
         }
         // Those that have asked to join by now are admitted; the silent ones are let go after a while, and
         // one that says anything else, or leaves, takes no place.
@@ -286,6 +326,28 @@ impl<'s> Joiners<'s> {
         Ok(())
     }
 
+    /// A new connection at the door: who it is, before anything it says is trusted. A stranger (another
+    /// user, not root) is refused and closed at once; one more of a process that has [`PER_PEER`] waiting
+    /// already, or beyond [`MAX_WAITING`], is dropped; the rest wait to ask.
+    fn arrived(&mut self, connection: OwnedFd) {
+        let Ok(peer) = nix::sys::socket::getsockopt(&connection.as_fd(), PeerCredentials) else { return };
+        if let Some(why) = stranger(peer.uid()) {
+            let _ = meeting::hear(&connection, 0); // what it said already, so that the refusal is read
+            let _ = meeting::refuse(&connection, &why);
+            return;
+        }
+        let refusal = self.only_started_by.as_ref().and_then(|ours| {
+            (!started_by(peer.pid(), ours)).then(|| {
+                "this run admits only the processes it started in their namespaces (--isolate)".to_owned()
+            })
+        });
+        let of_this_peer = self.waiting.iter().filter(|w| w.pid == peer.pid()).count();
+        if self.waiting.len() >= MAX_WAITING || of_this_peer >= PER_PEER {
+            return; // dropped: too many connections that have not asked yet
+        }
+        self.waiting.push(Waiting { connection, pid: peer.pid(), since: Instant::now(), refusal });
+    }
+
     /// Admits a process that asked to join, or refuses it when the run has all its processes.
     fn admit(&mut self, connection: OwnedFd, pid: i32) -> Result<()> {
         let position = self.joined.len();
@@ -306,16 +368,11 @@ impl<'s> Joiners<'s> {
         self.descriptor_sockets[position] = None;
         say!("Process {index} joined (pid {pid})")?;
         self.joined.push(Joined { index, pid, connection: Some(connection), done: false });
-        if self.joined.len() == self.expected() {
-            if self.remove_when_full || self.round.is_some() {
-                self.remove_socket_file();
-            }
-            // A run of a sequence closes its door once full: a joiner that comes now is for the next run,
-            // and must find nobody listening until that run's server does. So does an isolated run: nobody
-            // else is to come.
-            if self.round.is_some() || self.remove_when_full {
-                self.listener = None;
-            }
+        // A run of a sequence closes its door once full: a joiner that comes now waits at the sequence's
+        // listener for the next run. So does an isolated run, and removes its socket: nobody else is to come.
+        if self.joined.len() == self.expected() && (self.round.is_some() || self.remove_when_full) {
+            self.remove_socket_file();
+            self.listener = None;
         }
         Ok(())
     }
@@ -355,7 +412,8 @@ impl<'s> Joiners<'s> {
                     Heard::Admitted(_)
                     | Heard::Refused(_)
                     | Heard::Asked(_)
-                    | Heard::Waived(..)
+                    | Heard::SequenceEnded(_)
+                    | Heard::HandedBack(_)
                     | Heard::RunEnded(_),
                 ) => {
                     keep = false;
@@ -456,12 +514,25 @@ impl<'s> Joiners<'s> {
             let _ = self.look_at_joiners();
             std::thread::sleep(POLL);
         }
+        let Some(audience) = self.audience else { return };
         for joiner in &mut self.joined {
-            if let (Some(connection), Some(audience)) = (joiner.connection.take(), self.audience) {
-                audience.0.borrow_mut().push(connection);
+            if let Some(connection) = joiner.connection.take() {
+                audience.told.borrow_mut().push(connection);
             }
         }
+        // In a sequence, those that have not asked yet may be for the next run.
+        if let Some(sequence) = &audience.sequence {
+            sequence.waiting.borrow_mut().extend(self.waiting.drain(..).map(|w| w.connection));
+        }
     }
+}
+
+/// Why a process of user `uid` may not join a run of this user: `None` for this user or root.
+pub(crate) fn stranger(uid: u32) -> Option<String> {
+    let me = nix::unistd::geteuid().as_raw();
+    (uid != me && uid != 0).then(|| {
+        format!("this run admits processes of its own user (uid {me}) or root; this one is uid {uid}")
+    })
 }
 
 /// Whether process `pid` (as this process sees it; 0 for one outside its PID namespace) is one of `pids` or
@@ -483,53 +554,25 @@ fn started_by(pid: i32, pids: &[i32]) -> bool {
     false
 }
 
-/// How long the server of a waived run of a sequence waits for the joiners to come (they are waiting for
-/// it, trying to connect every few milliseconds, once they are done with the run before), when it does not
-/// know how many they are; with a count, at most this long for the last of them.
-const TELL_WAIVED_FOR: Duration = Duration::from_secs(2);
-const TELL_WAIVED_AT_MOST: Duration = Duration::from_secs(5);
-
-/// A waived run of a sequence (`--serve --ipc all`) serves its socket for a moment only to tell each joiner
-/// that asks that it was waived, and why: they go on to the next run.
-pub fn tell_waived(address: &Address, round: meeting::Round, why: &str) -> Result<()> {
+/// A non-blocking listening socket bound at `address`, and the file it made there (device, inode); a path
+/// that exists is taken only where it is a socket nothing listens on (a server killed before it could
+/// remove it).
+pub(crate) fn bind_at(address: &Address) -> Result<(OwnedFd, Option<(u64, u64)>)> {
     if let Address::Path(path) = address
-        && is_stale_socket(address)?
+        && std::fs::symlink_metadata(path).is_ok()
     {
-        let _ = std::fs::remove_file(path);
-    }
-    let (listener, made) = listen_at(address)?;
-    let start = Instant::now();
-    let mut last = start;
-    let mut told = 0u32;
-    let mut waiting: Vec<(OwnedFd, Instant)> = Vec::new();
-    // Until every joiner of the run before was told (or, not knowing how many, while they keep coming).
-    let more_to_tell = |told: u32, last: Instant| match round.joiners_before {
-        0 => last.elapsed() < TELL_WAIVED_FOR,
-        n => told < n && start.elapsed() < TELL_WAIVED_AT_MOST,
-    };
-    while more_to_tell(told, last) || !waiting.is_empty() {
-        signals::check()?;
-        if let Ok(connection) = accept4(&listener, nix::sys::socket::SockFlag::SOCK_CLOEXEC) {
-            waiting.push((connection, Instant::now()));
+        if !is_stale_socket(address)? {
+            bail!(
+                "--serve {address}: the path exists and is no socket a run has left; another run may be \
+                 serving there (remove it if none is)"
+            );
         }
-        waiting.retain(|(connection, since)| match meeting::hear(connection, 0) {
-            Ok(Heard::Asked(_)) => {
-                if meeting::say_waived(connection, round, why).is_ok() {
-                    told += 1;
-                    last = Instant::now();
-                }
-                false
-            }
-            Ok(Heard::Nothing) => since.elapsed() < ASK_WITHIN,
-            _ => false,
-        });
-        std::thread::sleep(POLL);
+        std::fs::remove_file(path).with_context(|| format!("--serve {address}: removing a stale socket"))?;
+        warn!("simple-ipc: removed the stale socket {address} (nothing listened there)");
     }
-    remove_if_made(address, made);
-    Ok(())
+    listen_at(address)
 }
 
-/// A non-blocking listening socket bound at `address`, and the file it made there (device, inode).
 fn listen_at(address: &Address) -> Result<(OwnedFd, Option<(u64, u64)>)> {
     let listener = meeting::seqpacket()?;
     bind(listener.as_raw_fd(), &address.unix()?).with_context(|| format!("--serve {address}: bind"))?;
@@ -545,7 +588,7 @@ fn listen_at(address: &Address) -> Result<(OwnedFd, Option<(u64, u64)>)> {
 }
 
 /// Removes the socket's file at `address`, if it is still the one that `made` says was made there.
-fn remove_if_made(address: &Address, made: Option<(u64, u64)>) {
+pub(crate) fn remove_if_made(address: &Address, made: Option<(u64, u64)>) {
     if let (Address::Path(path), Some((dev, ino))) = (address, made)
         && std::fs::symlink_metadata(path).is_ok_and(|m| m.dev() == dev && m.ino() == ino)
     {

@@ -6,7 +6,10 @@
 //! - or refuses it, with the reason;
 //! - the joiner, at its end, says how it ended (its exit status, and why it failed, if it did);
 //! - the server, once the whole run is over, tells each joiner still connected how the run ended (a
-//!   joiner's verdict is the run's, not its own part's).
+//!   joiner's verdict is the run's, not its own part's);
+//! - in a served sequence (`--serve --ipc all`) a joiner keeps its one connection: it asks again after each
+//!   run, a run hands the connections it holds back to the sequence's top parent at its end, and the top
+//!   parent, once the last run is over, tells each how every run of the sequence ended.
 //!
 //! The connection is also how each side knows the other lives: a closed connection is a process gone.
 
@@ -69,8 +72,10 @@ const ENDED: &[u8; 8] = b"SIPCDONE";
 const HELLO: &[u8; 8] = b"SIPCHELO";
 /// A joiner asks to join, and only a benchmark (`--join --bench`).
 const HELLO_BENCH: &[u8; 8] = b"SIPCHELB";
-const WAIVED: &[u8; 8] = b"SIPCWAIV";
 const RUN_ENDED: &[u8; 8] = b"SIPCOVER";
+const SEQUENCE_ENDED: &[u8; 8] = b"SIPCLAST";
+/// A run of a served sequence hands its connections back to the sequence's top parent.
+const HANDED_BACK: &[u8; 8] = b"SIPCBACK";
 
 /// Where a served run is one of a sequence (`--serve SOCKET --ipc all`: one run per mechanism): its number
 /// from 1, and how many runs the sequence has.
@@ -78,26 +83,14 @@ const RUN_ENDED: &[u8; 8] = b"SIPCOVER";
 pub struct Round {
     pub number: u32,
     pub of: u32,
-    /// How many processes joined the run before (the server of a waived run tells as many); 0: not known.
-    pub joiners_before: u32,
 }
 
 impl Round {
-    pub fn is_last(self) -> bool {
-        self.number >= self.of
-    }
-
-    /// `2/3` or `2/3/4` (4 processes joined the run before), as `--serve-round` takes it.
+    /// `2/3`, as `--serve-round` takes it.
     pub fn parse(text: &str) -> Result<Self, String> {
-        let fields: Vec<Option<u32>> = text.split('/').map(|f| f.parse().ok()).collect();
-        match fields[..] {
-            [Some(number), Some(of)] if number >= 1 && number <= of => {
-                Ok(Self { number, of, joiners_before: 0 })
-            }
-            [Some(number), Some(of), Some(joiners_before)] if number >= 1 && number <= of => {
-                Ok(Self { number, of, joiners_before })
-            }
-            _ => Err(format!("'{text}' is not K/M[/N] with 1 <= K <= M")),
+        match text.split_once('/').map(|(k, m)| (k.parse(), m.parse())) {
+            Some((Ok(number), Ok(of))) if number >= 1 && number <= of => Ok(Self { number, of }),
+            _ => Err(format!("'{text}' is not K/M with 1 <= K <= M")),
         }
     }
 }
@@ -158,14 +151,35 @@ pub fn refuse(connection: &OwnedFd, why: &str) -> Result<()> {
     send(connection, &message, &[]).context("refusing a joiner")
 }
 
-/// The server of one run of a sequence tells a joiner that this run was waived (the mechanism is missing
-/// here, say): it goes on to the next.
-pub fn say_waived(connection: &OwnedFd, round: Round, why: &str) -> Result<()> {
-    let mut message = WAIVED.to_vec();
-    message.extend_from_slice(&round_bytes(Some(round)));
-    message.extend_from_slice(why.as_bytes());
-    send(connection, &message, &[]).context("telling a joiner the run was waived")
+/// The top parent of a served sequence tells a joiner how each of its runs ended, in order: one record
+/// each, a kind byte and the reason, separated by NULs.
+pub fn say_sequence_ended(connection: &OwnedFd, ends: &[RunEnd]) -> Result<()> {
+    let mut message = SEQUENCE_ENDED.to_vec();
+    let most = (2 * MAX_REASON) / ends.len().max(1);
+    for end in ends {
+        let (kind, why) = match end {
+            RunEnd::Passed => (b'p', ""),
+            RunEnd::Failed { why, .. } => (b'f', why.as_str()),
+            RunEnd::Waived(why) => (b'w', why.as_str()),
+        };
+        message.push(kind);
+        message.extend_from_slice(cut(why, most).as_bytes());
+        message.push(0);
+    }
+    send(connection, &message, &[]).context("telling a joiner how the served sequence ended")
 }
+
+/// A run of a served sequence hands `connections` back to the sequence's top parent over `back`.
+pub fn hand_back(back: &OwnedFd, connections: &[OwnedFd]) -> Result<()> {
+    for some in connections.chunks(MAX_HANDED) {
+        let fds: Vec<RawFd> = some.iter().map(|c| c.as_raw_fd()).collect();
+        send(back, HANDED_BACK, &fds).context("handing the joiners' connections back to the top parent")?;
+    }
+    Ok(())
+}
+
+/// Connections handed back in one message at most.
+const MAX_HANDED: usize = 16;
 
 /// The longest reason a joiner gives for its failure (the rest is cut at a character's boundary).
 const MAX_REASON: usize = 3000;
@@ -262,8 +276,10 @@ pub enum Heard {
     Ended(u8, String, Option<Diagnosis>),
     /// A process asks to join (`true`: only a benchmark).
     Asked(bool),
-    /// This run of a sequence was waived, for this reason.
-    Waived(Round, String),
+    /// How every run of a served sequence ended, in order (the top parent says it at the end).
+    SequenceEnded(Vec<RunEnd>),
+    /// Connections a run of a served sequence handed back to its top parent.
+    HandedBack(Vec<OwnedFd>),
     /// How the whole run ended (the server says it to each joiner at the end).
     RunEnded(RunEnd),
     /// The connection closed: the other side is gone.
@@ -274,21 +290,29 @@ pub enum Heard {
 
 /// Reads the next message, waiting at most `wait_ms`; the descriptors that come with it are owned at once.
 pub fn hear(connection: &OwnedFd, wait_ms: u16) -> Result<Heard> {
+    hear_once(connection, wait_ms, false)
+}
+
+/// [`hear`]; `after_reset`: the last read said the peer closed with something of ours unread, which is
+/// reported once, ahead of what it sent before it closed (a refusal said at once): that is read now.
+fn hear_once(connection: &OwnedFd, wait_ms: u16, after_reset: bool) -> Result<Heard> {
     let mut fds = [PollFd::new(connection.as_fd(), PollFlags::POLLIN)];
     match poll(&mut fds, PollTimeout::from(wait_ms)) {
         Ok(0) | Err(nix::errno::Errno::EINTR) => return Ok(Heard::Nothing),
         Ok(_) => {}
         Err(e) => return Err(e).context("poll on the run's socket"),
     }
-    let mut buffer = [0u8; 16 + 2 * MAX_REASON + 2];
-    let mut space = nix::cmsg_space!([RawFd; 2]);
+    let mut buffer = [0u8; 16 + 2 * MAX_REASON + 2 + 2 * crate::ipc::Mechanism::ALL.len()];
+    let mut space = nix::cmsg_space!([RawFd; MAX_HANDED]);
     let mut iov = [IoSliceMut::new(&mut buffer)];
-    let received =
-        match recvmsg::<()>(connection.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC) {
-            Ok(received) => received,
-            Err(nix::errno::Errno::ECONNRESET) => return Ok(Heard::Closed),
-            Err(e) => return Err(e).context("reading the run's socket"),
-        };
+    let flags = MsgFlags::MSG_CMSG_CLOEXEC | MsgFlags::MSG_DONTWAIT;
+    let received = match recvmsg::<()>(connection.as_raw_fd(), &mut iov, Some(&mut space), flags) {
+        Ok(received) => received,
+        Err(nix::errno::Errno::ECONNRESET) if !after_reset => return hear_once(connection, 0, true),
+        Err(nix::errno::Errno::ECONNRESET) => return Ok(Heard::Closed),
+        Err(nix::errno::Errno::EAGAIN) => return Ok(Heard::Nothing),
+        Err(e) => return Err(e).context("reading the run's socket"),
+    };
     let mut owned = Vec::new();
     for message in received.cmsgs().context("the control messages of the run's socket")? {
         if let ControlMessageOwned::ScmRights(raw) = message {
@@ -310,9 +334,7 @@ pub fn hear(connection: &OwnedFd, wait_ms: u16) -> Result<Heard> {
             let mut fds = owned.into_iter();
             let segment = fds.next().context("the server admitted this process without the segment")?;
             let round = match (word(16), word(20)) {
-                (Ok(number), Ok(of)) if number >= 1 => {
-                    Some(Round { number: number as u32, of: of as u32, joiners_before: 0 })
-                }
+                (Ok(number), Ok(of)) if number >= 1 => Some(Round { number: number as u32, of: of as u32 }),
                 _ => None,
             };
             Ok(Heard::Admitted(Admission {
@@ -335,10 +357,17 @@ pub fn hear(connection: &OwnedFd, wait_ms: u16) -> Result<Heard> {
         }
         Some(tag) if tag == HELLO => Ok(Heard::Asked(false)),
         Some(tag) if tag == HELLO_BENCH => Ok(Heard::Asked(true)),
-        Some(tag) if tag == WAIVED => {
-            let round = Round { number: word(8)? as u32, of: word(12)? as u32, joiners_before: 0 };
-            Ok(Heard::Waived(round, said(text.get(16..).unwrap_or_default())))
+        Some(tag) if tag == SEQUENCE_ENDED => {
+            let records = text[8..].split(|&b| b == 0).filter(|r| !r.is_empty());
+            let ends = records.map(|record| match record[0] {
+                b'p' => Ok(RunEnd::Passed),
+                b'f' => Ok(RunEnd::Failed { process: None, why: said(&record[1..]) }),
+                b'w' => Ok(RunEnd::Waived(said(&record[1..]))),
+                _ => bail!("a sequence's end on the run's socket that simple-ipc does not send"),
+            });
+            Ok(Heard::SequenceEnded(ends.collect::<Result<_>>()?))
         }
+        Some(tag) if tag == HANDED_BACK => Ok(Heard::HandedBack(owned)),
         Some(tag) if tag == RUN_ENDED => {
             let why = said(text.get(13..).unwrap_or_default());
             match (text.get(8), word(9)?) {
@@ -377,14 +406,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_round_is_k_of_m_with_the_joiners_before() {
-        assert_eq!(Round::parse("2/4"), Ok(Round { number: 2, of: 4, joiners_before: 0 }));
-        assert_eq!(Round::parse("4/4/3"), Ok(Round { number: 4, of: 4, joiners_before: 3 }));
-        assert!(Round::parse("4/4/3").unwrap().is_last() && !Round::parse("3/4").unwrap().is_last());
-        for bad in ["0/3", "4/3", "x", "1/", "1/2/3/4"] {
+    fn a_round_is_k_of_m() {
+        assert_eq!(Round::parse("2/4"), Ok(Round { number: 2, of: 4 }));
+        for bad in ["0/3", "4/3", "x", "1/", "1/2/3", "4/4/3"] {
             assert!(Round::parse(bad).is_err(), "{bad}");
         }
-        assert_eq!(Round::parse("2/4/1").unwrap().to_string(), "2/4");
+        assert_eq!(Round::parse("2/4").unwrap().to_string(), "2/4");
     }
 
     #[test]
@@ -414,8 +441,9 @@ mod tests {
         let escaped = "\\u{1b}[2K\\rPASSED\\u{1b}]0;t\\u{7}";
         refuse(&a, evil).unwrap();
         assert!(matches!(hear(&b, 1000).unwrap(), Heard::Refused(why) if why == escaped));
-        say_waived(&a, Round { number: 1, of: 1, joiners_before: 0 }, evil).unwrap();
-        assert!(matches!(hear(&b, 1000).unwrap(), Heard::Waived(_, why) if why == escaped));
+        say_sequence_ended(&a, &[RunEnd::Waived(evil.into())]).unwrap();
+        let Heard::SequenceEnded(ends) = hear(&b, 1000).unwrap() else { panic!("not the end") };
+        assert_eq!(ends, [RunEnd::Waived(escaped.into())]);
         let diagnosis = Diagnosis::new(evil.into(), "; what fixes it: ", evil.into());
         say_ended(&b, 1, evil, Some(&diagnosis)).unwrap();
         let Heard::Ended(1, why, Some(d)) = hear(&a, 1000).unwrap() else { panic!("not ended") };
@@ -450,14 +478,20 @@ mod tests {
         let Heard::Admitted(admission) = hear(&b, 1000).unwrap() else { panic!("not admitted") };
         assert_eq!((admission.index, admission.processes, admission.round), (3, 5, None));
         assert!(admission.descriptor_socket.is_none());
-        let round = Round { number: 2, of: 4, joiners_before: 0 };
+        let round = Round { number: 2, of: 4 };
         admit(&a, 1, 2, x.as_fd(), None, Some(round)).unwrap();
         let Heard::Admitted(admission) = hear(&b, 1000).unwrap() else { panic!("not admitted") };
         assert_eq!(admission.round, Some(round), "a run of a sequence says its place");
-        say_waived(&a, round, "no fabric here").unwrap();
-        assert!(
-            matches!(hear(&b, 1000).unwrap(), Heard::Waived(r, why) if r == round && why == "no fabric here")
-        );
+        let ends = [
+            RunEnd::Waived("no legacy here".into()),
+            RunEnd::Passed,
+            RunEnd::Failed { process: None, why: "Process 1 failed!".into() },
+        ];
+        say_sequence_ended(&a, &ends).unwrap();
+        assert!(matches!(hear(&b, 1000).unwrap(), Heard::SequenceEnded(heard) if heard == ends));
+        let (c, d) = nix::unistd::pipe().unwrap();
+        hand_back(&a, &[c, d]).unwrap();
+        assert!(matches!(hear(&b, 1000).unwrap(), Heard::HandedBack(fds) if fds.len() == 2));
         refuse(&a, "the run has all the processes it needs").unwrap();
         assert!(matches!(hear(&b, 1000).unwrap(), Heard::Refused(why) if why.contains("all the processes")));
         say_ended(&b, 1, "cuIpcOpenMemHandle: CUDA_ERROR_INVALID_CONTEXT", None).unwrap();
@@ -485,5 +519,22 @@ mod tests {
         drop(b);
         assert!(peer_is_gone(&a));
         assert!(matches!(hear(&a, 1000).unwrap(), Heard::Closed));
+    }
+
+    /// A refusal said at once, by a peer that closed with the joiner's question unread, is still heard.
+    #[test]
+    fn what_was_said_before_a_reset_is_heard() {
+        let (a, b) = nix::sys::socket::socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .unwrap();
+        ask_to_join(&b, false).unwrap();
+        refuse(&a, "not of this user").unwrap();
+        drop(a);
+        assert!(matches!(hear(&b, 1000).unwrap(), Heard::Refused(why) if why == "not of this user"));
+        assert!(matches!(hear(&b, 1000).unwrap(), Heard::Closed));
     }
 }

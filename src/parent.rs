@@ -36,17 +36,15 @@ use crate::timings::{self, Phases, Stopwatch};
 use crate::verify;
 
 pub fn run(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
-    // Served, each joiner is told how the whole run ended once it is over: its verdict is the run's.
-    let audience = Audience::default();
+    // Served, each joiner is told how the whole run ended once it is over: its verdict is the run's. A run
+    // of a served sequence (`--serve --ipc all`) then hands every connection back to the sequence's top
+    // parent, however it ended (waived before anyone joined, too).
+    let audience = match (cli.serve_round, &cli.served_fds) {
+        (Some(round), Some(fds)) => Audience::in_sequence(round, fds)?,
+        _ => Audience::default(),
+    };
     let outcome = run_the_sample(cli, mechanism, &audience);
     audience.tell(&outcome);
-    // A waived run of a served sequence (`--serve --ipc all`) tells the joiners waiting for it so: they go
-    // on to the next.
-    if let (Ok(Outcome::Waived), Some(address), Some(round)) = (&outcome, &cli.serve, cli.serve_round) {
-        let why = crate::report::waiver().unwrap_or_else(|| "waived".to_owned());
-        let address = Address::parse(address).with_context(|| format!("--serve {address}"))?;
-        crate::joiners::tell_waived(&address, round, &why)?;
-    }
     outcome
 }
 
@@ -240,9 +238,11 @@ impl<'s> Team<'s> {
         };
         let address = Address::parse(address).with_context(|| format!("--serve {address}"))?;
         let sockets = std::mem::take(their_sockets);
-        let joiners = Joiners::listen(segment, address.clone(), n, sockets, started, cli.timeout())?
-            .in_round(cli.serve_round)
-            .telling_the_end_to(audience);
+        let joiners = match cli.serve_round {
+            Some(_) => Joiners::in_sequence(segment, audience, n, sockets, started, cli.timeout())?,
+            None => Joiners::listen(segment, address.clone(), n, sockets, started, cli.timeout())?
+                .telling_the_end_to(audience),
+        };
         let processes = if n == 1 { "process" } else { "processes" };
         say!("Serving the run at {address}: waiting for {n} {processes} to join (--join {address})")?;
         Ok(Team::Joined(joiners))

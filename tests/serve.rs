@@ -753,13 +753,9 @@ impl Drop for FakeServer {
     }
 }
 
-/// What a waived run 1/1 of a sequence says, as the real server's `say_waived` writes it.
+/// What the top parent of a sequence of one waived run says at its end, as `say_sequence_ended` writes it.
 fn waived_1_of_1(why: &[u8]) -> Vec<u8> {
-    let mut message = b"SIPCWAIV".to_vec();
-    message.extend_from_slice(&1u32.to_le_bytes());
-    message.extend_from_slice(&1u32.to_le_bytes());
-    message.extend_from_slice(why);
-    message
+    [b"SIPCLASTw".as_slice(), why, b"\0"].concat()
 }
 
 /// A server of another user cannot make a joiner pass: `nobody` listening at the name first and answering
@@ -933,4 +929,100 @@ fn a_sequence_joiner_stopped_by_a_signal_exits_128_plus_n() {
         assert_eq!(got, Some(code), "{signal}: {out}");
         assert!(out.contains(&format!("STOPPED (exit {code}): interrupted by {signal}")), "{signal}: {out}");
     }
+}
+
+/// A served sequence whose first run is waived (the GPUs have no legacy IPC) with one joiner: the joiner's
+/// connection is admitted by the next run that runs, told which run was waived, and both ends finish well
+/// within `--timeout` (it once reconnected ~800 times a second past the watchdog, for minutes).
+#[test]
+fn a_served_sequence_whose_first_run_is_waived_ends_within_its_timeout() {
+    let socket = format!("@simple-ipc-test-waived-first-{}", std::process::id());
+    let start = Instant::now();
+    let server = serve("no-legacy-ipc", &socket, &["--ipc", "all", "--timeout", "5"]);
+    let joiner = Running::start("no-legacy-ipc", &["--join", &socket, "--timeout", "5"], None);
+    let (code, out, _) = server.end(Duration::from_secs(8));
+    let (joined, said, _) = joiner.end(Duration::from_secs(8));
+    assert!(start.elapsed() < Duration::from_secs(7), "{:?}: {out}\n{said}", start.elapsed());
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("legacy waived") && out.contains("vmm passed"), "{out}");
+    assert_eq!(joined, Some(0), "{said}");
+    assert_eq!(said.matches("was waived").count(), 2, "told of legacy and fabric once each: {said}");
+    assert!(said.contains("run 1/4 was waived") && said.contains("run 4/4 was waived"), "{said}");
+    assert_eq!(said.matches("complete!").count(), 2, "{said}");
+}
+
+/// `nobody` (python3) opening a silent connection to the abstract `@name` every millisecond, keeping the
+/// last 500 open, until the guard drops.
+struct Flood(Child);
+
+impl Flood {
+    fn start(name: &str) -> Option<Self> {
+        use std::os::unix::process::CommandExt;
+        const SCRIPT: &str = "import socket, sys, time\n\
+            held = []\n\
+            print('flooding', flush=True)\n\
+            while True:\n    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)\n    s.setblocking(False)\n\
+            \x20   try:\n        s.connect('\\0' + sys.argv[1])\n    except OSError:\n        pass\n\
+            \x20   held.append(s)\n    if len(held) > 500:\n        held.pop(0).close()\n    time.sleep(0.001)\n";
+        let python = std::path::Path::new("/usr/bin/python3");
+        if !python.exists() {
+            return None;
+        }
+        let mut command = Command::new(python);
+        command.args(["-I", "-c", SCRIPT, name]).stdin(Stdio::null()).stdout(Stdio::piped());
+        command.uid(65534).gid(65534);
+        let mut flood = Self(command.spawn().ok()?);
+        let started = common::wait_for_lines(&mut flood.0, "flooding", 1, Duration::from_secs(10));
+        (started == 1).then_some(flood)
+    }
+}
+
+impl Drop for Flood {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A flood of silent connections from another uid neither holds a served sequence open nor keeps its real
+/// joiners out: each stranger is closed at accept. Once it held a waived run open 15-25 s past `--timeout
+/// 5` and made both joiners fail ("closed the connection without an answer"). Needs root (for `nobody`).
+#[test]
+fn a_flood_from_another_uid_neither_holds_a_sequence_open_nor_keeps_joiners_out() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("SKIPPED a_flood_from_another_uid_neither_holds_a_sequence_open: not root");
+        return;
+    }
+    let name = format!("simple-ipc-test-flood-{}", std::process::id());
+    let socket = format!("@{name}");
+    let start = Instant::now();
+    let server =
+        serve("no-legacy-ipc", &socket, &["--ipc", "all", "--procs-per-device", "2", "--timeout", "5"]);
+    let Some(flood) = Flood::start(&name) else {
+        eprintln!("SKIPPED a_flood_from_another_uid_neither_holds_a_sequence_open: no python3 for nobody");
+        return;
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let joiners = [join("no-legacy-ipc", &socket, None), join("no-legacy-ipc", &socket, None)];
+    let (code, out, _) = server.end(Duration::from_secs(10));
+    let ends: Vec<(Option<i32>, String, Duration)> = joiners.into_iter().map(|j| j.end(LIMIT)).collect();
+    drop(flood);
+    assert!(start.elapsed() < Duration::from_secs(8), "{:?}: {out}\n{ends:?}", start.elapsed());
+    assert_eq!(code, Some(0), "{out}");
+    for (code, said, _) in ends {
+        assert_eq!(code, Some(0), "{said}");
+        assert_eq!(said.matches("complete!").count(), 2, "{said}");
+    }
+}
+
+/// The server's `--timeout` bounds the whole served sequence, not each run: with nobody joining, it ends at
+/// its watchdog, and the runs it had no time for are said to be not run.
+#[test]
+fn a_served_sequences_timeout_bounds_the_whole_sequence() {
+    let socket = format!("@simple-ipc-test-sequence-timeout-{}", std::process::id());
+    let server = serve("ok", &socket, &["--ipc", "all", "--timeout", "2"]);
+    let (code, out, took) = server.end(LIMIT);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(took < Duration::from_secs(4), "{took:?}: {out}");
+    assert!(out.contains("not run: the sequence did not finish within 2 s (--timeout)"), "{out}");
 }

@@ -23,6 +23,7 @@ use crate::report::document::{Document, MechanismResult};
 use crate::report::{JsonFile, Results, Status};
 use crate::signals;
 
+mod served;
 mod sub_run;
 mod table;
 
@@ -52,6 +53,12 @@ pub struct Row {
 }
 
 impl Row {
+    /// The row of a mechanism not run (its ending to be set).
+    fn not_run(mechanism: Mechanism) -> Self {
+        let ending = Ending::Waived(String::new());
+        Row { mechanism, ending, wall_ms: None, open_one_ms: None, document: None }
+    }
+
     /// The row as the `--json` document carries it.
     fn result(&self) -> MechanismResult {
         let ending = match &self.ending {
@@ -66,39 +73,38 @@ impl Row {
 
 pub fn run(cli: &Cli) -> Result<Outcome> {
     let json = JsonFile::requested();
-    let passed_on = passed_on(std::env::args_os().skip(1));
     let mut rows = Vec::new();
     // Served (`--serve SOCKET --ipc all`), each mechanism's run is one of a sequence, which the joiners
-    // follow from one to the next: each run says its place in it.
+    // follow from one to the next over the one listener this process holds (see `served`); its `--timeout`
+    // bounds the whole sequence.
     let runs = Mechanism::ALL.into_iter().filter(|&m| cannot_run(cli, m).is_none()).count() as u32;
-    let mut number = 0;
-    let mut joined = 0; // how many processes the last run that ran had: a waived run tells as many
+    let mut sequence = match &cli.serve {
+        Some(address) => Some(served::Sequence::open(address, runs, cli.timeout())?),
+        None => None,
+    };
+    let set_here: &[&str] =
+        if sequence.is_some() { &[&SET_HERE[..], &["--timeout"]].concat() } else { &SET_HERE };
+    let passed_on = passed_on_less(std::env::args_os().skip(1), set_here);
     let bar = crate::progress::Bar::start(Mechanism::ALL.len() as u64, "--ipc all", cli.quiet);
     for mechanism in Mechanism::ALL {
         bar.doing(format!("--ipc {}", mechanism.name()));
         say!("== --ipc {}", mechanism.name())?;
-        let round = if cli.serve.is_some() && cannot_run(cli, mechanism).is_none() {
-            number += 1;
-            vec![OsString::from("--serve-round"), OsString::from(format!("{number}/{runs}/{joined}"))]
-        } else {
-            Vec::new()
-        };
-        let row = match cannot_run(cli, mechanism) {
-            Some(reason) => {
+        let row = match (cannot_run(cli, mechanism), &mut sequence) {
+            (Some(reason), _) => {
                 say!("{reason}")?;
-                let ending = Ending::Waived(reason.clone());
-                Row { mechanism, ending, wall_ms: None, open_one_ms: None, document: None }
+                Row { ending: Ending::Waived(reason), ..Row::not_run(mechanism) }
             }
-            None => run_one(&passed_on, mechanism, &round, true)?,
+            (None, Some(sequence)) => sequence.run(&passed_on, mechanism)?,
+            (None, None) => run_one(&passed_on, mechanism, &[], true)?,
         };
-        if let Some(processes) = row.document.as_ref().and_then(|d| d.run.as_ref()).map(|r| r.processes) {
-            joined = processes;
-        }
         rows.push(row);
         bar.step_done();
         signals::check()?;
     }
     drop(bar);
+    if let Some(sequence) = sequence {
+        sequence.end();
+    }
     crate::output::text(&table(&rows))?;
     if let Some(json) = json {
         json.write(Results::Mechanisms(rows.iter().map(Row::result).collect()))?;
@@ -124,11 +130,16 @@ pub fn outcome(rows: &[Row]) -> Result<Outcome> {
 
 /// The options `--ipc all` sets itself for each run: every other argument goes on as the user gave it, so
 /// that no option, today's or a future one, can be dropped on the way.
-const SET_HERE: [&str; 4] = ["--ipc", "--json", "--report-fd", "--serve-round"];
+const SET_HERE: [&str; 5] = ["--ipc", "--json", "--report-fd", "--serve-round", "--served-fds"];
 
 /// The user's arguments (without the program's name) less those in [`SET_HERE`], in both their forms
 /// (`--ipc vmm` and `--ipc=vmm`).
 pub fn passed_on(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
+    passed_on_less(args, &SET_HERE)
+}
+
+/// The user's arguments less those in `set_here` (a served sequence sets each run's `--timeout` too).
+fn passed_on_less(args: impl IntoIterator<Item = OsString>, set_here: &[&str]) -> Vec<OsString> {
     let mut args = args.into_iter();
     let mut kept = Vec::new();
     while let Some(arg) = args.next() {
@@ -138,9 +149,9 @@ pub fn passed_on(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
             break;
         }
         let bytes = arg.as_bytes();
-        if SET_HERE.iter().any(|option| bytes == option.as_bytes()) {
+        if set_here.iter().any(|option| bytes == option.as_bytes()) {
             args.next(); // its value
-        } else if !SET_HERE
+        } else if !set_here
             .iter()
             .any(|option| bytes.strip_prefix(option.as_bytes()).is_some_and(|rest| rest.starts_with(b"=")))
         {

@@ -41,9 +41,22 @@ pub(crate) fn run_one(
     extra: &[OsString],
     echo: bool,
 ) -> Result<Row> {
+    run_one_inheriting(passed_on, mechanism, extra, echo, Vec::new())
+}
+
+/// [`run_one`], the run inheriting the descriptors `given` too (which `extra` names), closed here once it
+/// has started: a run of a served sequence is then their only holder.
+pub(crate) fn run_one_inheriting(
+    passed_on: &[OsString],
+    mechanism: Mechanism,
+    extra: &[OsString],
+    echo: bool,
+    given: Vec<OwnedFd>,
+) -> Result<Row> {
     let (report, report_end) =
         nix::unistd::pipe2(OFlag::O_CLOEXEC).context("pipe2 for the result of a run of one mechanism")?;
     let fd = report_end.as_raw_fd();
+    let kept: Vec<i32> = given.iter().map(AsRawFd::as_raw_fd).collect();
     let mut command = Command::new("/proc/self/exe");
     command
         .arg0(std::env::args_os().next().unwrap_or_else(|| "simple-ipc".into()))
@@ -63,6 +76,7 @@ pub(crate) fn run_one(
             if nix::unistd::getppid() != top {
                 return Err(std::io::Error::from_raw_os_error(nix::libc::ESRCH)); // it died before the prctl
             }
+            kept.iter().try_for_each(|&fd| inherit::keep_across_exec(fd))?;
             inherit::keep_across_exec(fd)
         });
     }
@@ -74,7 +88,7 @@ pub(crate) fn run_one(
     let mut child = command
         .spawn()
         .with_context(|| format!("starting the run of --ipc {} (/proc/self/exe)", mechanism.name()))?;
-    drop(report_end);
+    drop((report_end, given));
     let (stdout, stderr) = (child.stdout.take().map(OwnedFd::from), child.stderr.take().map(OwnedFd::from));
     // Declared before the pipes: on an early return they close first, so the run cannot block writing to
     // them while it is being stopped.

@@ -1,0 +1,117 @@
+//! `--serve SOCKET --ipc all`: the top parent binds the socket once and holds it for the whole sequence.
+//! Each mechanism's run inherits the listener and the connections the top parent holds, and at its end
+//! hands every connection still open back (`joiners::Audience`): a joiner keeps one connection from the
+//! run it first joins to the end, asking again after each run, and a run waived before anyone joined needs
+//! nobody told, for the next run admits whoever waits. Once the last run is over, the top parent tells each
+//! connection still open (and each still waiting at the listener) how every run ended, then closes the
+//! listener and removes the socket file it made. The user's `--timeout` bounds the whole sequence: each run
+//! is given what is left of it.
+
+use std::ffi::OsString;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use nix::errno::Errno;
+use nix::sys::socket::{SockFlag, accept4, getsockopt, sockopt::PeerCredentials};
+
+use super::{Ending, Row, sub_run};
+use crate::ipc::Mechanism;
+use crate::joiners;
+use crate::meeting::{self, Address, Heard, RunEnd};
+
+/// Connections still waiting at the listener that the top parent tells at the end, at most.
+const MOST_AT_THE_END: usize = 256;
+
+/// The served sequence, as its top parent holds it.
+pub(crate) struct Sequence {
+    address: Address,
+    listener: OwnedFd,
+    made: Option<(u64, u64)>,
+    /// Connections handed back by the last run, for the next.
+    held: Vec<OwnedFd>,
+    /// How each run of the sequence so far ended, and how many it has.
+    ends: Vec<RunEnd>,
+    runs: u32,
+    /// The end of the user's `--timeout`, from the start of the sequence.
+    deadline: Option<(Instant, Duration)>,
+}
+
+impl Sequence {
+    pub(crate) fn open(address: &str, runs: u32, timeout: Option<Duration>) -> Result<Self> {
+        let address = Address::parse(address).with_context(|| format!("--serve {address}"))?;
+        let (listener, made) = joiners::bind_at(&address)?;
+        let deadline = timeout.map(|t| (Instant::now() + t, t));
+        Ok(Self { address, listener, made, held: Vec::new(), ends: Vec::new(), runs, deadline })
+    }
+
+    /// Runs `mechanism` as the next run of the sequence, with the listener and the connections held, and
+    /// takes back the connections it hands back at its end.
+    pub(crate) fn run(&mut self, passed_on: &[OsString], mechanism: Mechanism) -> Result<Row> {
+        let number = self.ends.len() as u32 + 1;
+        let left = self.deadline.map(|(at, _)| at.saturating_duration_since(Instant::now()));
+        if let (Some(left), Some((_, timeout))) = (left, self.deadline)
+            && left.is_zero()
+        {
+            let why =
+                format!("not run: the sequence did not finish within {} s (--timeout)", timeout.as_secs());
+            say!("{why}")?;
+            return Ok(self.ended(Row { mechanism, ending: Ending::Failed(why), ..Row::not_run(mechanism) }));
+        }
+        let (back, their_back) = crate::ipc::descriptors::pair()?;
+        let mut given =
+            vec![self.listener.try_clone().context("dup of the sequence's listener")?, their_back];
+        given.append(&mut self.held);
+        let fds: Vec<String> = given.iter().map(|fd| fd.as_raw_fd().to_string()).collect();
+        let seconds = left.map_or(0, |left| left.as_secs_f64().ceil() as u64);
+        let extra = [
+            "--serve-round".into(),
+            format!("{number}/{}", self.runs),
+            "--served-fds".into(),
+            fds.join(","),
+            "--timeout".into(),
+            seconds.to_string(),
+        ]
+        .map(OsString::from);
+        let row = sub_run::run_one_inheriting(passed_on, mechanism, &extra, true, given)?;
+        while let Ok(Heard::HandedBack(connections)) = meeting::hear(&back, 0) {
+            self.held.extend(connections);
+        }
+        Ok(self.ended(row))
+    }
+
+    fn ended(&mut self, row: Row) -> Row {
+        self.ends.push(match &row.ending {
+            Ending::Passed => RunEnd::Passed,
+            Ending::Failed(why) => RunEnd::Failed { process: None, why: why.clone() },
+            Ending::Waived(why) => RunEnd::Waived(why.clone()),
+        });
+        row
+    }
+
+    /// Tells every connection held, and every one still waiting at the listener, how each run ended (a
+    /// stranger is refused), then closes the listener and removes the socket file it made.
+    pub(crate) fn end(mut self) {
+        for _ in 0..MOST_AT_THE_END {
+            let connection = match accept4(&self.listener, SockFlag::SOCK_CLOEXEC) {
+                Ok(connection) => connection,
+                Err(Errno::EINTR) => continue,
+                Err(_) => break,
+            };
+            let peer = getsockopt(&connection, PeerCredentials);
+            match peer.map(|peer| joiners::stranger(peer.uid())) {
+                Ok(None) => self.held.push(connection),
+                Ok(Some(why)) => {
+                    let _ = meeting::hear(&connection, 0);
+                    let _ = meeting::refuse(&connection, &why);
+                }
+                Err(_) => {}
+            }
+        }
+        for connection in &self.held {
+            // One that is gone has nothing to hear.
+            let _ = meeting::say_sequence_ended(connection, &self.ends);
+        }
+        joiners::remove_if_made(&self.address, self.made);
+    }
+}
