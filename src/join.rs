@@ -183,7 +183,7 @@ fn take_part_once(
     started_by_server: bool,
 ) -> Result<Answer> {
     // A server that refuses a stranger at once may have closed already: its refusal is read next.
-    let _ = meeting::ask_to_join(connection, bench_asked);
+    let _ = meeting::ask_to_join(connection, bench_asked, &crate::placement::Place::here());
     let admission = loop {
         signals::check()?;
         match meeting::hear(connection, 10)? {
@@ -191,7 +191,7 @@ fn take_part_once(
             Heard::SequenceEnded(ends) => return Ok(Answer::SequenceEnded(ends)),
             Heard::Refused(why) => bail!("--join {address}: the server refused this process: {why}"),
             Heard::Closed => bail!("--join {address}: the server closed the connection without an answer"),
-            Heard::Ended(..) | Heard::Asked(_) | Heard::RunEnded(_) | Heard::HandedBack(_) => {
+            Heard::Ended(..) | Heard::Asked(..) | Heard::RunEnded(_) | Heard::HandedBack(_) => {
                 bail!("--join {address}: the server sent what it should not before it admitted this process")
             }
             Heard::Nothing => {

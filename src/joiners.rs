@@ -21,6 +21,7 @@ use nix::errno::Errno;
 use nix::sys::socket::{Backlog, accept4, bind, listen, sockopt::PeerCredentials};
 
 use crate::meeting::{self, Address, Heard, Round, RunEnd};
+use crate::placement::{Place, Placement};
 use crate::segment::{Segment, SharedState};
 use crate::signals;
 use crate::timings::progress_of;
@@ -63,6 +64,8 @@ struct Joined {
     pid: i32,
     connection: Option<OwnedFd>,
     done: bool,
+    /// Where it said it stands, if it said.
+    place: Option<Box<Place>>,
 }
 
 /// The joiners still connected when the run is over, to be told how the whole run ended: a joiner's verdict
@@ -304,7 +307,7 @@ impl<'s> Joiners<'s> {
         let mut still = Vec::new();
         for waiting in std::mem::take(&mut self.waiting) {
             match meeting::hear(&waiting.connection, 0) {
-                Ok(Heard::Asked(bench_only)) => match &waiting.refusal.clone().or_else(|| {
+                Ok(Heard::Asked(bench_only, place)) => match &waiting.refusal.clone().or_else(|| {
                     let bench = self.state().options.load(std::sync::atomic::Ordering::Relaxed)
                         & crate::segment::OPTION_BENCH
                         != 0;
@@ -316,7 +319,7 @@ impl<'s> Joiners<'s> {
                         warn!("simple-ipc: a process (pid {}) asked to join: refused: {why}", waiting.pid);
                         let _ = meeting::refuse(&waiting.connection, why);
                     }
-                    None => self.admit(waiting.connection, waiting.pid)?,
+                    None => self.admit(waiting.connection, waiting.pid, place)?,
                 },
                 Ok(Heard::Nothing) if waiting.since.elapsed() < ASK_WITHIN => still.push(waiting),
                 _ => {}
@@ -349,7 +352,7 @@ impl<'s> Joiners<'s> {
     }
 
     /// Admits a process that asked to join, or refuses it when the run has all its processes.
-    fn admit(&mut self, connection: OwnedFd, pid: i32) -> Result<()> {
+    fn admit(&mut self, connection: OwnedFd, pid: i32, place: Option<Box<Place>>) -> Result<()> {
         let position = self.joined.len();
         let index = self.first + position;
         if position >= self.expected() {
@@ -367,13 +370,31 @@ impl<'s> Joiners<'s> {
         }
         self.descriptor_sockets[position] = None;
         say!("Process {index} joined (pid {pid})")?;
-        self.joined.push(Joined { index, pid, connection: Some(connection), done: false });
+        self.joined.push(Joined { index, pid, connection: Some(connection), done: false, place });
+        if self.joined.len() == self.expected() {
+            self.say_where_they_stand()?;
+        }
         // A run of a sequence closes its door once full: a joiner that comes now waits at the sequence's
         // listener for the next run. So does an isolated run, and removes its socket: nobody else is to come.
         if self.joined.len() == self.expected() && (self.round.is_some() || self.remove_when_full) {
             self.remove_socket_file();
             self.listener = None;
         }
+        Ok(())
+    }
+
+    /// Once every process has joined, before anything runs: what each shares with the server and the
+    /// forecast for each pair (`placement`), in the output and the document. A joiner that said no place
+    /// is left out of it.
+    fn say_where_they_stand(&self) -> Result<()> {
+        let places: Vec<(usize, Place)> =
+            self.joined.iter().filter_map(|j| Some((j.index, (**j.place.as_ref()?).clone()))).collect();
+        if places.is_empty() {
+            return Ok(());
+        }
+        let placement = Placement::of(Place::here(), places);
+        say!("{}", placement.text().trim_end())?;
+        crate::report::note_placement(placement);
         Ok(())
     }
 
@@ -411,7 +432,7 @@ impl<'s> Joiners<'s> {
                 Ok(
                     Heard::Admitted(_)
                     | Heard::Refused(_)
-                    | Heard::Asked(_)
+                    | Heard::Asked(..)
                     | Heard::SequenceEnded(_)
                     | Heard::HandedBack(_)
                     | Heard::RunEnded(_),

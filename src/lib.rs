@@ -36,8 +36,6 @@ pub(crate) mod numa;
 pub(crate) mod outcome;
 pub(crate) mod parent;
 pub mod phase;
-// Wired into the served run next; until then only its tests use it.
-#[allow(dead_code)]
 pub(crate) mod placement;
 pub(crate) mod proc_stat;
 pub(crate) mod progress;

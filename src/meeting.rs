@@ -19,6 +19,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use anyhow::{Context, Result, bail, ensure};
 
 use crate::ipc::diagnose::Diagnosis;
+use crate::placement::Place;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::socket::{
     AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag, SockType, UnixAddr, recvmsg,
@@ -120,10 +121,38 @@ pub struct Admission {
     pub round: Option<Round>,
 }
 
-/// A joiner asks to join: until it has, a connection is nobody (a probe, a stray client) and takes no place.
-/// `bench_only`: the joiner takes part only in a benchmark (`--join --bench`), and is refused by any other run.
-pub fn ask_to_join(connection: &OwnedFd, bench_only: bool) -> Result<()> {
-    send(connection, if bench_only { HELLO_BENCH } else { HELLO }, &[]).context("asking to join")
+/// A joiner asks to join, saying where it stands (its [`Place`], as JSON): until it has asked, a connection
+/// is nobody (a probe, a stray client) and takes no place. `bench_only`: the joiner takes part only in a
+/// benchmark (`--join --bench`), and is refused by any other run.
+pub fn ask_to_join(connection: &OwnedFd, bench_only: bool, place: &Place) -> Result<()> {
+    let mut message = if bench_only { HELLO_BENCH } else { HELLO }.to_vec();
+    // A place is a few hundred bytes; one too long for the server's reader is sent without it.
+    match serde_json::to_vec(place) {
+        Ok(json) if json.len() <= MAX_REASON => message.extend_from_slice(&json),
+        _ => {}
+    }
+    send(connection, &message, &[]).context("asking to join")
+}
+
+/// A joiner's place, as it said it, with every text made [`printable`]; `None` where it said none or
+/// what is not one. It is the joiner's word: it goes into the forecast, never into a verdict.
+fn place_said(bytes: &[u8]) -> Option<Box<Place>> {
+    let mut place: Place = serde_json::from_slice(bytes).ok()?;
+    place.hostname = printable(&place.hostname);
+    for text in [&mut place.boot_id, &mut place.cuda_visible_devices, &mut place.nvidia_visible_devices]
+        .into_iter()
+        .chain([&mut place.nccl_hostid])
+        .flatten()
+    {
+        *text = printable(text);
+    }
+    if let Some(shm) = place.dev_shm.as_mut() {
+        shm.file_system = printable(&shm.file_system);
+    }
+    for gpu in place.gpus.iter_mut().flatten() {
+        *gpu = printable(gpu);
+    }
+    Some(Box::new(place))
 }
 
 /// The server admits a joiner: its index, the count, and the descriptors.
@@ -274,8 +303,8 @@ pub enum Heard {
     Refused(String),
     /// A joiner's exit status, why it failed (empty when it did not say), and its diagnosis, if it had one.
     Ended(u8, String, Option<Diagnosis>),
-    /// A process asks to join (`true`: only a benchmark).
-    Asked(bool),
+    /// A process asks to join (`true`: only a benchmark), where it stands if it said.
+    Asked(bool, Option<Box<Place>>),
     /// How every run of a served sequence ended, in order (the top parent says it at the end).
     SequenceEnded(Vec<RunEnd>),
     /// Connections a run of a served sequence handed back to its top parent.
@@ -355,8 +384,8 @@ fn hear_once(connection: &OwnedFd, wait_ms: u16, after_reset: bool) -> Result<He
             };
             Ok(Heard::Ended(text.get(8).copied().unwrap_or(1), why, diagnosis))
         }
-        Some(tag) if tag == HELLO => Ok(Heard::Asked(false)),
-        Some(tag) if tag == HELLO_BENCH => Ok(Heard::Asked(true)),
+        Some(tag) if tag == HELLO => Ok(Heard::Asked(false, place_said(&text[8..]))),
+        Some(tag) if tag == HELLO_BENCH => Ok(Heard::Asked(true, place_said(&text[8..]))),
         Some(tag) if tag == SEQUENCE_ENDED => {
             let records = text[8..].split(|&b| b == 0).filter(|r| !r.is_empty());
             let ends = records.map(|record| match record[0] {
@@ -470,10 +499,20 @@ mod tests {
         )
         .unwrap();
         let (x, _y) = nix::unistd::pipe().unwrap();
-        ask_to_join(&b, false).unwrap();
-        assert!(matches!(hear(&a, 1000).unwrap(), Heard::Asked(false)));
-        ask_to_join(&b, true).unwrap();
-        assert!(matches!(hear(&a, 1000).unwrap(), Heard::Asked(true)), "a joiner that wants the benchmark");
+        let mut here = Place::here();
+        ask_to_join(&b, false, &here).unwrap();
+        assert!(matches!(hear(&a, 1000).unwrap(), Heard::Asked(false, Some(place)) if *place == here));
+        ask_to_join(&b, true, &here).unwrap();
+        assert!(
+            matches!(hear(&a, 1000).unwrap(), Heard::Asked(true, _)),
+            "a joiner that wants the benchmark"
+        );
+        here.hostname = "\u{1b}]0;evil\u{7}".into();
+        ask_to_join(&b, false, &here).unwrap();
+        let Heard::Asked(_, Some(said)) = hear(&a, 1000).unwrap() else { panic!("no place") };
+        assert_eq!(said.hostname, "\\u{1b}]0;evil\\u{7}", "a hostname from the wire is made printable");
+        send(&b, b"SIPCHELOnot json", &[]).unwrap();
+        assert!(matches!(hear(&a, 1000).unwrap(), Heard::Asked(false, None)), "a place that is none is none");
         admit(&a, 3, 5, x.as_fd(), None, None).unwrap();
         let Heard::Admitted(admission) = hear(&b, 1000).unwrap() else { panic!("not admitted") };
         assert_eq!((admission.index, admission.processes, admission.round), (3, 5, None));
@@ -531,7 +570,7 @@ mod tests {
             SockFlag::SOCK_CLOEXEC,
         )
         .unwrap();
-        ask_to_join(&b, false).unwrap();
+        ask_to_join(&b, false, &Place::here()).unwrap();
         refuse(&a, "not of this user").unwrap();
         drop(a);
         assert!(matches!(hear(&b, 1000).unwrap(), Heard::Refused(why) if why == "not of this user"));

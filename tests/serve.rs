@@ -1026,3 +1026,68 @@ fn a_served_sequences_timeout_bounds_the_whole_sequence() {
     assert!(took < Duration::from_secs(4), "{took:?}: {out}");
     assert!(out.contains("not run: the sequence did not finish within 2 s (--timeout)"), "{out}");
 }
+
+/// Before anything runs, the server says where each joiner stands against it, made of namespaces by
+/// `unshare` (not by `--isolate`): a joiner in the server's namespaces shares everything; one with a PID,
+/// UTS and mount namespace of its own is said to differ in each (with its hostname), and the forecast says
+/// what follows (NCCL's P2P falls back, PyTorch's expandable segments cannot fetch the descriptor), with
+/// the least change; the `--json` document carries the same as data.
+#[test]
+fn the_server_says_what_each_joiner_shares_with_it_and_forecasts_each_path() {
+    let prefix = ["unshare", "--pid", "--fork", "--mount-proc", "--uts"];
+    if !Command::new("unshare").args(&prefix[1..]).arg("true").status().is_ok_and(|s| s.success()) {
+        common::skipped("namespaces", "the_server_says_what_each_joiner_shares_with_it: no namespaces here");
+        return;
+    }
+    let (dir, socket) = socket_path("placement");
+    let json = dir.path().join("run.json");
+    let json_arg = json.display().to_string();
+    let args = ["--procs-per-device", "2", "--ipc", "vmm", "--sync", "memops", "--json", &json_arg];
+    let server = serve("ok", &socket, &args);
+    let server_pid = server.child.id();
+    let near = join("ok", &socket, None);
+    assert!(server.wait_for("Process 0 joined", LIMIT), "{}", server.text());
+    let script = format!("hostname far-away && exec {} --join {socket}", bin().display());
+    let far = Command::new("unshare")
+        .args(&prefix[1..])
+        .args(["sh", "-c", &script])
+        .env(SIMULATE, "ok")
+        .env_remove(FAULT)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (code, out, _) = server.end(LIMIT);
+    assert_eq!(near.end(LIMIT).0, Some(0));
+    assert_eq!(far.wait_with_output().unwrap().status.code(), Some(0));
+    assert_eq!(code, Some(0), "{out}");
+    let table: Vec<&str> = out.lines().skip_while(|l| !l.starts_with("Where the processes stand")).collect();
+    assert!(table.len() > 12, "the table comes before the run: {out}");
+    let row = |name: &str| table.iter().find(|l| l.starts_with(name)).copied().unwrap_or_default();
+    assert!(row("PID namespace").contains("same") && row("PID namespace").contains("differs: pid "), "{out}");
+    assert!(row("hostname (UTS)").ends_with("and far-away"), "{out}");
+    assert!(
+        row("mount namespace").contains("differs") && row("/dev/shm").matches("same").count() == 2,
+        "{out}"
+    );
+    assert!(
+        out.contains("Forecast for process 0 (docs/placement.md says why):\n  legacy memory: works;"),
+        "{out}"
+    );
+    assert!(out.contains("NCCL P2P: falls back to NCCL's NET transport"), "{out}");
+    assert!(
+        out.contains("PyTorch expandable_segments: fails (pidfd_getfd: the exporter's pid is not visible")
+    );
+    assert!(out.contains("what fixes it: Docker --uts=container:NAME"), "{out}");
+    let doc = common::document(&json);
+    let processes = doc["placement"]["processes"].as_array().unwrap();
+    assert_eq!(processes.len(), 2, "{doc}");
+    let far = processes.iter().find(|p| p["place"]["hostname"] == "far-away").unwrap();
+    assert_eq!(far["shares"][0]["fact"], "pid_namespace");
+    assert_eq!(far["shares"][0]["same"], "differs");
+    assert_eq!(far["place"]["pid"], 1, "{far}");
+    let nccl = far["libraries"].as_array().unwrap().iter().find(|f| f["path"] == "NCCL P2P").unwrap();
+    assert_eq!(nccl["verdict"], "falls_back", "{nccl}");
+    assert_eq!(doc["placement"]["server"]["pid"].as_u64(), Some(u64::from(server_pid)));
+}

@@ -8,7 +8,10 @@ use serde::{Deserialize, Serialize};
 
 pub(crate) mod forecast;
 pub(crate) mod libraries;
+mod report;
 pub(crate) mod share;
+
+pub use report::Placement;
 
 /// The namespaces that a container may give a process of its own, by the inode of `/proc/self/ns/<kind>`;
 /// `None` where it cannot be read.

@@ -49,6 +49,8 @@ struct Pending {
     /// A refusal that a process which joined this run reported in its own document (see
     /// `isolation::launch`).
     refused: Option<Refused>,
+    /// Where the processes that joined stand, once they all have.
+    placement: Option<crate::placement::Placement>,
 }
 
 impl Pending {
@@ -62,6 +64,7 @@ impl Pending {
             devices: Vec::new(),
             results: None,
             refused: None,
+            placement: None,
         }
     }
 }
@@ -242,6 +245,13 @@ impl Refused {
     }
 }
 
+/// Notes where the processes that joined stand (`joiners`, once every process has joined).
+pub fn note_placement(placement: crate::placement::Placement) {
+    if let Some(pending) = pending().as_mut() {
+        pending.placement = Some(placement);
+    }
+}
+
 /// Notes a refusal that a process which joined this run reported (the first one is kept).
 pub fn note_refused(refused: Refused) {
     if let Some(pending) = pending().as_mut() {
@@ -346,6 +356,7 @@ fn document(pending: &mut Pending, verdict: &Verdict) -> Document {
         mechanisms,
         bench,
         matrix,
+        placement: pending.placement.take(),
     }
 }
 

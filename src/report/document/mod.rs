@@ -56,6 +56,10 @@ pub struct Document {
     /// `mode` "container_matrix": one entry per boundary and kind of handle.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub matrix: Option<Vec<MatrixCell>>,
+    /// A served or isolated run, once every process joined: where each stands, what it shares with the
+    /// server, and the forecast for each pair (docs/placement.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<crate::placement::Placement>,
 }
 
 /// One cell of the container matrix (`--ipc all --isolate KINDS`): an isolated run that tries one kind of
@@ -320,6 +324,7 @@ mod tests {
             mechanisms: None,
             bench: None,
             matrix: None,
+            placement: None,
         }
     }
 
