@@ -8,7 +8,8 @@ use std::sync::atomic::Ordering;
 use anyhow::{Context, Result, bail, ensure};
 use nix::unistd::getppid;
 
-use crate::driver::{Driver, uuid_text};
+use crate::driver::{self, Driver, Unavailable, uuid_text};
+use crate::ipc::diagnose::Diagnosis;
 use crate::meeting;
 use crate::segment::{self, Segment, SharedState};
 use crate::signals;
@@ -34,6 +35,37 @@ pub fn joined_segment(index: usize, processes: usize, fd: OwnedFd) -> Result<Seg
     Ok(segment)
 }
 
+/// The CUDA driver, for process `index`: where this process sees no GPU at all (a container given none,
+/// `CUDA_VISIBLE_DEVICES=`), the failure says which GPU the run gives it and what gives it that GPU.
+pub fn driver(state: &SharedState, index: usize) -> Result<Box<dyn Driver>> {
+    driver::load().map_err(|e| match (e.downcast_ref::<Unavailable>(), state.device_uuid_of(index)) {
+        (Some(none), Some(uuid)) => lacks_gpu(index, &uuid_text(&uuid), &none.to_string()).into(),
+        _ => e.context("starting CUDA"),
+    })
+}
+
+/// A process that does not see the GPU the run gives it: the cause, with what it sees and the variables
+/// that choose it, and the fix in the words of Docker and Kubernetes.
+fn lacks_gpu(index: usize, uuid: &str, sees: &str) -> Diagnosis {
+    let variable = |name: &str| match std::env::var(name) {
+        Ok(value) => format!("{name}={value:?}"),
+        Err(_) => format!("{name} unset"),
+    };
+    Diagnosis::new(
+        format!(
+            "process {index} is given the GPU {uuid}, which this process does not see ({sees}; {}, {})",
+            variable("CUDA_VISIBLE_DEVICES"),
+            variable("NVIDIA_VISIBLE_DEVICES")
+        ),
+        "; what fixes it: ",
+        format!(
+            "give this container that GPU: Docker --gpus device={uuid} (or NVIDIA_VISIBLE_DEVICES={uuid}), and a \
+             CUDA_VISIBLE_DEVICES that does not hide it; Kubernetes: both pods need that GPU (one pod with both \
+             containers, a shared ResourceClaim with DRA, or the device plugin's time-slicing or MPS sharing)"
+        ),
+    )
+}
+
 /// The device process `index` is given: the one whose UUID the segment names (a process that joined from
 /// another container may number the GPUs otherwise), or the parent's ordinal where it names none.
 pub fn device(driver: &dyn Driver, state: &SharedState, index: usize) -> Result<i32> {
@@ -54,12 +86,9 @@ pub fn device(driver: &dyn Driver, state: &SharedState, index: usize) -> Result<
         }
         seen.push(uuid_text(&here));
     }
-    bail!(
-        "process {index} is given the GPU {}, which this process does not see (it sees {}): give it that GPU \
-         (docker run --gpus device=..., NVIDIA_VISIBLE_DEVICES, CUDA_VISIBLE_DEVICES)",
-        uuid_text(&uuid),
-        if seen.is_empty() { "none".to_owned() } else { seen.join(", ") }
-    )
+    let sees =
+        if seen.is_empty() { "it sees none".to_owned() } else { format!("it sees {}", seen.join(", ")) };
+    Err(lacks_gpu(index, &uuid_text(&uuid), &sees).into())
 }
 
 /// Maps the parent's segment (`simpleIPCshm<getppid()>`), inherited as descriptor `segment_fd`, after

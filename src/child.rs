@@ -11,7 +11,7 @@ use anyhow::{Context, Result, anyhow, bail};
 
 use crate::attach;
 use crate::barrier;
-use crate::driver::{self, Driver};
+use crate::driver::Driver;
 use crate::fault;
 use crate::gpu::Stream;
 use crate::gpu::host_buffer::{self, HostBuffer};
@@ -59,7 +59,7 @@ pub fn take_part(
         .context("starting the host buffer thread")?;
 
     watch.enter(Phase::CudaStart)?;
-    let driver = driver::load().context("starting CUDA")?;
+    let driver = attach::driver(state, index)?;
     let driver: &dyn Driver = &*driver;
     let device = attach::device(driver, state, index)?;
 

@@ -402,6 +402,32 @@ fn a_joiner_without_its_gpu_says_which_uuid_it_lacks() {
             .any(|o| o.contains("is given the GPU GPU-") && o.contains("which this process does not see")),
         "{outs:?}"
     );
+    // A joiner that sees no GPU at all (a container given none): the same, with what gives it the GPU, as
+    // the cause and fix of the server's document.
+    let (dir, socket) = socket_path("no-gpu-at-all");
+    let json = dir.path().join("run.json");
+    let server = serve("ok", &socket, &["--json", &json.display().to_string()]);
+    let out = Command::new(bin())
+        .args(["--join", &socket])
+        .env(SIMULATE, "ok")
+        .env("CUDA_VISIBLE_DEVICES", "")
+        .env_remove(FAULT)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let (code, said, _) = server.end(LIMIT);
+    assert_eq!((code, out.status.code()), (Some(1), Some(1)), "{said} {}", text(&out));
+    assert!(text(&out).contains("which this process does not see (the CUDA driver has no GPU to offer"));
+    let doc = common::document(&json);
+    let (cause, fix) = (doc["cause"].as_str().unwrap_or(""), doc["fix"].as_str().unwrap_or(""));
+    assert!(
+        cause.starts_with("process 0 is given the GPU GPU-") && cause.contains("CUDA_VISIBLE_DEVICES=\"\""),
+        "{doc}"
+    );
+    assert!(
+        fix.contains("Docker --gpus device=GPU-") && fix.contains("Kubernetes: both pods need that GPU"),
+        "{doc}"
+    );
 }
 
 /// Joiners in PID namespaces of their own (both pid 1, as two containers' first processes are), with the

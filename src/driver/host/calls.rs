@@ -32,7 +32,7 @@ impl Driver for HostDriver {
             multiprocessors: 2,
             pci_bus_id: None,
             l2_cache_bytes: SIMULATED_L2_BYTES,
-            uuid: super::simulated_uuid(device),
+            uuid: super::simulated_uuid(self.physical[device as usize]),
         })
     }
     fn can_access_peer(&self, device: i32, peer: i32) -> Result<bool> {

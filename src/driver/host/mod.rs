@@ -26,7 +26,10 @@
 //! handles); or a feature, `imex`: the process has an IMEX channel. Without `imex` a device reports fabric
 //! handles but `cuMemCreate` of a fabric-shareable allocation answers `CUDA_ERROR_NOT_PERMITTED`, as on the
 //! H200 host (driver 580, no `/dev/nvidia-caps-imex-channels/`). Several are joined by `+` (`ok+imex`). An
-//! empty value is a machine without devices.
+//! empty value is a machine without devices. `CUDA_VISIBLE_DEVICES` is honoured as by the driver: a list of
+//! ordinals or UUIDs (`GPU-...`, or a prefix of one) keeps those devices, in that order, each with its UUID;
+//! the list ends at the first entry that names none; a list that keeps none makes `cuInit` answer
+//! `CUDA_ERROR_NO_DEVICE`.
 //!
 //! The virtual memory management API and memory pools are simulated with descriptors too: an allocation or
 //! a pool is a memfd, exported as a new descriptor of it (which the program passes over a Unix socket), and
@@ -98,6 +101,7 @@ enum SimulatedDevice {
 }
 
 /// What a simulated device lacks: `ok`, or defects joined by `+` (`no-vmm+no-pools`).
+#[derive(Clone)]
 struct Defects(Vec<SimulatedDevice>);
 
 impl Defects {
@@ -130,7 +134,9 @@ impl Defects {
 
 /// Host-memory stand-in for the CUDA driver: the devices, and one table per concern, each behind one lock.
 pub struct HostDriver {
+    /// The visible devices, each with its ordinal on the machine (its UUID's number), by `CUDA_VISIBLE_DEVICES`.
     devices: Vec<Defects>,
+    physical: Vec<i32>,
     memory: memory::Memory,
     events: events::Events,
     streams: streams::Streams,
@@ -214,20 +220,39 @@ impl HostDriver {
             let why = "this process's pid is not the one /proc says";
             return Err(failed("cuInit", super::code::OPERATING_SYSTEM, why));
         }
-        Self::new(&spec.to_string_lossy()).map(Some)
+        let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+        Self::new(&spec.to_string_lossy(), visible.as_deref()).map(Some)
     }
 
     /// The simulation of the devices `spec` describes (the value of [`SIMULATE_ENV`]).
-    fn new(spec: &str) -> Result<Self> {
-        let devices = spec
+    fn new(spec: &str, visible: Option<&str>) -> Result<Self> {
+        let all = spec
             .split(',')
             .filter(|kind| !kind.trim().is_empty())
             .map(Defects::parse)
             .collect::<Result<Vec<_>>>()?;
+        let physical = match visible {
+            None => (0..all.len() as i32).collect(),
+            Some(list) => {
+                let kept = visible_devices(list, all.len());
+                if kept.is_empty() {
+                    // As the CUDA driver's cuInit: CUDA_ERROR_NO_DEVICE, which means no GPU here.
+                    return Err(super::Unavailable(format!(
+                        "the CUDA driver has no GPU to offer: CUDA_ERROR_NO_DEVICE (simulated: \
+                         CUDA_VISIBLE_DEVICES={list:?} names none of the {} devices)",
+                        all.len()
+                    ))
+                    .into());
+                }
+                kept
+            }
+        };
+        let devices = physical.iter().map(|&d| all[d as usize].clone()).collect();
         let seed = u64::from(std::process::id()) << 32
             | u64::from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.subsec_nanos());
         Ok(Self {
             devices,
+            physical,
             memory: memory::Memory::default(),
             events: events::Events::default(),
             streams: streams::Streams::default(),
@@ -267,6 +292,26 @@ impl HostDriver {
     }
 }
 
+/// The machine's ordinals that `CUDA_VISIBLE_DEVICES=list` keeps of `count` devices, in its order: each entry
+/// an ordinal or a UUID (or its prefix); the list ends at the first entry that names none, as the driver's.
+fn visible_devices(list: &str, count: usize) -> Vec<i32> {
+    let mut kept = Vec::new();
+    for entry in list.split(',').map(str::trim) {
+        let named = match entry.parse::<usize>() {
+            Ok(ordinal) => (ordinal < count).then_some(ordinal as i32),
+            Err(_) if entry.starts_with("GPU-") && entry.len() > 4 => {
+                (0..count as i32).find(|&d| crate::driver::uuid_text(&simulated_uuid(d)).starts_with(entry))
+            }
+            Err(_) => None,
+        };
+        match named {
+            Some(device) if !kept.contains(&device) => kept.push(device),
+            _ => break,
+        }
+    }
+    kept
+}
+
 /// A simulated device's UUID: the same for device N in every process that simulates it, so that processes
 /// which see fewer devices (a joiner in another container, say) lack the others' UUIDs, as on a GPU host.
 pub(super) fn simulated_uuid(device: i32) -> [u8; 16] {
@@ -280,11 +325,30 @@ mod tests {
     use super::*;
     use crate::driver::{Driver, failed_code};
 
+    /// `CUDA_VISIBLE_DEVICES` keeps the devices it names, in its order, each with its own UUID; the list
+    /// ends at the first entry that names none; none kept is `cuInit`'s `CUDA_ERROR_NO_DEVICE`.
+    #[test]
+    fn cuda_visible_devices_is_honoured_as_by_the_driver() {
+        let uuid = |d| crate::driver::uuid_text(&simulated_uuid(d));
+        assert_eq!(visible_devices("1,0", 3), [1, 0]);
+        assert_eq!(visible_devices("2,7,0", 3), [2], "the list ends at an ordinal that names none");
+        assert_eq!(visible_devices(&uuid(2), 3), [2]);
+        assert_eq!(visible_devices("", 3), Vec::<i32>::new());
+        assert_eq!(visible_devices("GPU-", 3), Vec::<i32>::new());
+        let sim = HostDriver::new("ok,no-vmm,ok", Some("1")).unwrap();
+        assert_eq!(sim.device_count().unwrap(), 1);
+        let info = sim.device_info(0).unwrap();
+        assert_eq!(info.uuid, simulated_uuid(1), "device 0 here is the machine's device 1");
+        assert!(!sim.supports(0, crate::driver::Capability::VirtualMemory).unwrap(), "with its defects");
+        let none = HostDriver::new("ok,ok", Some("")).err().unwrap();
+        assert!(none.is::<crate::driver::Unavailable>() && none.to_string().contains("CUDA_ERROR_NO_DEVICE"));
+    }
+
     /// What is not freed is named when the driver goes away; freeing by the wrong call, or twice, is the
     /// CUresult CUDA answers.
     #[test]
     fn what_is_still_held_is_named_and_frees_must_match() {
-        let mut sim = HostDriver::new("ok").unwrap();
+        let mut sim = HostDriver::new("ok", None).unwrap();
         sim.use_device(0).unwrap();
         let buffer = sim.alloc(4096).unwrap();
         let stream = sim.create_non_blocking_stream().unwrap();

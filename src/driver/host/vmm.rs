@@ -221,7 +221,7 @@ mod tests {
     /// exported only as a fabric handle, and is named when it is still held.
     #[test]
     fn fabric_allocations_need_an_imex_channel_and_export_only_as_fabric_handles() {
-        let mut sim = HostDriver::new("ok,ok+imex,no-fabric+imex").unwrap();
+        let mut sim = HostDriver::new("ok,ok+imex,no-fabric+imex", None).unwrap();
         let granule = sim.fabric_granularity(0).unwrap();
         assert!(sim.supports(0, Capability::FabricHandles).unwrap());
         assert!(!sim.supports(2, Capability::FabricHandles).unwrap());
