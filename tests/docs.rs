@@ -1,0 +1,308 @@
+//! What the docs show is what the program does: each example of docs/json.md is compared, key by key and
+//! in order, with the document the command of its heading writes on simulated GPUs.
+
+mod common;
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use common::{FAULT, SIMULATE, bin, text};
+
+fn read_doc(relative: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(relative);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// A JSON value that keeps its objects' keys in the order written (serde_json's `Value` sorts them).
+#[derive(Debug, Clone, PartialEq)]
+enum Json {
+    Null,
+    Bool(bool),
+    Integer(i128),
+    Float(f64),
+    Text(String),
+    Array(Vec<Json>),
+    Object(Vec<(String, Json)>),
+}
+
+impl<'de> serde::Deserialize<'de> for Json {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct InOrder;
+        impl<'de> serde::de::Visitor<'de> for InOrder {
+            type Value = Json;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_unit<E>(self) -> Result<Json, E> {
+                Ok(Json::Null)
+            }
+            fn visit_none<E>(self) -> Result<Json, E> {
+                Ok(Json::Null)
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<Json, E> {
+                Ok(Json::Bool(v))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Json, E> {
+                Ok(Json::Integer(v.into()))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Json, E> {
+                Ok(Json::Integer(v.into()))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<Json, E> {
+                Ok(Json::Float(v))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Json, E> {
+                Ok(Json::Text(v.to_owned()))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Json, A::Error> {
+                let mut items = Vec::new();
+                while let Some(item) = seq.next_element()? {
+                    items.push(item);
+                }
+                Ok(Json::Array(items))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Json, A::Error> {
+                let mut entries = Vec::new();
+                while let Some(entry) = map.next_entry()? {
+                    entries.push(entry);
+                }
+                Ok(Json::Object(entries))
+            }
+        }
+        deserializer.deserialize_any(InOrder)
+    }
+}
+
+impl Json {
+    fn kind(&self) -> &'static str {
+        match self {
+            Json::Null => "null",
+            Json::Bool(_) => "boolean",
+            Json::Integer(_) => "integer",
+            Json::Float(_) => "number with a fraction",
+            Json::Text(_) => "string",
+            Json::Array(_) => "array",
+            Json::Object(_) => "object",
+        }
+    }
+}
+
+/// The example's way of leaving something out: `"..."` as a value (or as an array's only element) stands
+/// for anything, and a key `"..."` for any other keys of that object.
+const ELIDED: &str = "...";
+
+/// Values that differ from run to run and host to host, so that only their type is compared: every number
+/// with a fraction (times and rates), and these.
+const MEASURED: [&str; 3] = ["descriptors_before_open", "descriptors_after_close", "mps"];
+
+/// Compares an example with the program's document: the same keys in the same order (all of them, unless
+/// the example has a key `"..."`), the same types, and the same values except measurements.
+fn compare(at: &str, example: &Json, actual: &Json, key: &str, problems: &mut Vec<String>) {
+    match (example, actual) {
+        (Json::Text(t), _) if t == ELIDED => {}
+        (Json::Array(items), Json::Array(_)) if matches!(&items[..], [Json::Text(t)] if t == ELIDED) => {}
+        (Json::Object(shown), Json::Object(written)) => {
+            let elided = shown.iter().any(|(k, _)| k == ELIDED);
+            let shown: Vec<&(String, Json)> = shown.iter().filter(|(k, _)| k != ELIDED).collect();
+            let written_keys: Vec<&str> = written.iter().map(|(k, _)| k.as_str()).collect();
+            let shown_keys: Vec<&str> = shown.iter().map(|(k, _)| k.as_str()).collect();
+            // In order: each key shown comes after the one before it in the document.
+            let mut from = 0;
+            for (k, value) in &shown {
+                match written_keys[from..].iter().position(|w| w == k) {
+                    Some(i) => {
+                        from += i + 1;
+                        let (_, written_value) = &written[from - 1];
+                        compare(&format!("{at}.{k}"), value, written_value, k, problems);
+                    }
+                    None if written_keys.contains(&k.as_str()) => problems
+                        .push(format!("{at}: key {k:?} out of order: the program writes {written_keys:?}")),
+                    None => problems.push(format!("{at}: key {k:?} is not in the program's document")),
+                }
+            }
+            if !elided {
+                for w in &written_keys {
+                    if !shown_keys.contains(w) {
+                        problems.push(format!("{at}: the program writes key {w:?}, which the example lacks"));
+                    }
+                }
+            }
+        }
+        (Json::Array(shown), Json::Array(written)) => {
+            if shown.len() != written.len() {
+                problems.push(format!(
+                    "{at}: {} elements in the example, {} in the program's document",
+                    shown.len(),
+                    written.len()
+                ));
+            }
+            for (i, (s, w)) in shown.iter().zip(written).enumerate() {
+                compare(&format!("{at}[{i}]"), s, w, key, problems);
+            }
+        }
+        (s, w) if s.kind() != w.kind() => problems.push(format!(
+            "{at}: a {} in the example ({s:?}), a {} in the document ({w:?})",
+            s.kind(),
+            w.kind()
+        )),
+        (Json::Float(_), Json::Float(_)) => {}
+        (_, _) if MEASURED.contains(&key) => {}
+        (s, w) => {
+            if s != w {
+                problems.push(format!("{at}: {s:?} in the example, {w:?} in the program's document"));
+            }
+        }
+    }
+}
+
+/// What a heading says to run: the environment's assignments, the arguments, and the exit status.
+struct Invocation {
+    env: Vec<(String, String)>,
+    args: Vec<String>,
+    code: i32,
+}
+
+/// One example: the heading it is under, and its JSON.
+struct Example {
+    heading: String,
+    json: String,
+}
+
+/// Every ```json block of `markdown`, with the `###` heading above it.
+fn json_blocks(markdown: &str) -> Vec<Example> {
+    let mut examples = Vec::new();
+    let mut heading = String::new();
+    let mut block: Option<String> = None;
+    for line in markdown.lines() {
+        match &mut block {
+            Some(json) if line.trim_start().starts_with("```") => {
+                examples.push(Example { heading: heading.clone(), json: std::mem::take(json) });
+                block = None;
+            }
+            Some(json) => {
+                json.push_str(line);
+                json.push('\n');
+            }
+            None if line.trim_start().starts_with("```json") => block = Some(String::new()),
+            None if line.starts_with('#') => heading = line.to_owned(),
+            None => {}
+        }
+    }
+    examples
+}
+
+/// The command a heading names: the code span that runs `simple-ipc`, as environment assignments and
+/// arguments; and the exit status after `exit`.
+fn command_of(heading: &str) -> Option<Invocation> {
+    let span = heading.split('`').skip(1).step_by(2).find(|span| span.contains("simple-ipc "))?;
+    let words: Vec<&str> = span.split_whitespace().collect();
+    let program = words.iter().position(|w| *w == "simple-ipc")?;
+    let env = words[..program]
+        .iter()
+        .map(|w| w.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())))
+        .collect::<Option<Vec<_>>>()?;
+    let args = words[program + 1..].iter().map(|w| (*w).to_owned()).collect();
+    let code = heading.rsplit_once("exit ")?.1.trim().trim_end_matches(|c: char| !c.is_ascii_digit());
+    Some(Invocation { env, args, code: code.parse().ok()? })
+}
+
+/// Runs the example's command on simulated GPUs with `--json` into `dir`; a heading that says SIGTERM gets
+/// one once every process has started. `None` where an `--isolate` example cannot run here (skipped).
+fn document_of(example: &Example, dir: &Path) -> Option<Json> {
+    let Invocation { env, mut args, code } = command_of(&example.heading)
+        .unwrap_or_else(|| panic!("no command in the heading {:?}", example.heading));
+    let json: PathBuf = dir.join("example.json");
+    let at = args
+        .iter()
+        .position(|a| a == "--json")
+        .unwrap_or_else(|| panic!("no --json in {:?}", example.heading));
+    args[at + 1] = json.display().to_string();
+    let mut command = Command::new(bin());
+    command.env_remove(SIMULATE).env_remove(FAULT).args(&args).stdin(Stdio::null());
+    for (k, v) in &env {
+        command.env(k, v);
+    }
+    let out = if example.heading.contains("SIGTERM") {
+        let mut child =
+            command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("the binary starts");
+        let stderr = child.stderr.take();
+        let started = common::wait_for_lines(&mut child, "Starting on device", 1, Duration::from_secs(10));
+        assert_eq!(started, 1, "{}: the run did not start", example.heading);
+        std::thread::sleep(Duration::from_millis(300));
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .expect("SIGTERM to the run");
+        let status = child.wait().expect("the run ends");
+        let mut err = Vec::new();
+        if let Some(mut stderr) = stderr {
+            let _ = std::io::Read::read_to_end(&mut stderr, &mut err);
+        }
+        Output { status, stdout: Vec::new(), stderr: err }
+    } else {
+        command.output().expect("the binary starts")
+    };
+    if example.heading.contains("--isolate") && code != 2 && out.status.code() == Some(2) {
+        common::skipped(
+            "namespaces",
+            format!("{}: this host gives no namespaces: {}", example.heading, text(&out)),
+        );
+        return None;
+    }
+    assert_eq!(out.status.code(), Some(code), "{}: {}", example.heading, text(&out));
+    let written = std::fs::read_to_string(&json).unwrap_or_else(|e| panic!("{}: {e}", example.heading));
+    let document =
+        serde_json::from_str(&written).unwrap_or_else(|e| panic!("{}: {e}: {written}", example.heading));
+    Some(document)
+}
+
+/// Every example of docs/json.md is what its heading's command writes: each key of the example in the
+/// program's document, in the same order, and each key of the document in the example (where the example
+/// does not say `"..."`), with the same types and, but for measurements, the same values.
+#[test]
+fn json_examples_are_what_the_program_writes() {
+    let examples = json_blocks(&read_doc("docs/json.md"));
+    assert!(examples.len() >= 6, "docs/json.md has {} examples", examples.len());
+    let mut report = String::new();
+    for example in &examples {
+        let shown: Json = serde_json::from_str(&example.json).unwrap_or_else(|e| {
+            panic!("{}: the example is not JSON: {e}\n{}", example.heading, example.json)
+        });
+        let dir = common::scratch("docs-json");
+        let Some(written) = document_of(example, dir.path()) else { continue };
+        let mut problems = Vec::new();
+        compare("", &shown, &written, "", &mut problems);
+        if !problems.is_empty() {
+            let _ = writeln!(report, "{}:\n  {}", example.heading, problems.join("\n  "));
+        }
+    }
+    assert!(report.is_empty(), "docs/json.md's examples are not what the program writes:\n{report}");
+}
+
+/// The comparison itself finds what it must: a key missing, a key too many, keys out of order, a value
+/// that differs; and lets measurements and what an example leaves out be.
+#[test]
+fn the_comparison_notices_each_difference() {
+    let json = |text: &str| -> Json { serde_json::from_str(text).unwrap() };
+    let differences = |shown: &str, written: &str| {
+        let mut problems = Vec::new();
+        compare("", &json(shown), &json(written), "", &mut problems);
+        problems.len()
+    };
+    let written = r#"{"status": "passed", "a": 1, "b": {"t": 0.5, "u": [1, 2]}, "mps": "x"}"#;
+    assert_eq!(
+        differences(r#"{"status": "passed", "a": 1, "b": {"t": 9.25, "u": [1, 2]}, "mps": "y"}"#, written),
+        0
+    );
+    assert_eq!(differences(r#"{"status": "passed", "a": 1, "...": "..."}"#, written), 0);
+    assert_eq!(differences(r#"{"status": "passed", "b": {"...": "..."}, "...": "..."}"#, written), 0);
+    assert_eq!(differences(r#"{"status": "passed", "b": "...", "a": 1, "...": "..."}"#, written), 1, "order");
+    assert_eq!(differences(r#"{"status": "passed", "a": 1, "b": "..."}"#, written), 1, "mps missing");
+    assert_eq!(differences(r#"{"status": "failed", "...": "..."}"#, written), 1, "a fixed value");
+    assert_eq!(differences(r#"{"a": 1.5, "...": "..."}"#, written), 1, "a type");
+    assert_eq!(differences(r#"{"a": 1, "c": null, "...": "..."}"#, written), 1, "a key too many");
+    assert_eq!(differences(r#"{"b": {"u": [1], "...": "..."}, "...": "..."}"#, written), 1, "an element");
+}
