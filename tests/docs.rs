@@ -306,3 +306,132 @@ fn the_comparison_notices_each_difference() {
     assert_eq!(differences(r#"{"a": 1, "c": null, "...": "..."}"#, written), 1, "a key too many");
     assert_eq!(differences(r#"{"b": {"u": [1], "...": "..."}, "...": "..."}"#, written), 1, "an element");
 }
+
+/// The arguments of the program in each `docker run` of the ```sh blocks of `markdown`: the words after the
+/// first `simple-ipc` (the image's entry point, or the program named after the image), a command continued
+/// over lines with `\` taken whole, a comment or a trailing `&` or `;` left out.
+fn docker_runs(markdown: &str) -> Vec<Vec<String>> {
+    let mut runs = Vec::new();
+    let mut in_sh = false;
+    let mut command = String::new();
+    for line in markdown.lines() {
+        if line.trim_start().starts_with("```") {
+            in_sh = !in_sh && line.trim_start().starts_with("```sh");
+            continue;
+        }
+        if !in_sh {
+            continue;
+        }
+        let line = line.split(" #").next().unwrap_or("").trim();
+        match line.strip_suffix('\\') {
+            Some(continued) if !command.is_empty() || continued.contains("docker run") => {
+                command.push_str(continued);
+                command.push(' ');
+                continue;
+            }
+            _ => command.push_str(line),
+        }
+        let whole = std::mem::take(&mut command);
+        let Some((_, after)) = whole.split_once("docker run ") else { continue };
+        let words: Vec<&str> = after.split_whitespace().map(|w| w.trim_end_matches([';', '&'])).collect();
+        if let Some(program) = words.iter().position(|w| *w == "simple-ipc") {
+            let args = words[program + 1..].iter().take_while(|w| !w.is_empty()).map(|w| (*w).to_owned());
+            runs.push(args.collect());
+        }
+    }
+    runs
+}
+
+/// The value after `option` in `args`.
+fn value_of<'a>(args: &'a [String], option: &str) -> Option<&'a str> {
+    args.iter().position(|a| a == option).and_then(|i| args.get(i + 1)).map(String::as_str)
+}
+
+/// `args` with the socket of `--serve` or `--join` moved to `socket`.
+fn at_socket(args: &[String], socket: &Path) -> Vec<String> {
+    let mut args = args.to_vec();
+    for option in ["--serve", "--join"] {
+        if let Some(i) = args.iter().position(|a| a == option) {
+            args[i + 1] = socket.display().to_string();
+        }
+    }
+    args
+}
+
+/// README's served run in containers, on 1, 2 and 3 simulated GPUs: the server says how many processes it
+/// waits for, README's formula (the GPUs it chose × `--procs-per-device`), and that many of README's joiners
+/// make the run pass.
+#[test]
+fn readmes_served_recipe_holds_on_any_number_of_gpus() {
+    let readme = read_doc("README.md");
+    let section = readme.split("## In containers").nth(1).expect("README has \"In containers\"");
+    let runs = docker_runs(section);
+    let serve = runs.iter().find(|a| a.iter().any(|w| w == "--serve")).expect("README serves a run");
+    let join = runs.iter().find(|a| a.iter().any(|w| w == "--join")).expect("README joins it");
+    assert!(
+        section.contains("the number of GPUs it chose × `--procs-per-device`"),
+        "README says how many joiners the server waits for"
+    );
+    let per_device: u32 = value_of(serve, "--procs-per-device").map_or(1, |n| n.parse().expect("a number"));
+    for gpus in 1..=3u32 {
+        let dir = common::scratch("docs-recipe");
+        let socket = dir.path().join("run.sock");
+        let simulated = vec!["ok"; gpus as usize].join(",");
+        let mut server = Command::new(bin())
+            .args(at_socket(serve, &socket))
+            .env(SIMULATE, &simulated)
+            .env_remove(FAULT)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the server starts");
+        let said = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let stdout = server.stdout.take().expect("piped");
+        let reader = {
+            let said = std::sync::Arc::clone(&said);
+            std::thread::spawn(move || {
+                use std::io::BufRead;
+                for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+                    let mut said = said.lock().unwrap_or_else(|p| p.into_inner());
+                    said.push_str(&line);
+                    said.push('\n');
+                }
+            })
+        };
+        let start = std::time::Instant::now();
+        let waits_for = loop {
+            let text = said.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            let count =
+                text.split_once("waiting for ").and_then(|(_, rest)| rest.split(' ').next()?.parse().ok());
+            if let Some(count) = count {
+                break count;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "{gpus} GPUs: the server never served: {text}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        assert_eq!(
+            waits_for,
+            gpus * per_device,
+            "{gpus} GPUs: the server waits for GPUs × --procs-per-device"
+        );
+        let joiners: Vec<_> = (0..waits_for)
+            .map(|_| {
+                let mut joiner = Command::new(bin());
+                joiner.args(at_socket(join, &socket)).env(SIMULATE, &simulated).env_remove(FAULT);
+                std::thread::spawn(move || common::run(&mut joiner))
+            })
+            .collect();
+        for joiner in joiners {
+            let out = joiner.join().expect("the joiner's thread");
+            assert_eq!(out.status.code(), Some(0), "{gpus} GPUs: a joiner: {}", text(&out));
+        }
+        let status = server.wait().expect("the server ends");
+        let _ = reader.join();
+        let said = said.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        assert_eq!(status.code(), Some(0), "{gpus} GPUs: the server: {said}");
+    }
+}
