@@ -435,3 +435,96 @@ fn readmes_served_recipe_holds_on_any_number_of_gpus() {
         assert_eq!(status.code(), Some(0), "{gpus} GPUs: the server: {said}");
     }
 }
+
+/// The rows of the first markdown table in `text` whose header starts with `header`: each row's cells.
+fn table(text: &str, header: &str) -> Vec<Vec<String>> {
+    let cells = |line: &str| -> Vec<String> {
+        line.trim().trim_matches('|').split('|').map(|cell| cell.trim().to_owned()).collect()
+    };
+    text.lines()
+        .skip_while(|line| !line.starts_with(&format!("| {header}")))
+        .take_while(|line| line.starts_with('|'))
+        .filter(|line| !line.starts_with("| ---"))
+        .map(cells)
+        .collect()
+}
+
+/// The rows that scripts/gpu-check.sh wants of the container matrix on a GPU host: `title=cell|cell|...`
+/// in its here-document, with its variables as it sets them without simulation.
+fn gpu_check_rows() -> Vec<Vec<String>> {
+    let script = read_doc("scripts/gpu-check.sh");
+    let variable = |name: &str| -> String {
+        let line = script
+            .lines()
+            .find_map(|line| line.trim().strip_prefix(&format!("{name}=\"")))
+            .unwrap_or_else(|| panic!("gpu-check.sh sets {name}"));
+        line.split('"').next().unwrap_or("").to_owned()
+    };
+    let expected = script.split("<<EOT\n").nth(1).and_then(|rest| rest.split("\nEOT").next());
+    expected
+        .expect("gpu-check.sh has the matrix's rows")
+        .lines()
+        .map(|line| {
+            let (title, cells) = line.split_once('=').expect("title=cells");
+            let cells = match cells.strip_prefix('$') {
+                Some(name) => variable(name),
+                None => cells.to_owned(),
+            };
+            std::iter::once(title.to_owned()).chain(cells.split('|').map(str::to_owned)).collect()
+        })
+        .collect()
+}
+
+/// The container matrix is one table, in docs/measurements.md, in the program's words: its rows and
+/// cells are those the GPU check wants on the H200 host, its row and column titles and its cells those of
+/// the program's own matrix (on the simulation, which models that host; but for what it says it does not
+/// simulate); README links to it and has no copy.
+#[test]
+fn the_container_matrix_is_one_table_in_the_programs_words() {
+    let header = "importer vs exporter";
+    let readme = read_doc("README.md");
+    assert!(
+        table(&readme, header).is_empty(),
+        "README has a copy of the matrix: one table, in measurements.md"
+    );
+    assert!(readme.contains("(docs/measurements.md#in-containers---serve-and---join)"), "README links to it");
+    let measured = table(&read_doc("docs/measurements.md"), header);
+    let (titles, rows) = measured.split_first().expect("docs/measurements.md has the matrix");
+    assert_eq!(rows, gpu_check_rows(), "docs/measurements.md's matrix is what scripts/gpu-check.sh wants");
+
+    let dir = common::scratch("docs-matrix");
+    let json = dir.path().join("matrix.json");
+    let out = common::run(
+        common::simulated("ok")
+            .args(["--ipc", "all", "--isolate", "container,user", "--quiet", "--json"])
+            .arg(&json),
+    );
+    if out.status.code() == Some(2) {
+        common::skipped("namespaces", format!("the_container_matrix_is_one_table: {}", text(&out)));
+        return;
+    }
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let doc = common::document(&json);
+    let cells = doc["matrix"].as_array().expect("the matrix");
+    let at = |boundary: &str, handle: &str| {
+        cells
+            .iter()
+            .find(|c| c["boundary"] == boundary && c["handle"] == handle)
+            .unwrap_or_else(|| panic!("the program's matrix has no cell {boundary:?} / {handle:?}: {doc}"))
+    };
+    for row in rows {
+        for (handle, shown) in titles[1..].iter().zip(&row[1..]) {
+            let cell = at(&row[0], handle);
+            let said = match cell["result"].as_str() {
+                Some("failed") => {
+                    let error = cell["error"].as_str().unwrap_or("?").trim_start_matches("CUDA_ERROR_");
+                    let event = if cell["event_refused"] == true { " (event)" } else { "" };
+                    format!("{error}{event}")
+                }
+                Some("not_simulated") => continue,
+                other => other.unwrap_or("?").to_owned(),
+            };
+            assert_eq!(&said, shown, "{} / {handle}: the simulation says {said}, the table {shown}", row[0]);
+        }
+    }
+}
