@@ -528,3 +528,13 @@ fn the_container_matrix_is_one_table_in_the_programs_words() {
         }
     }
 }
+
+/// README's commands call the program `simple-ipc`, which is on PATH only once installed: README says how
+/// before its first such command.
+#[test]
+fn readme_installs_simple_ipc_before_it_calls_it() {
+    let readme = read_doc("README.md");
+    let install = readme.find("cargo install --path .").expect("README says how to install simple-ipc");
+    let first_call = readme.find("`simple-ipc -").or(readme.find("\nsimple-ipc ")).unwrap_or(usize::MAX);
+    assert!(install < first_call, "README calls simple-ipc before it says how to install it");
+}
