@@ -538,3 +538,174 @@ fn readme_installs_simple_ipc_before_it_calls_it() {
     let first_call = readme.find("`simple-ipc -").or(readme.find("\nsimple-ipc ")).unwrap_or(usize::MAX);
     assert!(install < first_call, "README calls simple-ipc before it says how to install it");
 }
+
+/// The highest `GLIBC_2.N` version an ELF binary needs, from its version needs (`.gnu.version_r`, whose
+/// names are in the string table it links to): what `objdump -T` shows, read without objdump.
+fn highest_glibc_needed(elf: &[u8]) -> Option<(u32, u32)> {
+    let u16_at =
+        |at: usize| -> Option<u64> { Some(u16::from_le_bytes(elf.get(at..at + 2)?.try_into().ok()?).into()) };
+    let u32_at =
+        |at: usize| -> Option<u64> { Some(u32::from_le_bytes(elf.get(at..at + 4)?.try_into().ok()?).into()) };
+    let u64_at =
+        |at: usize| -> Option<u64> { Some(u64::from_le_bytes(elf.get(at..at + 8)?.try_into().ok()?)) };
+    // ELF64, little-endian (x86-64 and aarch64 Linux).
+    if elf.get(..6)? != b"\x7fELF\x02\x01" {
+        return None;
+    }
+    let (sections, size, count) = (u64_at(0x28)? as usize, u16_at(0x3a)? as usize, u16_at(0x3c)? as usize);
+    let header = |i: usize| sections + i * size;
+    const SHT_GNU_VERNEED: u64 = 0x6fff_fffe;
+    let verneed = (0..count).find(|&i| u32_at(header(i) + 4) == Some(SHT_GNU_VERNEED))?;
+    let (offset, link) = (u64_at(header(verneed) + 0x18)? as usize, u32_at(header(verneed) + 0x28)? as usize);
+    let strings = u64_at(header(link) + 0x18)? as usize;
+    let name = |at: usize| -> Option<&str> {
+        let bytes = elf.get(strings + at..)?;
+        std::str::from_utf8(&bytes[..bytes.iter().position(|&b| b == 0)?]).ok()
+    };
+    let mut highest = None;
+    let mut entry = offset;
+    loop {
+        // Elf64_Verneed: vn_version, vn_cnt (u16), vn_file, vn_aux, vn_next (u32).
+        let (needs, mut aux) = (u16_at(entry + 2)?, entry + u32_at(entry + 8)? as usize);
+        for _ in 0..needs {
+            // Elf64_Vernaux: vna_hash (u32), vna_flags, vna_other (u16), vna_name, vna_next (u32).
+            if let Some(version) = name(u32_at(aux + 8)? as usize).and_then(|n| n.strip_prefix("GLIBC_")) {
+                let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
+                if let (Some(Some(major)), Some(Some(minor))) = (parts.next(), parts.next()) {
+                    highest = highest.max(Some((major, minor)));
+                }
+            }
+            aux += u32_at(aux + 12)? as usize;
+        }
+        match u32_at(entry + 12)? {
+            0 => return highest,
+            next => entry += next as usize,
+        }
+    }
+}
+
+/// `2.39` as (2, 39).
+fn glibc_version(text: &str) -> (u32, u32) {
+    let (major, minor) = text.trim().split_once('.').unwrap_or_else(|| panic!("a glibc version: {text:?}"));
+    (major.parse().expect("a number"), minor.parse().expect("a number"))
+}
+
+/// The Dockerfile's stages: each `FROM` line's image, and the `# glibc: X.Y` said under it.
+fn docker_stages(dockerfile: &str) -> Vec<(String, Option<(u32, u32)>)> {
+    let mut stages: Vec<(String, Option<(u32, u32)>)> = Vec::new();
+    for line in dockerfile.lines() {
+        if let Some(from) = line.strip_prefix("FROM ") {
+            stages.push((from.split_whitespace().next().unwrap_or("").to_owned(), None));
+        } else if let (Some(glibc), Some(stage)) = (line.strip_prefix("# glibc: "), stages.last_mut()) {
+            stage.1 = Some(glibc_version(glibc));
+        }
+    }
+    stages
+}
+
+/// The image's binary runs on its base image: the binary built here needs no newer glibc than the base
+/// image has (as the Dockerfile says it, in a comment and a label, which must agree), nor does any binary
+/// built in the build stage (whose glibc is older); the build stage's Rust is Cargo.toml's rust-version.
+#[test]
+fn the_images_base_has_the_glibc_the_binary_needs() {
+    let dockerfile = read_doc("Dockerfile");
+    let stages = docker_stages(&dockerfile);
+    let [(build, Some(built_with)), (base, Some(has))] = &stages[..] else {
+        panic!("the Dockerfile has a build stage and a runtime stage, each with its glibc: {stages:?}")
+    };
+    assert!(base.starts_with("nvidia/cuda:"), "an NVIDIA CUDA base image: {base}");
+    let label = dockerfile.split("simple-ipc.base-glibc=\"").nth(1).and_then(|l| l.split('"').next());
+    assert_eq!(label.map(glibc_version), Some(*has), "the label says the base image's glibc too");
+    assert!(built_with <= has, "the build stage's glibc {built_with:?} is newer than the base's {has:?}");
+    let manifest = read_doc("Cargo.toml");
+    let rust =
+        manifest.lines().find_map(|l| l.strip_prefix("rust-version = \"")).and_then(|v| v.split('"').next());
+    assert_eq!(build.strip_prefix("rust:").and_then(|t| t.split('-').next()), rust, "{build}: rust-version");
+
+    let binary = std::fs::read(bin()).expect("the binary");
+    let needed = highest_glibc_needed(&binary).expect("the binary's glibc version needs");
+    assert!(
+        needed >= (2, 2) && needed <= *has,
+        "the binary needs GLIBC_{needed:?}, the base image has {has:?}"
+    );
+    // objdump, where there is one, reads the same.
+    if let Ok(out) = Command::new("objdump").arg("-T").arg(bin()).output()
+        && out.status.success()
+    {
+        let dump = String::from_utf8_lossy(&out.stdout);
+        let highest = dump
+            .split("GLIBC_")
+            .skip(1)
+            .filter_map(|rest| {
+                let version: String = rest.chars().take_while(|c| c.is_ascii_digit() || *c == '.').collect();
+                let (major, minor) = version.split_once('.')?;
+                Some((major.parse::<u32>().ok()?, minor.split('.').next()?.parse::<u32>().ok()?))
+            })
+            .max();
+        assert_eq!(highest, Some(needed), "objdump -T and the version needs agree");
+    }
+}
+
+/// Runs the program with `args` (a socket or `--json` file moved into `dir`) on a simulated GPU, and says
+/// whether the program took them: it did not end with a usage error (a run that goes on, a server waiting
+/// for joiners, is stopped after a while).
+fn takes(args: &[String], dir: &Path) -> Result<(), String> {
+    let mut args = at_socket(args, &dir.join("run.sock"));
+    if let Some(i) = args.iter().position(|a| a == "--json") {
+        args[i + 1] = dir.join("run.json").display().to_string();
+    }
+    let mut child = Command::new(bin())
+        .args(&args)
+        .env(SIMULATE, "ok")
+        .env_remove(FAULT)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+            break Some(status);
+        }
+        if start.elapsed() > Duration::from_secs(3) {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    if status.is_none() {
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let _ = child.wait();
+    }
+    let mut err = String::new();
+    if let Some(mut stderr) = child.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut stderr, &mut err);
+    }
+    match status {
+        Some(status) if status.code() == Some(1) && err.contains("Usage:") => Err(err),
+        _ => Ok(()),
+    }
+}
+
+/// The image runs the program (its entry point) with the Dockerfile's `CMD`, or with the arguments of
+/// README's `docker run` commands: every one of them is an invocation the program takes.
+#[test]
+fn the_images_commands_are_the_programs_own() {
+    let dockerfile = read_doc("Dockerfile");
+    let json_array = |directive: &str| -> Vec<String> {
+        let line = dockerfile.lines().find_map(|l| l.strip_prefix(&format!("{directive} "))).unwrap_or("[]");
+        serde_json::from_str(line).unwrap_or_else(|e| panic!("{directive} {line}: {e}"))
+    };
+    assert_eq!(json_array("ENTRYPOINT"), ["simple-ipc"], "the image's entry point is the program");
+    assert!(dockerfile.contains("/usr/local/bin/simple-ipc"), "on the base image's PATH");
+    let readme = read_doc("README.md");
+    let runs = docker_runs(&readme);
+    assert!(runs.len() >= 6, "README's docker runs: {runs:?}");
+    for args in std::iter::once(json_array("CMD")).chain(runs) {
+        let dir = common::scratch("docs-image");
+        if let Err(usage) = takes(&args, dir.path()) {
+            panic!("docker run ... simple-ipc {}: not the program's invocation: {usage}", args.join(" "));
+        }
+    }
+}
