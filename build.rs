@@ -7,7 +7,13 @@
 //! 3. the PTX committed beside the source (`kernels/simple_kernel.ptx`, made by `scripts/regenerate-ptx.sh`),
 //!    so that machines without CUDA, such as CI, build the same program.
 //!
-//! The image lands in `OUT_DIR/simple_kernel.image`; `SIMPLE_IPC_KERNEL_FORMAT` tells the crate what it is.
+//! The image lands in `OUT_DIR/simple_kernel.image`; `SIMPLE_IPC_KERNEL_FORMAT` tells the crate what it is,
+//! and `SIMPLE_IPC_KERNEL_NEEDS` what it needs of the driver, for `--version`.
+//!
+//! `SIMPLE_IPC_REVISION` is the git revision the program is built from, for `--version`: `git rev-parse
+//! --short HEAD` of this package's own repository, with `-dirty` where a tracked file differs from it;
+//! `unknown` where there is no git or no repository (a source tarball); the variable of that name, where the
+//! build is given one (an image built from a tree without `.git`). Nothing here fails the build.
 
 use std::env;
 use std::fs;
@@ -43,6 +49,60 @@ fn main() {
         embed_committed_ptx(&image)
     };
     println!("cargo:rustc-env=SIMPLE_IPC_KERNEL_FORMAT={format}");
+    let needs = match format {
+        "ptx" => "kernel needs CUDA 13.0 / driver 580+ for the embedded PTX".to_owned(),
+        _ if env::var_os("SIMPLE_IPC_KERNEL_IMAGE").is_some() => {
+            "kernel: the image given at build time (SIMPLE_IPC_KERNEL_IMAGE)".to_owned()
+        }
+        _ => format!(
+            "kernel: machine code for sm_{} to sm_{}, built by nvcc",
+            ARCHITECTURES[0],
+            ARCHITECTURES[ARCHITECTURES.len() - 1]
+        ),
+    };
+    println!("cargo:rustc-env=SIMPLE_IPC_KERNEL_NEEDS={needs}");
+    println!("cargo:rustc-env=SIMPLE_IPC_REVISION={}", revision());
+}
+
+/// The git revision of this package's tree (see the module's doc); never fails.
+fn revision() -> String {
+    println!("cargo:rerun-if-env-changed=SIMPLE_IPC_REVISION");
+    if let Some(given) = env::var("SIMPLE_IPC_REVISION").ok().filter(|r| !r.trim().is_empty()) {
+        return given.trim().to_owned();
+    }
+    let root = env::var_os("CARGO_MANIFEST_DIR").map(PathBuf::from).unwrap_or_default();
+    let git = |args: &[&str]| -> Option<String> {
+        let out = Command::new("git").arg("-C").arg(&root).args(args).output().ok()?;
+        let text = String::from_utf8(out.stdout).ok()?;
+        out.status.success().then(|| text.trim().to_owned())
+    };
+    // Only this package's own repository: a source tarball unpacked inside another repository is not it.
+    let top = git(&["rev-parse", "--show-toplevel"]).map(PathBuf::from);
+    let ours = match (top.and_then(|t| t.canonicalize().ok()), root.canonicalize().ok()) {
+        (Some(top), Some(root)) => top == root,
+        _ => false,
+    };
+    let Some(rev) = git(&["rev-parse", "--short", "HEAD"]).filter(|r| ours && !r.is_empty()) else {
+        return "unknown".to_owned();
+    };
+    // Built again when HEAD moves, the index changes or what is built changes, so that `-dirty` holds.
+    for path in ["HEAD", "index", "packed-refs"] {
+        if let Some(file) = git(&["rev-parse", "--git-path", path]) {
+            println!("cargo:rerun-if-changed={}", root.join(file).display());
+        }
+    }
+    if let Some(reference) = git(&["symbolic-ref", "-q", "HEAD"])
+        && let Some(file) = git(&["rev-parse", "--git-path", &reference])
+    {
+        println!("cargo:rerun-if-changed={}", root.join(file).display());
+    }
+    for built in ["src", "build.rs", "Cargo.toml", "Cargo.lock"] {
+        println!("cargo:rerun-if-changed={built}");
+    }
+    match git(&["status", "--porcelain", "--untracked-files=no"]) {
+        Some(changes) if !changes.is_empty() => format!("{rev}-dirty"),
+        _ => rev,
+    }
 }
 
 fn find_nvcc() -> Option<PathBuf> {

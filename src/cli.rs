@@ -13,21 +13,42 @@ use crate::segment::MAX_PROCESSES;
 const BENCH_MIN_BYTES: u64 = 4096;
 const BENCH_MAX_BYTES: u64 = i32::MAX as u64;
 
+/// `--version`: this program's version, the git revision it was built from, and what its kernel needs.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (rev ",
+    env!("SIMPLE_IPC_REVISION"),
+    "; ",
+    env!("SIMPLE_IPC_KERNEL_NEEDS"),
+    ")"
+);
+
+/// The headings of `--help`, in the order shown.
+const RUN: &str = "The run";
+const MECHANISM: &str = "The mechanism";
+const CONTAINERS: &str = "In containers";
+const OUTPUT: &str = "Output";
+const BENCHMARK: &str = "The benchmark";
+
 #[derive(Parser, Debug, Clone, PartialEq, Eq)]
 #[command(
     name = "simple-ipc",
-    version,
-    about = "CUDA inter-process communication on one node, as NVIDIA's sample simpleIPC does it: one process \
-             per chosen GPU (or more: --procs-per-device) shares a GPU buffer with the others through IPC \
-             handles; each writes every buffer in turn, in a round-robin ordered by interprocess events and a \
-             barrier in shared memory, then copies its own buffer back and verifies it.",
-    after_help = "Exit status: 0 passed; 1 failed, or a usage error; 2 waived, which is not a failure: nothing \
-                  here can run the test (no CUDA driver, no GPU, no GPU fit for IPC, or the mechanism of --ipc \
-                  or the ordering of --sync missing on these GPUs). With --ipc all: 1 if any mechanism failed, \
-                  2 if every one was waived, else 0 (a mechanism waived beside others that passed is no \
-                  failure); with --ipc all --isolate, 1 only if a run in the same namespaces failed (a boundary \
-                  the driver refuses is a finding, not a failure). 128+N: stopped by signal N (141: the reader \
-                  of the output went away).\n\
+    version = VERSION,
+    about = "CUDA inter-process communication on one node, as NVIDIA's sample simpleIPC does it.",
+    long_about = "CUDA inter-process communication on one node, as NVIDIA's sample simpleIPC does it: one \
+                  process per chosen GPU (or more: --procs-per-device) shares a GPU buffer with the others \
+                  through IPC handles; each writes every buffer in turn, in a round-robin ordered by \
+                  interprocess events and a barrier in shared memory, then copies its own buffer back and \
+                  verifies it.",
+    after_help = "Exit status: 0 passed; 1 failed, or a usage error; 2 waived (not a failure: nothing here to \
+                  test); 128+N stopped by signal N. --help says more.",
+    after_long_help = "Exit status: 0 passed; 1 failed, or a usage error; 2 waived, which is not a failure: \
+                  nothing here can run the test (no CUDA driver, no GPU, no GPU fit for IPC, or the mechanism \
+                  of --ipc or the ordering of --sync missing on these GPUs). With --ipc all: 1 if any \
+                  mechanism failed, 2 if every one was waived, else 0 (a mechanism waived beside others that \
+                  passed is no failure); with --ipc all --isolate, 1 only if a run in the same namespaces \
+                  failed (a boundary the driver refuses is a finding, not a failure). 128+N: stopped by signal \
+                  N (141: the reader of the output went away).\n\
                   Without a GPU, SIMPLE_IPC_SIMULATE_GPUS=ok,ok runs the whole protocol on simulated GPUs in \
                   host memory."
 )]
@@ -53,84 +74,84 @@ pub struct Cli {
     #[arg(long, hide = true, conflicts_with = "json", value_name = "FD")]
     pub report_fd: Option<i32>,
 
-    /// How the buffers are shared: legacy CUDA IPC handles (the original's), virtual memory management
-    /// allocations or memory pool allocations shared as file descriptors over a Unix socket, or fabric
-    /// handles (they need an IMEX channel); all: each of the four in a run of its own, then a table of them.
-    #[arg(long, value_enum, value_name = "MECHANISM", default_value_t = IpcArg::Legacy)]
-    pub ipc: IpcArg,
-
-    /// How the round-robin orders the writes of a buffer: interprocess events (the original's), or stream
-    /// memory operations on a flag after each buffer, in IPC-mapped device memory. Pool memory refuses
-    /// memops: --ipc pool is refused with them, and --ipc all waives pool.
-    #[arg(long, value_enum, value_name = "HOW", default_value_t = Sync::Events)]
-    pub sync: Sync,
-
-    /// Processes per chosen GPU, each with its own buffer, all in one round-robin (at most 32 processes in
-    /// all).
-    #[arg(long, value_name = "N", default_value_t = 1,
+    // The run.
+    /// Processes per chosen GPU (at most 32 in all).
+    ///
+    /// Each has a buffer of its own, and all take part in one round-robin.
+    #[arg(long, value_name = "N", default_value_t = 1, help_heading = RUN,
           value_parser = clap::value_parser!(u32).range(1..=MAX_PROCESSES as i64))]
     pub procs_per_device: u32,
 
-    /// Print the time of every phase of every process, after the normal output.
-    #[arg(long, conflicts_with = "quiet")]
-    pub timings: bool,
-
-    /// Write one JSON document to FILE however the run ends: its status (passed, failed or waived), the
-    /// reason and the exit status, and the mode's results (the phase timings of a run, the figures of
-    /// --bench, the table of --ipc all). FILE is a regular file or a new one; an existing one is replaced
-    /// whole once the run has ended.
-    #[arg(long, value_name = "FILE")]
-    pub json: Option<PathBuf>,
-
-    /// Start the children only after the buffers and events are exported, as the original does (slower; for
-    /// comparison).
-    #[arg(long)]
+    /// Start the children only after the buffers are exported, as the original does.
+    ///
+    /// By default they start while the parent still allocates; this order is slower, for comparison.
+    #[arg(long, help_heading = RUN)]
     pub sequential: bool,
 
-    /// After this many seconds, stop the run, name each process that had not finished and where it was, and
-    /// exit 1; 0: never.
-    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    /// The watchdog: stop the run after this many seconds and exit 1; 0: never.
+    ///
+    /// Past it, the run stops and names each process that had not finished, and where it was.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60, help_heading = RUN)]
     pub timeout: u64,
 
-    /// Run the IPC benchmark instead, of one mechanism (--ipc), for every (producer GPU, consumer GPU) pair
-    /// of the chosen GPUs: the round trip of a hand-over by interprocess events and by stream memory
-    /// operations, and the copy rate through the IPC mapping for sizes from 4 KiB, each 4 times the last, up
-    /// to --bench-max-bytes, beside an in-process peer copy between the same GPUs (a local copy where the
-    /// pair is one GPU).
-    #[arg(long, conflicts_with_all = ["topology", "sequential", "timings", "procs_per_device", "bind_numa", "sync"])]
-    pub bench: bool,
-
-    /// Largest buffer of --bench: bytes, or with a unit, K or KiB, M or MiB, G or GiB (powers of 1024), as
-    /// in 256MiB; from 4KiB to 2GiB less one byte.
-    #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = parse_bench_size)]
-    pub bench_max_bytes: u64,
-
-    /// Print the peer-access matrix of the GPUs and the PCI address, NUMA node and CPUs of each, then exit.
-    #[arg(long, conflicts_with_all = ["sequential", "timings", "json", "procs_per_device", "bind_numa",
-          "ipc", "sync", "timeout", "quiet"])]
-    pub topology: bool,
-
-    /// Pin each child (or joiner) to the CPUs of its GPU's NUMA node, where that node is known.
-    #[arg(long)]
+    /// Pin each child (or joiner) to the CPUs of its GPU's NUMA node.
+    ///
+    /// Where that node is known.
+    #[arg(long, help_heading = RUN)]
     pub bind_numa: bool,
 
-    /// Print nothing on standard output but the verdict line (errors still go to standard error).
-    #[arg(long, short)]
-    pub quiet: bool,
+    /// Print the peer-access matrix and each GPU's PCI address, NUMA node and CPUs, then exit.
+    ///
+    /// Another mode: no run.
+    #[arg(long, help_heading = RUN, conflicts_with_all = ["sequential", "timings", "json", "procs_per_device",
+          "bind_numa", "ipc", "sync", "timeout", "quiet"])]
+    pub topology: bool,
 
-    /// Serve the run at SOCKET (a path, or @NAME for an abstract socket) to the processes that join it with
-    /// --join, from other containers say, instead of starting children. With --ipc all, one run per
-    /// mechanism, which the joiners follow in turn; with --bench, the benchmark, whose producer joins.
-    #[arg(long, value_name = "SOCKET", conflicts_with_all = ["topology", "join", "sequential"])]
+    // The mechanism.
+    /// How the buffers are shared; all: each mechanism in a run of its own, then a table.
+    ///
+    /// legacy: CUDA IPC handles (the original's); vmm, pool: virtual memory management allocations or
+    /// memory pool allocations, shared as file descriptors over a Unix socket; fabric: fabric handles (they
+    /// need an IMEX channel).
+    #[arg(long, value_enum, value_name = "MECHANISM", default_value_t = IpcArg::Legacy, help_heading = MECHANISM)]
+    pub ipc: IpcArg,
+
+    /// How the round-robin orders the writes: interprocess events, or stream memory operations.
+    ///
+    /// events: interprocess events (the original's); memops: stream memory operations on a flag after each
+    /// buffer, in IPC-mapped device memory. Pool memory refuses memops: --ipc pool is refused with them,
+    /// and --ipc all waives pool.
+    #[arg(long, value_enum, value_name = "HOW", default_value_t = Sync::Events, help_heading = MECHANISM)]
+    pub sync: Sync,
+
+    // In containers.
+    /// Serve the run at SOCKET to the processes that --join it, instead of starting children.
+    ///
+    /// SOCKET is a path, or @NAME for an abstract socket; the joiners come from other containers, say. It
+    /// waits for as many as the GPUs it chooses times --procs-per-device, and says how many as it starts.
+    /// With --ipc all, one run per mechanism, which the joiners follow in turn; with --bench, the
+    /// benchmark, whose producer joins.
+    #[arg(long, value_name = "SOCKET", help_heading = CONTAINERS,
+          conflicts_with_all = ["topology", "join", "sequential"])]
     pub serve: Option<String>,
 
-    /// Run the processes in namespaces of their own, as in containers, meeting over the protocol of --serve
-    /// and --join: pid (each its own PID namespace, all with the same pid number), shm (its own /dev/shm),
-    /// ipc, net, uts, cgroup, user (root in a user namespace: no root needed), container (Docker's default:
-    /// pid, shm, ipc, net, uts, cgroup), comma-separated; `joiners:KINDS` leaves the parent where it is.
-    /// With --ipc all: the table of every boundary of KINDS by every kind of handle (each cell a run whose
-    /// --ipc and --sync the table sets).
-    #[arg(long, value_name = "KINDS", value_parser = crate::isolation::parse_arg,
+    /// Join the run served at SOCKET as one of its processes.
+    ///
+    /// The index, the segment and the descriptors come from the server, and everything else is a child's
+    /// (or, where the server runs --bench, the producer's); of the other options it takes --timeout,
+    /// --quiet and --bench (then the run must be the benchmark).
+    #[arg(long, value_name = "SOCKET", help_heading = CONTAINERS, conflicts_with_all = ["topology", "serve",
+          "sequential", "timings", "json", "procs_per_device", "bind_numa", "sync", "ipc", "child"])]
+    pub join: Option<String>,
+
+    /// Run the processes in namespaces of their own, as in containers (with --ipc all: the matrix).
+    ///
+    /// They meet over the protocol of --serve and --join. KINDS, comma-separated: pid (each its own PID
+    /// namespace, all with the same pid number), shm (its own /dev/shm), ipc, net, uts, cgroup, user (root
+    /// in a user namespace: no root needed), container (Docker's default: pid, shm, ipc, net, uts, cgroup);
+    /// `joiners:KINDS` leaves the parent where it is. With --ipc all: the table of every boundary of KINDS
+    /// by every kind of handle (each cell a run whose --ipc and --sync the table sets).
+    #[arg(long, value_name = "KINDS", value_parser = crate::isolation::parse_arg, help_heading = CONTAINERS,
           conflicts_with_all = ["bench", "topology", "serve", "join", "sequential", "child"])]
     pub isolate: Option<crate::isolation::Isolation>,
 
@@ -151,13 +172,42 @@ pub struct Cli {
     #[arg(long, hide = true, value_name = "FD,...", value_delimiter = ',', requires_all = ["serve", "serve_round"])]
     pub served_fds: Option<Vec<i32>>,
 
-    /// Join the run served at SOCKET as one of its processes: the index, the segment and the descriptors
-    /// come from the server, and everything else is a child's (or, where the server runs --bench, the
-    /// producer's); of the other options it takes --timeout, --quiet and --bench (then the run must be the
-    /// benchmark).
-    #[arg(long, value_name = "SOCKET", conflicts_with_all = ["topology", "serve", "sequential",
-          "timings", "json", "procs_per_device", "bind_numa", "sync", "ipc", "child"])]
-    pub join: Option<String>,
+    // Output.
+    /// Write one JSON document to FILE however the run ends.
+    ///
+    /// Its status (passed, failed or waived), the reason and the exit status, and the mode's results (the
+    /// phase timings of a run, the figures of --bench, the table of --ipc all). FILE is a regular file or a
+    /// new one; an existing one is replaced whole once the run has ended.
+    #[arg(long, value_name = "FILE", help_heading = OUTPUT)]
+    pub json: Option<PathBuf>,
+
+    /// Print nothing on standard output but the verdict line.
+    ///
+    /// Errors still go to standard error.
+    #[arg(long, short, help_heading = OUTPUT)]
+    pub quiet: bool,
+
+    /// Print the time of every phase of every process, after the normal output.
+    #[arg(long, conflicts_with = "quiet", help_heading = OUTPUT)]
+    pub timings: bool,
+
+    // The benchmark.
+    /// Run the IPC benchmark instead, of one mechanism (--ipc), for every pair of chosen GPUs.
+    ///
+    /// For every (producer GPU, consumer GPU) pair: the round trip of a hand-over by interprocess events
+    /// and by stream memory operations, and the copy rate through the IPC mapping for sizes from 4 KiB,
+    /// each 4 times the last, up to --bench-max-bytes, beside an in-process peer copy between the same GPUs
+    /// (a local copy where the pair is one GPU).
+    #[arg(long, help_heading = BENCHMARK,
+          conflicts_with_all = ["topology", "sequential", "timings", "procs_per_device", "bind_numa", "sync"])]
+    pub bench: bool,
+
+    /// The benchmark's largest buffer (4KiB to 2GiB less one byte).
+    ///
+    /// Bytes, or with a unit, K or KiB, M or MiB, G or GiB (powers of 1024), as in 256MiB.
+    #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = parse_bench_size,
+          help_heading = BENCHMARK)]
+    pub bench_max_bytes: u64,
 }
 
 /// `--bench-max-bytes`: a count of bytes, plain or with a unit (K, KiB, M, MiB, G, GiB: powers of 1024, in

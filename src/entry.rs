@@ -71,6 +71,13 @@ pub fn main() -> ExitCode {
     if cli.quiet {
         crate::output::be_quiet();
     }
+    // A role a user starts ends with a verdict line (said here, or by the process outside its isolation),
+    // which says why a waived run was waived: once, not also on the line before.
+    let ends_with_a_verdict =
+        cli.child.is_none() && cli.isolated.is_none() && cli.guardian_fd.is_none() && cli.report_fd.is_none();
+    if ends_with_a_verdict {
+        report::verdict_says_the_waiver();
+    }
     let started = std::time::Instant::now();
     let ended = run(&cli);
     // Where `ipc::diagnose` explained the failure, the document carries its cause and fix as fields.
@@ -107,12 +114,8 @@ pub fn main() -> ExitCode {
     };
     // The last line says how the run ended, for the roles a user starts (not a child, the guardian, or a run
     // of one mechanism under --ipc all, whose top parent says it); a reader that went away gets nothing.
-    let says_verdict = cli.child.is_none()
-        && cli.isolated.is_none()
-        && cli.guardian_fd.is_none()
-        && cli.report_fd.is_none()
-        && !crate::isolation::verdict_said_outside()
-        && code != READER_GONE_STATUS;
+    let says_verdict =
+        ends_with_a_verdict && !crate::isolation::verdict_said_outside() && code != READER_GONE_STATUS;
     if says_verdict {
         let line = verdict(status, reason.as_deref(), report::summary(), code, started.elapsed());
         if let Err(e) = crate::output::verdict(&line) {
@@ -149,16 +152,36 @@ pub(crate) fn verdict(
         }
         Status::Failed => format!("FAILED (exit {code}): {reason}"),
         Status::Waived => {
-            // A mechanism this host lacks is not a host without IPC: the others may work.
+            // A mechanism this host lacks is not a host without IPC: the others may work. A run that is
+            // simulated already needs no hint to simulate.
             let next = if reason.contains(" with --ipc ") || reason.contains(" with --sync ") {
-                "--ipc all tries every mechanism"
+                Some("--ipc all tries every mechanism".to_owned())
+            } else if crate::driver::host::requested() {
+                None
             } else {
-                "To see the protocol run without a GPU: SIMPLE_IPC_SIMULATE_GPUS=ok,ok simple-ipc"
+                Some(format!(
+                    "To see the protocol run without a GPU: {}=ok,ok {}",
+                    crate::driver::host::SIMULATE_ENV,
+                    this_program()
+                ))
             };
-            format!("WAIVED (exit {code}, not a failure: nothing here to test): {reason}. {next}")
+            let said = format!("WAIVED (exit {code}, not a failure: nothing here to test): {reason}.");
+            match next {
+                Some(next) => format!("{said} {next}"),
+                None => said,
+            }
         }
         Status::Interrupted => format!("STOPPED (exit {code}): {reason}"),
     }
+}
+
+/// This program as it was started (its `argv[0]`, as given: `target/release/simple-ipc`, or `simple-ipc`
+/// from PATH), quoted for a shell where it needs it, so that a hint to run it again can be pasted.
+fn this_program() -> String {
+    let started = std::env::args_os().next().map(|arg0| arg0.to_string_lossy().into_owned());
+    let name = started.filter(|name| !name.is_empty()).unwrap_or_else(|| "simple-ipc".to_owned());
+    let plain = |c: char| c.is_ascii_alphanumeric() || "/._-+:@%,=".contains(c);
+    if name.chars().all(plain) { name } else { format!("'{}'", name.replace('\'', r"'\''")) }
 }
 
 fn run(cli: &cli::Cli) -> anyhow::Result<Outcome> {

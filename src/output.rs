@@ -171,13 +171,16 @@ macro_rules! warn {
 }
 
 /// `waive!("...", ...)`: the line that says why nothing can run here, which is also the reason the `--json`
-/// document gives for the waived run; `Err` if it cannot be written.
+/// document gives for the waived run; said here only where no verdict line will say it (see
+/// `report::note_waiver`); `Err` if it cannot be written.
 #[macro_export]
 macro_rules! waive {
     ($($arg:tt)*) => {{
         let line = format!($($arg)*);
-        $crate::report::note_waiver(&line);
-        $crate::output::line(format_args!("{line}"))
+        match $crate::report::note_waiver(&line) {
+            true => Ok(()),
+            false => $crate::output::line(format_args!("{line}")),
+        }
     }};
 }
 

@@ -56,6 +56,17 @@ fn without_a_gpu_driver_the_real_run_is_waived_and_says_why() {
     assert_eq!(out.status.code(), Some(2), "{all}");
     assert!(all.starts_with("PP: lshmName = simpleIPCshm"), "{all}");
     assert!(all.contains("No CUDA devices support IPC ("), "a waived run says why: {all}");
+    assert_eq!(
+        all.matches("No CUDA devices support IPC").count(),
+        1,
+        "and says it once, in the verdict: {all}"
+    );
+    // The hint names the program as it was started: `simple-ipc` need not be on PATH.
+    let hint = format!(
+        "To see the protocol run without a GPU: SIMPLE_IPC_SIMULATE_GPUS=ok,ok {}\n",
+        bin().display()
+    );
+    assert!(all.ends_with(&hint), "{all}");
 }
 
 #[test]
@@ -65,14 +76,13 @@ fn no_device_fit_for_ipc_is_waived_with_the_original_messages() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("Device 0 does not support unified addressing, skipping...\n"), "{stdout}");
     assert!(stdout.contains("Device 1 is in an unsupported compute mode for this sample\n"), "{stdout}");
+    // The original's last line is said once, in the verdict; a simulated run needs no hint to simulate.
     let lines: Vec<&str> = stdout.lines().collect();
-    assert_eq!(lines[lines.len() - 2], "No CUDA devices support IPC", "the original's last line: {stdout}");
-    let verdict = lines[lines.len() - 1];
-    assert!(verdict.starts_with("WAIVED (exit 2, not a failure"), "then the verdict: {stdout}");
-    assert!(
-        verdict.contains(": No CUDA devices support IPC.")
-            && verdict.contains("SIMPLE_IPC_SIMULATE_GPUS=ok,ok"),
-        "{verdict}"
+    assert_eq!(stdout.matches("No CUDA devices support IPC").count(), 1, "{stdout}");
+    assert_eq!(
+        lines[lines.len() - 1],
+        "WAIVED (exit 2, not a failure: nothing here to test): No CUDA devices support IPC.",
+        "{stdout}"
     );
 
     let out = run(&mut simulated(""));
@@ -163,4 +173,71 @@ fn help_is_wrapped() {
     let plain = longest(None);
     assert!((60..=100).contains(&plain), "longest --help line: {plain}");
     assert!(longest(Some("72")) <= 72, "COLUMNS=72: {}", longest(Some("72")));
+}
+
+/// `--version` carries what a bug report needs: the git revision built from (or `unknown`, `-dirty` for a
+/// tree with changes) and what the embedded kernel needs of the driver.
+#[test]
+fn version_says_the_revision_and_what_the_kernel_needs() {
+    for flag in ["--version", "-V"] {
+        let out = Command::new(bin()).arg(flag).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        let version = String::from_utf8_lossy(&out.stdout).trim_end().to_owned();
+        let prefix = format!("simple-ipc {} (rev ", env!("CARGO_PKG_VERSION"));
+        let rest = version.strip_prefix(&prefix).unwrap_or_else(|| panic!("{version:?}"));
+        let (rev, kernel) = rest.split_once("; ").unwrap_or_else(|| panic!("{version:?}"));
+        let bare = rev.strip_suffix("-dirty").unwrap_or(rev);
+        assert!(
+            bare == "unknown" || (bare.len() >= 7 && bare.chars().all(|c| c.is_ascii_hexdigit())),
+            "{version:?}"
+        );
+        assert!(kernel.starts_with("kernel ") && kernel.ends_with(')'), "{version:?}");
+        if env!("SIMPLE_IPC_KERNEL_FORMAT") == "ptx" {
+            assert!(kernel.contains("CUDA 13.0 / driver 580+"), "the committed PTX's needs: {version:?}");
+        }
+        // Where git knows this tree, the revision is its HEAD's (as it was when the binary was built).
+        let head = std::process::Command::new("git")
+            .args(["-C", env!("CARGO_MANIFEST_DIR"), "rev-parse", "HEAD"])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+        if let Some(head) = head {
+            assert!(bare == "unknown" || head.starts_with(bare), "{version:?} is not of HEAD {head}");
+        }
+    }
+}
+
+/// `--help` groups the options under headings, and `-h` is the short form of it.
+#[test]
+fn help_groups_the_options_and_h_is_short() {
+    let help = |flag: &str| {
+        let out = Command::new(bin()).arg(flag).env("COLUMNS", "100").output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let (short, long) = (help("-h"), help("--help"));
+    assert!(short.lines().count() * 2 < long.lines().count(), "-h is short: {short}");
+    let groups: [(&str, &[&str]); 5] = [
+        ("The run:", &["--procs-per-device", "--sequential", "--timeout", "--bind-numa", "--topology"]),
+        ("The mechanism:", &["--ipc", "--sync"]),
+        ("In containers:", &["--serve", "--join", "--isolate"]),
+        ("Output:", &["--json", "--quiet", "--timings"]),
+        ("The benchmark:", &["--bench", "--bench-max-bytes"]),
+    ];
+    for text in [&short, &long] {
+        let at = |needle: &str| text.find(needle).unwrap_or_else(|| panic!("no {needle:?} in {text}"));
+        for (i, (heading, options)) in groups.iter().enumerate() {
+            let start = at(&format!("\n{heading}\n"));
+            let end = groups.get(i + 1).map_or(text.len(), |(next, _)| at(&format!("\n{next}\n")));
+            assert!(start < end, "{heading} comes before the next: {text}");
+            for option in *options {
+                let line = text[start..end].lines().map(str::trim_start).any(|l| {
+                    let l = l.strip_prefix("-q, ").unwrap_or(l);
+                    l == *option || l.starts_with(&format!("{option} "))
+                });
+                assert!(line, "{option} under {heading}: {text}");
+            }
+        }
+    }
 }

@@ -24,6 +24,7 @@ use std::fs::OpenOptions;
 use std::io::Write;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use anyhow::{Context, Result, bail};
@@ -262,9 +263,19 @@ pub fn note_refused(refused: Refused) {
 /// The reason a waived run gives (see [`waive!`](crate::waive)).
 static WAIVER: Mutex<Option<String>> = Mutex::new(None);
 
-/// Remembers why the run is waived, for the document.
-pub fn note_waiver(reason: &str) {
+/// Whether this process's verdict line (or that of the process outside its isolation) will say the waiver.
+static VERDICT_SAYS_THE_WAIVER: AtomicBool = AtomicBool::new(false);
+
+/// This process (a role a user starts) ends with a verdict line, which says why a waived run was waived:
+/// [`waive!`](crate::waive) then does not say it a line before.
+pub fn verdict_says_the_waiver() {
+    VERDICT_SAYS_THE_WAIVER.store(true, Ordering::Relaxed);
+}
+
+/// Remembers why the run is waived, for the document and the verdict; true where the verdict will say it.
+pub fn note_waiver(reason: &str) -> bool {
     *WAIVER.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(reason.to_owned());
+    VERDICT_SAYS_THE_WAIVER.load(Ordering::Relaxed)
 }
 
 /// Why the run was waived, as it said.
