@@ -116,6 +116,16 @@ pub fn main() -> ExitCode {
     // of one mechanism under --ipc all, whose top parent says it); a reader that went away gets nothing.
     let says_verdict =
         ends_with_a_verdict && !crate::isolation::verdict_said_outside() && code != READER_GONE_STATUS;
+    // A served or isolated run: what was forecast for each path it took, beside what happened.
+    let refused = ended.as_ref().err().and_then(|e| {
+        report::Refused::of(e).or_else(|| e.downcast_ref::<crate::joiners::JoinerFailed>()?.refused.clone())
+    });
+    if let Some(text) = report::forecast_against_outcome(status == Status::Passed, refused.as_ref())
+        && code != READER_GONE_STATUS
+        && let Err(e) = crate::output::text(&text)
+    {
+        warn!("{who}: {e:#}");
+    }
     if says_verdict {
         let line = verdict(status, reason.as_deref(), report::summary(), code, started.elapsed());
         if let Err(e) = crate::output::verdict(&line) {
@@ -124,7 +134,6 @@ pub fn main() -> ExitCode {
     }
     let diagnosis = diagnosis.filter(|_| status == Status::Failed);
     // Where the driver refused to open another process's handle, the document says so as typed facts.
-    let refused = ended.as_ref().err().and_then(report::Refused::of);
     let ending = report::Verdict { status, reason: reason.as_deref(), diagnosis, refused, exit_status: code };
     match report::finish(&ending) {
         Ok(()) => ExitCode::from(code),

@@ -216,7 +216,8 @@ fn take_part_once(
     };
     let diagnosis = ended.as_ref().err().and_then(|e| e.downcast_ref::<crate::ipc::diagnose::Diagnosis>());
     // The server may be gone already (that may be why this process stopped): nothing more to say then.
-    let _ = meeting::say_ended(connection, status, &why, diagnosis);
+    let refused = ended.as_ref().err().and_then(crate::ipc::refused::Refused::of);
+    let _ = meeting::say_ended(connection, status, &why, diagnosis, refused.as_ref());
     if started_by_server {
         return Ok(Answer::TookPart(ended, round, None));
     }

@@ -46,6 +46,8 @@ pub struct JoinerFailed {
     pub how: String,
     /// The joiner's diagnosis of its failure, where it had one (for the `--json` document).
     pub diagnosis: Option<crate::ipc::diagnose::Diagnosis>,
+    /// The driver's refusal of a handle in the joiner, where that was why (its word: it fails the run).
+    pub refused: Option<crate::ipc::refused::Refused>,
 }
 
 impl std::fmt::Display for JoinerFailed {
@@ -404,6 +406,7 @@ impl<'s> Joiners<'s> {
         for joiner in &mut self.joined {
             let Some(connection) = &joiner.connection.as_ref().filter(|_| !joiner.done) else { continue };
             let mut diagnosis = None;
+            let mut refused = None;
             // One that said how it ended stays connected, to be told how the run ended; one gone, or that
             // said what it should not, is let go.
             let mut keep = true;
@@ -420,9 +423,10 @@ impl<'s> Joiners<'s> {
                 Ok(Heard::Ended(0, ..)) => {
                     Some("it said it ended well, but never finished its part".to_owned())
                 }
-                Ok(Heard::Ended(code, why, _)) if why.is_empty() => Some(format!("exit code {code}")),
-                Ok(Heard::Ended(code, why, said)) => {
+                Ok(Heard::Ended(code, why, _, _)) if why.is_empty() => Some(format!("exit code {code}")),
+                Ok(Heard::Ended(code, why, said, refusal)) => {
                     diagnosis = said;
+                    refused = refusal.map(|r| *r);
                     Some(format!("exit code {code}: {why}"))
                 }
                 Ok(Heard::Closed) => {
@@ -448,7 +452,7 @@ impl<'s> Joiners<'s> {
             if let Some(how) = how
                 && failure.is_none()
             {
-                failure = Some(JoinerFailed { index: joiner.index, how, diagnosis });
+                failure = Some(JoinerFailed { index: joiner.index, how, diagnosis, refused });
             }
         }
         Ok(failure)

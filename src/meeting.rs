@@ -19,6 +19,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use anyhow::{Context, Result, bail, ensure};
 
 use crate::ipc::diagnose::Diagnosis;
+use crate::ipc::refused::Refused;
 use crate::placement::Place;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::socket::{
@@ -132,6 +133,15 @@ pub fn ask_to_join(connection: &OwnedFd, bench_only: bool, place: &Place) -> Res
         _ => {}
     }
     send(connection, &message, &[]).context("asking to join")
+}
+
+/// A joiner's refusal by its driver, as it said it, with every text made [`printable`].
+fn refused_said(bytes: &[u8]) -> Option<Refused> {
+    let mut refused: Refused = serde_json::from_slice(bytes).ok()?;
+    refused.call = printable(&refused.call);
+    refused.error = printable(&refused.error);
+    refused.fix = refused.fix.as_deref().map(printable);
+    Some(refused)
 }
 
 /// A joiner's place, as it said it, with every text made [`printable`]; `None` where it said none or
@@ -251,15 +261,27 @@ pub fn say_run_ended(connection: &OwnedFd, end: &RunEnd) -> Result<()> {
 
 /// The joiner says how it ended: its exit status and, if it failed, why (the server's verdict names it),
 /// with the diagnosis of its failure where there is one (the server's `--json` document carries it).
-pub fn say_ended(connection: &OwnedFd, status: u8, why: &str, diagnosis: Option<&Diagnosis>) -> Result<()> {
+/// Where the driver refused a handle in it, the refusal too, as typed facts (JSON): the server's document
+/// and its forecast against the outcome read it.
+pub fn say_ended(
+    connection: &OwnedFd,
+    status: u8,
+    why: &str,
+    diagnosis: Option<&Diagnosis>,
+    refused: Option<&Refused>,
+) -> Result<()> {
     let mut message = ENDED.to_vec();
     message.push(status);
     message.extend_from_slice(cut(why, MAX_REASON).as_bytes());
-    if let Some(diagnosis) = diagnosis {
-        for part in [&diagnosis.cause, &diagnosis.fix] {
-            message.push(0);
-            message.extend_from_slice(cut(part, MAX_REASON / 2).as_bytes());
-        }
+    let (cause, fix) = diagnosis.map_or(("", ""), |d| (d.cause.as_str(), d.fix.as_str()));
+    for part in [cause, fix] {
+        message.push(0);
+        message.extend_from_slice(cut(part, MAX_REASON / 2).as_bytes());
+    }
+    if let Some(json) = refused.and_then(|r| serde_json::to_vec(r).ok()).filter(|j| j.len() <= MAX_REASON / 2)
+    {
+        message.push(0);
+        message.extend_from_slice(&json);
     }
     send(connection, &message, &[]).context("telling the server how this process ended")
 }
@@ -301,8 +323,9 @@ fn said(bytes: &[u8]) -> String {
 pub enum Heard {
     Admitted(Admission),
     Refused(String),
-    /// A joiner's exit status, why it failed (empty when it did not say), and its diagnosis, if it had one.
-    Ended(u8, String, Option<Diagnosis>),
+    /// A joiner's exit status, why it failed (empty when it did not say), its diagnosis, if it had one, and
+    /// the driver's refusal of a handle, where that was why.
+    Ended(u8, String, Option<Diagnosis>, Option<Box<Refused>>),
     /// A process asks to join (`true`: only a benchmark), where it stands if it said.
     Asked(bool, Option<Box<Place>>),
     /// How every run of a served sequence ended, in order (the top parent says it at the end).
@@ -379,10 +402,13 @@ fn hear_once(connection: &OwnedFd, wait_ms: u16, after_reset: bool) -> Result<He
             let mut parts = text.get(9..).unwrap_or_default().split(|&b| b == 0);
             let why = said(parts.next().unwrap_or_default());
             let diagnosis = match (parts.next(), parts.next()) {
-                (Some(cause), Some(fix)) => Some(Diagnosis::new(said(cause), "; what fixes it: ", said(fix))),
+                (Some(cause), Some(fix)) if !cause.is_empty() || !fix.is_empty() => {
+                    Some(Diagnosis::new(said(cause), "; what fixes it: ", said(fix)))
+                }
                 _ => None,
             };
-            Ok(Heard::Ended(text.get(8).copied().unwrap_or(1), why, diagnosis))
+            let refused = parts.next().and_then(refused_said).map(Box::new);
+            Ok(Heard::Ended(text.get(8).copied().unwrap_or(1), why, diagnosis, refused))
         }
         Some(tag) if tag == HELLO => Ok(Heard::Asked(false, place_said(&text[8..]))),
         Some(tag) if tag == HELLO_BENCH => Ok(Heard::Asked(true, place_said(&text[8..]))),
@@ -474,8 +500,8 @@ mod tests {
         let Heard::SequenceEnded(ends) = hear(&b, 1000).unwrap() else { panic!("not the end") };
         assert_eq!(ends, [RunEnd::Waived(escaped.into())]);
         let diagnosis = Diagnosis::new(evil.into(), "; what fixes it: ", evil.into());
-        say_ended(&b, 1, evil, Some(&diagnosis)).unwrap();
-        let Heard::Ended(1, why, Some(d)) = hear(&a, 1000).unwrap() else { panic!("not ended") };
+        say_ended(&b, 1, evil, Some(&diagnosis), None).unwrap();
+        let Heard::Ended(1, why, Some(d), _) = hear(&a, 1000).unwrap() else { panic!("not ended") };
         assert_eq!(why, escaped);
         assert_eq!((d.cause.as_str(), d.fix.as_str()), (escaped, escaped));
     }
@@ -533,16 +559,29 @@ mod tests {
         assert!(matches!(hear(&b, 1000).unwrap(), Heard::HandedBack(fds) if fds.len() == 2));
         refuse(&a, "the run has all the processes it needs").unwrap();
         assert!(matches!(hear(&b, 1000).unwrap(), Heard::Refused(why) if why.contains("all the processes")));
-        say_ended(&b, 1, "cuIpcOpenMemHandle: CUDA_ERROR_INVALID_CONTEXT", None).unwrap();
+        say_ended(&b, 1, "cuIpcOpenMemHandle: CUDA_ERROR_INVALID_CONTEXT", None, None).unwrap();
         assert!(
-            matches!(hear(&a, 1000).unwrap(), Heard::Ended(1, why, None) if why.ends_with("INVALID_CONTEXT")),
+            matches!(hear(&a, 1000).unwrap(), Heard::Ended(1, why, None, None) if why.ends_with("INVALID_CONTEXT")),
             "the reason comes with the status"
         );
         let diagnosis = Diagnosis::new("both pid 2".into(), "; what fixes it: ", "one PID namespace".into());
-        say_ended(&b, 1, "opening: both pid 2", Some(&diagnosis)).unwrap();
+        say_ended(&b, 1, "opening: both pid 2", Some(&diagnosis), None).unwrap();
         assert!(
-            matches!(hear(&a, 1000).unwrap(), Heard::Ended(1, _, Some(d)) if d == diagnosis),
+            matches!(hear(&a, 1000).unwrap(), Heard::Ended(1, _, Some(d), None) if d == diagnosis),
             "and its diagnosis, in its parts"
+        );
+        let refused = Refused {
+            call: "cuIpcOpenEventHandle".into(),
+            code: 205,
+            error: "CUDA_ERROR_MAP_FAILED".into(),
+            event: true,
+            fix: Some("--sync memops".into()),
+            beyond_the_simulation: false,
+        };
+        say_ended(&b, 1, "opening the event", None, Some(&refused)).unwrap();
+        assert!(
+            matches!(hear(&a, 1000).unwrap(), Heard::Ended(1, _, None, Some(r)) if *r == refused),
+            "and the driver's refusal, as typed facts"
         );
         for end in [
             RunEnd::Passed,

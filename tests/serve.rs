@@ -1117,3 +1117,36 @@ fn the_server_says_what_each_joiner_shares_with_it_and_forecasts_each_path() {
     assert_eq!(nccl["verdict"], "falls_back", "{nccl}");
     assert_eq!(doc["placement"]["server"]["pid"].as_u64(), Some(u64::from(server_pid)));
 }
+
+/// After the run, the server sets the forecast of each path beside what happened: a server and a joiner
+/// that are both pid 1 in PID namespaces of their own (made by `unshare`), with legacy memory and memops:
+/// the forecast said the driver refuses the handle (`CUDA_ERROR_INVALID_CONTEXT`), the joiner says (over
+/// the socket, as typed facts) that it did, and the two agree, in the output and the document.
+#[test]
+fn the_forecast_stands_beside_the_outcome() {
+    let pid_ns = ["unshare", "--pid", "--fork", "--mount-proc"];
+    if !Command::new("unshare").args(&pid_ns[1..]).arg("true").status().is_ok_and(|s| s.success()) {
+        common::skipped("namespaces", "the_forecast_stands_beside_the_outcome: no PID namespaces here");
+        return;
+    }
+    let (dir, socket) = socket_path("against");
+    let json = dir.path().join("run.json");
+    let json_arg = json.display().to_string();
+    let server = in_namespaces(&pid_ns, &["--serve", &socket, "--sync", "memops", "--json", &json_arg]);
+    let start = Instant::now();
+    while !std::path::Path::new(&socket).exists() && start.elapsed() < LIMIT {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let joiner = in_namespaces(&pid_ns, &["--join", &socket]);
+    let (server, joiner) = (server.wait_with_output().unwrap(), joiner.wait_with_output().unwrap());
+    let said = text(&server);
+    assert_eq!((server.status.code(), joiner.status.code()), (Some(1), Some(1)), "{said}");
+    let invalid = "legacy memory: forecast fails (CUDA_ERROR_INVALID_CONTEXT), the driver refused it \
+                   (CUDA_ERROR_INVALID_CONTEXT)\n";
+    assert!(said.contains(&format!("Forecast against outcome:\n  {invalid}")), "{said}");
+    assert!(!said.contains("THE FORECAST WAS WRONG"), "{said}");
+    let doc = common::document(&json);
+    let against = &doc["placement"]["against"][0];
+    assert_eq!((against["path"].as_str(), against["agrees"].as_bool()), (Some("legacy memory"), Some(true)));
+    assert_eq!(doc["refused"]["error"], "CUDA_ERROR_INVALID_CONTEXT", "the joiner's refusal, typed: {doc}");
+}

@@ -17,6 +17,7 @@ pub mod events;
 pub mod fabric;
 pub mod legacy;
 pub mod pool;
+pub mod refused;
 pub mod vmm;
 
 use std::os::fd::{BorrowedFd, OwnedFd};

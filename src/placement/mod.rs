@@ -11,7 +11,7 @@ pub(crate) mod libraries;
 mod report;
 pub(crate) mod share;
 
-pub use report::Placement;
+pub use report::{Placement, against_text, paths_of};
 
 /// The namespaces that a container may give a process of its own, by the inode of `/proc/self/ns/<kind>`;
 /// `None` where it cannot be read.

@@ -26,6 +26,46 @@ pub struct ProcessPlacement {
 pub struct Placement {
     pub server: Place,
     pub processes: Vec<ProcessPlacement>,
+    /// Once the run is over: the forecast of each path it took beside what happened.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub against: Option<Vec<Against>>,
+}
+
+/// What happened to a path the run took.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "outcome", content = "detail")]
+pub enum Seen {
+    Worked,
+    /// The driver refused its handle, with this error.
+    Refused(String),
+    /// The simulation does not model it (a test on the CPU, not the driver's answer).
+    NotSimulated,
+    /// The run ended before it was tried, or for another cause.
+    Untried,
+}
+
+/// One path's forecast (the worst over the processes that joined) beside its outcome.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Against {
+    pub path: String,
+    pub forecast: Verdict,
+    #[serde(flatten)]
+    pub seen: Seen,
+    /// Whether they agree; `null` where either is not known.
+    pub agrees: Option<bool>,
+}
+
+/// The paths a run of `--ipc ipc --sync sync` takes: its memory's, and the interprocess event's under
+/// events (the container matrix's names).
+pub fn paths_of(ipc: &str, sync: &str) -> Vec<&'static str> {
+    let memory = match ipc {
+        "legacy" => "legacy memory",
+        "vmm" => "VMM fd",
+        "pool" => "pool fd",
+        "fabric" => "fabric",
+        _ => return Vec::new(),
+    };
+    if sync == "events" { vec![memory, "legacy event"] } else { vec![memory] }
 }
 
 impl Placement {
@@ -44,7 +84,49 @@ impl Placement {
                 }
             })
             .collect();
-        Self { server, processes }
+        Self { server, processes, against: None }
+    }
+
+    /// Each of `paths` (the memory's first), its forecast beside what the run saw: `passed`, or the driver's
+    /// `refused` (the event's or the memory's handle), or neither (it failed for another cause).
+    pub fn against(&self, paths: &[&str], passed: bool, refused: Option<(bool, &str, bool)>) -> Vec<Against> {
+        paths
+            .iter()
+            .enumerate()
+            .map(|(at, path)| {
+                let forecast = self.worst(path);
+                let is_event = *path == "legacy event";
+                let seen = match refused {
+                    _ if passed => Seen::Worked,
+                    Some((event, _, true)) if event == is_event => Seen::NotSimulated,
+                    Some((event, error, false)) if event == is_event => Seen::Refused(error.to_owned()),
+                    // The memory's handle is opened before the event's.
+                    Some((true, ..)) if at == 0 => Seen::Worked,
+                    _ => Seen::Untried,
+                };
+                let agrees = match (&forecast, &seen) {
+                    (Verdict::Works, Seen::Worked) => Some(true),
+                    (Verdict::Fails(said), Seen::Refused(error)) => Some(said == error),
+                    (Verdict::Works, Seen::Refused(_)) | (Verdict::Fails(_), Seen::Worked) => Some(false),
+                    _ => None,
+                };
+                Against { path: (*path).to_owned(), forecast, seen, agrees }
+            })
+            .collect()
+    }
+
+    /// The forecast of `path` for the run: a failure for any process is the run's.
+    fn worst(&self, path: &str) -> Verdict {
+        let verdicts = self.processes.iter().flat_map(|p| p.forecast.iter().filter(|f| f.path == path));
+        let mut worst = Verdict::Works;
+        for verdict in verdicts.map(|f| &f.verdict) {
+            match (verdict, &worst) {
+                (Verdict::Fails(_), Verdict::Fails(_)) => {}
+                (Verdict::Fails(_), _) | (Verdict::NotKnown, Verdict::Works) => worst = verdict.clone(),
+                _ => {}
+            }
+        }
+        worst
     }
 
     /// The table, then for each group of processes with one forecast, its forecast and what fixes the paths
@@ -99,6 +181,26 @@ impl Placement {
     }
 }
 
+/// The forecast beside the outcome, a line each path; a path where they disagree is called out.
+pub fn against_text(against: &[Against]) -> String {
+    let mut text = String::from("Forecast against outcome:\n");
+    for a in against {
+        let seen = match &a.seen {
+            Seen::Worked => "it worked".to_owned(),
+            Seen::Refused(error) => format!("the driver refused it ({error})"),
+            Seen::NotSimulated => "not simulated".to_owned(),
+            Seen::Untried => "not seen (the run ended for another cause)".to_owned(),
+        };
+        let call = if a.agrees == Some(false) {
+            " <- THE FORECAST WAS WRONG here: the driver may answer otherwise than measured (please report it)"
+        } else {
+            ""
+        };
+        text.push_str(&format!("  {}: forecast {}, {seen}{call}\n", a.path, word(&a.forecast)));
+    }
+    text
+}
+
 fn word(verdict: &Verdict) -> String {
     match verdict {
         Verdict::Works => "works".to_owned(),
@@ -144,5 +246,34 @@ mod tests {
         assert_eq!(json["processes"][2]["shares"][0]["same"], "differs");
         assert_eq!(json["processes"][2]["forecast"][0]["verdict"], "fails");
         assert_eq!(serde_json::from_value::<Placement>(json).unwrap(), placement, "it reads back");
+    }
+
+    #[test]
+    fn the_forecast_stands_beside_the_outcome_and_a_wrong_one_is_called_out() {
+        let mut collides = place(1);
+        collides.namespaces.pid = Some(8);
+        let placement = Placement::of(place(1), vec![(0, place(2)), (1, collides)]);
+        let paths = paths_of("legacy", "events");
+        assert_eq!(paths, ["legacy memory", "legacy event"]);
+        assert_eq!(paths_of("vmm", "memops"), ["VMM fd"]);
+        let refused = placement.against(&paths, false, Some((false, "CUDA_ERROR_INVALID_CONTEXT", false)));
+        assert_eq!(refused[0].agrees, Some(true), "{refused:?}");
+        assert_eq!(refused[1].seen, Seen::Untried, "the event was never opened");
+        let passed = placement.against(&paths, true, None);
+        assert_eq!(passed[0].agrees, Some(false), "the worst forecast, the collision, said it fails");
+        let text = against_text(&passed);
+        assert!(text.contains("legacy memory: forecast fails (CUDA_ERROR_INVALID_CONTEXT), it worked <- THE FORECAST WAS WRONG"), "{text}");
+        let fine = Placement::of(place(1), vec![(0, place(2))]);
+        let event = fine.against(&paths, false, Some((true, "CUDA_ERROR_MAP_FAILED", false)));
+        assert_eq!((event[0].seen.clone(), event[0].agrees), (Seen::Worked, Some(true)));
+        assert_eq!(event[1].agrees, Some(false), "forecast works, refused");
+        let beyond = fine.against(&paths, false, Some((false, "CUDA_ERROR_INVALID_VALUE", true)));
+        assert_eq!((beyond[0].seen.clone(), beyond[0].agrees), (Seen::NotSimulated, None));
+        let json = serde_json::to_value(&event[1]).unwrap();
+        assert_eq!(
+            (json["outcome"].as_str(), json["detail"].as_str()),
+            (Some("refused"), Some("CUDA_ERROR_MAP_FAILED"))
+        );
+        assert_eq!(json["forecast"]["verdict"], "works");
     }
 }

@@ -208,42 +208,19 @@ fn directory_of(path: &Path) -> &Path {
     }
 }
 
-/// The calls that open a handle another process made: a driver's error in one of them is a refusal of
-/// that handle (across whatever lies between the two processes).
-const OPENING_CALLS: [&str; 5] = [
-    "cuIpcOpenMemHandle",
-    "cuIpcOpenEventHandle",
-    "cuMemImportFromShareableHandle",
-    "cuMemPoolImportFromShareableHandle",
-    "cuMemPoolImportPointer",
-];
-
-impl Refused {
-    /// The refusal that `error` is, if a driver call that opens another process's handle made it: from
-    /// the driver's typed error and the diagnosis under it, not from their text.
-    pub fn of(error: &anyhow::Error) -> Option<Self> {
-        let failed = error.chain().find_map(|cause| cause.downcast_ref::<crate::driver::CallFailed>())?;
-        if !OPENING_CALLS.contains(&failed.call.as_str()) {
-            return None;
-        }
-        let (name, _) = crate::driver::code::name_and_words(failed.code);
-        let error_name = match name {
-            "CUDA_ERROR_UNKNOWN" if failed.code != 999 => format!("CUresult {}", failed.code),
-            _ => name.to_owned(),
-        };
-        // (anyhow finds a context's own type through every layer; `chain` finds the errors under them.)
-        let diagnosis = error
-            .downcast_ref::<Diagnosis>()
-            .or_else(|| error.chain().find_map(|cause| cause.downcast_ref::<Diagnosis>()));
-        Some(Self {
-            call: failed.call.clone(),
-            code: failed.code,
-            error: error_name,
-            event: failed.call == "cuIpcOpenEventHandle",
-            fix: diagnosis.map(|d| d.fix.clone()),
-            beyond_the_simulation: failed.beyond_the_simulation,
-        })
-    }
+/// Once the run is over, where its processes' placement was noted: the forecast of each path the run took
+/// beside what happened (it `passed`, or the driver `refused` a handle), kept for the document; the text
+/// to print.
+pub fn forecast_against_outcome(passed: bool, refused: Option<&Refused>) -> Option<String> {
+    let mut pending = pending();
+    let pending = pending.as_mut()?;
+    let paths = crate::placement::paths_of(&pending.options.ipc, &pending.options.sync);
+    let placement = pending.placement.as_mut()?;
+    let refused = refused.map(|r| (r.event, r.error.as_str(), r.beyond_the_simulation));
+    let against = placement.against(&paths, passed, refused);
+    let text = crate::placement::against_text(&against);
+    placement.against = Some(against);
+    Some(text)
 }
 
 /// Notes where the processes that joined stand (`joiners`, once every process has joined).

@@ -293,8 +293,13 @@ pub(super) fn ipc_open_mem_handle(sim: &HostDriver, handle: &IpcHandleBytes) -> 
             );
             return beyond(call, code::NOT_SUPPORTED, why);
         }
-        let why = format!("the exporting process is not visible from here ({path}: {e})");
-        failed(call, code::INVALID_VALUE, why)
+        // A process in another PID namespace (`unshare --pid`) does not see the exporter in its /proc; the
+        // driver's kernel module reaches the memory all the same (the H200 host passes there).
+        let why = format!(
+            "the exporting process is not visible from here ({path}: {e}); the CUDA driver's kernel module \
+             reaches it whatever the namespaces"
+        );
+        beyond(call, code::NOT_SUPPORTED, why)
     })?;
     let size = file.metadata().with_context(|| format!("fstat of {path}"))?.len();
     if size != len {

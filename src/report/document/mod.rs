@@ -85,24 +85,7 @@ pub struct MatrixCell {
     pub fix: Option<String>,
 }
 
-/// The driver's refusal to open a handle that another process made: the call, its error, whether the
-/// handle was the interprocess event's, and the least sharing that fixes it where the run diagnosed it.
-/// Filled from the driver's typed error (`driver::CallFailed`) and `ipc::diagnose::Diagnosis`, never
-/// from text.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Refused {
-    /// `cuIpcOpenEventHandle`, say.
-    pub call: String,
-    /// The `CUresult`, and its name (`CUDA_ERROR_MAP_FAILED`).
-    pub code: u32,
-    pub error: String,
-    /// The handle refused was the interprocess event's (not the memory's).
-    pub event: bool,
-    pub fix: Option<String>,
-    /// The simulation answered so because this is beyond what it models: not the driver's answer.
-    #[serde(default)]
-    pub beyond_the_simulation: bool,
-}
+pub use crate::ipc::refused::Refused;
 
 /// How a run ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
