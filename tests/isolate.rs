@@ -810,3 +810,50 @@ fn an_isolated_process_that_lies_cannot_pass_the_run() {
     assert_eq!(honest.status.code(), Some(0), "{}", text(&honest));
     assert!(text(&honest).contains("every buffer verified by its process and by the parent in "));
 }
+
+/// `--isolate net` (a socket in a private directory under TMPDIR) with every process of the run SIGKILLed
+/// at once, the process outside and the run's own process group, at several moments from its start on:
+/// only the guardian, in a session of its own, is left, and it removes the socket file and the directory
+/// (the run had no code left to run). Nothing stays in TMPDIR.
+#[test]
+fn an_isolated_run_killed_whole_at_any_moment_leaves_no_socket_or_directory() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    if !namespaces_here("an_isolated_run_killed_whole_at_any_moment_leaves_no_socket_or_directory") {
+        return;
+    }
+    for after_ms in [5u64, 15, 30, 60, 120, 250] {
+        let tmp = Tmp::new("killed-whole");
+        let mark = format!("{}-killed-whole-{after_ms}", std::process::id());
+        let _end = EndMarked(mark.clone());
+        let mut child = isolated(&tmp, &["--isolate", "net", "--ipc", "vmm", "--procs-per-device", "2"])
+            .args(["--timeout", "0"])
+            .env(FAULT, "child1@round-robin:hang")
+            .env("SIMPLE_IPC_TEST_MARK", &mark)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        // Until the run has made what it makes (or the moment has come).
+        while start.elapsed() < Duration::from_millis(after_ms) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let made = tmp.entries();
+        let run = children_of(child.id());
+        let _ = killpg(Pid::from_raw(child.id() as i32), Signal::SIGKILL);
+        for pid in &run {
+            let _ = killpg(Pid::from_raw(*pid as i32), Signal::SIGKILL);
+        }
+        child.wait().unwrap();
+        let gone = Instant::now();
+        while !tmp.entries().is_empty() && gone.elapsed() < Duration::from_secs(3) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(
+            tmp.entries(),
+            Vec::<String>::new(),
+            "killed {after_ms} ms in (it had made {made:?}): the socket directory is left"
+        );
+        wait_all_gone(&mark, Duration::from_secs(3));
+    }
+}
