@@ -208,8 +208,11 @@ fn end(cli: &Cli, ended: Result<(i32, Option<report::Document>)>, started: Insta
     }
     if cli.report_fd.is_none() && code != crate::output::READER_GONE_STATUS {
         let line = crate::entry::verdict(status, reason.as_deref(), summary, code, started.elapsed());
-        if let Err(e) = crate::output::verdict(&line) {
-            warn!("simple-ipc: {e:#}");
+        match crate::output::verdict(&line) {
+            Ok(()) => {}
+            // The reader went away before the last line: 141, quietly (the document was written already).
+            Err(e) if e.chain().any(crate::entry::is_reader_gone) => code = crate::output::READER_GONE_STATUS,
+            Err(e) => warn!("simple-ipc: {e:#}"),
         }
     }
     std::process::exit(i32::from(code))
