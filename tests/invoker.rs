@@ -401,7 +401,7 @@ fn the_reader_gone_before_the_verdict_is_141_quietly() {
     assert!(before_verdict < page, "what --topology says fits in a page");
     let filled = nix::unistd::write(&write, &vec![b'.'; page - before_verdict]).unwrap();
     assert_eq!(filled, page - before_verdict);
-    let mut topology = simulated("ok,ok")
+    let topology = simulated("ok,ok")
         .arg("--topology")
         .stdin(Stdio::null())
         .stdout(Stdio::from(write))
