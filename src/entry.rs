@@ -86,7 +86,7 @@ pub fn main() -> ExitCode {
         e.downcast_ref::<Diagnosis>()
             .or_else(|| e.downcast_ref::<crate::joiners::JoinerFailed>().and_then(|j| j.diagnosis.as_ref()))
     });
-    let (status, reason, code) = match &ended {
+    let (mut status, mut reason, mut code) = match &ended {
         Ok(Outcome::Passed) => (Status::Passed, None, EXIT_SUCCESS),
         Ok(Outcome::Waived) => {
             let reason = report::waiver().unwrap_or_else(|| "nothing can run here".to_owned());
@@ -98,10 +98,9 @@ pub fn main() -> ExitCode {
             warn!("{who}: {e:#}");
             (Status::Waived, Some(format!("{e:#}")), EXIT_WAIVED)
         }
-        // Quietly, as a C program killed by SIGPIPE.
-        Err(e) if e.chain().any(|cause| cause.is::<ReaderGone>()) => {
-            (Status::Interrupted, Some(ReaderGone.to_string()), READER_GONE_STATUS)
-        }
+        // Quietly, as a C program killed by SIGPIPE. A run of `--ipc all` whose reader went away was stopped
+        // for it, and says so as `Interrupted(SIGPIPE)` (this program ignores SIGPIPE: nothing else says it).
+        Err(e) if e.chain().any(is_reader_gone) => reader_gone(),
         Err(e) => {
             warn!("{who}: {e:#}");
             match e.chain().find_map(|cause| cause.downcast_ref::<Interrupted>()) {
@@ -128,8 +127,14 @@ pub fn main() -> ExitCode {
     }
     if says_verdict {
         let line = verdict(status, reason.as_deref(), report::summary(), code, started.elapsed());
-        if let Err(e) = crate::output::verdict(&line) {
-            warn!("{who}: {e:#}");
+        match crate::output::verdict(&line) {
+            Ok(()) => {}
+            // The reader went away before the last line (`--topology | head -1`): 141, quietly, as when it
+            // goes before any other line; the document says so.
+            Err(e) if e.chain().any(is_reader_gone) => {
+                (status, reason, code) = reader_gone();
+            }
+            Err(e) => warn!("{who}: {e:#}"),
         }
     }
     let diagnosis = diagnosis.filter(|_| status == Status::Failed);
@@ -142,6 +147,17 @@ pub fn main() -> ExitCode {
             ExitCode::from(if code == EXIT_SUCCESS { EXIT_FAILURE } else { code })
         }
     }
+}
+
+/// Whether `cause` is the reader of standard output gone: [`ReaderGone`], or a run of `--ipc all` stopped
+/// because of it (`Interrupted(SIGPIPE)`: SIGPIPE is ignored, so no signal of that name stops a run).
+pub(crate) fn is_reader_gone(cause: &(dyn std::error::Error + 'static)) -> bool {
+    cause.is::<ReaderGone>() || cause.downcast_ref::<Interrupted>().is_some_and(|i| i.0 == Signal::SIGPIPE)
+}
+
+/// How a run whose reader went away ends: interrupted, with [`ReaderGone`]'s reason, status 141.
+pub(crate) fn reader_gone() -> (Status, Option<String>, u8) {
+    (Status::Interrupted, Some(ReaderGone.to_string()), READER_GONE_STATUS)
 }
 
 /// The verdict line: `PASSED: <what the run did> in <seconds> s`, or `FAILED`, `WAIVED` or `STOPPED` with the

@@ -3,6 +3,8 @@
 //! events once the parent is gone, however it went (even `kill -9` of the whole process group). The driver
 //! removes them only when their exporter exits normally, and the parent removes their names once every
 //! child has opened the events (see `ipc::events`); the guardian is for the ways out that run no code.
+//! It removes the socket file and private directory of a served or isolated run too ([`MadePath`]): the
+//! parent tells it of each once made (path, device, inode), and that it removed it itself, if it did.
 //!
 //! - It acts on what its parent told it and on nothing else: each file as the exporter maps it (name,
 //!   device, inode: see `driver_files`), over a `SOCK_SEQPACKET` socket whose peer must be its own parent,
@@ -48,11 +50,92 @@ enum Message {
     Making = b'M',
     /// The event file announced by `Making` is this one (an empty record: none was made).
     Made = b'D',
+    /// Remove this path at the end (a [`MadePath`] follows), if it is still what was made.
+    Path = b'P',
+    /// The parent removed this path itself (a [`MadePath`] follows): the guardian forgets it.
+    PathGone = b'G',
+}
+
+/// A socket file or directory the run made (a served run's socket, an isolated run's private directory),
+/// with the identity it had when made: the guardian removes a path only while it is still that very file,
+/// so never another's file that took the name since.
+///
+/// Device and inode are not enough: ext4 gives a new file the inode number of one just removed (seen here:
+/// a socket bound again at the same path gets the same inode). A socket's status-change time (to the
+/// nanosecond) is that of its making, and no server changes it; a directory's changes with what it holds,
+/// so a directory goes by device and inode, and only when empty.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MadePath {
+    pub path: std::path::PathBuf,
+    pub dev: u64,
+    pub ino: u64,
+    /// A directory (removed only when empty), else a socket.
+    pub dir: bool,
+    /// A socket's status-change time (seconds, nanoseconds); 0 for a directory.
+    pub ctime: (i64, i64),
+}
+
+impl MadePath {
+    /// What is at `path` now, if it is a socket or a directory.
+    pub fn of(path: &std::path::Path) -> Option<Self> {
+        use std::os::unix::fs::{FileTypeExt, MetadataExt};
+        let meta = std::fs::symlink_metadata(path).ok()?;
+        let dir = meta.is_dir();
+        (dir || meta.file_type().is_socket()).then(|| Self {
+            path: path.to_owned(),
+            dev: meta.dev(),
+            ino: meta.ino(),
+            dir,
+            ctime: if dir { (0, 0) } else { (meta.ctime(), meta.ctime_nsec()) },
+        })
+    }
+
+    fn to_message(&self, kind: Message) -> Vec<u8> {
+        use std::os::unix::ffi::OsStrExt;
+        let mut message = vec![kind as u8];
+        message.extend(self.dev.to_le_bytes());
+        message.extend(self.ino.to_le_bytes());
+        message.extend(self.ctime.0.to_le_bytes());
+        message.extend(self.ctime.1.to_le_bytes());
+        message.push(u8::from(self.dir));
+        message.extend(self.path.as_os_str().as_bytes());
+        message
+    }
+
+    fn from_message(body: &[u8]) -> Option<Self> {
+        use std::os::unix::ffi::OsStrExt;
+        let word = |at: usize| Some(u64::from_le_bytes(body.get(at..at + 8)?.try_into().ok()?));
+        let signed = |at: usize| Some(i64::from_le_bytes(body.get(at..at + 8)?.try_into().ok()?));
+        let path = body.get(33..).filter(|p| !p.is_empty())?;
+        let path = std::path::PathBuf::from(std::ffi::OsStr::from_bytes(path));
+        path.is_absolute().then_some(Self {
+            dev: word(0)?,
+            ino: word(8)?,
+            ctime: (signed(16)?, signed(24)?),
+            dir: *body.get(32)? == 1,
+            path,
+        })
+    }
+
+    /// Removes the path if it is still what was made (a directory only if empty). Returns whether it did.
+    /// (Between the look and the removal another process could replace the name; the window is two system
+    /// calls, and no call removes a name by inode.)
+    pub fn remove_if_same(&self) -> bool {
+        if Self::of(&self.path).as_ref() != Some(self) {
+            return false;
+        }
+        let removed =
+            if self.dir { std::fs::remove_dir(&self.path) } else { std::fs::remove_file(&self.path) };
+        removed.is_ok()
+    }
 }
 
 const MESSAGE_BYTES: usize = 1 + driver_files::RECORD_BYTES;
 /// The most records a `Making` message lists; with more, the guardian removes nothing it was not told of.
 const MAX_LISTED: usize = 256;
+/// The longest path a [`MadePath`] message carries (Linux's `PATH_MAX`); a longer one is cut, names nothing
+/// made, and is left alone.
+const PATH_MAX: usize = 4096;
 
 /// The parent's handle on its guardian: its end of the socket the guardian reads, and the process.
 pub struct Guardian {
@@ -122,6 +205,21 @@ impl Guardian {
             .map_or([0; driver_files::RECORD_BYTES], EventFile::to_record);
         self.tell(Message::Made, &record);
         made
+    }
+
+    /// Has the guardian remove `made` (a socket file or directory the run made), should the run end
+    /// without removing it. Never fails the run, as [`cover`](Self::cover).
+    pub fn cover_path(&self, made: &MadePath) {
+        let message = made.to_message(Message::Path);
+        if message.len() <= 34 + PATH_MAX {
+            self.send(&message);
+        }
+    }
+
+    /// Tells the guardian that the run removed `made` itself: it is not to be looked at again (its name may
+    /// be another's by then).
+    pub fn forget_path(&self, made: &MadePath) {
+        self.send(&made.to_message(Message::PathGone));
     }
 
     fn tell(&self, kind: Message, record: &[u8; driver_files::RECORD_BYTES]) {
@@ -195,10 +293,11 @@ pub fn watch(fd: RawFd) -> Result<()> {
     // guardian to the reaper already.
     let parent = check_peer_is_parent(&socket)?;
     let mut files = Vec::new();
+    let mut paths: Vec<MadePath> = Vec::new();
     let mut making = 0usize;
     // What existed before the oldest making still under way; `None`: not known (nothing is guessed).
     let mut before_making: Option<Vec<EventFile>> = None;
-    let mut message = vec![0u8; 2 + MAX_LISTED * driver_files::RECORD_BYTES];
+    let mut message = vec![0u8; (2 + MAX_LISTED * driver_files::RECORD_BYTES).max(64 + PATH_MAX)];
     loop {
         let n = match recv(socket.as_raw_fd(), &mut message, MsgFlags::empty()) {
             Ok(0) => break,
@@ -225,6 +324,12 @@ pub fn watch(fd: RawFd) -> Result<()> {
                 making = making.saturating_sub(1);
                 files.extend(records().flatten());
             }
+            b'P' => paths.extend(MadePath::from_message(&message[1..n])),
+            b'G' => {
+                if let Some(gone) = MadePath::from_message(&message[1..n]) {
+                    paths.retain(|p| *p != gone);
+                }
+            }
             _ => files.extend(records().flatten()),
         }
     }
@@ -236,6 +341,10 @@ pub fn watch(fd: RawFd) -> Result<()> {
     }
     for file in files {
         let _ = file.remove_if_ours();
+    }
+    // The latest first: a socket before the directory it is in.
+    for path in paths.iter().rev() {
+        path.remove_if_same();
     }
     Ok(())
 }

@@ -8,8 +8,9 @@
 //! closing the connection, which every wait of a joiner looks at.
 //!
 //! A joiner's death is its connection closing without a word: the run fails at once, naming it, as a child's
-//! death does. A socket path is made by the server and removed by it, and only while it is still the socket
-//! it made: an existing path is never taken over or removed.
+//! death does. A socket path is made by the server and removed by it (or by its guardian, if it is killed),
+//! and only while it is still the socket it made: an existing path is never taken over or removed, but for a
+//! socket nothing listens on that this process's own user left; another user's is refused, naming its owner.
 
 use std::cell::RefCell;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -20,6 +21,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use nix::errno::Errno;
 use nix::sys::socket::{Backlog, accept4, bind, listen, sockopt::PeerCredentials};
 
+use crate::guardian::{Guardian, MadePath};
 use crate::meeting::{self, Address, Heard, Round, RunEnd};
 use crate::placement::{Place, Placement};
 use crate::segment::{Segment, SharedState};
@@ -173,6 +175,8 @@ pub struct Joiners<'s> {
     only_started_by: Option<Vec<i32>>,
     /// Where the joiners' connections go when these joiners do, to be told how the run ended.
     audience: Option<&'s Audience>,
+    /// The guardian told of the socket's file (as made), which removes it if this server is killed.
+    guardian: Option<(&'s Guardian, Box<MadePath>)>,
 }
 
 impl<'s> Joiners<'s> {
@@ -238,9 +242,28 @@ impl<'s> Joiners<'s> {
         self
     }
 
-    /// Removes the socket's file, if it is still the one this server made.
+    /// Has `guardian` remove the socket's file (if it is still the one this server made) should this server
+    /// be killed before it removes it itself.
+    pub fn covered_by(mut self, guardian: &'s Guardian) -> Self {
+        let made = match (&self.address, self.made) {
+            (Address::Path(path), Some((dev, ino))) => {
+                MadePath::of(path).filter(|now| (now.dev, now.ino, now.dir) == (dev, ino, false))
+            }
+            _ => None,
+        };
+        if let Some(made) = made {
+            guardian.cover_path(&made);
+            self.guardian = Some((guardian, Box::new(made)));
+        }
+        self
+    }
+
+    /// Removes the socket's file, if it is still the one this server made (and tells the guardian so).
     fn remove_socket_file(&mut self) {
         remove_if_made(&self.address, self.made.take());
+        if let Some((guardian, made)) = self.guardian.take() {
+            guardian.forget_path(&made);
+        }
     }
 
     /// Listens at `address` for the run's `processes` joiners; `descriptor_sockets` has the joiners' ends
@@ -284,6 +307,7 @@ impl<'s> Joiners<'s> {
             round: None,
             only_started_by: None,
             audience: None,
+            guardian: None,
         }
     }
 
@@ -621,16 +645,31 @@ pub(crate) fn remove_if_made(address: &Address, made: Option<(u64, u64)>) {
     }
 }
 
-/// Whether the path is a socket that nothing listens on (a connection is refused).
+/// Whether the path is a socket that nothing listens on (a connection is refused), which this process may
+/// remove: one of another user's is an error naming its owner (root too takes no other user's path).
 fn is_stale_socket(address: &Address) -> Result<bool> {
     let Address::Path(path) = address else { return Ok(false) };
-    let is_socket = std::fs::symlink_metadata(path)
-        .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()));
-    if !is_socket {
+    let Some(meta) = std::fs::symlink_metadata(path)
+        .ok()
+        .filter(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()))
+    else {
         return Ok(false);
-    }
+    };
     let probe = meeting::seqpacket()?;
-    Ok(matches!(nix::sys::socket::connect(probe.as_raw_fd(), &address.unix()?), Err(Errno::ECONNREFUSED)))
+    let stale =
+        matches!(nix::sys::socket::connect(probe.as_raw_fd(), &address.unix()?), Err(Errno::ECONNREFUSED));
+    let me = nix::unistd::geteuid().as_raw();
+    if stale && meta.uid() != me {
+        let owner = match nix::unistd::User::from_uid(meta.uid().into()) {
+            Ok(Some(user)) => format!("uid {} ({})", meta.uid(), meeting::printable(&user.name)),
+            _ => format!("uid {}", meta.uid()),
+        };
+        bail!(
+            "--serve {address}: the path is a socket nothing listens on, left by {owner}, not by this user \
+             (uid {me}): it is not this run's to remove (its owner may remove it, or serve elsewhere)"
+        );
+    }
+    Ok(stale)
 }
 
 impl Drop for Joiners<'_> {

@@ -124,10 +124,10 @@ fn run_the_sample(cli: &Cli, mechanism: Mechanism, audience: &Audience) -> Resul
             return Ok(Outcome::Waived);
         };
         exports = exported;
-        children = Team::start(cli, &segment, n, &mut their_sockets, started, audience)?;
+        children = Team::start(cli, &segment, n, &mut their_sockets, started, audience, &guardian)?;
     } else {
         watch.enter(Phase::StartChildren)?;
-        children = Team::start(cli, &segment, n, &mut their_sockets, started, audience)?;
+        children = Team::start(cli, &segment, n, &mut their_sockets, started, audience, &guardian)?;
         watch.enter(Phase::AllocateExport)?;
         let Some(exported) =
             waived_if_missing(mechanism, exporter.export_all(&mut watch, Phase::WaitChildren))?
@@ -202,7 +202,7 @@ enum Team<'s> {
     Started(Children<'s>),
     Joined(Joiners<'s>),
     /// Dropped in this order: the joiners' connections close, then the processes end.
-    Isolated(Joiners<'s>, isolation::Launched),
+    Isolated(Joiners<'s>, isolation::Launched<'s>),
 }
 
 impl<'s> Team<'s> {
@@ -216,12 +216,14 @@ impl<'s> Team<'s> {
         their_sockets: &mut Vec<OwnedFd>,
         started: Instant,
         audience: &'s Audience,
+        guardian: &'s Guardian,
     ) -> Result<Self> {
         if let Some(isolation) = &cli.isolate {
-            let mut launched = isolation::Launched::prepare(isolation)?;
+            let mut launched = isolation::Launched::prepare(isolation, guardian)?;
             let address = launched.address();
             let sockets = std::mem::take(their_sockets);
             let joiners = Joiners::listen(segment, address.clone(), n, sockets, started, cli.timeout())?
+                .covered_by(guardian)
                 .removing_the_socket_when_full();
             launched.start(&address, n, isolation, cli.timeout, cli.quiet)?;
             let joiners = joiners.only_started_by(launched.pids());
@@ -241,6 +243,7 @@ impl<'s> Team<'s> {
         let joiners = match cli.serve_round {
             Some(_) => Joiners::in_sequence(segment, audience, n, sockets, started, cli.timeout())?,
             None => Joiners::listen(segment, address.clone(), n, sockets, started, cli.timeout())?
+                .covered_by(guardian)
                 .telling_the_end_to(audience),
         };
         let processes = if n == 1 { "process" } else { "processes" };

@@ -263,3 +263,86 @@ fn a_killed_run_removes_only_its_own_files() {
     drop(made); // the decoys go before the run's own files are looked for
     assert_nothing_left(pid, &[], "killed run");
 }
+
+/// A server of a path socket killed (SIGKILL to its whole process group, the guardian outside it) while it
+/// waits for its joiners: the guardian removes the socket file it was told of. At several moments, the
+/// earliest before the socket exists. Another run's socket made at the same path once the first server's is
+/// gone stays (the guardian removes only what was made).
+#[test]
+fn a_killed_server_leaves_no_socket_file_and_takes_no_other() {
+    let dir = common::scratch("killed-server");
+    let path = dir.path().join("run.sock");
+    let serve = path.to_str().unwrap().to_owned();
+    for after_ms in [5u64, 20, 60, 150, 400] {
+        let mut server = simulated("ok")
+            .args(["--serve", &serve, "--timeout", "20"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let pid = server.id();
+        let guardian = guardian_of(pid);
+        std::thread::sleep(Duration::from_millis(after_ms));
+        kill(Pid::from_raw(-(pid as i32)), Signal::SIGKILL).unwrap();
+        server.wait().unwrap();
+        if let Some(guardian) = guardian {
+            assert!(wait_pid_gone(guardian, Duration::from_secs(3)), "{after_ms} ms: the guardian ended");
+        }
+        assert!(
+            std::fs::symlink_metadata(&path).is_err(),
+            "{after_ms} ms in: the killed server's socket file is left at {serve}"
+        );
+    }
+    // Killed before the guardian could look: the path another made since is not touched.
+    let mut server = simulated("ok")
+        .args(["--serve", &serve, "--timeout", "20"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = server.id();
+    assert_eq!(common::wait_for_lines(&mut server, "Serving the run", 1, Duration::from_secs(10)), 1);
+    let guardian = guardian_of(pid).expect("the server has a guardian");
+    signal(guardian, Signal::SIGSTOP);
+    kill(Pid::from_raw(-(pid as i32)), Signal::SIGKILL).unwrap();
+    server.wait().unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let theirs = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    signal(guardian, Signal::SIGCONT);
+    assert!(wait_pid_gone(guardian, Duration::from_secs(3)), "the guardian ended");
+    assert!(std::fs::symlink_metadata(&path).is_ok(), "the guardian removed another's socket at {serve}");
+    drop(theirs);
+}
+
+/// A stale socket (nothing listens) of another user at the path: root's server does not take it over
+/// (docs/details.md: a path that exists is never taken over), refuses naming its owner, and leaves it.
+/// A stale socket of its own user is still removed and the path served.
+#[test]
+fn a_stale_socket_of_another_user_is_not_taken() {
+    use std::os::unix::fs::MetadataExt;
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("SKIPPED a_stale_socket_of_another_user_is_not_taken: needs root to make another's file");
+        return;
+    }
+    let nobody = nix::unistd::User::from_name("nobody").unwrap().expect("user nobody exists");
+    let dir = common::scratch("stale-socket");
+    let path = dir.path().join("theirs.sock");
+    drop(std::os::unix::net::UnixListener::bind(&path).unwrap()); // stale: nobody listens
+    nix::unistd::chown(&path, Some(nobody.uid), Some(nobody.gid)).unwrap();
+    let ino = std::fs::symlink_metadata(&path).unwrap().ino();
+    let out = common::run(simulated("ok").args(["--serve", path.to_str().unwrap(), "--timeout", "5"]));
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains(&format!("uid {}", nobody.uid)) && said.contains("not this run's"), "{said}");
+    assert_eq!(std::fs::symlink_metadata(&path).map(|m| m.ino()).ok(), Some(ino), "another's socket is gone");
+
+    // One of this user's own: removed, and the path served (until the watchdog, no joiner coming).
+    let mine = dir.path().join("mine.sock");
+    drop(std::os::unix::net::UnixListener::bind(&mine).unwrap());
+    let out = common::run(simulated("ok").args(["--serve", mine.to_str().unwrap(), "--timeout", "1"]));
+    let said = text(&out);
+    assert!(said.contains("removed the stale socket"), "{said}");
+    assert!(std::fs::symlink_metadata(&mine).is_err(), "the server's own socket is left: {said}");
+}

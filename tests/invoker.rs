@@ -358,3 +358,92 @@ fn every_run_given_json_writes_how_it_ended() {
         "{gone}"
     );
 }
+
+/// A standard output whose reader is already gone: every write answers EPIPE.
+fn reader_gone_before_the_start() -> Stdio {
+    let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
+    drop(read);
+    Stdio::from(write)
+}
+
+/// The reader gone before the verdict, and only then: 141, quietly, as when it goes before any other line,
+/// not a passed run's 0 with "the reader of standard output went away" on standard error (`--topology |
+/// head -1` did that, 4 of 40). The sample's run writes the verdict alone (`--quiet`), its document says
+/// so; `--topology` (which takes no `--quiet`) writes into a pipe of one page that holds what comes before
+/// the verdict and no more, so that the verdict's write waits until the reader has gone.
+#[test]
+fn the_reader_gone_before_the_verdict_is_141_quietly() {
+    let dir = common::scratch("reader-gone-verdict");
+    let json = dir.path().join("run.json");
+    let out = simulated("ok,ok")
+        .arg("--quiet")
+        .arg("--json")
+        .arg(&json)
+        .stdin(Stdio::null())
+        .stdout(reader_gone_before_the_start())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(141), "--quiet: {err}");
+    assert_eq!(err, "", "--quiet: nothing is said of a reader that went away");
+    let document = common::document(&json);
+    assert_eq!(document["status"], "interrupted", "{document}");
+    assert_eq!(document["reason"], "the reader of standard output went away");
+    assert_eq!(document["exit_status"], 141);
+
+    let whole = run(simulated("ok,ok").arg("--topology"));
+    assert_eq!(whole.status.code(), Some(0), "{}", text(&whole));
+    let said = String::from_utf8_lossy(&whole.stdout);
+    let before_verdict = said.len() - said.lines().last().unwrap().len() - 1;
+    let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
+    let page = nix::fcntl::fcntl(&write, nix::fcntl::FcntlArg::F_SETPIPE_SZ(4096)).unwrap() as usize;
+    assert!(before_verdict < page, "what --topology says fits in a page");
+    let filled = nix::unistd::write(&write, &vec![b'.'; page - before_verdict]).unwrap();
+    assert_eq!(filled, page - before_verdict);
+    let topology = simulated("ok,ok")
+        .arg("--topology")
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(write))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500)); // it has written all but the verdict, and waits
+    drop(read);
+    let out = topology.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(141), "--topology: {err}");
+    assert_eq!(err, "", "--topology: nothing is said of a reader that went away");
+}
+
+/// `--ipc all | head -1`: the run of one mechanism under way is stopped because the reader went away, and
+/// the reason is the one a single run gives, "the reader of standard output went away" (it was
+/// "interrupted by SIGPIPE", a signal this program ignores), in the document and never said as an
+/// interruption.
+#[test]
+fn every_mechanism_with_its_reader_gone_gives_the_single_runs_reason() {
+    use std::io::BufRead;
+    let dir = common::scratch("reader-gone-all");
+    let json = dir.path().join("all.json");
+    for _ in 0..3 {
+        let mut child = simulated("ok,ok")
+            .args(["--ipc", "all", "--json"])
+            .arg(&json)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+        let pid = child.id();
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(141), "after {first:?}: {err}");
+        assert!(!err.contains("SIGPIPE"), "{err}");
+        let document = common::document(&json);
+        assert_eq!(document["reason"], "the reader of standard output went away", "{document}");
+        assert_eq!(document["status"], "interrupted");
+        assert!(wait_group_gone(pid, Duration::from_secs(3)).is_some(), "a process of the run is left");
+    }
+}

@@ -814,3 +814,145 @@ fn an_isolated_process_that_lies_cannot_pass_the_run() {
     assert_eq!(honest.status.code(), Some(0), "{}", text(&honest));
     assert!(text(&honest).contains("every buffer verified by its process and by the parent in "));
 }
+
+/// `--isolate net` (a socket in a private directory under TMPDIR) with every process of the run SIGKILLed
+/// at once, the process outside and the run's own process group, at several moments from its start on:
+/// only the guardian, in a session of its own, is left, and it removes the socket file and the directory
+/// (the run had no code left to run). Nothing stays in TMPDIR.
+#[test]
+fn an_isolated_run_killed_whole_at_any_moment_leaves_no_socket_or_directory() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    if !namespaces_here("an_isolated_run_killed_whole_at_any_moment_leaves_no_socket_or_directory") {
+        return;
+    }
+    for after_ms in [5u64, 15, 30, 60, 120, 250] {
+        let tmp = Tmp::new("killed-whole");
+        let mark = format!("{}-killed-whole-{after_ms}", std::process::id());
+        let _end = EndMarked(mark.clone());
+        let mut child = isolated(&tmp, &["--isolate", "net", "--ipc", "vmm", "--procs-per-device", "2"])
+            .args(["--timeout", "0"])
+            .env(FAULT, "child1@round-robin:hang")
+            .env("SIMPLE_IPC_TEST_MARK", &mark)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        // Until the run has made what it makes (or the moment has come).
+        while start.elapsed() < Duration::from_millis(after_ms) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let made = tmp.entries();
+        let run = children_of(child.id());
+        let _ = killpg(Pid::from_raw(child.id() as i32), Signal::SIGKILL);
+        for pid in &run {
+            let _ = killpg(Pid::from_raw(*pid as i32), Signal::SIGKILL);
+        }
+        child.wait().unwrap();
+        let gone = Instant::now();
+        while !tmp.entries().is_empty() && gone.elapsed() < Duration::from_secs(3) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(
+            tmp.entries(),
+            Vec::<String>::new(),
+            "killed {after_ms} ms in (it had made {made:?}): the socket directory is left"
+        );
+        wait_all_gone(&mark, Duration::from_secs(3));
+    }
+}
+
+/// The state letter of process `pid` (`T` stopped), if it is there.
+fn state_of(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// Every process below `pid`, as /proc lists them.
+fn all_below(pid: u32) -> Vec<u32> {
+    let mut found = children_of(pid);
+    let mut at = 0;
+    while at < found.len() {
+        let more = children_of(found[at]);
+        found.extend(more);
+        at += 1;
+    }
+    found
+}
+
+/// Ctrl-Z on an isolated run (SIGTSTP to the process outside, as the terminal sends it to the job's
+/// group): every process of the run is stopped, and then the process outside, so that the shell sees the
+/// whole job stopped and nothing of it runs on or prints; SIGCONT (`fg`) continues all and the run passes.
+/// Held past its --timeout, the run's own watchdog ends it, and the verdict says it was held stopped.
+#[test]
+fn ctrl_z_stops_the_whole_isolated_run_and_fg_continues_it() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    if !namespaces_here("ctrl_z_stops_the_whole_isolated_run_and_fg_continues_it") {
+        return;
+    }
+    for (isolate, timeout, held) in [("pid", "20", 1500u64), ("net", "20", 1500), ("pid", "1", 2500)] {
+        let tmp = Tmp::new("ctrl-z");
+        let mark = format!("{}-ctrl-z-{isolate}-{timeout}", std::process::id());
+        let _end = EndMarked(mark.clone());
+        let log = tmp.path().join("run.log");
+        let file = std::fs::File::create(&log).unwrap();
+        let mut child = isolated(
+            &tmp,
+            &[
+                "--isolate",
+                isolate,
+                "--ipc",
+                "vmm",
+                "--sync",
+                "memops",
+                "--procs-per-device",
+                "2",
+                "--timeout",
+                timeout,
+            ],
+        )
+        .env("SIMPLE_IPC_TEST_MARK", &mark)
+        .stdout(file.try_clone().unwrap())
+        .stderr(file)
+        .spawn()
+        .unwrap();
+        let said = || std::fs::read_to_string(&log).unwrap_or_default();
+        let started = Instant::now();
+        while !said().contains("Starting on device") && started.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let outside = child.id();
+        nix::sys::signal::kill(Pid::from_raw(outside as i32), Signal::SIGTSTP).unwrap();
+        let stopping = Instant::now();
+        let running = || -> Vec<(u32, Option<char>)> {
+            std::iter::once(outside)
+                .chain(all_below(outside))
+                .map(|pid| (pid, state_of(pid)))
+                .filter(|(_, state)| !matches!(state, Some('T' | 'Z') | None))
+                .collect()
+        };
+        while !running().is_empty() && stopping.elapsed() < Duration::from_secs(2) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let before = said();
+        assert_eq!(running(), Vec::new(), "{isolate}: all of the run is stopped: {before}");
+        assert!(!before.contains("PASSED"), "{isolate}: {before}");
+        std::thread::sleep(Duration::from_millis(held));
+        assert_eq!(said(), before, "{isolate}: a stopped run prints nothing more");
+        assert_eq!(running(), Vec::new(), "{isolate}: the run stays stopped");
+        nix::sys::signal::kill(Pid::from_raw(outside as i32), Signal::SIGCONT).unwrap();
+        let status = wait_at_most(&mut child, Duration::from_secs(15));
+        let out = said();
+        let _ = std::fs::remove_file(&log);
+        let verdict = out.lines().last().unwrap_or_default().to_owned();
+        if timeout == "1" {
+            assert_eq!(status.and_then(|s| s.code()), Some(1), "{isolate}: {out}");
+            assert!(verdict.contains("held stopped by job control"), "{isolate}: {verdict}");
+        } else {
+            assert_eq!(status.and_then(|s| s.code()), Some(0), "{isolate}: continued, it passes: {out}");
+            assert!(verdict.starts_with("PASSED"), "{isolate}: {out}");
+        }
+        assert_eq!(wait_all_gone(&mark, Duration::from_secs(3)), Vec::<u32>::new(), "{isolate}");
+        assert_eq!(tmp.entries(), Vec::<String>::new(), "{isolate}: no socket directory is left");
+    }
+}

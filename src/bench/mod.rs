@@ -133,6 +133,7 @@ fn consume(cli: &Cli, mechanism: Mechanism, audience: &Audience) -> Result<Outco
             let address = Address::parse(address).with_context(|| format!("--serve {address}"))?;
             let joiners =
                 Joiners::listen(&setup.segment, address.clone(), 2, their_socket, started, cli.timeout())?
+                    .covered_by(&setup.guardian)
                     .starting_at_index(PRODUCER)
                     .telling_the_end_to(audience);
             say!("Serving the benchmark at {address}: waiting for its producer to join (--join {address})")?;

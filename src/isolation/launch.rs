@@ -18,6 +18,7 @@ use nix::fcntl::{FcntlArg, OFlag, fcntl};
 
 use super::enter::Unavailable;
 use super::{Isolation, Kind};
+use crate::guardian::{Guardian, MadePath};
 use crate::meeting::Address;
 use crate::outcome::EXIT_WAIVED;
 
@@ -25,11 +26,17 @@ use crate::outcome::EXIT_WAIVED;
 /// server's end); then it is killed, and its init stops what it runs.
 const END_GRACE: Duration = Duration::from_millis(700);
 
-/// The private directory of the run's socket, removed on drop.
-struct SocketDir(PathBuf);
+/// The private directory of the run's socket, removed on drop; the guardian removes it (and the socket in
+/// it) should the run be killed.
+struct SocketDir<'g> {
+    path: PathBuf,
+    guardian: &'g Guardian,
+    /// What was made (device, inode), as the guardian was told.
+    made: Option<MadePath>,
+}
 
-impl SocketDir {
-    fn make() -> Result<Self> {
+impl<'g> SocketDir<'g> {
+    fn make(guardian: &'g Guardian) -> Result<Self> {
         let base = std::env::temp_dir();
         let mut attempt = 0u32;
         loop {
@@ -38,7 +45,13 @@ impl SocketDir {
                 .map_or(0, |d| d.subsec_nanos());
             let dir = base.join(format!("simple-ipc-{}-{nanos:x}", std::process::id()));
             match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
-                Ok(()) => return Ok(Self(dir)),
+                Ok(()) => {
+                    let made = MadePath::of(&dir);
+                    if let Some(made) = &made {
+                        guardian.cover_path(made);
+                    }
+                    return Ok(Self { path: dir, guardian, made });
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 8 => attempt += 1,
                 Err(e) => {
                     return Err(e)
@@ -49,32 +62,36 @@ impl SocketDir {
     }
 
     fn socket(&self) -> PathBuf {
-        self.0.join("run.sock")
+        self.path.join("run.sock")
     }
 }
 
-impl Drop for SocketDir {
+impl Drop for SocketDir<'_> {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        let _ = std::fs::remove_dir_all(&self.path);
+        if let Some(made) = &self.made {
+            self.guardian.forget_path(made);
+        }
     }
 }
 
 /// The processes started for an isolated run, and the directory of the socket they meet at (removed once
 /// they have ended).
-pub struct Launched {
+pub struct Launched<'g> {
     processes: Vec<Child>,
     /// The reading end of each process's document, in the order of `processes`.
     documents: Vec<OwnedFd>,
     /// `None` for an abstract socket.
-    dir: Option<SocketDir>,
+    dir: Option<SocketDir<'g>>,
 }
 
-impl Launched {
+impl<'g> Launched<'g> {
     /// Chooses where the run is served for `isolation`: an abstract socket, which leaves nothing behind
     /// whatever happens, unless the processes have network namespaces of their own (an abstract socket is
-    /// in one), then a socket in a private directory. Nothing is started yet.
-    pub fn prepare(isolation: &Isolation) -> Result<Self> {
-        let dir = if isolation.has(Kind::Net) { Some(SocketDir::make()?) } else { None };
+    /// in one), then a socket in a private directory, which `guardian` removes should the run be killed.
+    /// Nothing is started yet.
+    pub fn prepare(isolation: &Isolation, guardian: &'g Guardian) -> Result<Self> {
+        let dir = if isolation.has(Kind::Net) { Some(SocketDir::make(guardian)?) } else { None };
         Ok(Self { processes: Vec::new(), documents: Vec::new(), dir })
     }
 
@@ -189,7 +206,7 @@ fn document_of(pipe: &OwnedFd) -> Option<crate::report::Document> {
     crate::report::document::parse(&got)
 }
 
-impl Drop for Launched {
+impl Drop for Launched<'_> {
     fn drop(&mut self) {
         let until = Instant::now() + END_GRACE;
         for (child, document) in self.processes.iter_mut().zip(&self.documents) {

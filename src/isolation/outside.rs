@@ -3,6 +3,10 @@
 //! namespaces and
 //! - passes its stop signals on to the run (which is in a process group of its own, so that a signal to
 //!   the user's job reaches it once, through this process);
+//! - passes job control on: Ctrl-Z (SIGTSTP, and SIGTTIN or SIGTTOU) stops every process of the run
+//!   (SIGSTOP), then this process, so that the shell's stopped job is the whole run; once continued
+//!   (SIGCONT, `fg`), it continues them. The time stopped does not count against its deadline, and a run
+//!   whose own watchdog ended it for the time it was stopped says so;
 //! - stops the run at its deadline (`--timeout` and a grace for the run to stop itself): whatever the run
 //!   started is killed, and the verdict names a stopped process, where one is (a SIGSTOPped init of the
 //!   run's PID namespace cannot reap, and the run would never end);
@@ -73,9 +77,19 @@ pub fn stay_outside(cli: &Cli) -> Result<()> {
 /// ends or its deadline has passed; then writes the document, says the verdict and exits.
 fn watch(cli: &Cli, run: Pid, document: OwnedFd, passed_on: SigSet) -> ! {
     let started = Instant::now();
-    let deadline = cli.timeout().map(|t| started + t + STOP_GRACE);
+    let mut deadline = cli.timeout().map(|t| started + t + STOP_GRACE);
+    // How long the user held the run stopped (Ctrl-Z until `fg`).
+    let mut held = Duration::ZERO;
     let mut waited = passed_on;
     waited.add(Signal::SIGCHLD);
+    // Job control, unless the invoker left it ignored (a shell without job control): passed on, not
+    // suffered (blocked, a SIGTSTP would stop nothing; unblocked, it would stop this process alone).
+    for signal in JOB_CONTROL {
+        if !crate::signals::is_ignored(signal).unwrap_or(true) {
+            waited.add(signal);
+        }
+    }
+    waited.add(Signal::SIGCONT);
     let signals = waited
         .thread_block()
         .map_err(anyhow::Error::from)
@@ -85,7 +99,7 @@ fn watch(cli: &Cli, run: Pid, document: OwnedFd, passed_on: SigSet) -> ! {
         Err(e) => {
             let _ = kill(run, Signal::SIGKILL);
             let _ = waitpid(run, None);
-            end(cli, Err(e.context("the process outside an isolated run: signalfd")), started)
+            end(cli, Err(e.context("the process outside an isolated run: signalfd")), started, held)
         }
     };
     let _ = fcntl(&document, FcntlArg::F_SETFL(OFlag::O_NONBLOCK));
@@ -124,10 +138,18 @@ fn watch(cli: &Cli, run: Pid, document: OwnedFd, passed_on: SigSet) -> ! {
             open = read_some(&document, &mut got);
         }
         while let Ok(Some(info)) = signals.read_signal() {
-            if let Ok(signal) = Signal::try_from(info.ssi_signo as i32)
-                && signal != Signal::SIGCHLD
-            {
-                let _ = kill(run, signal);
+            match Signal::try_from(info.ssi_signo as i32) {
+                Ok(Signal::SIGCHLD) | Err(_) => {}
+                Ok(signal) if JOB_CONTROL.contains(&signal) => {
+                    let stopped = hold(run);
+                    held += stopped;
+                    deadline = deadline.map(|d| d + stopped);
+                }
+                // Continued after a SIGSTOP of this process alone (which it cannot see): the run goes on too.
+                Ok(Signal::SIGCONT) => signal_all(run, Signal::SIGCONT),
+                Ok(signal) => {
+                    let _ = kill(run, signal);
+                }
             }
         }
     };
@@ -135,7 +157,32 @@ fn watch(cli: &Cli, run: Pid, document: OwnedFd, passed_on: SigSet) -> ! {
         read_some(&document, &mut got);
     }
     let ended = ended.map(|code| (code, report::document::parse(&got)));
-    end(cli, ended, started)
+    end(cli, ended, started, held)
+}
+
+/// The signals of job control that the process outside passes on to the whole run.
+const JOB_CONTROL: [Signal; 3] = [Signal::SIGTSTP, Signal::SIGTTIN, Signal::SIGTTOU];
+
+/// Ctrl-Z: stops every process of the run, then this process (the shell sees its job stopped); returns,
+/// once continued, after continuing the run, how long it was held.
+fn hold(run: Pid) -> Duration {
+    let at = Instant::now();
+    signal_all(run, Signal::SIGSTOP);
+    // What a process of the run started while the others were being stopped.
+    signal_all(run, Signal::SIGSTOP);
+    // Delivered before kill returns: this process stops here until SIGCONT.
+    let _ = kill(getpid(), Signal::SIGSTOP);
+    signal_all(run, Signal::SIGCONT);
+    at.elapsed()
+}
+
+/// Sends `signal` to `top` and everything it started (the init of a PID namespace and the guardian are in
+/// sessions of their own: a signal to the run's process group would not reach them).
+fn signal_all(top: Pid, signal: Signal) {
+    let _ = kill(top, signal);
+    for pid in descendants(top) {
+        let _ = kill(pid, signal);
+    }
 }
 
 /// Reads what the pipe holds now into `got`; false at its end (or on an error).
@@ -153,9 +200,22 @@ fn read_some(pipe: &OwnedFd, got: &mut Vec<u8>) -> bool {
 
 /// Writes the document (the run's, or one of this process's own where the run gave none), says the
 /// verdict after it, and exits.
-fn end(cli: &Cli, ended: Result<(i32, Option<report::Document>)>, started: Instant) -> ! {
+fn end(cli: &Cli, ended: Result<(i32, Option<report::Document>)>, started: Instant, held: Duration) -> ! {
     let (mut status, mut reason, mut code, summary, written) = match ended {
-        Ok((code, Some(document))) => {
+        Ok((code, Some(mut document))) => {
+            // A run past its --timeout whose watchdog counted the time the user held it stopped: say so.
+            let timed_out = cli.timeout().is_some_and(|t| started.elapsed() > t);
+            if document.status == Status::Failed && timed_out && held >= Duration::from_millis(100) {
+                let why = document.reason.take().unwrap_or_default();
+                let (first, rest) = why.split_once('\n').unwrap_or((&why, ""));
+                let note = format!(
+                    "; the run was held stopped by job control (Ctrl-Z until continued) for {:.1} s, which its \
+                     --timeout counted",
+                    held.as_secs_f64()
+                );
+                let rest = if rest.is_empty() { String::new() } else { format!("\n{rest}") };
+                document.reason = Some(format!("{first}{note}{rest}"));
+            }
             let said = (document.status, document.reason.clone(), document.summary.clone());
             let code = u8::try_from(code).unwrap_or(crate::outcome::EXIT_FAILURE);
             (said.0, said.1, code, said.2, report::finish_document(document))
@@ -208,8 +268,11 @@ fn end(cli: &Cli, ended: Result<(i32, Option<report::Document>)>, started: Insta
     }
     if cli.report_fd.is_none() && code != crate::output::READER_GONE_STATUS {
         let line = crate::entry::verdict(status, reason.as_deref(), summary, code, started.elapsed());
-        if let Err(e) = crate::output::verdict(&line) {
-            warn!("simple-ipc: {e:#}");
+        match crate::output::verdict(&line) {
+            Ok(()) => {}
+            // The reader went away before the last line: 141, quietly (the document was written already).
+            Err(e) if e.chain().any(crate::entry::is_reader_gone) => code = crate::output::READER_GONE_STATUS,
+            Err(e) => warn!("simple-ipc: {e:#}"),
         }
     }
     std::process::exit(i32::from(code))
