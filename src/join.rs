@@ -117,8 +117,15 @@ fn connect_to(address: &Address, started_by_server: bool, timeout: Option<Durati
     use nix::errno::Errno;
     use nix::fcntl::{FcntlArg, OFlag, fcntl};
     let since = Instant::now();
+    let mut said_waiting = false;
     loop {
         signals::check()?;
+        if let Address::Path(path) = address
+            && let Ok(meta) = std::fs::symlink_metadata(path)
+            && !std::os::unix::fs::FileTypeExt::is_socket(&meta.file_type())
+        {
+            bail!("--join {address}: that path is no socket, so no run is served there");
+        }
         let connection = meeting::seqpacket()?;
         fcntl(&connection, FcntlArg::F_SETFL(OFlag::O_NONBLOCK)).context("making a socket non-blocking")?;
         match connect(connection.as_raw_fd(), &address.unix()?) {
@@ -142,6 +149,38 @@ fn connect_to(address: &Address, started_by_server: bool, timeout: Option<Durati
             }
             Err(Errno::ENOENT | Errno::ECONNREFUSED) if started_by_server => {
                 return Err(RunOverBeforeJoining.into());
+            }
+            // Containers of a pod start together: the server may not listen yet. Wait for it, within the
+            // watchdog, and say once for what.
+            Err(e @ (Errno::ENOENT | Errno::ECONNREFUSED)) => {
+                if !said_waiting {
+                    said_waiting = true;
+                    let within = timeout.map_or("for as long as it takes (--timeout 0)".to_owned(), |t| {
+                        format!("up to {} s (--timeout)", t.as_secs_f64())
+                    });
+                    say!("Waiting for the server at {address} (nothing listens there yet): {within}")?;
+                }
+                if let Some(timeout) = timeout
+                    && since.elapsed() >= timeout
+                {
+                    bail!(
+                        "--join {address}: no server came within {} s (--timeout): {}{}",
+                        timeout.as_secs_f64(),
+                        match e {
+                            Errno::ENOENT => "the socket's path never appeared",
+                            _ => "nothing listened there",
+                        },
+                        match address {
+                            Address::Abstract(_) => {
+                                "; an abstract socket is reachable only from the server's own network \
+                                 namespace: across network namespaces (two pods, a container of its own \
+                                 network), serve at a path on a volume both mount"
+                            }
+                            Address::Path(_) => "",
+                        }
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(20));
             }
             Err(e) => {
                 return Err(e).with_context(|| {

@@ -545,9 +545,13 @@ impl<'s> Joiners<'s> {
             })
             .collect();
         let never = self.first + self.joined.len()..self.processes;
+        let missing = match never.len() {
+            0 => String::new(),
+            count => format!(" {count} of the {} joiners never joined.", self.expected()),
+        };
         places.extend(never.map(|i| format!("process {i} never joined")));
         Err(anyhow!(
-            "the run did not finish within {} s (--timeout); stopped it. Not finished: {}.",
+            "the run did not finish within {} s (--timeout); stopped it.{missing} Not finished: {}.",
             timeout.as_secs_f64(),
             places.join("; ")
         ))

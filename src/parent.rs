@@ -247,7 +247,10 @@ impl<'s> Team<'s> {
                 .telling_the_end_to(audience),
         };
         let processes = if n == 1 { "process" } else { "processes" };
-        say!("Serving the run at {address}: waiting for {n} {processes} to join (--join {address})")?;
+        say!(
+            "Serving the run at {address}: waiting for {n} {processes} to join (--join {address}), {}",
+            gpus_of(segment.state(), n)
+        )?;
         Ok(Team::Joined(joiners))
     }
 
@@ -269,6 +272,23 @@ impl<'s> Team<'s> {
             Team::Joined(joiners) | Team::Isolated(joiners, ..) => joiners.stop(),
         }
     }
+}
+
+/// The GPUs the processes run on, each with its UUID and how many processes it takes: `for GPU 0
+/// (GPU-...) x2 and GPU 1 (GPU-...) x2` (a joiner must see the GPU it is given).
+fn gpus_of(state: &SharedState, n: usize) -> String {
+    let mut gpus: Vec<(i32, String, usize)> = Vec::new();
+    for index in 0..n {
+        let uuid =
+            state.device_uuid_of(index).map_or_else(|| "?".to_owned(), |u| crate::driver::uuid_text(&u));
+        match gpus.iter_mut().find(|(device, ..)| *device == state.device_of(index)) {
+            Some((.., count)) => *count += 1,
+            None => gpus.push((state.device_of(index), uuid, 1)),
+        }
+    }
+    let each: Vec<String> =
+        gpus.iter().map(|(device, uuid, count)| format!("GPU {device} ({uuid}) x{count}")).collect();
+    format!("for {}", each.join(" and "))
 }
 
 /// The exports of some processes, with their indices.

@@ -269,7 +269,7 @@ fn a_joiner_killed_at_any_phase_fails_the_run_and_leaves_nothing() {
     }
 }
 
-/// The server killed at each phase of its run: every joiner ends within 3 s, with an error, even where the
+/// The server killed at each phase of its run: every joiner ends within its --timeout, with an error, even where the
 /// server died after the joiners' parts were done (it never said how the run ended: not PASSED), and the
 /// guardian leaves no driver file.
 #[test]
@@ -282,15 +282,17 @@ fn the_server_killed_at_any_phase_stops_every_joiner_and_leaves_nothing() {
             Some(&format!("parent@{phase}:kill")),
         );
         let server_pid = server.child.id();
-        // The server may die before it listens (start_children): then no joiner finds it, which is an error too.
+        // The server may die before it listens (start_children): then a joiner waits for a server that
+        // never comes, until its own --timeout, and that is an error too.
         std::thread::sleep(Duration::from_millis(200));
-        let joiners = [join("ok", &socket, None), join("ok", &socket, None)];
+        let args = ["--join", socket.as_str(), "--timeout", "2"];
+        let joiners = [Running::start("ok", &args, None), Running::start("ok", &args, None)];
         let status = server.child.wait().unwrap();
         assert!(status.code().is_none(), "{phase}: the server was killed: {status:?} {}", server.text());
         for joiner in joiners {
-            let (code, out, took) = joiner.end(Duration::from_secs(3));
+            let (code, out, took) = joiner.end(Duration::from_secs(5));
             assert!(!out.contains("did not end"), "{phase}: every joiner ends: {out}");
-            assert!(took < Duration::from_secs(3), "{phase}: {took:?}");
+            assert!(took < Duration::from_secs(5), "{phase}: {took:?}");
             assert_eq!(code, Some(1), "{phase}: {out}");
             assert!(!out.contains("PASSED"), "{phase}: {out}");
             if phase == "clean_up" {
@@ -383,10 +385,17 @@ fn a_joiner_that_never_comes_is_named_by_the_watchdog() {
     let joiner = join("ok", &socket, None);
     let (code, out, took) = server.end(LIMIT);
     assert_eq!(code, Some(1), "{out}");
-    assert!(out.contains("process 1 never joined"), "{out}");
+    assert!(
+        out.contains("1 of the 2 joiners never joined.") && out.contains("process 1 never joined"),
+        "{out}"
+    );
     assert!(took < Duration::from_secs(5), "{took:?}");
     let (code, out, _) = joiner.end(Duration::from_secs(3));
     assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("the run failed: ") && out.contains("1 of the 2 joiners never joined"),
+        "says why: {out}"
+    );
 }
 
 /// Devices are matched by UUID: a joiner that does not see the GPU it is given says which one it lacks.
@@ -394,6 +403,8 @@ fn a_joiner_that_never_comes_is_named_by_the_watchdog() {
 fn a_joiner_without_its_gpu_says_which_uuid_it_lacks() {
     let (_dir, socket) = socket_path("no-gpu");
     let server = serve("ok,ok", &socket, &[]);
+    assert!(server.text().contains("waiting for 2 processes to join (--join "), "{}", server.text());
+    assert!(server.text().contains("for GPU 0 (GPU-53494d55-4c41-5445-4447-505500000000) x1 and GPU 1 ("));
     // The joiners see one GPU: device 0's. Whoever gets process 1 lacks device 1's.
     let joiners = [join("ok", &socket, None), join("ok", &socket, None)];
     let (code, out, _) = server.end(LIMIT);
@@ -1151,4 +1162,38 @@ fn the_forecast_stands_beside_the_outcome() {
     let against = &doc["placement"]["against"][0];
     assert_eq!((against["path"].as_str(), against["agrees"].as_bool()), (Some("legacy memory"), Some(true)));
     assert_eq!(doc["refused"]["error"], "CUDA_ERROR_INVALID_CONTEXT", "the joiner's refusal, typed: {doc}");
+}
+
+/// Containers of a pod start together: a joiner started before its server waits for the socket to appear
+/// and accept, says once that it waits and for what, and takes part once the server comes; one whose
+/// server never comes fails within its --timeout naming the address and how long it waited (for an
+/// abstract socket, that only the server's network namespace reaches it); a path that is no socket is
+/// refused at once.
+#[test]
+fn a_joiner_started_before_its_server_waits_for_it() {
+    let (_dir, socket) = socket_path("early");
+    let joiner = join("ok", &socket, None);
+    assert!(joiner.wait_for("Waiting for the server at", LIMIT), "{}", joiner.text());
+    std::thread::sleep(Duration::from_millis(300));
+    let server = serve("ok", &socket, &[]);
+    let (code, out, _) = server.end(LIMIT);
+    let (joined, said, _) = joiner.end(LIMIT);
+    assert_eq!((code, joined), (Some(0), Some(0)), "{out}\n{said}");
+    assert_eq!(said.matches("Waiting for the server at").count(), 1, "said once: {said}");
+
+    let name = format!("@simple-ipc-test-nobody-serves-{}", std::process::id());
+    let start = Instant::now();
+    let (code, said, _) = Running::start("ok", &["--join", &name, "--timeout", "1"], None).end(LIMIT);
+    assert_eq!(code, Some(1), "{said}");
+    assert!(start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
+    assert!(said.contains(&format!("--join {name}: no server came within 1 s (--timeout)")), "{said}");
+    assert!(said.contains("reachable only from the server's own network namespace"), "{said}");
+
+    let dir = common::scratch("serve-not-a-socket");
+    let file = dir.path().join("plain");
+    std::fs::write(&file, b"").unwrap();
+    let start = Instant::now();
+    let (code, said, _) = join("ok", &file.display().to_string(), None).end(LIMIT);
+    assert_eq!(code, Some(1), "{said}");
+    assert!(said.contains("that path is no socket") && start.elapsed() < Duration::from_secs(2), "{said}");
 }
