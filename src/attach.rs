@@ -60,8 +60,9 @@ fn lacks_gpu(index: usize, uuid: &str, sees: &str) -> Diagnosis {
         "; what fixes it: ",
         format!(
             "give this container that GPU: Docker --gpus device={uuid} (or NVIDIA_VISIBLE_DEVICES={uuid}), and a \
-             CUDA_VISIBLE_DEVICES that does not hide it; Kubernetes: both pods need that GPU (one pod with both \
-             containers, a shared ResourceClaim with DRA, or the device plugin's time-slicing or MPS sharing)"
+             CUDA_VISIBLE_DEVICES that does not hide it; Kubernetes: both pods need that GPU (two containers of one pod \
+             too, each nvidia.com/gpu request being given its own): a ResourceClaim that both use (DRA), or the device \
+             plugin's time-slicing or MPS sharing, which gives one GPU for certain only where the node has one"
         ),
     )
 }
