@@ -419,6 +419,58 @@ for who in joiner server; do
   fi
 done
 
+# --- What two containers share, forecast against outcome (issue 23) ----------------------------------------
+# A server and one joiner in namespaces made by unshare(1), not by --isolate: the joiner in a PID namespace of
+# its own (other pid numbers), both pid 1 in PID namespaces of their own (the same pid number), the joiner
+# with a /dev/shm of its own, a network namespace, a user namespace (root mapped), and all of them at once;
+# every mechanism, events and memops. The server prints where the joiner stands and what it forecasts for
+# each path, then the forecast beside the outcome: no cell may be forecast wrong, and the server's exit
+# status must be what the forecast says (0 where every path it took is forecast to work, else 1).
+if unshare --pid --fork --mount-proc true 2>/dev/null; then
+  shm_ns='mount -t tmpfs tmpfs /dev/shm && exec "$0" "$@"'
+  agreed=0 unknown=0 cases=0 wrong=""
+  for boundary in pid same-pid shm net user all; do
+    srv_prefix=(); join_prefix=()
+    case $boundary in
+      pid) join_prefix=(unshare --pid --fork --mount-proc) ;;
+      same-pid) srv_prefix=(unshare --pid --fork --mount-proc); join_prefix=(unshare --pid --fork --mount-proc) ;;
+      shm) join_prefix=(unshare --mount sh -c "$shm_ns") ;;
+      net) join_prefix=(unshare --net) ;;
+      user) join_prefix=(unshare --user --map-root-user) ;;
+      all) join_prefix=(unshare --user --map-root-user --pid --fork --mount-proc --net --ipc --uts --mount sh -c "$shm_ns") ;;
+    esac
+    for ipc in legacy vmm pool; do
+      for sync in events memops; do
+        [ "$ipc/$sync" = pool/memops ] && continue
+        cases=$((cases + 1))
+        rm -f "$sock"
+        "${srv_prefix[@]}" "$bin" --serve "$sock" --ipc "$ipc" --sync "$sync" --timeout 30 >"$log/srv" 2>&1 & srv=$!
+        for _ in $(seq 300); do [ -S "$sock" ] && break; sleep 0.02; done
+        "${join_prefix[@]}" "$bin" --join "$sock" --timeout 30 >"$log/j0" 2>&1; r0=$?
+        wait "$srv"; rc=$?
+        lines=$(sed -n '/^Forecast against outcome:/,/^[^ ]/p' "$log/srv" | grep '^  ')
+        # A rehearsal on the simulation: what it does not model is no cell of the driver's.
+        if [ -n "${GPU_CHECK_SIMULATE:-}" ] && echo "$lines" | grep -q 'not simulated'; then
+          unknown=$((unknown + 1)); continue
+        fi
+        forecast_fails=$(echo "$lines" | grep -c 'forecast fails')
+        expected_rc=0; [ "$forecast_fails" -gt 0 ] && expected_rc=1
+        if echo "$lines" | grep -q 'FORECAST WAS WRONG' || [ -z "$lines" ] || [ $rc -ne $expected_rc ]; then
+          wrong+="[$boundary $ipc/$sync: exit $rc, $(echo "$lines" | tr -s ' ' | tr '\n' ';')] "
+        fi
+        agreed=$((agreed + $(echo "$lines" | grep -cE 'forecast works, it worked|forecast fails \((CUDA_ERROR_[A-Z_]+)\), the driver refused it \(\1\)')))
+        unknown=$((unknown + $(echo "$lines" | grep -c 'untried\|not known')))
+      done
+    done
+  done
+  if [ -z "$wrong" ] && [ "$(shm_state)" = "$shm_before" ]; then
+    record PASS "placement: forecast against outcome, 6 boundaries made by unshare" "$cases runs, $agreed paths as forecast, $unknown untried, none wrong"
+  else
+    record FAIL "placement: forecast against outcome, 6 boundaries made by unshare" "$wrong"
+  fi
+  rm -f "$sock"
+fi
+
 # --- --isolate: the container matrix, and an isolated run killed ----------------------------------------------
 # Every boundary of a container by every kind of handle, from real runs: the rows must be those measured on
 # the H200 host (issue 16). Then an --isolate pid run (every process pid 2 under an init of its own) killed

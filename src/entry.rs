@@ -119,7 +119,9 @@ pub fn main() -> ExitCode {
     let refused = ended.as_ref().err().and_then(|e| {
         report::Refused::of(e).or_else(|| e.downcast_ref::<crate::joiners::JoinerFailed>()?.refused.clone())
     });
-    if let Some(text) = report::forecast_against_outcome(status == Status::Passed, refused.as_ref())
+    let (ipc, sync) = (cli.ipc.name(), if cli.sync == cli::Sync::Memops { "memops" } else { "events" });
+    if let Some(text) =
+        report::forecast_against_outcome(&ipc, sync, status == Status::Passed, refused.as_ref())
         && code != READER_GONE_STATUS
         && let Err(e) = crate::output::text(&text)
     {

@@ -189,7 +189,7 @@ pub fn against_text(against: &[Against]) -> String {
             Seen::Worked => "it worked".to_owned(),
             Seen::Refused(error) => format!("the driver refused it ({error})"),
             Seen::NotSimulated => "not simulated".to_owned(),
-            Seen::Untried => "not seen (the run ended for another cause)".to_owned(),
+            Seen::Untried => "untried (the run ended for another cause first)".to_owned(),
         };
         let call = if a.agrees == Some(false) {
             " <- THE FORECAST WAS WRONG here: the driver may answer otherwise than measured (please report it)"

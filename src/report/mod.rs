@@ -50,8 +50,6 @@ struct Pending {
     /// A refusal that a process which joined this run reported in its own document (see
     /// `isolation::launch`).
     refused: Option<Refused>,
-    /// Where the processes that joined stand, once they all have.
-    placement: Option<crate::placement::Placement>,
 }
 
 impl Pending {
@@ -65,7 +63,6 @@ impl Pending {
             devices: Vec::new(),
             results: None,
             refused: None,
-            placement: None,
         }
     }
 }
@@ -211,11 +208,16 @@ fn directory_of(path: &Path) -> &Path {
 /// Once the run is over, where its processes' placement was noted: the forecast of each path the run took
 /// beside what happened (it `passed`, or the driver `refused` a handle), kept for the document; the text
 /// to print.
-pub fn forecast_against_outcome(passed: bool, refused: Option<&Refused>) -> Option<String> {
-    let mut pending = pending();
-    let pending = pending.as_mut()?;
-    let paths = crate::placement::paths_of(&pending.options.ipc, &pending.options.sync);
-    let placement = pending.placement.as_mut()?;
+/// `ipc` and `sync`: the run's `--ipc` and `--sync`, which say the paths it took.
+pub fn forecast_against_outcome(
+    ipc: &str,
+    sync: &str,
+    passed: bool,
+    refused: Option<&Refused>,
+) -> Option<String> {
+    let mut placement = PLACEMENT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let placement = placement.as_mut()?;
+    let paths = crate::placement::paths_of(ipc, sync);
     let refused = refused.map(|r| (r.event, r.error.as_str(), r.beyond_the_simulation));
     let against = placement.against(&paths, passed, refused);
     let text = crate::placement::against_text(&against);
@@ -223,11 +225,13 @@ pub fn forecast_against_outcome(passed: bool, refused: Option<&Refused>) -> Opti
     Some(text)
 }
 
+/// Where the processes that joined stand, once they all have: said once the run is over, with or without
+/// a `--json` document.
+static PLACEMENT: Mutex<Option<crate::placement::Placement>> = Mutex::new(None);
+
 /// Notes where the processes that joined stand (`joiners`, once every process has joined).
 pub fn note_placement(placement: crate::placement::Placement) {
-    if let Some(pending) = pending().as_mut() {
-        pending.placement = Some(placement);
-    }
+    *PLACEMENT.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(placement);
 }
 
 /// Notes a refusal that a process which joined this run reported (the first one is kept).
@@ -344,7 +348,7 @@ fn document(pending: &mut Pending, verdict: &Verdict) -> Document {
         mechanisms,
         bench,
         matrix,
-        placement: pending.placement.take(),
+        placement: PLACEMENT.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take(),
     }
 }
 
