@@ -20,7 +20,7 @@ use crate::fault;
 use crate::gpu::{DeviceMemory, Stream};
 use crate::guardian::Guardian;
 use crate::ipc::{
-    Event, ExportedBuffer, ExportedEvent, Mechanism, Missing, ProcessExports, Slice, descriptors,
+    Event, ExportedBuffer, ExportedEvent, Mechanism, Missing, ProcessExports, Slice, descriptors, platform,
 };
 use crate::isolation;
 use crate::joiners::{Audience, Joiners};
@@ -77,6 +77,10 @@ fn run_the_sample(cli: &Cli, mechanism: Mechanism, audience: &Audience) -> Resul
         }
     }
     let process_devices = devices::plan(&chosen, cli.procs_per_device as usize)?;
+    if let Some(reason) = platform::waiver(driver, mechanism, &process_devices)? {
+        waive!("No CUDA devices support IPC with --ipc {} ({reason})", mechanism.name())?;
+        return Ok(Outcome::Waived);
+    }
     let n = process_devices.len();
     // Processes it did not start from its own program (`--serve`), or that run where it cannot see them
     // (`--isolate`), might say anything: the parent then checks every buffer itself before it says PASSED.

@@ -116,6 +116,39 @@ fn a_mechanism_the_device_lacks_is_waived_with_the_reason() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
 }
 
+/// Where CUDA IPC cannot work, the waiver says why in the words of NVIDIA's documents (exit 2), never a
+/// failure: MIG devices on different GPU instances, for every mechanism (what one MIG device does is asked by
+/// trial, and passes here); legacy on WSL2, where vmm and memops are asked by trial and pass.
+#[test]
+fn where_cuda_ipc_cannot_work_the_waiver_says_so() {
+    for (gpus, mechanism) in [("ok+mig,ok+mig", "legacy"), ("ok+mig,ok+mig", "vmm"), ("ok,ok+mig", "pool")] {
+        let out = run(simulated(gpus).args(["--ipc", mechanism]));
+        let all = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{gpus} {mechanism}: {all}");
+        let line =
+            format!("No CUDA devices support IPC with --ipc {mechanism} (the processes are on devices 0 (");
+        assert!(all.contains(&line) && all.contains("1 (MIG-"), "{all}");
+        assert!(
+            all.contains("on different GPU instances: CUDA IPC across GPU instances is not supported (NVIDIA's MIG user guide"),
+            "{all}"
+        );
+    }
+    let one = run(simulated("ok+mig").args(["--ipc", "vmm", "--procs-per-device", "2"]));
+    assert_eq!(one.status.code(), Some(0), "one MIG device: asked by trial: {}", text(&one));
+
+    let out = run(simulated("ok+wsl,ok+wsl").args(["--ipc", "legacy"]));
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{all}");
+    assert!(
+        all.contains("No CUDA devices support IPC with --ipc legacy (this is WSL2 (simulated: /dev/dxg is present): legacy IPC is not supported there (NCCL probes for it)"),
+        "{all}"
+    );
+    for args in [&["--ipc", "vmm"][..], &["--ipc", "vmm", "--sync", "memops"], &["--ipc", "pool"]] {
+        let out = run(simulated("ok+wsl,ok+wsl").args(args));
+        assert_eq!(out.status.code(), Some(0), "WSL2 {args:?}: asked by trial: {}", text(&out));
+    }
+}
+
 #[test]
 fn ipc_all_prints_a_table_and_exits_by_the_worst_result() {
     let dir = common::scratch("all-test");

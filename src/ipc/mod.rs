@@ -9,13 +9,15 @@
 //! - [`fabric`]: `cuMemCreate` allocations shared as 64-byte fabric handles (an IMEX channel needed).
 //!
 //! The descriptors of vmm and pool travel over [`descriptors`]. The interprocess [`events`] are the same
-//! for all four; the device memory owners below them are in `gpu`.
+//! for all four; the device memory owners below them are in `gpu`. Where CUDA IPC cannot work at all (MIG
+//! across GPU instances, legacy on WSL2), [`platform`] says so.
 
 pub mod descriptors;
 pub mod diagnose;
 pub mod events;
 pub mod fabric;
 pub mod legacy;
+pub mod platform;
 pub mod pool;
 pub mod vmm;
 
