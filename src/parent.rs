@@ -180,8 +180,11 @@ fn run_the_sample(cli: &Cli, mechanism: Mechanism, audience: &Audience) -> Resul
 
     report(cli, json, state, &watch.finish(), checks_itself)?;
     let gpus = chosen.len();
+    // The parent's own check of its pipe directory: its children inherit it; joiners were told nothing.
+    let mps =
+        crate::placement::mps::Mps::here().under().map(|under| format!(", {under}")).unwrap_or_default();
     crate::report::note_summary(format!(
-        "{n} process{} on {gpus} GPU{}, {} IPC, {}{}: every buffer verified{}",
+        "{n} process{} on {gpus} GPU{}, {} IPC, {}{mps}{}: every buffer verified{}",
         if n == 1 { "" } else { "es" },
         if gpus == 1 { "" } else { "s" },
         mechanism.name(),

@@ -283,3 +283,38 @@ fn ipc_all_shows_fabric_waived_and_passes() {
     let fabric = all.lines().find(|l| l.starts_with("fabric ")).unwrap_or_default();
     assert!(fabric.ends_with("passed"), "{all}");
 }
+
+/// A run whose processes are MPS clients says so on its verdict line, by the parent's own check of its pipe
+/// directory (a `control` socket that accepts); a directory whose daemon is gone is no MPS. `--bench` on one
+/// GPU says why its figures are what they are: no context switch is paid under MPS.
+#[test]
+fn a_run_under_mps_says_so() {
+    let dir = common::scratch("mps");
+    let control = dir.path().join("control");
+    let listener = std::os::unix::net::UnixListener::bind(&control).unwrap();
+    let shown = dir.path().display().to_string();
+    let out = run(simulated("ok").env("CUDA_MPS_PIPE_DIRECTORY", dir.path()));
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    let under =
+        format!("PASSED: 1 process on 1 GPU, legacy IPC, events, under MPS (the daemon of {shown}): every");
+    assert!(all.contains(&under), "{all}");
+    let bench = run(simulated("ok")
+        .args(["--bench", "--bench-max-bytes", "4096"])
+        .env("CUDA_MPS_PIPE_DIRECTORY", dir.path()));
+    let said = text(&bench);
+    assert_eq!(bench.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains(&format!("MPS: a control daemon listens at {shown}: the processes are its clients")),
+        "{said}"
+    );
+    assert!(
+        said.contains("why the figures are what they are: one GPU under MPS: both processes are clients of one daemon and share its context's time slice, so no context switch is paid"),
+        "{said}"
+    );
+    drop(listener);
+    // The socket is left, as by a daemon that was killed: no daemon, no MPS.
+    let out = run(simulated("ok").env("CUDA_MPS_PIPE_DIRECTORY", dir.path()));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(!text(&out).contains("MPS"), "{}", text(&out));
+}
