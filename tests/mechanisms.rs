@@ -318,3 +318,32 @@ fn a_run_under_mps_says_so() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(!text(&out).contains("MPS"), "{}", text(&out));
 }
+
+/// `--fds pidfd`: each child fetches every descriptor from the parent with pidfd_getfd (real calls on the
+/// simulation's memfds), passes, and closes all it fetched.
+#[test]
+fn descriptors_fetched_by_pidfd_getfd_run_the_whole_protocol() {
+    for mechanism in ["vmm", "pool"] {
+        let dir = common::scratch(&format!("pidfd-{mechanism}"));
+        let json = dir.path().join("run.json");
+        let (pid, code, all) = run_pid(
+            simulated("ok,ok")
+                .args(["--ipc", mechanism, "--fds", "pidfd", "--procs-per-device", "2", "--json"])
+                .arg(&json),
+        );
+        assert_eq!(code, Some(0), "{mechanism}: {all}");
+        assert!(
+            all.contains(&format!(
+                "PASSED: 4 processes on 2 GPUs, {mechanism} IPC (descriptors by pidfd_getfd), events"
+            )),
+            "{all}"
+        );
+        let doc = common::document(&json);
+        assert_eq!(
+            descriptors(&doc, "descriptors_before_open"),
+            descriptors(&doc, "descriptors_after_close"),
+            "{doc}"
+        );
+        assert_clean(pid, mechanism);
+    }
+}
