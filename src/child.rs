@@ -18,7 +18,7 @@ use crate::gpu::host_buffer::{self, HostBuffer};
 use crate::gpu::kernel::SimpleKernel;
 use crate::inherit;
 use crate::ipc::diagnose::Exporter;
-use crate::ipc::{Mechanism, OpenedBuffer, OpenedEvent, Slice, descriptors};
+use crate::ipc::{Mechanism, OpenedBuffer, OpenedEvent, Slice, descriptors, pidfd};
 use crate::numa::{self, Sysfs};
 use crate::phase::{Phase, Who};
 use crate::segment::{self, Segment};
@@ -48,7 +48,8 @@ pub fn take_part(
     let n = state.process_count();
     let mechanism = Mechanism::from_code(state.mechanism.load(Ordering::Relaxed))
         .context("the segment names an IPC mechanism this program does not know")?;
-    if mechanism.uses_descriptors() && socket.is_none() {
+    let pidfd = state.options.load(Ordering::Relaxed) & segment::OPTION_FDS_PIDFD != 0;
+    if mechanism.uses_descriptors() && socket.is_none() && !pidfd {
         bail!("--ipc {} needs a descriptor socket, and none was given", mechanism.name());
     }
     let stop = move || -> Result<()> { attach::still_running(state, parent) };
@@ -90,6 +91,16 @@ pub fn take_part(
     let mut descriptors: Vec<Option<OwnedFd>> = match &socket {
         Some(socket) => {
             descriptors::receive(socket.as_fd(), mechanism.code(), n, &stop)?.into_iter().map(Some).collect()
+        }
+        // --fds pidfd: fetched from the exporter, by the numbers it published.
+        None if pidfd && mechanism.uses_descriptors() => {
+            let exporter = exporter_pid(parent)?;
+            (0..n)
+                .map(|other| {
+                    let number = state.descriptor_numbers[other].load(Ordering::Relaxed);
+                    pidfd::fetch(exporter, number, other).map(Some)
+                })
+                .collect::<Result<_>>()?
         }
         None => (0..n).map(|_| None).collect(),
     };
@@ -196,6 +207,19 @@ impl Handover<'_, '_> {
         match self {
             Handover::Events(events) => stream.record(&events[target]),
             Handover::Flags(flags) => stream.write_flag(&flags[target], step as u32 + 1),
+        }
+    }
+}
+
+/// The exporter's pid as this process sees it: its parent's, or the server's as the connection's peer
+/// credentials say (the kernel gives 0 for a process outside this one's PID namespace).
+fn exporter_pid(parent: &attach::Parent) -> Result<u32> {
+    match parent {
+        attach::Parent::Pid(pid) => Ok(*pid as u32),
+        attach::Parent::Server { connection, .. } => {
+            let peer = nix::sys::socket::getsockopt(*connection, nix::sys::socket::sockopt::PeerCredentials)
+                .context("asking the socket for the server's pid (SO_PEERCRED)")?;
+            Ok(peer.pid().max(0) as u32)
         }
     }
 }

@@ -104,7 +104,7 @@ pub struct Cli {
     ///
     /// Another mode: no run.
     #[arg(long, help_heading = RUN, conflicts_with_all = ["sequential", "timings", "json", "procs_per_device",
-          "bind_numa", "ipc", "sync", "timeout", "quiet"])]
+          "bind_numa", "ipc", "sync", "timeout", "quiet", "fds"])]
     pub topology: bool,
 
     // The mechanism.
@@ -124,6 +124,15 @@ pub struct Cli {
     #[arg(long, value_enum, value_name = "HOW", default_value_t = Sync::Events, help_heading = MECHANISM)]
     pub sync: Sync,
 
+    /// How vmm and pool descriptors reach the other processes: over a Unix socket, or fetched with pidfd_getfd.
+    ///
+    /// socket: passed over a Unix socket (SCM_RIGHTS), which needs no shared PID namespace and no ptrace
+    /// permission; pidfd: each importer fetches the exporter's descriptors with pidfd_open and pidfd_getfd,
+    /// as PyTorch's expandable segments and UCX do: that needs the exporter's pid visible from the importer
+    /// (one PID namespace) and ptrace permission (the same user and Yama's ptrace_scope, or CAP_SYS_PTRACE).
+    #[arg(long, value_enum, value_name = "HOW", default_value_t = Fds::Socket, help_heading = MECHANISM)]
+    pub fds: Fds,
+
     // In containers.
     /// Serve the run at SOCKET to the processes that --join it, instead of starting children.
     ///
@@ -141,7 +150,7 @@ pub struct Cli {
     /// (or, where the server runs --bench, the producer's); of the other options it takes --timeout,
     /// --quiet and --bench (then the run must be the benchmark).
     #[arg(long, value_name = "SOCKET", help_heading = CONTAINERS, conflicts_with_all = ["topology", "serve",
-          "sequential", "timings", "json", "procs_per_device", "bind_numa", "sync", "ipc", "child"])]
+          "sequential", "timings", "json", "procs_per_device", "bind_numa", "sync", "ipc", "child", "fds"])]
     pub join: Option<String>,
 
     /// Run the processes in namespaces of their own, as in containers (with --ipc all: the matrix).
@@ -199,7 +208,8 @@ pub struct Cli {
     /// each 4 times the last, up to --bench-max-bytes, beside an in-process peer copy between the same GPUs
     /// (a local copy where the pair is one GPU).
     #[arg(long, help_heading = BENCHMARK,
-          conflicts_with_all = ["topology", "sequential", "timings", "procs_per_device", "bind_numa", "sync"])]
+          conflicts_with_all = ["topology", "sequential", "timings", "procs_per_device", "bind_numa", "sync",
+          "fds"])]
     pub bench: bool,
 
     /// The benchmark's largest buffer (4KiB to 2GiB less one byte).
@@ -254,6 +264,15 @@ pub enum Sync {
     Memops,
 }
 
+/// `--fds`: how the descriptors of vmm and pool buffers reach the importers.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fds {
+    /// Over a Unix socket, with SCM_RIGHTS.
+    Socket,
+    /// Fetched by each importer with `pidfd_open` and `pidfd_getfd`.
+    Pidfd,
+}
+
 /// `--ipc`: one mechanism, or all of them.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IpcArg {
@@ -295,6 +314,14 @@ fn parse_from(
     if given("bench_max_bytes") && !cli.bench {
         let message = "--bench-max-bytes sets the largest buffer of --bench, and --bench is not given";
         return Err(Cli::command().error(clap::error::ErrorKind::MissingRequiredArgument, message));
+    }
+    // Legacy and fabric handles have no descriptors (a run of `--ipc all` is given the sequence's options).
+    if given("fds") && matches!(cli.ipc, IpcArg::Legacy | IpcArg::Fabric) && cli.report_fd.is_none() {
+        let message = format!(
+            "--fds sets how vmm and pool descriptors travel, and --ipc {} has none (use --ipc vmm, pool or all)",
+            cli.ipc.name()
+        );
+        return Err(Cli::command().error(clap::error::ErrorKind::ArgumentConflict, message));
     }
     // The container matrix sets each of its runs' ordering itself (see `isolation::matrix`).
     if given("sync") && cli.isolate.is_some() && cli.ipc == IpcArg::All {
@@ -354,6 +381,12 @@ mod tests {
         assert_eq!(run(&["--ipc", "all"]).unwrap().ipc, IpcArg::All);
         assert_eq!(parent.sync, Sync::Events, "the original's ordering by default");
         assert_eq!(run(&["--sync", "memops"]).unwrap().sync, Sync::Memops);
+        assert_eq!(parent.fds, Fds::Socket, "descriptors over the socket by default");
+        assert_eq!(run(&["--ipc", "pool", "--fds", "pidfd"]).unwrap().fds, Fds::Pidfd);
+        assert!(
+            run(&["--ipc", "legacy", "--fds", "pidfd", "--report-fd", "5"]).is_some(),
+            "a run of --ipc all"
+        );
         assert_eq!(parent.timeout(), Some(std::time::Duration::from_secs(60)), "a generous default");
         assert_eq!(run(&["--timeout", "0"]).unwrap().timeout(), None, "0 turns the watchdog off");
         for bad in [
@@ -399,6 +432,9 @@ mod tests {
             &["--ipc", "all", "--bench-max-bytes", "8KiB"],
             &["--serve", "s", "--sequential"],
             &["--ipc", "all", "--isolate", "pid", "--sync", "memops"],
+            &["--fds", "pidfd"],
+            &["--ipc", "fabric", "--fds", "socket"],
+            &["--join", "s", "--fds", "pidfd"],
         ] {
             assert!(run(idle).is_none(), "{idle:?} must be a usage error");
         }

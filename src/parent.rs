@@ -6,21 +6,21 @@
 //! keeps the original's order). Ownership sets the clean-up order: the exports are declared before the
 //! children, so the children are stopped and reaped before any buffer is freed.
 
-use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow};
 
 use crate::children::Children;
-use crate::cli::{Cli, Sync};
+use crate::cli::{Cli, Fds, Sync};
 use crate::devices;
 use crate::driver::Driver;
 use crate::fault;
 use crate::gpu::{DeviceMemory, Stream};
 use crate::guardian::Guardian;
 use crate::ipc::{
-    Event, ExportedBuffer, ExportedEvent, Mechanism, Missing, ProcessExports, Slice, descriptors,
+    Event, ExportedBuffer, ExportedEvent, Mechanism, Missing, ProcessExports, Slice, descriptors, platform,
 };
 use crate::isolation;
 use crate::joiners::{Audience, Joiners};
@@ -64,6 +64,12 @@ fn run_the_sample(cli: &Cli, mechanism: Mechanism, audience: &Audience) -> Resul
     let driver: &dyn Driver = &*cuda;
     // Ask the devices, do not assume: a mechanism this host lacks is waived, with its reason.
     let memops = cli.sync == Sync::Memops;
+    // --fds pidfd: the importers fetch the descriptors themselves; asked of this kernel by trial first.
+    let pidfd = cli.fds == Fds::Pidfd && mechanism.uses_descriptors();
+    if let Some(reason) = crate::ipc::pidfd::unsupported().filter(|_| pidfd) {
+        waive!("No CUDA devices support IPC with --ipc {} ({reason})", mechanism.name())?;
+        return Ok(Outcome::Waived);
+    }
     for &device in &chosen {
         // Legacy is asked by an export, on the device's context, in `export_device`: creating the context here
         // would hold the children back.
@@ -77,6 +83,10 @@ fn run_the_sample(cli: &Cli, mechanism: Mechanism, audience: &Audience) -> Resul
         }
     }
     let process_devices = devices::plan(&chosen, cli.procs_per_device as usize)?;
+    if let Some(reason) = platform::waiver(driver, mechanism, &process_devices)? {
+        waive!("No CUDA devices support IPC with --ipc {} ({reason})", mechanism.name())?;
+        return Ok(Outcome::Waived);
+    }
     let n = process_devices.len();
     // Processes it did not start from its own program (`--serve`), or that run where it cannot see them
     // (`--isolate`), might say anything: the parent then checks every buffer itself before it says PASSED.
@@ -85,7 +95,7 @@ fn run_the_sample(cli: &Cli, mechanism: Mechanism, audience: &Audience) -> Resul
         children: 0..n,
         parent: if checks_itself { Phase::PARENT_CHECKING } else { Phase::PARENT },
         child: Phase::CHILD,
-        parent_sends_descriptors: mechanism.uses_descriptors(),
+        parent_sends_descriptors: mechanism.uses_descriptors() && !pidfd,
         parent_checks_buffers: checks_itself,
     })?;
     let uuids =
@@ -96,11 +106,13 @@ fn run_the_sample(cli: &Cli, mechanism: Mechanism, audience: &Audience) -> Resul
         procs_per_device: cli.procs_per_device as usize,
         data_size: segment::data_size(driver.simulated()),
         options: if cli.bind_numa { segment::OPTION_BIND_NUMA } else { 0 }
-            | if memops { segment::OPTION_SYNC_MEMOPS } else { 0 },
+            | if memops { segment::OPTION_SYNC_MEMOPS } else { 0 }
+            | if pidfd { segment::OPTION_FDS_PIDFD } else { 0 },
         mechanism: mechanism.code(),
     });
     // vmm and pool: a socket per child, whose other end it inherits, for the descriptors.
-    let (sockets, mut their_sockets) = descriptor_sockets(mechanism, n)?;
+    // With --fds pidfd, none: each importer fetches the descriptors by the numbers in the segment.
+    let (sockets, mut their_sockets) = descriptor_sockets(mechanism, if pidfd { 0 } else { n })?;
     let exporter = Exporter {
         driver,
         state,
@@ -176,11 +188,15 @@ fn run_the_sample(cli: &Cli, mechanism: Mechanism, audience: &Audience) -> Resul
 
     report(cli, json, state, &watch.finish(), checks_itself)?;
     let gpus = chosen.len();
+    // The parent's own check of its pipe directory: its children inherit it; joiners were told nothing.
+    let mps =
+        crate::placement::mps::Mps::here().under().map(|under| format!(", {under}")).unwrap_or_default();
     crate::report::note_summary(format!(
-        "{n} process{} on {gpus} GPU{}, {} IPC, {}{}: every buffer verified{}",
+        "{n} process{} on {gpus} GPU{}, {} IPC{}, {}{mps}{}: every buffer verified{}",
         if n == 1 { "" } else { "es" },
         if gpus == 1 { "" } else { "s" },
         mechanism.name(),
+        if pidfd { " (descriptors by pidfd_getfd)" } else { "" },
         if memops { "memops" } else { "events" },
         match (&cli.serve, &cli.isolate) {
             (Some(_), _) => ", joined over the socket".to_owned(),
@@ -363,6 +379,9 @@ impl<'d> Exporter<'_, 'd> {
         exports.sort_by_key(|(index, _)| *index);
         for (index, export) in &exports {
             self.state.mem_handles[*index].store(export.buffer.handle());
+            if let Some(descriptor) = export.buffer.descriptor() {
+                self.state.descriptor_numbers[*index].store(descriptor.as_raw_fd(), Ordering::Relaxed);
+            }
             if let Some(event) = &export.event {
                 self.state.publish_event(*index, event.handle(), event.file());
             }

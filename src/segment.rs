@@ -50,11 +50,14 @@ pub const OPTION_BIND_NUMA: u32 = 1;
 pub const OPTION_SYNC_MEMOPS: u32 = 2;
 /// The run is the IPC benchmark (`--bench`): a process that joins it is its producer.
 pub const OPTION_BENCH: u32 = 4;
+/// The importers fetch the vmm and pool descriptors with `pidfd_getfd` (`--fds pidfd`), by the numbers in
+/// `SharedState::descriptor_numbers`, instead of receiving them over a socket.
+pub const OPTION_FDS_PIDFD: u32 = 8;
 /// Bytes after each buffer's data that hold its flag for `--sync memops` (a whole 256-byte line, so that the
 /// flag shares it with nothing the kernel writes).
 pub const FLAG_BYTES: usize = 256;
 /// Changes whenever `SharedState` does, so that mismatched binaries refuse each other's segments.
-pub const LAYOUT_VERSION: u32 = 8;
+pub const LAYOUT_VERSION: u32 = 9;
 /// Bytes of an IPC memory or event handle (`CU_HANDLE_SIZE`): the segment carries them as opaque bytes.
 pub const HANDLE_SIZE: usize = 64;
 /// The bytes of one handle.
@@ -160,6 +163,9 @@ pub struct SharedState {
     /// The UUID of each process's device: a process that joins from another container may number the GPUs
     /// otherwise (see `join`), so it finds its device by this, not by `devices`. Zero: not given.
     pub device_uuids: [[AtomicU64; 2]; MAX_PROCESSES],
+    /// With `--fds pidfd`: the number of the exporter's descriptor of each process's buffer, in its process
+    /// (the parent's, or the server's), for `pidfd_getfd`.
+    pub descriptor_numbers: [AtomicI32; MAX_PROCESSES],
 }
 
 impl SharedState {

@@ -116,6 +116,39 @@ fn a_mechanism_the_device_lacks_is_waived_with_the_reason() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
 }
 
+/// Where CUDA IPC cannot work, the waiver says why in the words of NVIDIA's documents (exit 2), never a
+/// failure: MIG devices on different GPU instances, for every mechanism (what one MIG device does is asked by
+/// trial, and passes here); legacy on WSL2, where vmm and memops are asked by trial and pass.
+#[test]
+fn where_cuda_ipc_cannot_work_the_waiver_says_so() {
+    for (gpus, mechanism) in [("ok+mig,ok+mig", "legacy"), ("ok+mig,ok+mig", "vmm"), ("ok,ok+mig", "pool")] {
+        let out = run(simulated(gpus).args(["--ipc", mechanism]));
+        let all = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{gpus} {mechanism}: {all}");
+        let line =
+            format!("No CUDA devices support IPC with --ipc {mechanism} (the processes are on devices 0 (");
+        assert!(all.contains(&line) && all.contains("1 (MIG-"), "{all}");
+        assert!(
+            all.contains("on different GPU instances: CUDA IPC across GPU instances is not supported (NVIDIA's MIG user guide"),
+            "{all}"
+        );
+    }
+    let one = run(simulated("ok+mig").args(["--ipc", "vmm", "--procs-per-device", "2"]));
+    assert_eq!(one.status.code(), Some(0), "one MIG device: asked by trial: {}", text(&one));
+
+    let out = run(simulated("ok+wsl,ok+wsl").args(["--ipc", "legacy"]));
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{all}");
+    assert!(
+        all.contains("No CUDA devices support IPC with --ipc legacy (this is WSL2 (simulated: /dev/dxg is present): legacy IPC is not supported there (NCCL probes for it)"),
+        "{all}"
+    );
+    for args in [&["--ipc", "vmm"][..], &["--ipc", "vmm", "--sync", "memops"], &["--ipc", "pool"]] {
+        let out = run(simulated("ok+wsl,ok+wsl").args(args));
+        assert_eq!(out.status.code(), Some(0), "WSL2 {args:?}: asked by trial: {}", text(&out));
+    }
+}
+
 #[test]
 fn ipc_all_prints_a_table_and_exits_by_the_worst_result() {
     let dir = common::scratch("all-test");
@@ -249,4 +282,68 @@ fn ipc_all_shows_fabric_waived_and_passes() {
     assert_eq!(out.status.code(), Some(0), "{all}");
     let fabric = all.lines().find(|l| l.starts_with("fabric ")).unwrap_or_default();
     assert!(fabric.ends_with("passed"), "{all}");
+}
+
+/// A run whose processes are MPS clients says so on its verdict line, by the parent's own check of its pipe
+/// directory (a `control` socket that accepts); a directory whose daemon is gone is no MPS. `--bench` on one
+/// GPU says why its figures are what they are: no context switch is paid under MPS.
+#[test]
+fn a_run_under_mps_says_so() {
+    let dir = common::scratch("mps");
+    let control = dir.path().join("control");
+    let listener = std::os::unix::net::UnixListener::bind(&control).unwrap();
+    let shown = dir.path().display().to_string();
+    let out = run(simulated("ok").env("CUDA_MPS_PIPE_DIRECTORY", dir.path()));
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    let under =
+        format!("PASSED: 1 process on 1 GPU, legacy IPC, events, under MPS (the daemon of {shown}): every");
+    assert!(all.contains(&under), "{all}");
+    let bench = run(simulated("ok")
+        .args(["--bench", "--bench-max-bytes", "4096"])
+        .env("CUDA_MPS_PIPE_DIRECTORY", dir.path()));
+    let said = text(&bench);
+    assert_eq!(bench.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains(&format!("MPS: a control daemon listens at {shown}: the processes are its clients")),
+        "{said}"
+    );
+    assert!(
+        said.contains("why the figures are what they are: one GPU under MPS: both processes are clients of one daemon and share its context's time slice, so no context switch is paid"),
+        "{said}"
+    );
+    drop(listener);
+    // The socket is left, as by a daemon that was killed: no daemon, no MPS.
+    let out = run(simulated("ok").env("CUDA_MPS_PIPE_DIRECTORY", dir.path()));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(!text(&out).contains("MPS"), "{}", text(&out));
+}
+
+/// `--fds pidfd`: each child fetches every descriptor from the parent with pidfd_getfd (real calls on the
+/// simulation's memfds), passes, and closes all it fetched.
+#[test]
+fn descriptors_fetched_by_pidfd_getfd_run_the_whole_protocol() {
+    for mechanism in ["vmm", "pool"] {
+        let dir = common::scratch(&format!("pidfd-{mechanism}"));
+        let json = dir.path().join("run.json");
+        let (pid, code, all) = run_pid(
+            simulated("ok,ok")
+                .args(["--ipc", mechanism, "--fds", "pidfd", "--procs-per-device", "2", "--json"])
+                .arg(&json),
+        );
+        assert_eq!(code, Some(0), "{mechanism}: {all}");
+        assert!(
+            all.contains(&format!(
+                "PASSED: 4 processes on 2 GPUs, {mechanism} IPC (descriptors by pidfd_getfd), events"
+            )),
+            "{all}"
+        );
+        let doc = common::document(&json);
+        assert_eq!(
+            descriptors(&doc, "descriptors_before_open"),
+            descriptors(&doc, "descriptors_after_close"),
+            "{doc}"
+        );
+        assert_clean(pid, mechanism);
+    }
 }

@@ -1197,3 +1197,59 @@ fn a_joiner_started_before_its_server_waits_for_it() {
     assert_eq!(code, Some(1), "{said}");
     assert!(said.contains("that path is no socket") && start.elapsed() < Duration::from_secs(2), "{said}");
 }
+
+/// `--fds pidfd` in a served run: a joiner in the server's namespaces fetches every descriptor with
+/// pidfd_getfd and passes; one in a PID namespace of its own cannot see the server's pid (ESRCH, named with
+/// the fix); one that is root without CAP_SYS_PTRACE (setpriv) is refused ptrace (EPERM, named with what it
+/// lacks). Needs root, unshare and setpriv.
+#[test]
+fn descriptors_by_pidfd_getfd_pass_where_visible_and_name_each_refusal() {
+    let pid_ns = ["unshare", "--pid", "--fork", "--mount-proc"];
+    if !Command::new("unshare").args(&pid_ns[1..]).arg("true").status().is_ok_and(|s| s.success()) {
+        common::skipped("namespaces", "descriptors_by_pidfd_getfd: no PID namespaces here");
+        return;
+    }
+    let no_ptrace = ["setpriv", "--inh-caps", "-all", "--bounding-set", "-sys_ptrace"];
+    let cases: [(&str, &[&str], &[&str]); 3] = [
+        ("same", &["env"], &[]),
+        (
+            "pid-ns",
+            &pid_ns,
+            &[
+                "ESRCH",
+                "not visible from here",
+                "--pid=container:NAME",
+                "shareProcessNamespace: true",
+                "--fds socket",
+            ],
+        ),
+        (
+            "no-ptrace",
+            &no_ptrace,
+            &[
+                "pidfd_getfd: Operation not permitted (EPERM)",
+                "lacks CAP_SYS_PTRACE",
+                "holds capabilities this process lacks",
+                "--cap-add SYS_PTRACE",
+                "capabilities.add: [SYS_PTRACE]",
+                "--fds socket",
+            ],
+        ),
+    ];
+    for (name, prefix, words) in cases {
+        let (_dir, socket) = socket_path(&format!("pidfd-{name}"));
+        let server = serve("ok", &socket, &["--ipc", "vmm", "--fds", "pidfd", "--timeout", "10"]);
+        let joiner = in_namespaces(prefix, &["--join", &socket]).wait_with_output().unwrap();
+        let all = text(&joiner);
+        let (code, out, _) = server.end(LIMIT);
+        if words.is_empty() {
+            assert_eq!((joiner.status.code(), code), (Some(0), Some(0)), "{name}: {all}\n{out}");
+            assert!(out.contains("vmm IPC (descriptors by pidfd_getfd)"), "{out}");
+            continue;
+        }
+        assert_eq!((joiner.status.code(), code), (Some(1), Some(1)), "{name}: {all}\n{out}");
+        for word in words {
+            assert!(all.contains(word) && out.contains(word), "{name}: {word}: {all}\n{out}");
+        }
+    }
+}

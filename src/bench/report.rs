@@ -28,15 +28,17 @@ pub struct TestResult {
     pub figures: Figures,
 }
 
-/// Whether an MPS control daemon is there to serve the processes (its pipe directory), in words.
+/// Whether an MPS control daemon serves the processes (its pipe directory's `control` socket accepts), in
+/// words.
 pub fn mps_note() -> String {
-    mps_note_for(&std::env::var("CUDA_MPS_PIPE_DIRECTORY").unwrap_or_else(|_| "/tmp/nvidia-mps".into()))
+    mps_note_for(&crate::placement::mps::Mps::here())
 }
 
-/// [`mps_note`] for the pipe directory `dir`.
-fn mps_note_for(dir: &str) -> String {
-    if std::path::Path::new(dir).join("control").exists() {
-        format!("MPS: a control daemon listens at {dir}")
+/// [`mps_note`] for `mps`.
+fn mps_note_for(mps: &crate::placement::mps::Mps) -> String {
+    let dir = &mps.pipe_directory;
+    if mps.client {
+        format!("MPS: a control daemon listens at {dir}: the processes are its clients")
     } else {
         format!("MPS: no control daemon at {dir}")
     }
@@ -64,8 +66,8 @@ pub fn print_pair_header(
              context switch (about 140 us each way); signals alone do not"
         }
         (true, true) => {
-            "one GPU, and if both processes are MPS clients they share its hardware queues: no context \
-             switch separates their work"
+            "one GPU under MPS: both processes are clients of one daemon and share its context's time slice, \
+             so no context switch is paid (about 140 us each way without MPS)"
         }
         (false, _) => {
             "two GPUs: each side's work runs on its own GPU; a hand-over costs the signal's trip between them"
@@ -198,15 +200,19 @@ mod tests {
     use crate::bench::handover::Spread;
 
     #[test]
-    fn sizes_read_as_people_write_them_and_mps_is_found_by_its_control_pipe() {
+    fn sizes_read_as_people_write_them_and_mps_is_said_as_found() {
         assert_eq!(human(4096), "4 KiB");
         assert_eq!(human(64 << 20), "64 MiB");
         assert_eq!(human(1 << 30), "1 GiB");
-        let dir = tempfile::Builder::new().prefix("simple-ipc-mps-").tempdir().unwrap();
-        let shown = dir.path().to_string_lossy().into_owned();
-        assert_eq!(mps_note_for(&shown), format!("MPS: no control daemon at {shown}"));
-        std::fs::write(dir.path().join("control"), b"").unwrap();
-        assert_eq!(mps_note_for(&shown), format!("MPS: a control daemon listens at {shown}"));
+        let shown = "/run/mps".to_owned();
+        let mut mps =
+            crate::placement::mps::Mps { pipe_directory: shown.clone(), from_env: true, client: false };
+        assert_eq!(mps_note_for(&mps), format!("MPS: no control daemon at {shown}"));
+        mps.client = true;
+        assert_eq!(
+            mps_note_for(&mps),
+            format!("MPS: a control daemon listens at {shown}: the processes are its clients")
+        );
     }
 
     #[test]

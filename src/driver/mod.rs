@@ -104,6 +104,31 @@ pub struct DeviceInfo {
     pub l2_cache_bytes: u64,
     /// The device's UUID (`cuDeviceGetUuid`): the same GPU in every process, however a container numbers it.
     pub uuid: [u8; 16],
+    /// The MIG device it is, by the name it was given (`MIG-...`), or `None` for a whole GPU: CUDA treats a
+    /// MIG device (a compute instance and its GPU instance) as one device of its own.
+    pub mig: Option<String>,
+}
+
+/// The MIG device that CUDA's device `ordinal` is, where the variables that choose the devices name it so:
+/// the entry of that ordinal in `CUDA_VISIBLE_DEVICES` (or, where that is unset, `NVIDIA_VISIBLE_DEVICES`,
+/// which a container runtime numbers the same way) beginning with `MIG-`. The driver API has no attribute
+/// for it; NVML does, and this program does not load NVML.
+pub fn mig_device_named(ordinal: i32) -> Option<String> {
+    let list =
+        std::env::var("CUDA_VISIBLE_DEVICES").or_else(|_| std::env::var("NVIDIA_VISIBLE_DEVICES")).ok()?;
+    let entry = list.split(',').map(str::trim).nth(usize::try_from(ordinal).ok()?)?;
+    entry.starts_with("MIG-").then(|| entry.to_owned())
+}
+
+/// Why this is WSL2, if it is: `/dev/dxg` (its GPU paravirtualisation) is present, or the kernel's release
+/// names `microsoft`.
+pub fn wsl_here() -> Option<String> {
+    if std::path::Path::new("/dev/dxg").exists() {
+        return Some("/dev/dxg is present".into());
+    }
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
+    let release = release.trim();
+    release.to_ascii_lowercase().contains("microsoft").then(|| format!("the kernel release is {release}"))
 }
 
 /// A UUID as `nvidia-smi -L` writes it: `GPU-6511edb2-0292-665c-1045-8b3209610429`.
@@ -209,6 +234,10 @@ pub trait Driver: Send + Sync {
     fn version(&self) -> Result<i32>;
     /// Devices the driver sees.
     fn device_count(&self) -> Result<i32>;
+    /// Why this is WSL2 (see [`wsl_here`]), where legacy IPC is not supported; `None` elsewhere.
+    fn wsl(&self) -> Option<String> {
+        wsl_here()
+    }
     fn device_info(&self, device: i32) -> Result<DeviceInfo>;
     fn can_access_peer(&self, device: i32, peer: i32) -> Result<bool>;
     /// Lets the current device's context access `peer`'s memory (`cudaDeviceEnablePeerAccess`).

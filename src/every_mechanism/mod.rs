@@ -196,7 +196,7 @@ mod tests {
         use clap::{CommandFactory, Parser};
         let cases: &[&[&str]] = &[
             &["--ipc", "all", "--sync", "memops", "--procs-per-device", "3", "--timings", "--json", "x.json"],
-            &["--ipc=all", "--json=x.json", "--sequential", "--timeout=5", "--bind-numa"],
+            &["--ipc=all", "--json=x.json", "--sequential", "--timeout=5", "--bind-numa", "--fds", "pidfd"],
             &["--timeout", "0", "--ipc", "legacy", "--bench", "--bench-max-bytes", "8192"],
             &["--ipc", "all", "--quiet"],
             &["--ipc", "all", "--report-fd", "7"],

@@ -1,5 +1,7 @@
 //! File descriptors from the parent to each child, over a Unix domain socket with SCM_RIGHTS: how the VMM
-//! and pool mechanisms share memory. Not `pidfd_getfd`, which containers' default seccomp profile blocks.
+//! and pool mechanisms share memory by default. `--fds pidfd` fetches them with `pidfd_getfd` instead (see
+//! `pidfd`), which needs a shared PID namespace and ptrace permission, and containers' default seccomp profile
+//! blocks without `CAP_SYS_PTRACE`.
 //! Each child gets one end of a socket pair of its own, inherited at its start (no name, nothing to leave
 //! behind); the parent sends it one message: a header and one descriptor per process. A child checks what it
 //! receives against what the segment says it should get, and owns every descriptor it received from the

@@ -8,14 +8,17 @@
 //! - [`pool`]: allocations of a memory pool shared as a file descriptor and pointer export data;
 //! - [`fabric`]: `cuMemCreate` allocations shared as 64-byte fabric handles (an IMEX channel needed).
 //!
-//! The descriptors of vmm and pool travel over [`descriptors`]. The interprocess [`events`] are the same
-//! for all four; the device memory owners below them are in `gpu`.
+//! The descriptors of vmm and pool travel over [`descriptors`], or are fetched by [`pidfd`] (`--fds pidfd`). The interprocess [`events`] are the same
+//! for all four; the device memory owners below them are in `gpu`. Where CUDA IPC cannot work at all (MIG
+//! across GPU instances, legacy on WSL2), [`platform`] says so.
 
 pub mod descriptors;
 pub mod diagnose;
 pub mod events;
 pub mod fabric;
 pub mod legacy;
+pub mod pidfd;
+pub mod platform;
 pub mod pool;
 pub mod refused;
 pub mod vmm;

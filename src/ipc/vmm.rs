@@ -18,7 +18,7 @@ pub const SPEC: Spec = Spec {
     needs: &[Capability::VirtualMemory, Capability::PosixFdHandles],
     descriptors: true,
     refuses_memops: None,
-    probe: None,
+    probe: Some(unsupported),
     allocate,
     open,
 };
@@ -30,6 +30,24 @@ fn allocate<'d>(driver: &'d dyn Driver, device: i32, bytes: usize) -> Result<Box
 fn open<'d>(driver: &'d dyn Driver, mut opening: ToOpen) -> Result<Box<dyn DeviceMemory + 'd>> {
     let descriptor = opening.take_descriptor(SPEC.name)?;
     Ok(Box::new(View::open(driver, opening.handle, descriptor, opening.bytes, opening.device)?))
+}
+
+/// Where the attributes are not to be trusted (WSL2, see `platform`): whether a VMM allocation of one
+/// granule can be exported as a descriptor and imported again, asked of `device`. Elsewhere the attributes
+/// answer, and this asks nothing.
+fn unsupported(driver: &dyn Driver, device: i32) -> Result<Option<String>> {
+    let Some(wsl) = driver.wsl() else {
+        return Ok(None);
+    };
+    let trial = || -> Result<()> {
+        let export = Export::allocate(driver, device, 1)?;
+        let imported = Allocation { driver, device, raw: driver.vmm_import(export.descriptor.as_fd())? };
+        drop((imported, export));
+        Ok(())
+    };
+    Ok(trial()
+        .err()
+        .map(|e| format!("device {device} cannot export and import a VMM allocation on WSL2 ({wsl}): {e:#}")))
 }
 
 const TAG: &[u8; 8] = b"VMMALLOC";

@@ -1,6 +1,6 @@
 //! Where a process stands: the facts about its place on the node that decide whether CUDA IPC can reach it
 //! from another process (its namespaces by inode, its pid as it sees it, its /dev/shm, hostname and boot id,
-//! the GPUs it is given, an IMEX channel, its user and capabilities), read from /proc and the file system
+//! the GPUs it is given, an IMEX channel, its user and capabilities, whether it is an MPS client), read from /proc and the file system
 //! without CUDA. Each process of a served or isolated run hands its record to the server, which compares
 //! them ([`share`]) and forecasts each mechanism and library path for the pair ([`forecast`]).
 
@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 pub(crate) mod forecast;
 pub(crate) mod libraries;
+pub(crate) mod mps;
 mod report;
 pub(crate) mod share;
 
@@ -75,6 +76,8 @@ pub struct Place {
     pub ptrace_scope: Option<u8>,
     /// `Seccomp:` of `/proc/self/status`: 0 none, 1 strict, 2 a filter (Docker's default profile).
     pub seccomp: Option<u8>,
+    /// Whether its CUDA is an MPS client, and of which daemon (its pipe directory).
+    pub mps: mps::Mps,
 }
 
 impl Place {
@@ -114,6 +117,7 @@ impl Place {
             capabilities: Capabilities { sys_ptrace: has(19), sys_nice: has(23), ipc_lock: has(14) },
             ptrace_scope: read_trimmed("/proc/sys/kernel/yama/ptrace_scope").and_then(|s| s.parse().ok()),
             seccomp: field("Seccomp").and_then(|s| s.parse().ok()),
+            mps: mps::Mps::here(),
         }
     }
 }

@@ -159,6 +159,11 @@ pub(crate) mod tests {
             capabilities: Capabilities::default(),
             ptrace_scope: Some(1),
             seccomp: Some(0),
+            mps: crate::placement::mps::Mps {
+                pipe_directory: "/tmp/nvidia-mps".into(),
+                from_env: false,
+                client: false,
+            },
         }
     }
 

@@ -42,6 +42,7 @@ pub(super) fn device_info(d: &CudaDriver, device: i32) -> Result<DeviceInfo> {
         multiprocessors: d.attribute(device, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?.max(0) as u32,
         pci_bus_id,
         l2_cache_bytes: d.attribute(device, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)?.max(0) as u64,
+        mig: crate::driver::mig_device_named(device),
     })
 }
 

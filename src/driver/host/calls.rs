@@ -33,7 +33,16 @@ impl Driver for HostDriver {
             pci_bus_id: None,
             l2_cache_bytes: SIMULATED_L2_BYTES,
             uuid: super::simulated_uuid(self.physical[device as usize]),
+            // `mig`: a MIG device of its own, named as nvidia-smi -L names one.
+            mig: kind.has(SimulatedDevice::Mig).then(|| {
+                let uuid = crate::driver::uuid_text(&super::simulated_uuid(self.physical[device as usize]));
+                format!("MIG-{}", uuid.trim_start_matches("GPU-"))
+            }),
         })
+    }
+    fn wsl(&self) -> Option<String> {
+        let wsl = self.devices.iter().any(|d| d.has(SimulatedDevice::Wsl));
+        wsl.then(|| "simulated: /dev/dxg is present".to_owned())
     }
     fn can_access_peer(&self, device: i32, peer: i32) -> Result<bool> {
         let call = "cuDeviceCanAccessPeer";

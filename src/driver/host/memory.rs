@@ -272,6 +272,9 @@ pub(super) fn ipc_get_mem_handle(sim: &HostDriver, ptr: DevicePtr) -> Result<Ipc
     if sim.device(call, device).is_ok_and(|d| d.lacks(SimulatedDevice::NoLegacyIpc)) {
         return Err(failed(call, code::NOT_SUPPORTED, format!("device {device} has no legacy IPC")));
     }
+    if sim.device(call, device).is_ok_and(|d| d.has(SimulatedDevice::Wsl)) {
+        return Err(failed(call, code::NOT_SUPPORTED, "WSL2 has no legacy IPC"));
+    }
     Ok(encode(BUFFER_TAG, std::process::id(), mapping.file.as_raw_fd(), mapping.len() as u64))
 }
 

@@ -23,7 +23,8 @@
 //! selection must reject: `no-uva` (no unified addressing), `exclusive` (compute mode not Default), `no-peer`
 //! (no peer access to any other device), or that a mechanism must waive: `no-legacy-ipc`, `no-vmm`,
 //! `no-pools`, `no-memops` (no stream memory operations), `no-fabric` (the device does not report fabric
-//! handles); or a feature, `imex`: the process has an IMEX channel. Without `imex` a device reports fabric
+//! handles); or a feature, `imex`: the process has an IMEX channel; or a place, `mig` (the device is a MIG
+//! device of its own, named `MIG-...`) or `wsl` (the machine is WSL2: legacy IPC handles fail). Without `imex` a device reports fabric
 //! handles but `cuMemCreate` of a fabric-shareable allocation answers `CUDA_ERROR_NOT_PERMITTED`, as on the
 //! H200 host (driver 580, no `/dev/nvidia-caps-imex-channels/`). Several are joined by `+` (`ok+imex`). An
 //! empty value is a machine without devices. `CUDA_VISIBLE_DEVICES` is honoured as by the driver: a list of
@@ -98,6 +99,11 @@ enum SimulatedDevice {
     /// A feature, not a defect: this process has an IMEX channel, so it may create fabric-shareable
     /// allocations (without it the device reports fabric handles but `cuMemCreate` refuses them).
     Imex,
+    /// The device is a MIG device (a GPU instance of its own): its `DeviceInfo` names it `MIG-...`.
+    Mig,
+    /// The machine is WSL2 (as if `/dev/dxg` were present): legacy IPC handles fail on the device, as
+    /// there; VMM and stream memory operations work.
+    Wsl,
 }
 
 /// What a simulated device lacks: `ok`, or defects joined by `+` (`no-vmm+no-pools`).
@@ -126,6 +132,8 @@ impl Defects {
             "no-memops" => Ok(SimulatedDevice::NoStreamMemops),
             "no-fabric" => Ok(SimulatedDevice::NoFabric),
             "imex" => Ok(SimulatedDevice::Imex),
+            "mig" => Ok(SimulatedDevice::Mig),
+            "wsl" => Ok(SimulatedDevice::Wsl),
             other => Err(anyhow!("{SIMULATE_ENV}: unknown device kind {other:?}")),
         });
         Ok(Defects(defects.collect::<Result<Vec<_>>>()?))
