@@ -296,3 +296,33 @@ fn a_reader_that_goes_away_ends_everything() {
     wait_all_gone(&below);
     assert_eq!(leftovers(run, &below), Vec::<String>::new(), "the run {run} left files");
 }
+
+/// A run of one mechanism that is stopped (SIGSTOP) cannot keep its own watchdog: the top parent stops it
+/// at its --timeout and a grace, fails its row saying so, goes on, and ends with exit 1 long before the run
+/// would have been continued; nothing of the stopped run is left.
+#[test]
+fn a_stopped_run_of_one_mechanism_is_stopped_at_its_deadline() {
+    let (mut top, mut lines) = start_hanging_all("2");
+    let (run, below) = wait_until_hanging(&top, &mut lines, 0);
+    kill(Pid::from_raw(run as i32), Signal::SIGSTOP).unwrap();
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = top.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > Duration::from_secs(40) {
+            let _ = kill(Pid::from_raw(run as i32), Signal::SIGCONT);
+            let _ = top.kill();
+            panic!("the top parent did not stop the stopped run: {:?}", lines.all());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(1), "{status:?}");
+    let all = lines.all().join("\n");
+    assert!(
+        all.contains("stopped by this process: it did not end within its --timeout (2 s) and 6 s more"),
+        "{all}"
+    );
+    wait_all_gone(&below);
+    assert!(leftovers(top.id(), &below).is_empty(), "{:?}", leftovers(top.id(), &below));
+}

@@ -1253,3 +1253,22 @@ fn descriptors_by_pidfd_getfd_pass_where_visible_and_name_each_refusal() {
         }
     }
 }
+
+/// The top parent of a served sequence, killed (SIGKILL) or stopped by a signal (SIGTERM) while it serves,
+/// leaves no socket file: its guardian removes it, or it does itself.
+#[test]
+fn a_served_sequence_killed_or_stopped_leaves_no_socket() {
+    for signal in [Signal::SIGKILL, Signal::SIGTERM] {
+        let (_dir, socket) = socket_path(&format!("seq-{signal:?}"));
+        let top = serve("ok", &socket, &["--ipc", "all", "--timeout", "20"]);
+        assert!(std::path::Path::new(&socket).exists(), "{}", top.text());
+        kill(Pid::from_raw(top.child.id() as i32), signal).unwrap();
+        let (code, out, _) = top.end(LIMIT);
+        assert!(code != Some(0), "{signal:?}: {out}");
+        let start = Instant::now();
+        while std::path::Path::new(&socket).exists() && start.elapsed() < Duration::from_secs(3) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(!std::path::Path::new(&socket).exists(), "{signal:?}: the socket file was left: {out}");
+    }
+}

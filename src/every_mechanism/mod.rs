@@ -95,7 +95,7 @@ pub fn run(cli: &Cli) -> Result<Outcome> {
                 Row { ending: Ending::Waived(reason), ..Row::not_run(mechanism) }
             }
             (None, Some(sequence)) => sequence.run(&passed_on, mechanism)?,
-            (None, None) => run_one(&passed_on, mechanism, &[], true)?,
+            (None, None) => run_one(&passed_on, mechanism, &[], true, cli.timeout())?,
         };
         rows.push(row);
         bar.step_done();

@@ -16,6 +16,7 @@ use nix::errno::Errno;
 use nix::sys::socket::{SockFlag, accept4, getsockopt, sockopt::PeerCredentials};
 
 use super::{Ending, Row, sub_run};
+use crate::guardian::{Guardian, MadePath};
 use crate::ipc::Mechanism;
 use crate::joiners;
 use crate::meeting::{self, Address, Heard, RunEnd};
@@ -35,6 +36,8 @@ pub(crate) struct Sequence {
     runs: u32,
     /// The end of the user's `--timeout`, from the start of the sequence.
     deadline: Option<(Instant, Duration)>,
+    /// Removes the socket file if this process is killed (a run's own guardian covers only its run).
+    guardian: Option<(Guardian, MadePath)>,
 }
 
 impl Sequence {
@@ -42,7 +45,21 @@ impl Sequence {
         let address = Address::parse(address).with_context(|| format!("--serve {address}"))?;
         let (listener, made) = joiners::bind_at(&address)?;
         let deadline = timeout.map(|t| (Instant::now() + t, t));
-        Ok(Self { address, listener, made, held: Vec::new(), ends: Vec::new(), runs, deadline })
+        let guardian = match (&address, made) {
+            (Address::Path(path), Some((dev, ino))) => {
+                let made = MadePath::of(path).filter(|now| (now.dev, now.ino, now.dir) == (dev, ino, false));
+                match made {
+                    Some(made) => {
+                        let guardian = Guardian::start()?;
+                        guardian.cover_path(&made);
+                        Some((guardian, made))
+                    }
+                    None => None,
+                }
+            }
+            _ => None,
+        };
+        Ok(Self { address, listener, made, held: Vec::new(), ends: Vec::new(), runs, deadline, guardian })
     }
 
     /// Runs `mechanism` as the next run of the sequence, with the listener and the connections held, and
@@ -73,7 +90,8 @@ impl Sequence {
             seconds.to_string(),
         ]
         .map(OsString::from);
-        let row = sub_run::run_one_inheriting(passed_on, mechanism, &extra, true, given)?;
+        let limit = Some(std::time::Duration::from_secs(seconds));
+        let row = sub_run::run_one_inheriting(passed_on, mechanism, &extra, true, limit, given)?;
         while let Ok(Heard::HandedBack(connections)) = meeting::hear(&back, 0) {
             self.held.extend(connections);
         }
@@ -112,6 +130,16 @@ impl Sequence {
             // One that is gone has nothing to hear.
             let _ = meeting::say_sequence_ended(connection, &self.ends);
         }
-        joiners::remove_if_made(&self.address, self.made);
+    }
+}
+
+impl Drop for Sequence {
+    /// The socket file goes however the sequence ends (a stop signal, a failure of this process); if this
+    /// process is killed, its guardian removes it.
+    fn drop(&mut self) {
+        joiners::remove_if_made(&self.address, self.made.take());
+        if let Some((guardian, made)) = &self.guardian {
+            guardian.forget_path(made);
+        }
     }
 }

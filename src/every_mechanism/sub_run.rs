@@ -29,19 +29,25 @@ const DRAIN: Duration = Duration::from_secs(1);
 /// How long a run of one mechanism gets to stop in order (it stops its children within 300 ms) before it is
 /// killed.
 const STOP_GRACE: Duration = Duration::from_secs(1);
+/// How long past its own `--timeout` a run has to stop itself (its watchdog stops its processes within
+/// about a second and a half) before this process stops it: a run that is stopped (SIGSTOP) or frozen
+/// cannot keep its own watchdog.
+const PAST_ITS_TIMEOUT: Duration = Duration::from_secs(6);
 
 /// Runs this program with the user's options and `--ipc <mechanism>`; passes its output on as it comes
 /// (where `echo`; otherwise it is kept only) and reads its result (its `--json` document, parsed back) from
 /// a pipe it inherits (`--report-fd`): no file. How it ended, and why, is what its document says (with its
 /// exit status); nothing it printed is read. `extra`: what this run is given besides (its place in a
-/// served sequence, or the matrix's `--sync` and `--isolate`).
+/// served sequence, or the matrix's `--sync` and `--isolate`). `timeout`: the run's own `--timeout`, past
+/// which (and a grace) this process stops it.
 pub(crate) fn run_one(
     passed_on: &[OsString],
     mechanism: Mechanism,
     extra: &[OsString],
     echo: bool,
+    timeout: Option<Duration>,
 ) -> Result<Row> {
-    run_one_inheriting(passed_on, mechanism, extra, echo, Vec::new())
+    run_one_inheriting(passed_on, mechanism, extra, echo, timeout, Vec::new())
 }
 
 /// [`run_one`], the run inheriting the descriptors `given` too (which `extra` names), closed here once it
@@ -51,6 +57,7 @@ pub(crate) fn run_one_inheriting(
     mechanism: Mechanism,
     extra: &[OsString],
     echo: bool,
+    timeout: Option<Duration>,
     given: Vec<OwnedFd>,
 ) -> Result<Row> {
     let (report, report_end) =
@@ -92,13 +99,30 @@ pub(crate) fn run_one_inheriting(
     let (stdout, stderr) = (child.stdout.take().map(OwnedFd::from), child.stderr.take().map(OwnedFd::from));
     // Declared before the pipes: on an early return they close first, so the run cannot block writing to
     // them while it is being stopped.
-    let mut run = SubRun(child);
+    let mut run = SubRun(child, timeout.map(|t| start + t + PAST_ITS_TIMEOUT));
     let (to_stdout, to_stderr) = if echo { (Echo::Stdout, Echo::Stderr) } else { (Echo::Keep, Echo::Keep) };
     let mut pipes =
         [Pipe::new(stdout, to_stdout), Pipe::new(stderr, to_stderr), Pipe::new(Some(report), Echo::Keep)];
-    let (status, stopped) = run.follow(&mut pipes)?;
+    let (status, stopped, late) = run.follow(&mut pipes)?;
     for pipe in &mut pipes {
         pipe.echo_rest()?;
+    }
+    if late {
+        let why = format!(
+            "stopped by this process: it did not end within its --timeout ({} s) and {} s more (was it stopped \
+             or frozen?)",
+            timeout.map_or(0.0, |t| t.as_secs_f64()),
+            PAST_ITS_TIMEOUT.as_secs()
+        );
+        say!("{why}")?;
+        let wall_ms = Some(start.elapsed().as_secs_f64() * 1e3);
+        return Ok(Row {
+            mechanism,
+            ending: Ending::Failed(why),
+            wall_ms,
+            open_one_ms: None,
+            document: None,
+        });
     }
     if let Some(signal) = stopped {
         return Err(Interrupted(signal).into());
@@ -207,22 +231,33 @@ impl Pipe {
 
 /// The run of one mechanism; dropped before it has ended (the top parent's own output failed), it is
 /// stopped and reaped.
-struct SubRun(Child);
+/// Past its deadline (its `--timeout` and [`PAST_ITS_TIMEOUT`]), it is killed: it could not stop itself.
+struct SubRun(Child, Option<Instant>);
 
 impl SubRun {
     /// Passes on the run's output as it comes, until it has exited and its pipes are at their end (or
     /// [`DRAIN`] has passed since it exited). Returns how it exited and, where the top parent was stopped
     /// meanwhile, why: a stop signal it received, which is passed on to the run at once, or SIGPIPE when the
     /// reader of its standard output went away (`| head -1`), and the run is stopped with SIGTERM. A run that
-    /// has not stopped [`STOP_GRACE`] after that is killed.
-    fn follow(&mut self, pipes: &mut [Pipe]) -> Result<(ExitStatus, Option<Signal>)> {
+    /// has not stopped [`STOP_GRACE`] after that is killed, and so is one still there at its deadline (the
+    /// last part of what this returns says so).
+    fn follow(&mut self, pipes: &mut [Pipe]) -> Result<(ExitStatus, Option<Signal>, bool)> {
         let pid = Pid::from_raw(self.0.id() as i32);
         let stdout = std::io::stdout();
         let mut exited: Option<(ExitStatus, Instant)> = None;
         let mut stopped: Option<(Signal, Instant)> = None;
         let mut reader_gone = false;
         let mut killed = false;
+        let mut late = false;
         loop {
+            if let Some(deadline) = self.1
+                && exited.is_none()
+                && !killed
+                && Instant::now() >= deadline
+            {
+                let _ = kill(pid, Signal::SIGKILL);
+                (killed, late) = (true, true);
+            }
             let cause = signals::received().or(reader_gone.then_some(Signal::SIGPIPE));
             if let Some(cause) = cause.filter(|_| stopped.is_none()) {
                 let signal = if cause == Signal::SIGPIPE { Signal::SIGTERM } else { cause };
@@ -246,7 +281,7 @@ impl SubRun {
             if let Some((status, at)) = exited
                 && (pipes.iter().all(|pipe| pipe.fd.is_none()) || at.elapsed() > DRAIN)
             {
-                return Ok((status, stopped.map(|(cause, _)| cause)));
+                return Ok((status, stopped.map(|(cause, _)| cause), late));
             }
             let mut polled: Vec<PollFd> = pipes
                 .iter()

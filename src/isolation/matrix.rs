@@ -164,7 +164,7 @@ pub fn run(cli: &Cli) -> Result<Outcome> {
         let mut line = Vec::new();
         for column in &COLUMNS {
             bar.doing(format!("{} / {}", row.title, column.title));
-            let cell = run_cell(&passed_on, row, column)?;
+            let cell = run_cell(&passed_on, row, column, cli.timeout())?;
             say!("  {} / {}: {}", row.title, column.title, cell.word())?;
             bar.step_done();
             line.push(cell);
@@ -242,9 +242,14 @@ fn passed_on(args: impl IntoIterator<Item = std::ffi::OsString>) -> Vec<std::ffi
 
 /// One isolated run, its output kept (not shown: the cell says how it ended), its document read back
 /// through a pipe, stopped with this process (a signal to the matrix goes on to it at once).
-fn run_cell(passed_on: &[std::ffi::OsString], row: &Boundary, column: &Column) -> Result<Cell> {
+fn run_cell(
+    passed_on: &[std::ffi::OsString],
+    row: &Boundary,
+    column: &Column,
+    timeout: Option<std::time::Duration>,
+) -> Result<Cell> {
     let extra = ["--sync", column.sync, "--isolate", &row.isolate].map(std::ffi::OsString::from);
-    let ran = crate::every_mechanism::run_one(passed_on, column.mechanism, &extra, false)?;
+    let ran = crate::every_mechanism::run_one(passed_on, column.mechanism, &extra, false, timeout)?;
     Ok(classify(&ran.ending, ran.document.as_deref()))
 }
 
