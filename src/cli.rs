@@ -186,7 +186,8 @@ pub struct Cli {
     ///
     /// Its status (passed, failed or waived), the reason and the exit status, and the mode's results (the
     /// phase timings of a run, the figures of --bench, the table of --ipc all). FILE is a regular file or a
-    /// new one; an existing one is replaced whole once the run has ended.
+    /// new one; an existing one is replaced whole once the run has ended. `-`: the document alone on
+    /// standard output, and every other line on standard error.
     #[arg(long, value_name = "FILE", help_heading = OUTPUT)]
     pub json: Option<PathBuf>,
 

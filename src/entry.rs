@@ -127,7 +127,10 @@ pub fn main() -> ExitCode {
     {
         warn!("{who}: {e:#}");
     }
-    if says_verdict {
+    // `--json -`: the document goes first, to standard output, and the verdict line after it, to standard
+    // error, so that the line can say whether the document reached its reader.
+    let document_first = report::to_standard_output();
+    if says_verdict && !document_first {
         let line = verdict(status, reason.as_deref(), report::summary(), code, started.elapsed());
         match crate::output::verdict(&line) {
             Ok(()) => {}
@@ -142,13 +145,36 @@ pub fn main() -> ExitCode {
     let diagnosis = diagnosis.filter(|_| status == Status::Failed);
     // Where the driver refused to open another process's handle, the document says so as typed facts.
     let ending = report::Verdict { status, reason: reason.as_deref(), diagnosis, refused, exit_status: code };
-    match report::finish(&ending) {
-        Ok(()) => ExitCode::from(code),
+    let not_written = match report::finish(&ending) {
+        Ok(()) => None,
+        // `--json - | head -c 10`: 141, and nothing more said, as for a C program killed by SIGPIPE.
+        Err(e) if e.chain().any(is_reader_gone) => {
+            code = READER_GONE_STATUS;
+            None
+        }
         Err(e) => {
             warn!("{who}: {e:#}");
-            ExitCode::from(if code == EXIT_SUCCESS { EXIT_FAILURE } else { code })
+            if code == EXIT_SUCCESS {
+                code = EXIT_FAILURE;
+            }
+            Some(format!("{e:#}"))
+        }
+    };
+    if says_verdict && document_first && code != READER_GONE_STATUS {
+        // A run whose document could not be written is no pass.
+        let (status, reason) = match &not_written {
+            Some(why) if status == Status::Passed => (Status::Failed, Some(why.as_str())),
+            _ => (status, reason.as_deref()),
+        };
+        let line = verdict(status, reason, report::summary(), code, started.elapsed());
+        match crate::output::verdict(&line) {
+            Ok(()) => {}
+            // The reader of the lines went away before the last one (the document was written already).
+            Err(e) if e.chain().any(is_reader_gone) => code = READER_GONE_STATUS,
+            Err(e) => warn!("{who}: {e:#}"),
         }
     }
+    ExitCode::from(code)
 }
 
 /// Whether `cause` is the reader of standard output gone: [`ReaderGone`], or a run of `--ipc all` stopped

@@ -7,8 +7,15 @@
 //! and nothing more said: SIGPIPE stays ignored (Rust's default), the write answers EPIPE, and that is
 //! [`ReaderGone`]. A non-blocking descriptor (O_NONBLOCK set by the invoker) is written as a blocking one
 //! would be: on EAGAIN the write waits, with `poll`, until the reader has made room.
+//!
+//! `--json -` gives standard output to the document alone: [`lines_to_standard_error`] makes descriptor 1 a
+//! copy of standard error before anything is written or started, so that every line of this process and of
+//! every process it starts (children, a run of one mechanism, the run inside an isolation, all of which
+//! inherit descriptor 1) goes to standard error, with no process having to know; [`deliver`] writes the
+//! document to the standard output the invoker gave.
 
-use std::os::fd::BorrowedFd;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use nix::errno::Errno;
@@ -88,6 +95,66 @@ fn to_stdout(bytes: &[u8]) -> Result<()> {
         Ok(()) => Ok(()),
         Err(e) if e.raw_os_error() == Some(Errno::EPIPE as i32) => Err(ReaderGone.into()),
         Err(e) => Err(e).context("writing to standard output"),
+    }
+}
+
+/// `--json -`: makes standard output (descriptor 1) a copy of standard error, for this process and every
+/// process it starts from now on, and returns the standard output the invoker gave (close-on-exec, above 2,
+/// so that no process started inherits it), which is the document's alone (see [`deliver`]). Call it before
+/// anything is written or started.
+pub fn lines_to_standard_error() -> Result<OwnedFd> {
+    // SAFETY: standard output and error stay open for the process's life (see
+    // `fill_closed_standard_descriptors`); these calls only duplicate them.
+    let (stdout, stderr) = unsafe { (BorrowedFd::borrow_raw(1), BorrowedFd::borrow_raw(2)) };
+    let kept = nix::fcntl::fcntl(stdout, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(3))
+        .context("--json -: duplicating standard output for the document")?;
+    // SAFETY: `kept` is the new descriptor fcntl just made, owned by nothing else.
+    let kept = unsafe { OwnedFd::from_raw_fd(kept) };
+    nix::unistd::dup2_stdout(stderr)
+        .context("--json -: sending the lines meant for standard output to standard error (dup2)")?;
+    Ok(kept)
+}
+
+/// How long [`deliver`] waits for the reader of a pipe to take the document.
+const DELIVERY: Duration = Duration::from_secs(2);
+
+/// Writes the `--json -` document to `fd`, the standard output the invoker gave, whole: `Err(ReaderGone)`
+/// where its reader went away before it took all of it (`--json - | head -c 10`), as a C program writing
+/// it would die of SIGPIPE; the run then ends with 141 and says nothing more.
+///
+/// A write into a pipe succeeds while the pipe has room, whether or not its reader will ever read it, so
+/// where `fd` is a pipe this waits, up to [`DELIVERY`], until its reader has taken every byte (`FIONREAD`
+/// says none is left) or has gone away (`poll` says `POLLERR`). A reader still there but slower than that
+/// gets the rest when it reads; the run ends as it would have.
+pub fn deliver(fd: BorrowedFd, bytes: &[u8]) -> Result<()> {
+    match write_all_to(fd, bytes) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(Errno::EPIPE as i32) => return Err(ReaderGone.into()),
+        Err(e) => return Err(e).context("writing the --json document to standard output"),
+    }
+    let is_pipe =
+        nix::sys::stat::fstat(fd).is_ok_and(|st| st.st_mode & nix::libc::S_IFMT == nix::libc::S_IFIFO);
+    if !is_pipe {
+        return Ok(());
+    }
+    let deadline = Instant::now() + DELIVERY;
+    loop {
+        let mut unread: nix::libc::c_int = 0;
+        // SAFETY: FIONREAD writes one int, into `unread`, about the pipe `fd`, which stays open.
+        let asked = unsafe { nix::libc::ioctl(fd.as_raw_fd(), nix::libc::FIONREAD, &mut unread) };
+        if asked != 0 || unread <= 0 {
+            return Ok(());
+        }
+        let mut fds = [PollFd::new(fd, PollFlags::POLLOUT)];
+        let gone = poll(&mut fds, PollTimeout::ZERO).is_ok()
+            && fds[0].revents().is_some_and(|r| r.intersects(PollFlags::POLLERR | PollFlags::POLLHUP));
+        if gone {
+            return Err(ReaderGone.into());
+        }
+        if Instant::now() >= deadline {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(2));
     }
 }
 

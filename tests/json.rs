@@ -214,3 +214,256 @@ fn bench_has_every_test_of_every_pair() {
     }
     assert_eq!(tests.iter().filter(|t| t["status"] == "waived").count(), 4 * 3, "{doc}");
 }
+
+// `--json -`: standard output carries the document alone (one JSON value, then a newline), and every human
+// line (the run's, its children's, a run of one mechanism's, the run inside an isolation's, the verdict)
+// goes to standard error.
+
+/// A run of `command` with `--json -`, in a directory of its own (which must stay empty: no file named `-`).
+fn to_stdout(name: &str, mut command: Command) -> std::process::Output {
+    let dir = scratch(&format!("stdout-{name}"));
+    let out = run(command.current_dir(dir.path()).args(["--json", "-"]));
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert!(left.is_empty(), "{name}: --json - made {left:?}: {}", text(&out));
+    out
+}
+
+/// Standard output must be exactly one JSON object and a newline, whose exit status is the run's `code`;
+/// standard error ends with the verdict line, which starts with `verdict`. Returns the document and
+/// standard error.
+fn the_document_alone(what: &str, out: &std::process::Output, code: i32, verdict: &str) -> (Value, String) {
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(code), "{what}: stdout: {stdout}\nstderr: {stderr}");
+    // serde_json refuses anything after the value but white space; the value is followed by one newline.
+    let doc: Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("{what}: standard output is not one JSON value ({e}): {stdout}"));
+    assert!(doc.is_object() && stdout.starts_with('{') && stdout.ends_with("}\n"), "{what}: {stdout:?}");
+    assert_eq!(doc["exit_status"].as_i64(), Some(i64::from(code)), "{what}: {doc}");
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with(verdict),
+        "{what}: the verdict line is not the last on standard error: {stderr}"
+    );
+    (doc, stderr.into_owned())
+}
+
+#[test]
+fn json_dash_puts_the_document_alone_on_standard_output_in_every_outcome() {
+    let out = to_stdout("passed", simulated("ok,ok"));
+    let (doc, stderr) = the_document_alone("passed", &out, 0, "PASSED: 2 processes on 2 GPUs");
+    assert_eq!((status(&doc), doc["mode"].as_str()), (("passed", None), Some("run")), "{doc}");
+    assert_eq!(doc["run"]["processes"].as_u64(), Some(2), "{doc}");
+    // The parent's lines, and its children's, which inherit its descriptors.
+    for line in ["SIMULATED GPUs", "PP: lshmName", "Process 0 complete!", "Process 1 complete!"] {
+        assert!(stderr.contains(line), "{line:?} is not on standard error: {stderr}");
+    }
+
+    let mut failed = simulated("ok,ok");
+    failed.env(FAULT, "child1@verify:corrupt");
+    let out = to_stdout("failed", failed);
+    let (doc, _) = the_document_alone("failed", &out, 1, "FAILED (exit 1): Process 1 failed!");
+    assert_eq!(status(&doc), ("failed", Some("Process 1 failed! (exit code 1)")), "{doc}");
+
+    let out = to_stdout("waived", simulated("no-uva"));
+    let (doc, _) = the_document_alone("waived", &out, 2, "WAIVED (exit 2");
+    assert_eq!(status(&doc), ("waived", Some("No CUDA devices support IPC")), "{doc}");
+}
+
+/// SIGTERM once every child has started (child 0 hangs in the round-robin): 143, and the document says so.
+#[test]
+fn json_dash_an_interrupted_run_writes_its_document_on_standard_output() {
+    use std::io::Read;
+    use std::process::Stdio;
+    let dir = scratch("stdout-interrupted");
+    let mut child = simulated("ok,ok")
+        .current_dir(dir.path())
+        .args(["--json", "-"])
+        .env(FAULT, "child0@round-robin:hang")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let stdout = std::thread::spawn(move || {
+        let mut all = Vec::new();
+        stdout.read_to_end(&mut all).map(|_| all)
+    });
+    // The lines are on standard error now (`common::wait_for_lines` reads standard output).
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut stderr = child.stderr.take().unwrap();
+    let stderr = std::thread::spawn(move || {
+        let mut all = Vec::new();
+        let mut chunk = [0u8; 4096];
+        while let Ok(n) = stderr.read(&mut chunk) {
+            if n == 0 {
+                break;
+            }
+            all.extend_from_slice(&chunk[..n]);
+            let _ = tx.send(String::from_utf8_lossy(&all).matches("Starting on device").count());
+        }
+        all
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while rx.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now())).is_ok_and(|n| n < 2)
+    {
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM)
+        .unwrap();
+    let ended = child.wait().unwrap();
+    let out = std::process::Output {
+        status: ended,
+        stdout: stdout.join().unwrap().unwrap(),
+        stderr: stderr.join().unwrap(),
+    };
+    let (doc, stderr) = the_document_alone("interrupted", &out, 143, "STOPPED (exit 143)");
+    assert_eq!(status(&doc), ("interrupted", Some("interrupted by SIGTERM")), "{doc}");
+    assert_eq!(stderr.matches("Starting on device").count(), 2, "{stderr}");
+    assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none(), "--json - made a file");
+}
+
+/// `--ipc all` and `--bench`: the runs of one mechanism, whose output the top parent passes on, and the
+/// tables, all on standard error.
+#[test]
+fn json_dash_ipc_all_and_bench_put_their_tables_on_standard_error() {
+    let mut all = simulated("ok,no-vmm");
+    all.args(["--ipc", "all"]);
+    let out = to_stdout("all", all);
+    let (doc, stderr) = the_document_alone("--ipc all", &out, 0, "PASSED: every mechanism");
+    assert_eq!((status(&doc), doc["mode"].as_str()), (("passed", None), Some("ipc_all")), "{doc}");
+    assert_eq!(doc["mechanisms"].as_array().map(Vec::len), Some(4), "{doc}");
+    for line in ["== --ipc legacy", "== --ipc pool", "Process 0 complete!", "mechanism"] {
+        assert!(stderr.contains(line), "{line:?} is not on standard error: {stderr}");
+    }
+
+    let mut bench = simulated("ok");
+    bench.args(["--bench", "--bench-max-bytes", "8192"]);
+    let out = to_stdout("bench", bench);
+    let (doc, _) = the_document_alone("--bench", &out, 0, "PASSED");
+    assert_eq!((status(&doc), doc["mode"].as_str()), (("passed", None), Some("bench")), "{doc}");
+    assert!(doc["bench"]["testcases"].as_array().is_some_and(|t| !t.is_empty()), "{doc}");
+}
+
+/// A served run: the server's standard output is its document alone; a joiner takes no `--json` and
+/// prints its lines as ever.
+#[test]
+fn json_dash_a_servers_standard_output_is_its_document() {
+    let sockets = scratch("stdout-serve");
+    let socket = sockets.path().join("run.sock");
+    let mut join = Command::new(common::bin());
+    join.arg("--join").arg(&socket).env(common::SIMULATE, "ok").env_remove(FAULT);
+    let served = socket.clone();
+    let joiner = std::thread::spawn(move || {
+        // Once the server is there: this test is not about a joiner that waits for it.
+        let start = std::time::Instant::now();
+        while !served.exists() && start.elapsed() < std::time::Duration::from_secs(10) {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        run(&mut join)
+    });
+    let mut serve = simulated("ok");
+    serve.arg("--serve").arg(&socket).args(["--timeout", "20"]);
+    let out = to_stdout("serve", serve);
+    let joined = joiner.join().unwrap();
+    assert_eq!(joined.status.code(), Some(0), "the joiner: {}", text(&joined));
+    assert!(String::from_utf8_lossy(&joined.stdout).contains("complete!"), "{}", text(&joined));
+    let (doc, stderr) = the_document_alone("--serve", &out, 0, "PASSED");
+    assert_eq!(
+        (status(&doc), doc["options"]["serve"].as_str()),
+        (("passed", None), socket.to_str()),
+        "{doc}"
+    );
+    assert!(stderr.contains("Process 0 joined"), "{stderr}");
+}
+
+/// An isolated run and the container matrix: the process outside writes the document the run hands back,
+/// and the run's lines (it inherits the process outside's descriptors) go to standard error.
+#[test]
+fn json_dash_the_process_outside_an_isolated_run_writes_it() {
+    let mut isolated = simulated("ok,ok");
+    isolated.args(["--isolate", "shm", "--ipc", "vmm", "--sync", "memops"]);
+    let out = to_stdout("isolated", isolated);
+    if out.status.code() == Some(2) && text(&out).contains("namespace") {
+        return common::skipped(
+            "namespaces",
+            format!("json_dash_the_process_outside_an_isolated_run_writes_it: {}", text(&out)),
+        );
+    }
+    let (doc, stderr) = the_document_alone("--isolate shm", &out, 0, "PASSED");
+    assert_eq!((status(&doc), doc["options"]["isolate"].as_str()), (("passed", None), Some("shm")), "{doc}");
+    assert!(stderr.contains("Process 1 complete!"), "the run's children's lines: {stderr}");
+    into_head("--isolate shm", &["--isolate", "shm", "--ipc", "vmm", "--sync", "memops"]);
+
+    // One that fails across the boundary: the driver's refusal, said by the process outside.
+    let mut refused = simulated("ok,ok");
+    refused.args(["--isolate", "shm"]);
+    let out = to_stdout("isolated-refused", refused);
+    let (doc, _) = the_document_alone("--isolate shm, refused", &out, 1, "FAILED (exit 1)");
+    assert_eq!(doc["refused"]["error"], "CUDA_ERROR_MAP_FAILED", "{doc}");
+
+    let mut matrix = simulated("ok");
+    matrix.args(["--ipc", "all", "--isolate", "container,user", "--quiet"]);
+    let out = to_stdout("matrix", matrix);
+    let (doc, _) = the_document_alone("the container matrix", &out, 0, "PASSED: the container matrix");
+    assert_eq!(doc["mode"], "container_matrix", "{doc}");
+    assert!(doc["matrix"].as_array().is_some_and(|cells| !cells.is_empty()), "{doc}");
+}
+
+/// `simple-ipc --json - | python3 -m json.tool`: the whole of standard output is one JSON document.
+#[test]
+fn json_dash_is_what_python_json_tool_takes() {
+    use std::process::Stdio;
+    let dir = scratch("stdout-python");
+    let mut program = simulated("ok,ok");
+    program.current_dir(dir.path()).args(["--json", "-", "--ipc", "all"]).stdin(Stdio::null());
+    let mut program = program.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let piped = program.stdout.take().unwrap();
+    // The command holds its standard input until it drops: only python may hold the pipe's read end.
+    let tool = Command::new("python3").args(["-m", "json.tool"]).stdin(piped).output();
+    let out = program.wait_with_output().unwrap();
+    let tool = match tool {
+        Ok(tool) => tool,
+        Err(e) => {
+            return common::skipped("python3", format!("json_dash_is_what_python_json_tool_takes: {e}"));
+        }
+    };
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(tool.status.code(), Some(0), "python3 -m json.tool: {}", text(&tool));
+    let doc: Value = serde_json::from_slice(&tool.stdout).unwrap();
+    assert_eq!((doc["status"].as_str(), doc["mode"].as_str()), (Some("passed"), Some("ipc_all")), "{doc}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("PASSED: every mechanism"), "{}", text(&out));
+}
+
+/// `simple-ipc --json - ARGS | head -c 10` on two simulated GPUs: head takes the first 10 bytes of the
+/// document and goes; the run must end with 141 (128 + SIGPIPE) and say nothing of it (no error, no verdict
+/// line), its own lines on standard error all the same.
+fn into_head(what: &str, args: &[&str]) {
+    use std::process::Stdio;
+    let dir = scratch("stdout-head");
+    let mut program = simulated("ok,ok");
+    program.current_dir(dir.path()).args(["--json", "-"]).args(args).stdin(Stdio::null());
+    let mut program = program.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let piped = program.stdout.take().unwrap();
+    // The command holds its standard input until it drops: only head may hold the pipe's read end.
+    let head = Command::new("head").args(["-c", "10"]).stdin(piped).output().unwrap();
+    let out = program.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(141), "{what}: {stderr}");
+    assert_eq!(String::from_utf8_lossy(&head.stdout), "{\n  \"progr", "{what}: what head took");
+    assert!(stderr.contains("Process 1 complete!"), "{what}: the run's lines are there: {stderr}");
+    let (first, anywhere) =
+        (["simple-ipc:", "PASSED", "FAILED", "STOPPED", "WAIVED"], ["went away", "Broken pipe"]);
+    let said: Vec<&str> = stderr
+        .lines()
+        .filter(|l| first.iter().any(|w| l.starts_with(w)) || anywhere.iter().any(|w| l.contains(w)))
+        .collect();
+    assert!(said.is_empty(), "{what}: nothing is said of the reader gone: {said:?}");
+    assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none(), "{what}: --json - made a file");
+}
+
+#[test]
+fn json_dash_into_head_ends_with_141_and_nothing_else() {
+    into_head("a run", &[]);
+    into_head("--ipc all", &["--ipc", "all"]);
+}

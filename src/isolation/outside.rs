@@ -12,7 +12,8 @@
 //!   run's PID namespace cannot reap, and the run would never end);
 //! - writes the run's `--json` document where the user asked (the run hands it back through a pipe, as a
 //!   run of `--ipc all` does): not into the run's private `/dev/shm`, and with the user's own rights, which
-//!   a user namespace's root lacks;
+//!   a user namespace's root lacks; with `--json -`, to the standard output the user gave, which only this
+//!   process holds (the run's lines go to standard error, as its descriptor 1 is standard error's copy);
 //! - says the verdict, after the document was written (a run whose document could not be written is no
 //!   pass), and exits with the run's status.
 
@@ -259,11 +260,16 @@ fn end(cli: &Cli, ended: Result<(i32, Option<report::Document>)>, started: Insta
         }
     };
     if let Err(e) = written {
-        warn!("simple-ipc: {e:#}");
-        if code == crate::outcome::EXIT_SUCCESS || status == Status::Waived {
-            status = Status::Failed;
-            reason = Some(format!("{e:#}"));
-            code = crate::outcome::EXIT_FAILURE;
+        if e.chain().any(crate::entry::is_reader_gone) {
+            // `--json - | head -c 10`: 141, and nothing more said, as for a C program killed by SIGPIPE.
+            code = crate::output::READER_GONE_STATUS;
+        } else {
+            warn!("simple-ipc: {e:#}");
+            if code == crate::outcome::EXIT_SUCCESS || status == Status::Waived {
+                status = Status::Failed;
+                reason = Some(format!("{e:#}"));
+                code = crate::outcome::EXIT_FAILURE;
+            }
         }
     }
     if cli.report_fd.is_none() && code != crate::output::READER_GONE_STATUS {

@@ -16,12 +16,18 @@
 //!   and is renamed over it, so the path holds the old document or the whole new one, never an empty or
 //!   partial one.
 //!
+//! `--json -` writes the document to standard output instead, which then carries it alone (one JSON value,
+//! then a newline): [`open`] sends every other line of the run to standard error
+//! (`output::lines_to_standard_error`), and [`finish`] writes the document there whole, or says that its
+//! reader went away ([`ReaderGone`](crate::output::ReaderGone), 141); `main` says the verdict after it.
+//!
 //! It is process-wide state because there is one document per run and only `main` knows its verdict.
 
 pub mod document;
 
 use std::fs::OpenOptions;
 use std::io::Write;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -82,6 +88,9 @@ enum Destination {
     /// The pipe that `--ipc all` handed the run of one mechanism (`--report-fd`), so that the result comes
     /// back without a file.
     Inherited(std::fs::File),
+    /// `--json -`: the standard output the invoker gave, which carries the document alone (descriptor 1 is
+    /// standard error's copy from [`open`] on).
+    StandardOutput(OwnedFd),
 }
 
 static PENDING: Mutex<Option<Pending>> = Mutex::new(None);
@@ -103,8 +112,18 @@ fn standard_files() -> Vec<(u64, u64)> {
         .collect()
 }
 
-/// Checks `path` for `--json` (see the module's doc) and makes it the document of this run of `cli`.
+/// The `--json` path that means standard output.
+pub const STANDARD_OUTPUT: &str = "-";
+
+/// Checks `path` for `--json` (see the module's doc) and makes it the document of this run of `cli`; `-` is
+/// standard output, and every other line of the run goes to standard error from now on. Call it before
+/// anything is written or started.
 pub fn open(path: &Path, cli: &Cli) -> Result<()> {
+    if path.as_os_str() == STANDARD_OUTPUT {
+        let stdout = crate::output::lines_to_standard_error()?;
+        *pending() = Some(Pending::new(path.to_owned(), Destination::StandardOutput(stdout), cli));
+        return Ok(());
+    }
     let shown = path.display();
     let target = match std::fs::metadata(path) {
         Ok(meta) => {
@@ -116,7 +135,9 @@ pub fn open(path: &Path, cli: &Cli) -> Result<()> {
             if standard_files().contains(&(meta.dev(), meta.ino())) {
                 bail!(
                     "--json {shown} is the file this run's standard output or error goes to: writing the \
-                     document there would destroy what the run prints and what the file held; give another file"
+                     document there would destroy what the run prints and what the file held; give another file, \
+                     or --json - for the document alone on standard output (every other line then goes to \
+                     standard error)"
                 );
             }
             std::fs::canonicalize(path).with_context(|| format!("--json {shown}: resolving the path"))?
@@ -144,9 +165,16 @@ pub fn open_inherited(fd: std::os::fd::RawFd, cli: &Cli) -> Result<()> {
 }
 
 /// Makes `pipe` the document of this run of `cli`, in place of any other: the run inside an isolation hands
-/// it to the process outside, which writes it where the user asked (see `isolation::outside`).
+/// it to the process outside, which writes it where the user asked (see `isolation::outside`). The standard
+/// output kept for `--json -` is closed here with the document it replaces: the process outside holds it.
 pub fn hand_over(pipe: std::fs::File, cli: &Cli) {
     *pending() = Some(Pending::new(PathBuf::new(), Destination::Inherited(pipe), cli));
+}
+
+/// Whether this run's document goes to standard output (`--json -`): then it is written before the verdict
+/// line, which says whether it reached its reader.
+pub fn to_standard_output() -> bool {
+    pending().as_ref().is_some_and(|p| matches!(p.destination, Destination::StandardOutput(_)))
 }
 
 /// Whether this run writes a document: what is only asked for it need not be asked otherwise.
@@ -368,12 +396,16 @@ pub fn finish_document(document: Document) -> Result<()> {
     write(pending, &text)
 }
 
-/// Writes `text` to a new file beside the path, renamed over it (or to the inherited pipe).
+/// Writes `text` to a new file beside the path, renamed over it (or to the inherited pipe, or to standard
+/// output: `Err(ReaderGone)` where its reader went away before it took the whole document).
 fn write(pending: Pending, text: &str) -> Result<()> {
     let target = match pending.destination {
         Destination::File(target) => target,
         Destination::Inherited(mut pipe) => {
             return pipe.write_all(text.as_bytes()).context("writing the result to --ipc all (--report-fd)");
+        }
+        Destination::StandardOutput(stdout) => {
+            return crate::output::deliver(stdout.as_fd(), text.as_bytes());
         }
     };
     let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
