@@ -14,6 +14,19 @@ use crate::meeting;
 use crate::segment::{self, Segment, SharedState};
 use crate::signals;
 
+/// The parent waived the run once this process had started (the mechanism is missing here): it stops, and
+/// has nothing to say (the parent says why).
+#[derive(Debug)]
+pub struct RunWaived;
+
+impl std::fmt::Display for RunWaived {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("stopped: the parent waived the run (it says why)")
+    }
+}
+
+impl std::error::Error for RunWaived {}
+
 /// The process whose run this is, and how to tell that it is gone.
 pub enum Parent<'a> {
     /// The parent that started this process (its pid): gone when `getppid()` changes.
@@ -117,6 +130,9 @@ pub fn segment(index: usize, segment_fd: Option<i32>) -> Result<(Segment, i32)> 
 /// benchmark's producer): a stop signal came, the run was aborted, or the parent (or server) is gone.
 pub fn still_running(state: &SharedState, parent: &Parent) -> Result<()> {
     signals::check()?;
+    if state.run_state() == segment::RunState::Waived {
+        return Err(RunWaived.into());
+    }
     if state.run_state() == segment::RunState::Aborted {
         bail!("stopped: the run was aborted (another process failed or the parent was interrupted)");
     }

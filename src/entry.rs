@@ -101,6 +101,10 @@ pub fn main() -> ExitCode {
         // Quietly, as a C program killed by SIGPIPE. A run of `--ipc all` whose reader went away was stopped
         // for it, and says so as `Interrupted(SIGPIPE)` (this program ignores SIGPIPE: nothing else says it).
         Err(e) if e.chain().any(is_reader_gone) => reader_gone(),
+        // A child of a run its parent waived: the parent says why; nothing failed.
+        Err(e) if e.chain().any(|cause| cause.is::<crate::attach::RunWaived>()) => {
+            (Status::Waived, Some(e.to_string()), EXIT_WAIVED)
+        }
         Err(e) => {
             warn!("{who}: {e:#}");
             match e.chain().find_map(|cause| cause.downcast_ref::<Interrupted>()) {

@@ -144,6 +144,7 @@ fn run_the_sample(cli: &Cli, mechanism: Mechanism, audience: &Audience) -> Resul
         let Some(exported) =
             waived_if_missing(mechanism, exporter.export_all(&mut watch, Phase::WaitChildren))?
         else {
+            state.waive();
             children.stop();
             return Ok(Outcome::Waived);
         };

@@ -75,6 +75,9 @@ pub enum RunState {
     Ready = 1,
     /// A process failed or the run was interrupted: everybody stops.
     Aborted = 2,
+    /// The parent found the mechanism missing once the children had started: everybody stops, quietly
+    /// (nothing failed).
+    Waived = 3,
 }
 
 /// One IPC handle's 64 bytes, as atomics.
@@ -173,6 +176,7 @@ impl SharedState {
         match self.run_state.load(Ordering::Acquire) {
             0 => RunState::Starting,
             1 => RunState::Ready,
+            3 => RunState::Waived,
             _ => RunState::Aborted,
         }
     }
@@ -257,7 +261,18 @@ impl SharedState {
 
     /// Tells every process to stop, and wakes whoever sleeps in a wait.
     pub fn abort(&self) {
-        self.run_state.store(RunState::Aborted as u32, Ordering::Release);
+        // A waived run stays waived: its children stop as they would, without a word of failure.
+        let waived = RunState::Waived as u32;
+        let _ = self.run_state.fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
+            (s != waived).then_some(RunState::Aborted as u32)
+        });
+        futex::wake_all(&self.run_state);
+        futex::wake_all(&self.sense);
+    }
+
+    /// The run is waived after its children started (the mechanism is missing): they stop quietly.
+    pub fn waive(&self) {
+        self.run_state.store(RunState::Waived as u32, Ordering::Release);
         futex::wake_all(&self.run_state);
         futex::wake_all(&self.sense);
     }

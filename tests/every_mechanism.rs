@@ -326,3 +326,20 @@ fn a_stopped_run_of_one_mechanism_is_stopped_at_its_deadline() {
     wait_all_gone(&below);
     assert!(leftovers(top.id(), &below).is_empty(), "{:?}", leftovers(top.id(), &below));
 }
+
+/// A run that passes, or a mechanism waived once its children had started (fabric without an IMEX
+/// channel), writes nothing to standard error: the children of a waived run stop without a word of
+/// failure, and the parent says why it was waived.
+#[test]
+fn a_run_that_passes_writes_nothing_to_standard_error() {
+    for args in [
+        &["--ipc", "all", "-q"][..],
+        &["--ipc", "fabric"][..],
+        &["--ipc", "all", "--procs-per-device", "3"][..],
+    ] {
+        let out = run(simulated("ok,ok").args(args));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(matches!(out.status.code(), Some(0) | Some(2)), "{args:?}: {}", text(&out));
+        assert_eq!(stderr, "", "{args:?}: {}", text(&out));
+    }
+}
