@@ -548,5 +548,63 @@ elif [ -z "${GPU_CHECK_NO_SANITIZER:-}" ]; then
   record FAIL "compute-sanitizer" "not found"
 fi
 
+# --- VMM and pool descriptors fetched with pidfd_getfd (--fds pidfd, issue 24): every child fetches each
+# buffer's descriptor from the parent itself; every run passes with as many descriptors open after as before.
+pidfd_ok=0 pidfd_runs=0 pidfd_bad=""
+for ipc in vmm pool; do
+  for sync in events memops; do
+    [ "$ipc/$sync" = pool/memops ] && continue
+    pidfd_runs=$((pidfd_runs + 1))
+    "$bin" --ipc "$ipc" --sync "$sync" --fds pidfd --procs-per-device 2 --json "$log/pidfd.json" >"$log/pidfd" 2>&1; rc=$?
+    if [ $rc -eq 0 ] && grep -q 'descriptors by pidfd_getfd' "$log/pidfd" \
+      && [ "$(list descriptors_before_open "$log/pidfd.json")" = "$(list descriptors_after_close "$log/pidfd.json")" ]; then
+      pidfd_ok=$((pidfd_ok + 1))
+    else
+      pidfd_bad+="[$ipc/$sync: exit $rc: $(tail -n 1 "$log/pidfd" | cut -c1-100)] "
+    fi
+  done
+done
+if [ -z "$pidfd_bad" ] && [ "$(shm_state)" = "$shm_before" ]; then
+  record PASS "--fds pidfd (vmm, pool; events, memops)" "$pidfd_ok of $pidfd_runs passed, descriptors closed again, /dev/shm clean"
+else
+  record FAIL "--fds pidfd" "$pidfd_bad"
+fi
+
+# --- Under MPS (issue 24): a daemon of this check's own (private pipe and log directories, quit at the end):
+# every mechanism, events and memops, passes and its verdict says it ran under MPS; a client whose pipe
+# directory has no daemon runs without, and says nothing of MPS.
+if command -v nvidia-cuda-mps-control >/dev/null && [ -z "${GPU_CHECK_SIMULATE:-}" ]; then
+  mps=$(mktemp -d /tmp/simple-ipc-mps-XXXXXX)
+  mkdir -p "$mps/pipe" "$mps/log"
+  if CUDA_MPS_PIPE_DIRECTORY="$mps/pipe" CUDA_MPS_LOG_DIRECTORY="$mps/log" nvidia-cuda-mps-control -d; then
+    for _ in $(seq 100); do [ -S "$mps/pipe/control" ] && break; sleep 0.05; done
+    under=0 runs=0 bad=""
+    for ipc in legacy vmm pool; do
+      for sync in events memops; do
+        [ "$ipc/$sync" = pool/memops ] && continue
+        runs=$((runs + 1))
+        CUDA_MPS_PIPE_DIRECTORY="$mps/pipe" "$bin" --ipc "$ipc" --sync "$sync" --procs-per-device 2 >"$log/mps" 2>&1; rc=$?
+        if [ $rc -eq 0 ] && tail -n 1 "$log/mps" | grep -q "under MPS (the daemon of $mps/pipe)"; then
+          under=$((under + 1))
+        else
+          bad+="[$ipc/$sync: exit $rc: $(tail -n 1 "$log/mps" | cut -c1-120)] "
+        fi
+      done
+    done
+    CUDA_MPS_PIPE_DIRECTORY="$mps/none" "$bin" >"$log/mps" 2>&1; rc=$?
+    tail -n 1 "$log/mps" | grep -q "MPS" && bad+="[no daemon, yet said MPS] "
+    echo quit | CUDA_MPS_PIPE_DIRECTORY="$mps/pipe" nvidia-cuda-mps-control
+    for _ in $(seq 100); do [ -S "$mps/pipe/control" ] || break; sleep 0.05; done
+    if [ -z "$bad" ] && [ $rc -eq 0 ]; then
+      record PASS "under MPS, every mechanism, events and memops" "$under of $runs passed under MPS, said so; without a daemon nothing said"
+    else
+      record FAIL "under MPS, every mechanism, events and memops" "$bad"
+    fi
+  else
+    record FAIL "under MPS" "nvidia-cuda-mps-control -d failed"
+  fi
+  rm -rf "$mps"
+fi
+
 echo "== summary: $(( ${#summary[@]} - failures )) passed, $failures failed"
 [ $failures -eq 0 ]
