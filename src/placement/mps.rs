@@ -3,8 +3,9 @@
 //! there accepts a connection, its CUDA contexts are the daemon's clients. A pipe directory without a daemon
 //! (no socket, or one nothing listens on) runs without MPS, and says nothing of it: this says which.
 //!
-//! The check is one non-blocking `connect`, closed at once: it never waits, and a daemon whose backlog is
-//! full (`EAGAIN`) is a daemon.
+//! The check is a non-blocking `connect` of each kind of socket (the daemon's is `SOCK_SEQPACKET`, seen on
+//! the H200 host with driver 580), closed at once: it never waits, and a daemon whose backlog is full
+//! (`EAGAIN`) is a daemon.
 
 use std::os::unix::fs::FileTypeExt;
 
@@ -52,9 +53,12 @@ fn control_accepts(path: &std::path::Path) -> bool {
     }
     let Ok(address) = UnixAddr::new(path) else { return false };
     let flags = SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC;
-    let Ok(probe) = socket(AddressFamily::Unix, SockType::Stream, flags, None) else { return false };
-    // The socket closes when `probe` is dropped.
-    matches!(connect(std::os::fd::AsRawFd::as_raw_fd(&probe), &address), Ok(()) | Err(Errno::EAGAIN))
+    // Whichever kind of socket the daemon listens on: a connect of another kind is EPROTOTYPE.
+    [SockType::Stream, SockType::SeqPacket, SockType::Datagram].into_iter().any(|kind| {
+        let Ok(probe) = socket(AddressFamily::Unix, kind, flags, None) else { return false };
+        // The socket closes when `probe` is dropped.
+        matches!(connect(std::os::fd::AsRawFd::as_raw_fd(&probe), &address), Ok(()) | Err(Errno::EAGAIN))
+    })
 }
 
 #[cfg(test)]
@@ -74,5 +78,12 @@ mod tests {
         assert!(control_accepts(&control), "a listening socket");
         drop(listener);
         assert!(!control_accepts(&control), "a socket left by a daemon that is gone");
+        // NVIDIA's daemon (driver 580, the H200 host) listens on a SOCK_SEQPACKET socket.
+        std::fs::remove_file(&control).unwrap();
+        let daemon = socket(AddressFamily::Unix, SockType::SeqPacket, SockFlag::SOCK_CLOEXEC, None).unwrap();
+        nix::sys::socket::bind(std::os::fd::AsRawFd::as_raw_fd(&daemon), &UnixAddr::new(&control).unwrap())
+            .unwrap();
+        nix::sys::socket::listen(&daemon, nix::sys::socket::Backlog::new(4).unwrap()).unwrap();
+        assert!(control_accepts(&control), "a daemon's SOCK_SEQPACKET control socket");
     }
 }
