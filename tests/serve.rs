@@ -1272,3 +1272,23 @@ fn a_served_sequence_killed_or_stopped_leaves_no_socket() {
         assert!(!std::path::Path::new(&socket).exists(), "{signal:?}: the socket file was left: {out}");
     }
 }
+
+/// `--serve --ipc all` runs every mechanism after the forecast, and its table says beside each result
+/// whether it went as forecast (each run's document carries its forecast against its outcome).
+#[test]
+fn a_served_sequence_shows_forecast_beside_outcome() {
+    let (dir, socket) = socket_path("seq-forecast");
+    let json = dir.path().join("all.json");
+    let server = serve("ok", &socket, &["--ipc", "all", "--json", &json.display().to_string()]);
+    let joiner = join("ok", &socket, None);
+    let (code, out, _) = server.end(LIMIT);
+    assert_eq!((code, joiner.end(LIMIT).0), (Some(0), Some(0)), "{out}");
+    for mechanism in ["legacy", "vmm", "pool"] {
+        let row = out.lines().find(|l| l.starts_with(mechanism) && l.contains("passed")).unwrap_or_default();
+        assert!(row.ends_with("passed (as forecast)"), "{mechanism}: {out}");
+    }
+    let doc = common::document(&json);
+    let legacy = &doc["mechanisms"][0]["document"]["placement"]["against"];
+    assert_eq!(legacy[0]["path"], "legacy memory", "{doc}");
+    assert_eq!(legacy[0]["agrees"], true, "{doc}");
+}

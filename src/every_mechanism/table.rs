@@ -20,6 +20,21 @@ fn result_text(result: &Ending) -> String {
     }
 }
 
+/// Beside a served run's result, how it stood against its forecast (the run's document says): ` (as
+/// forecast)`, or each path forecast otherwise than it went, called out; nothing for a run without one.
+fn against_forecast(row: &Row) -> String {
+    let Some(against) = row.document.as_ref().and_then(|d| d.placement.as_ref()?.against.as_ref()) else {
+        return String::new();
+    };
+    let wrong: Vec<&str> =
+        against.iter().filter(|a| a.agrees == Some(false)).map(|a| a.path.as_str()).collect();
+    match (wrong.is_empty(), against.iter().any(|a| a.agrees == Some(true))) {
+        (false, _) => format!(" (NOT AS FORECAST: {})", wrong.join(", ")),
+        (true, true) => " (as forecast)".to_owned(),
+        (true, false) => String::new(),
+    }
+}
+
 /// The table printed at the end.
 pub fn table(rows: &[Row]) -> String {
     let mut out = format!("{:<10}{:>10}{:>20}  {}\n", "mechanism", "wall ms", "open one, ms", "result");
@@ -31,7 +46,7 @@ pub fn table(rows: &[Row]) -> String {
             row.mechanism.name(),
             wall,
             open,
-            result_text(&row.ending)
+            result_text(&row.ending) + &against_forecast(row)
         ));
     }
     out
