@@ -223,7 +223,8 @@ fn take_part_once(
     started_by_server: bool,
 ) -> Result<Answer> {
     // A server that refuses a stranger at once may have closed already: its refusal is read next.
-    let _ = meeting::ask_to_join(connection, bench_asked, &crate::placement::Place::here());
+    let place = Some(Box::new(crate::placement::Place::here()));
+    let _ = wire::send(connection, &Message::Ask { bench_only: bench_asked, place }, &[]);
     let admission = loop {
         signals::check()?;
         match wire::hear(connection, 10)? {
@@ -259,10 +260,12 @@ fn take_part_once(
         Ok(()) => (crate::outcome::EXIT_SUCCESS, String::new()),
         Err(e) => (crate::outcome::EXIT_FAILURE, format!("{e:#}")),
     };
+    // With the diagnosis of its failure, where there is one (the server's `--json` document carries it), and
+    // the driver's refusal of a handle in it, as typed facts (the server's forecast is held against it).
     let diagnosis = ended.as_ref().err().and_then(|e| e.downcast_ref::<crate::ipc::diagnose::Diagnosis>());
+    let refused = ended.as_ref().err().and_then(crate::ipc::refused::Refused::of).map(Box::new);
     // The server may be gone already (that may be why this process stopped): nothing more to say then.
-    let refused = ended.as_ref().err().and_then(crate::ipc::refused::Refused::of);
-    let _ = meeting::say_ended(connection, status, &why, diagnosis, refused.as_ref());
+    let _ = wire::send(connection, &Message::Ended(status, why, diagnosis.cloned(), refused), &[]);
     if started_by_server {
         return Ok(Answer::TookPart(ended, round, None));
     }

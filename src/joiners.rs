@@ -131,7 +131,7 @@ impl Audience {
             },
         };
         // One that is gone has nothing to hear.
-        connections.retain(|connection| meeting::say_run_ended(connection, &end).is_ok());
+        connections.retain(|connection| wire::send(connection, &Message::RunEnded(end.clone()), &[]).is_ok());
         if let Some(sequence) = self.sequence {
             connections.extend(sequence.waiting.into_inner());
             if let Err(e) = meeting::hand_back(&sequence.back, &connections) {
@@ -392,8 +392,9 @@ impl<'s> Joiners<'s> {
             return Ok(());
         }
         let socket = self.descriptor_sockets[position].as_ref().map(|s| s.as_fd());
-        let segment = self.segment.fd_borrowed();
-        if let Err(e) = meeting::admit(&connection, index, self.processes, segment, socket, self.round) {
+        let fds: Vec<_> = std::iter::once(self.segment.fd_borrowed()).chain(socket).collect();
+        let admit = Message::Admit { index, processes: self.processes, round: self.round };
+        if let Err(e) = wire::send(&connection, &admit, &fds) {
             // It left while it was being admitted: it takes no place.
             warn!("simple-ipc: a process (pid {pid}) that asked to join is gone: {e:#}");
             return Ok(());

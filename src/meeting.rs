@@ -19,10 +19,7 @@ use anyhow::{Context, Result, bail, ensure};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::socket::{AddressFamily, MsgFlags, SockFlag, SockType, UnixAddr, socket};
 
-use crate::ipc::diagnose::Diagnosis;
-use crate::ipc::refused::Refused;
-use crate::placement::Place;
-use crate::wire::{self, Message, Round, RunEnd};
+use crate::wire::{self, Message, Round};
 
 /// Where a run is served: a path in the file system, or a name in the abstract namespace (`@NAME`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -85,37 +82,9 @@ impl Admission {
     }
 }
 
-/// A joiner asks to join, saying where it stands: until it has asked, a connection is nobody (a probe, a
-/// stray client) and takes no place. `bench_only`: the joiner takes part only in a benchmark (`--join
-/// --bench`), and is refused by any other run.
-pub fn ask_to_join(connection: &OwnedFd, bench_only: bool, place: &Place) -> Result<()> {
-    let ask = Message::Ask { bench_only, place: Some(Box::new(place.clone())) };
-    wire::send(connection, &ask, &[]).context("asking to join")
-}
-
-/// The server admits a joiner: its index, the count, and the descriptors.
-pub fn admit(
-    connection: &OwnedFd,
-    index: usize,
-    processes: usize,
-    segment: BorrowedFd,
-    descriptor_socket: Option<BorrowedFd>,
-    round: Option<Round>,
-) -> Result<()> {
-    let fds: Vec<BorrowedFd> = std::iter::once(segment).chain(descriptor_socket).collect();
-    let admit = Message::Admit { index, processes, round };
-    wire::send(connection, &admit, &fds).context("admitting a joiner")
-}
-
 /// The server refuses a joiner, saying why.
 pub fn refuse(connection: &OwnedFd, why: &str) -> Result<()> {
     wire::send(connection, &Message::Refuse(why.to_owned()), &[]).context("refusing a joiner")
-}
-
-/// The top parent of a served sequence tells a joiner how each of its runs ended, in order.
-pub fn say_sequence_ended(connection: &OwnedFd, ends: &[RunEnd]) -> Result<()> {
-    wire::send(connection, &Message::SequenceEnded(ends.to_vec()), &[])
-        .context("telling a joiner how the served sequence ended")
 }
 
 /// A run of a served sequence hands `connections` back to the sequence's top parent over `back`.
@@ -130,26 +99,6 @@ pub fn hand_back(back: &OwnedFd, connections: &[OwnedFd]) -> Result<()> {
 
 /// Connections handed back in one message at most.
 const MAX_HANDED: usize = 16;
-
-/// The server tells a joiner how the whole run ended.
-pub fn say_run_ended(connection: &OwnedFd, end: &RunEnd) -> Result<()> {
-    wire::send(connection, &Message::RunEnded(end.clone()), &[]).context("telling a joiner how the run ended")
-}
-
-/// The joiner says how it ended: its exit status and, if it failed, why (the server's verdict names it),
-/// with the diagnosis of its failure where there is one (the server's `--json` document carries it).
-/// Where the driver refused a handle in it, the refusal too, as typed facts: the server's document and its
-/// forecast against the outcome read it.
-pub fn say_ended(
-    connection: &OwnedFd,
-    status: u8,
-    why: &str,
-    diagnosis: Option<&Diagnosis>,
-    refused: Option<&Refused>,
-) -> Result<()> {
-    let ended = Message::Ended(status, why.to_owned(), diagnosis.cloned(), refused.cloned().map(Box::new));
-    wire::send(connection, &ended, &[]).context("telling the server how this process ended")
-}
 
 /// Whether the other side of `connection` is gone (it closed, or died), without reading what it said.
 pub fn peer_is_gone(connection: &OwnedFd) -> bool {
@@ -172,7 +121,6 @@ pub fn peer_is_gone(connection: &OwnedFd) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::Heard;
 
     #[test]
     fn addresses_are_paths_or_abstract_names() {
@@ -183,28 +131,21 @@ mod tests {
         assert_eq!(Address::parse("@run").unwrap().to_string(), "@run");
     }
 
-    fn pair() -> (OwnedFd, OwnedFd) {
-        nix::sys::socket::socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC)
-            .unwrap()
-    }
-
-    /// Each step of the conversation comes over whole, with its descriptors (the wire's own round trips
-    /// are `wire`'s tests).
+    /// An admission comes over with its descriptors, connections are handed back in messages of a bounded
+    /// number, and a peer gone is seen gone (the wire's own round trips are `wire`'s tests).
     #[test]
-    fn the_messages_come_over_whole_with_their_descriptors() {
-        let (a, b) = pair();
+    fn admissions_and_connections_come_with_their_descriptors() {
+        let (a, b) = nix::sys::socket::socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .unwrap();
         let (x, _y) = nix::unistd::pipe().unwrap();
-        let here = Place::here();
-        ask_to_join(&b, true, &here).unwrap();
-        let Heard::Said(Message::Ask { bench_only: true, place: Some(place) }, _) =
-            wire::hear(&a, 1000).unwrap()
-        else {
-            panic!("not asked")
-        };
-        assert_eq!(*place, here);
         let round = Some(Round { number: 2, of: 4 });
-        admit(&a, 3, 5, x.as_fd(), Some(x.as_fd()), round).unwrap();
-        let Heard::Said(Message::Admit { index, processes, round: heard }, fds) =
+        wire::send(&a, &Message::Admit { index: 3, processes: 5, round }, &[x.as_fd(), x.as_fd()]).unwrap();
+        let wire::Heard::Said(Message::Admit { index, processes, round: heard }, fds) =
             wire::hear(&b, 1000).unwrap()
         else {
             panic!("not admitted")
@@ -213,47 +154,14 @@ mod tests {
         assert_eq!((admission.index, admission.processes, admission.round), (3, 5, round));
         assert!(admission.descriptor_socket.is_some());
         assert!(Admission::of(0, 1, None, Vec::new()).is_err(), "an admission without the segment");
-        let (c, d) = nix::unistd::pipe().unwrap();
-        hand_back(&a, &[c, d]).unwrap();
-        assert!(
-            matches!(wire::hear(&b, 1000).unwrap(), Heard::Said(Message::HandBack, fds) if fds.len() == 2)
-        );
-        refuse(&a, "the run has all the processes it needs").unwrap();
-        assert!(
-            matches!(wire::hear(&b, 1000).unwrap(), Heard::Said(Message::Refuse(why), _) if why.contains("all"))
-        );
-        say_sequence_ended(&a, &[RunEnd::Passed]).unwrap();
-        assert!(
-            matches!(wire::hear(&b, 1000).unwrap(), Heard::Said(Message::SequenceEnded(e), _) if e == [RunEnd::Passed])
-        );
-        say_run_ended(&a, &RunEnd::Waived("no fabric here".into())).unwrap();
-        assert!(matches!(
-            wire::hear(&b, 1000).unwrap(),
-            Heard::Said(Message::RunEnded(RunEnd::Waived(_)), _)
-        ));
-        let diagnosis = Diagnosis::new("both pid 2".into(), "; what fixes it: ", "one PID namespace".into());
-        say_ended(&b, 1, "opening: both pid 2", Some(&diagnosis), None).unwrap();
-        assert!(matches!(
-            wire::hear(&a, 1000).unwrap(),
-            Heard::Said(Message::Ended(1, why, Some(d), None), _) if d == diagnosis && why.ends_with("pid 2")
-        ));
-        assert!(matches!(wire::hear(&a, 0).unwrap(), Heard::Nothing));
+        let connections: Vec<OwnedFd> = (0..MAX_HANDED + 1).map(|_| x.try_clone().unwrap()).collect();
+        hand_back(&a, &connections).unwrap();
+        for count in [MAX_HANDED, 1] {
+            let heard = wire::hear(&b, 1000).unwrap();
+            assert!(matches!(heard, wire::Heard::Said(Message::HandBack, fds) if fds.len() == count));
+        }
         assert!(!peer_is_gone(&a));
         drop(b);
         assert!(peer_is_gone(&a));
-        assert!(matches!(wire::hear(&a, 1000).unwrap(), Heard::Closed));
-    }
-
-    /// A refusal said at once, by a peer that closed with the joiner's question unread, is still heard.
-    #[test]
-    fn what_was_said_before_a_reset_is_heard() {
-        let (a, b) = pair();
-        ask_to_join(&b, false, &Place::here()).unwrap();
-        refuse(&a, "not of this user").unwrap();
-        drop(a);
-        assert!(
-            matches!(wire::hear(&b, 1000).unwrap(), Heard::Said(Message::Refuse(why), _) if why == "not of this user")
-        );
-        assert!(matches!(wire::hear(&b, 1000).unwrap(), Heard::Closed));
     }
 }

@@ -80,6 +80,17 @@ pub enum RunEnd {
     Waived(String),
 }
 
+impl RunEnd {
+    /// The same end, its reason through `why`.
+    fn with_why(&self, why: impl Fn(&str) -> String) -> Self {
+        match self {
+            Self::Passed => Self::Passed,
+            Self::Failed { process, why: was } => Self::Failed { process: *process, why: why(was) },
+            Self::Waived(was) => Self::Waived(why(was)),
+        }
+    }
+}
+
 /// Every message between processes of this program; the descriptors travel beside it (see [`send`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Message {
@@ -111,22 +122,6 @@ fn cut(text: &str, most: usize) -> String {
         end -= 1;
     }
     text[..end].replace('\0', " ")
-}
-
-fn cut_end(end: &RunEnd, most: usize) -> RunEnd {
-    match end {
-        RunEnd::Passed => RunEnd::Passed,
-        RunEnd::Failed { process, why } => RunEnd::Failed { process: *process, why: cut(why, most) },
-        RunEnd::Waived(why) => RunEnd::Waived(cut(why, most)),
-    }
-}
-
-fn printable_end(end: RunEnd) -> RunEnd {
-    match end {
-        RunEnd::Passed => RunEnd::Passed,
-        RunEnd::Failed { process, why } => RunEnd::Failed { process, why: printable(&why) },
-        RunEnd::Waived(why) => RunEnd::Waived(printable(&why)),
-    }
 }
 
 impl Message {
@@ -174,7 +169,9 @@ impl Message {
                     bytes.extend(json);
                 }
             }
-            Self::RunEnded(end) => bytes.extend(serde_json::to_vec(&cut_end(end, 2 * MAX_REASON))?),
+            Self::RunEnded(end) => {
+                bytes.extend(serde_json::to_vec(&end.with_why(|why| cut(why, 2 * MAX_REASON)))?)
+            }
             Self::SequenceEnded(ends) => {
                 let most = (2 * MAX_REASON) / ends.len().max(1);
                 for end in ends {
@@ -231,7 +228,8 @@ impl Message {
                 Self::Ended(body.first().copied().unwrap_or(1), why, diagnosis, refused)
             }
             b"SIPCOVER" => {
-                Self::RunEnded(printable_end(serde_json::from_slice(body).with_context(|| malformed("end"))?))
+                let end: RunEnd = serde_json::from_slice(body).with_context(|| malformed("end"))?;
+                Self::RunEnded(end.with_why(printable))
             }
             b"SIPCLAST" => {
                 let records = body.split(|&b| b == 0).filter(|r| !r.is_empty());

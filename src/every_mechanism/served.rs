@@ -129,7 +129,7 @@ impl Sequence {
         }
         for connection in &self.held {
             // One that is gone has nothing to hear.
-            let _ = meeting::say_sequence_ended(connection, &self.ends);
+            let _ = wire::send(connection, &Message::SequenceEnded(self.ends.clone()), &[]);
         }
     }
 }

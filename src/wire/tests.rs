@@ -176,3 +176,15 @@ fn descriptors_come_beside_the_message() {
     drop(a);
     assert!(matches!(hear(&b, 1000).unwrap(), Heard::Closed));
 }
+
+/// A refusal said at once, by a peer that closed with the joiner's question unread, is still heard.
+#[test]
+fn what_was_said_before_a_reset_is_heard() {
+    let (a, b) = pair();
+    send(&b, &Message::Ask { bench_only: false, place: None }, &[]).unwrap();
+    send(&a, &Message::Refuse("not of this user".into()), &[]).unwrap();
+    drop(a);
+    let heard = hear(&b, 1000).unwrap();
+    assert!(matches!(heard, Heard::Said(Message::Refuse(why), _) if why == "not of this user"));
+    assert!(matches!(hear(&b, 1000).unwrap(), Heard::Closed));
+}
