@@ -172,9 +172,9 @@ pub struct Cli {
 
     /// This served run's place in a sequence (`--serve SOCKET --ipc all` gives each mechanism's run its own:
     /// K/M), which it tells its joiners (not for users).
-    #[arg(long, hide = true, value_name = "K/M", value_parser = crate::meeting::Round::parse,
+    #[arg(long, hide = true, value_name = "K/M", value_parser = crate::wire::Round::parse,
           requires = "served_fds")]
-    pub serve_round: Option<crate::meeting::Round>,
+    pub serve_round: Option<crate::wire::Round>,
 
     /// What a run of a served sequence inherits from its top parent: the sequence's listener, the socket the
     /// connections go back over, then the connections it holds (not for users).

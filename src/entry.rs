@@ -81,7 +81,7 @@ pub fn main() -> ExitCode {
     let started = std::time::Instant::now();
     let ended = run(&cli);
     // Where `ipc::diagnose` explained the failure, the document carries its cause and fix as fields.
-    // A process that joined over the socket gave its own (see `meeting::say_ended`).
+    // A process that joined over the socket gave its own (see `wire::Message::Ended`).
     let diagnosis = ended.as_ref().err().and_then(|e| {
         e.downcast_ref::<Diagnosis>()
             .or_else(|| e.downcast_ref::<crate::joiners::JoinerFailed>().and_then(|j| j.diagnosis.as_ref()))

@@ -18,6 +18,10 @@
 //!
 //! It is started by exec, so it is safe whatever threads the parent has (a tool such as compute-sanitizer
 //! injects some), and with an empty environment, so that no such tool follows it: it makes no CUDA call.
+//!
+//! Its socket is not on `wire`: its messages carry no descriptors and no text to print, are the fixed
+//! records `driver_files` defines (a kind byte before each), are sent without blocking and never answered,
+//! and its reader never fails: it keeps what it can read until end of file and ignores the rest.
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;

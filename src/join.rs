@@ -12,12 +12,13 @@ use nix::sys::socket::connect;
 
 use crate::attach;
 use crate::child;
-use crate::meeting::{self, Address, Heard, Round, RunEnd};
+use crate::meeting::{self, Address};
 use crate::outcome::Outcome;
 use crate::phase::{Phase, Who};
 use crate::segment;
 use crate::signals;
 use crate::timings::Stopwatch;
+use crate::wire::{self, Heard, Message, Round, RunEnd};
 
 /// A process its parent started to join (`--isolate`) found the run over before it joined: the parent has
 /// said how the run ended, and this process has nothing to add.
@@ -222,15 +223,21 @@ fn take_part_once(
     started_by_server: bool,
 ) -> Result<Answer> {
     // A server that refuses a stranger at once may have closed already: its refusal is read next.
-    let _ = meeting::ask_to_join(connection, bench_asked, &crate::placement::Place::here());
+    let place = Some(Box::new(crate::placement::Place::here()));
+    let _ = wire::send(connection, &Message::Ask { bench_only: bench_asked, place }, &[]);
     let admission = loop {
         signals::check()?;
-        match meeting::hear(connection, 10)? {
-            Heard::Admitted(admission) => break admission,
-            Heard::SequenceEnded(ends) => return Ok(Answer::SequenceEnded(ends)),
-            Heard::Refused(why) => bail!("--join {address}: the server refused this process: {why}"),
+        match wire::hear(connection, 10)? {
+            Heard::Said(Message::Admit { index, processes, round }, fds) => {
+                break meeting::Admission::of(index, processes, round, fds)
+                    .with_context(|| format!("--join {address}"))?;
+            }
+            Heard::Said(Message::SequenceEnded(ends), _) => return Ok(Answer::SequenceEnded(ends)),
+            Heard::Said(Message::Refuse(why), _) => {
+                bail!("--join {address}: the server refused this process: {why}")
+            }
             Heard::Closed => bail!("--join {address}: the server closed the connection without an answer"),
-            Heard::Ended(..) | Heard::Asked(..) | Heard::RunEnded(_) | Heard::HandedBack(_) => {
+            Heard::Said(..) => {
                 bail!("--join {address}: the server sent what it should not before it admitted this process")
             }
             Heard::Nothing => {
@@ -253,10 +260,12 @@ fn take_part_once(
         Ok(()) => (crate::outcome::EXIT_SUCCESS, String::new()),
         Err(e) => (crate::outcome::EXIT_FAILURE, format!("{e:#}")),
     };
+    // With the diagnosis of its failure, where there is one (the server's `--json` document carries it), and
+    // the driver's refusal of a handle in it, as typed facts (the server's forecast is held against it).
     let diagnosis = ended.as_ref().err().and_then(|e| e.downcast_ref::<crate::ipc::diagnose::Diagnosis>());
+    let refused = ended.as_ref().err().and_then(crate::ipc::refused::Refused::of).map(Box::new);
     // The server may be gone already (that may be why this process stopped): nothing more to say then.
-    let refused = ended.as_ref().err().and_then(crate::ipc::refused::Refused::of);
-    let _ = meeting::say_ended(connection, status, &why, diagnosis, refused.as_ref());
+    let _ = wire::send(connection, &Message::Ended(status, why, diagnosis.cloned(), refused), &[]);
     if started_by_server {
         return Ok(Answer::TookPart(ended, round, None));
     }
@@ -299,8 +308,8 @@ fn hear_how_the_run_ended(
 ) -> Result<RunEnd> {
     loop {
         signals::check()?;
-        match meeting::hear(connection, 10)? {
-            Heard::RunEnded(end) => return Ok(end),
+        match wire::hear(connection, 10)? {
+            Heard::Said(Message::RunEnded(end), _) => return Ok(end),
             Heard::Closed => bail!(
                 "--join {address}: the server closed the connection without saying how the run ended (is it \
                  gone?)"

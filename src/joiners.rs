@@ -22,11 +22,12 @@ use nix::errno::Errno;
 use nix::sys::socket::{Backlog, accept4, bind, listen, sockopt::PeerCredentials};
 
 use crate::guardian::{Guardian, MadePath};
-use crate::meeting::{self, Address, Heard, Round, RunEnd};
+use crate::meeting::{self, Address};
 use crate::placement::{Place, Placement};
 use crate::segment::{Segment, SharedState};
 use crate::signals;
 use crate::timings::progress_of;
+use crate::wire::{self, Heard, Message, Round, RunEnd};
 
 /// How long the server waits, after it aborted the run, for the joiners to leave before it closes their
 /// connections (which stops any that is still waiting).
@@ -130,7 +131,7 @@ impl Audience {
             },
         };
         // One that is gone has nothing to hear.
-        connections.retain(|connection| meeting::say_run_ended(connection, &end).is_ok());
+        connections.retain(|connection| wire::send(connection, &Message::RunEnded(end.clone()), &[]).is_ok());
         if let Some(sequence) = self.sequence {
             connections.extend(sequence.waiting.into_inner());
             if let Err(e) = meeting::hand_back(&sequence.back, &connections) {
@@ -332,14 +333,17 @@ impl<'s> Joiners<'s> {
         // one that says anything else, or leaves, takes no place.
         let mut still = Vec::new();
         for waiting in std::mem::take(&mut self.waiting) {
-            match meeting::hear(&waiting.connection, 0) {
-                Ok(Heard::Asked(bench_only, place)) => match &waiting.refusal.clone().or_else(|| {
-                    let bench = self.state().options.load(std::sync::atomic::Ordering::Relaxed)
-                        & crate::segment::OPTION_BENCH
-                        != 0;
-                    (bench_only && !bench)
-                        .then(|| "this run is not the benchmark (join it without --bench)".to_owned())
-                }) {
+            match wire::hear(&waiting.connection, 0) {
+                Ok(Heard::Said(Message::Ask { bench_only, place }, _)) => match &waiting
+                    .refusal
+                    .clone()
+                    .or_else(|| {
+                        let bench = self.state().options.load(std::sync::atomic::Ordering::Relaxed)
+                            & crate::segment::OPTION_BENCH
+                            != 0;
+                        (bench_only && !bench)
+                            .then(|| "this run is not the benchmark (join it without --bench)".to_owned())
+                    }) {
                     // Refused once it has asked, so that the answer is read, not lost with the close.
                     Some(why) => {
                         warn!("simple-ipc: a process (pid {}) asked to join: refused: {why}", waiting.pid);
@@ -361,7 +365,7 @@ impl<'s> Joiners<'s> {
     fn arrived(&mut self, connection: OwnedFd) {
         let Ok(peer) = nix::sys::socket::getsockopt(&connection.as_fd(), PeerCredentials) else { return };
         if let Some(why) = stranger(peer.uid()) {
-            let _ = meeting::hear(&connection, 0); // what it said already, so that the refusal is read
+            let _ = wire::hear(&connection, 0); // what it said already, so that the refusal is read
             let _ = meeting::refuse(&connection, &why);
             return;
         }
@@ -388,8 +392,9 @@ impl<'s> Joiners<'s> {
             return Ok(());
         }
         let socket = self.descriptor_sockets[position].as_ref().map(|s| s.as_fd());
-        let segment = self.segment.fd_borrowed();
-        if let Err(e) = meeting::admit(&connection, index, self.processes, segment, socket, self.round) {
+        let fds: Vec<_> = std::iter::once(self.segment.fd_borrowed()).chain(socket).collect();
+        let admit = Message::Admit { index, processes: self.processes, round: self.round };
+        if let Err(e) = wire::send(&connection, &admit, &fds) {
             // It left while it was being admitted: it takes no place.
             warn!("simple-ipc: a process (pid {pid}) that asked to join is gone: {e:#}");
             return Ok(());
@@ -434,21 +439,25 @@ impl<'s> Joiners<'s> {
             // One that said how it ended stays connected, to be told how the run ended; one gone, or that
             // said what it should not, is let go.
             let mut keep = true;
-            let how = match meeting::hear(connection, 0) {
+            let how = match wire::hear(connection, 0) {
                 Err(e) => {
                     keep = false;
                     Some(format!("it sent what simple-ipc does not send: {e:#}"))
                 }
                 Ok(Heard::Nothing) => continue,
                 // Its own word is not enough: it must have finished in the segment too.
-                Ok(Heard::Ended(0, ..)) if crate::timings::finished(self.segment.state(), joiner.index) => {
+                Ok(Heard::Said(Message::Ended(0, ..), _))
+                    if crate::timings::finished(self.segment.state(), joiner.index) =>
+                {
                     None
                 }
-                Ok(Heard::Ended(0, ..)) => {
+                Ok(Heard::Said(Message::Ended(0, ..), _)) => {
                     Some("it said it ended well, but never finished its part".to_owned())
                 }
-                Ok(Heard::Ended(code, why, _, _)) if why.is_empty() => Some(format!("exit code {code}")),
-                Ok(Heard::Ended(code, why, said, refusal)) => {
+                Ok(Heard::Said(Message::Ended(code, why, _, _), _)) if why.is_empty() => {
+                    Some(format!("exit code {code}"))
+                }
+                Ok(Heard::Said(Message::Ended(code, why, said, refusal), _)) => {
                     diagnosis = said;
                     refused = refusal.map(|r| *r);
                     Some(format!("exit code {code}: {why}"))
@@ -457,14 +466,7 @@ impl<'s> Joiners<'s> {
                     keep = false;
                     Some(format!("pid {}: gone without saying how it ended (killed?)", joiner.pid))
                 }
-                Ok(
-                    Heard::Admitted(_)
-                    | Heard::Refused(_)
-                    | Heard::Asked(..)
-                    | Heard::SequenceEnded(_)
-                    | Heard::HandedBack(_)
-                    | Heard::RunEnded(_),
-                ) => {
+                Ok(Heard::Said(..)) => {
                     keep = false;
                     Some("it sent what it should not".to_owned())
                 }
@@ -665,7 +667,7 @@ fn is_stale_socket(address: &Address) -> Result<bool> {
     let me = nix::unistd::geteuid().as_raw();
     if stale && meta.uid() != me {
         let owner = match nix::unistd::User::from_uid(meta.uid().into()) {
-            Ok(Some(user)) => format!("uid {} ({})", meta.uid(), meeting::printable(&user.name)),
+            Ok(Some(user)) => format!("uid {} ({})", meta.uid(), wire::printable(&user.name)),
             _ => format!("uid {}", meta.uid()),
         };
         bail!(

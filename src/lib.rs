@@ -47,3 +47,4 @@ pub(crate) mod stop;
 pub(crate) mod timings;
 pub(crate) mod topology;
 pub(crate) mod verify;
+pub(crate) mod wire;

@@ -19,7 +19,8 @@ use super::{Ending, Row, sub_run};
 use crate::guardian::{Guardian, MadePath};
 use crate::ipc::Mechanism;
 use crate::joiners;
-use crate::meeting::{self, Address, Heard, RunEnd};
+use crate::meeting::{self, Address};
+use crate::wire::{self, Heard, Message, RunEnd};
 
 /// Connections still waiting at the listener that the top parent tells at the end, at most.
 const MOST_AT_THE_END: usize = 256;
@@ -92,7 +93,7 @@ impl Sequence {
         .map(OsString::from);
         let limit = Some(std::time::Duration::from_secs(seconds));
         let row = sub_run::run_one_inheriting(passed_on, mechanism, &extra, true, limit, given)?;
-        while let Ok(Heard::HandedBack(connections)) = meeting::hear(&back, 0) {
+        while let Ok(Heard::Said(Message::HandBack, connections)) = wire::hear(&back, 0) {
             self.held.extend(connections);
         }
         Ok(self.ended(row))
@@ -120,7 +121,7 @@ impl Sequence {
             match peer.map(|peer| joiners::stranger(peer.uid())) {
                 Ok(None) => self.held.push(connection),
                 Ok(Some(why)) => {
-                    let _ = meeting::hear(&connection, 0);
+                    let _ = wire::hear(&connection, 0);
                     let _ = meeting::refuse(&connection, &why);
                 }
                 Err(_) => {}
@@ -128,7 +129,7 @@ impl Sequence {
         }
         for connection in &self.held {
             // One that is gone has nothing to hear.
-            let _ = meeting::say_sequence_ended(connection, &self.ends);
+            let _ = wire::send(connection, &Message::SequenceEnded(self.ends.clone()), &[]);
         }
     }
 }
