@@ -1,0 +1,79 @@
+//! The joiners still connected once a served run is over, told how the whole run ended; in a served
+//! sequence, what a run inherits from its top parent and hands back at its end.
+
+use std::cell::RefCell;
+use std::os::fd::OwnedFd;
+
+use anyhow::{Result, bail};
+
+use super::JoinerFailed;
+use crate::meeting;
+use crate::wire::{self, Message, Round, RunEnd};
+
+/// The joiners still connected when the run is over, to be told how the whole run ended: a joiner's verdict
+/// is the run's, not its own part's. A server's [`Joiners`] hand their connections over as they go.
+#[derive(Default)]
+pub struct Audience {
+    pub(super) told: RefCell<Vec<OwnedFd>>,
+    pub(super) sequence: Option<InSequence>,
+}
+
+/// What a run of a served sequence inherits from the sequence's top parent: the listener, the connections
+/// the top parent holds (joiners that ask again after the run before, or that it had not admitted), and the
+/// socket every connection still open goes back over at the run's end.
+pub(super) struct InSequence {
+    pub(super) round: Round,
+    pub(super) listener: RefCell<Option<OwnedFd>>,
+    pub(super) waiting: RefCell<Vec<OwnedFd>>,
+    pub(super) back: OwnedFd,
+}
+
+impl Audience {
+    /// The audience of run `round` of a served sequence, from the descriptors `--served-fds` names: the
+    /// listener, the socket back to the top parent, then the connections it holds.
+    pub fn in_sequence(round: Round, fds: &[i32]) -> Result<Self> {
+        let [listener, back, held @ ..] = fds else {
+            bail!("--served-fds {fds:?}: the listener and the socket back come first");
+        };
+        let held = held.iter().map(|&fd| crate::inherit::take(fd, "held connection"));
+        Ok(Self {
+            told: RefCell::default(),
+            sequence: Some(InSequence {
+                round,
+                listener: RefCell::new(Some(crate::inherit::take(*listener, "sequence's listener")?)),
+                waiting: RefCell::new(held.collect::<Result<_>>()?),
+                back: crate::inherit::take(*back, "socket back to the top parent")?,
+            }),
+        })
+    }
+
+    /// The sequence's listener and the connections held, for this run's joiners (once).
+    pub(super) fn door(&self) -> Option<(Round, OwnedFd, Vec<OwnedFd>)> {
+        let sequence = self.sequence.as_ref()?;
+        Some((sequence.round, sequence.listener.take()?, sequence.waiting.take()))
+    }
+
+    /// Tells each joiner how the run ended, by the server's verdict `ended`; then closes its connection, or,
+    /// in a served sequence, hands it back to the top parent with every other connection still open.
+    pub fn tell(self, ended: &Result<crate::outcome::Outcome>) {
+        let mut connections = self.told.into_inner();
+        let end = match ended {
+            Ok(crate::outcome::Outcome::Passed) => RunEnd::Passed,
+            Ok(crate::outcome::Outcome::Waived) => {
+                RunEnd::Waived(crate::report::waiver().unwrap_or_else(|| "waived".to_owned()))
+            }
+            Err(e) => RunEnd::Failed {
+                process: e.chain().find_map(|c| c.downcast_ref::<JoinerFailed>()).map(|j| j.index),
+                why: format!("{e:#}"),
+            },
+        };
+        // One that is gone has nothing to hear.
+        connections.retain(|connection| wire::send(connection, &Message::RunEnded(end.clone()), &[]).is_ok());
+        if let Some(sequence) = self.sequence {
+            connections.extend(sequence.waiting.into_inner());
+            if let Err(e) = meeting::hand_back(&sequence.back, &connections) {
+                warn!("simple-ipc: {e:#}");
+            }
+        }
+    }
+}

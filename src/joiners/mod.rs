@@ -1,0 +1,323 @@
+//! The processes that join a served run (`--serve SOCKET`), as the server sees them: the listening socket,
+//! each joiner admitted at the door (`door`), watched through its connection until it says how it ended
+//! (`watch`), and told how the whole run ended (`audience`). A run of a served sequence (`--serve --ipc
+//! all`) neither binds nor removes the socket: it inherits the sequence's listener and the connections its
+//! top parent holds, and hands every connection still open back at its end. The server cannot kill a
+//! joiner: it stops one by aborting the run in the segment and closing the connection, which every wait of a
+//! joiner looks at.
+//!
+//! A joiner's death is its connection closing without a word: the run fails at once, naming it, as a child's
+//! death does. A socket path is made by the server and removed by it (or by its guardian, if it is killed),
+//! and only while it is still the socket it made (`socket_file`).
+
+use std::os::fd::OwnedFd;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+
+use crate::guardian::{Guardian, MadePath};
+use crate::meeting::Address;
+use crate::placement::Place;
+use crate::segment::{Segment, SharedState};
+use crate::signals;
+use crate::wire::Round;
+
+mod audience;
+mod door;
+mod socket_file;
+mod watch;
+
+pub use audience::Audience;
+pub(crate) use door::stranger;
+pub(crate) use socket_file::{bind_at, remove_if_made};
+
+/// How long the server waits, after it aborted the run, for the joiners to leave before it closes their
+/// connections (which stops any that is still waiting).
+const GRACE: Duration = Duration::from_millis(300);
+/// How long a new connection has to ask to join before it is let go (a joiner asks at once).
+const ASK_WITHIN: Duration = Duration::from_millis(500);
+/// New connections taken at one look, and connections that have not asked yet kept at most.
+const DOOR_PER_LOOK: usize = 8;
+const MAX_WAITING: usize = 64;
+/// Connections of one process that have not asked yet kept at most: a flood of one cannot push others out.
+const PER_PEER: usize = 4;
+/// How often the server looks at its socket and its joiners.
+const POLL: Duration = Duration::from_millis(1);
+
+/// A joiner that ended badly: which, and how.
+#[derive(Debug)]
+pub struct JoinerFailed {
+    pub index: usize,
+    pub how: String,
+    /// The joiner's diagnosis of its failure, where it had one (for the `--json` document).
+    pub diagnosis: Option<crate::ipc::diagnose::Diagnosis>,
+    /// The driver's refusal of a handle in the joiner, where that was why (its word: it fails the run).
+    pub refused: Option<crate::ipc::refused::Refused>,
+}
+
+impl std::fmt::Display for JoinerFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Process {} failed! ({})", self.index, self.how)
+    }
+}
+
+impl std::error::Error for JoinerFailed {}
+
+/// One admitted joiner: its index, its pid (in our namespace, as the socket says), its connection (kept
+/// after it said how it ended, to tell it how the run ended; gone when it is) and whether it is done (it said
+/// how it ended, or is gone).
+struct Joined {
+    index: usize,
+    pid: i32,
+    connection: Option<OwnedFd>,
+    done: bool,
+    /// Where it said it stands, if it said.
+    place: Option<Box<Place>>,
+}
+
+/// A connection that has not asked to join yet: the process's pid (by the socket), since when it waits,
+/// and why it will be refused, if it will.
+struct Waiting {
+    connection: OwnedFd,
+    pid: i32,
+    since: Instant,
+    refusal: Option<String>,
+}
+
+/// The served run's joiners.
+pub struct Joiners<'s> {
+    segment: &'s Segment,
+    /// `None` once the door is closed (every process of a run of a sequence has joined).
+    listener: Option<OwnedFd>,
+    address: Address,
+    /// The socket file the server made (device, inode), removed on drop if it is still that one.
+    made: Option<(u64, u64)>,
+    processes: usize,
+    /// The index of the first joiner: 0, or 1 where the server is process 0 (the benchmark's consumer).
+    first: usize,
+    /// The server's end is kept; the joiner's end of each descriptor socket goes to the joiner of its index.
+    descriptor_sockets: Vec<Option<OwnedFd>>,
+    joined: Vec<Joined>,
+    /// Connections that have not asked to join yet.
+    waiting: Vec<Waiting>,
+    deadline: Option<(Instant, Duration)>,
+    /// The socket's file goes once every process has joined (`--isolate`: nobody else is to come, and a
+    /// server killed after that leaves no file).
+    remove_when_full: bool,
+    /// The run's place in a sequence (`--serve --ipc all`), said to each joiner as it is admitted.
+    round: Option<Round>,
+    /// `--isolate`: only processes these processes started may join (the server started them itself).
+    only_started_by: Option<Vec<i32>>,
+    /// Where the joiners' connections go when these joiners do, to be told how the run ended.
+    audience: Option<&'s Audience>,
+    /// The guardian told of the socket's file (as made), which removes it if this server is killed.
+    guardian: Option<(&'s Guardian, Box<MadePath>)>,
+}
+
+impl<'s> Joiners<'s> {
+    /// The joiners are processes `first` and on of the run's `processes` (the server is the ones before).
+    pub fn starting_at_index(mut self, first: usize) -> Self {
+        self.first = first;
+        self
+    }
+
+    /// How many processes are to join.
+    fn expected(&self) -> usize {
+        self.processes - self.first.min(self.processes)
+    }
+
+    /// Admits whoever is at the door and fails if a joiner has failed or is gone, or the watchdog's time is
+    /// up: for a server that takes part in the run itself (the benchmark's consumer), between its steps.
+    pub fn check_alive(&mut self) -> Result<()> {
+        self.check_deadline()?;
+        self.answer_the_door()?;
+        match self.look_at_joiners()? {
+            Some(failure) => Err(failure.into()),
+            None => Ok(()),
+        }
+    }
+
+    /// Admits only processes that `pids` started (or are): the processes an isolated run started itself.
+    pub fn only_started_by(mut self, pids: Vec<i32>) -> Self {
+        self.only_started_by = Some(pids);
+        self
+    }
+
+    /// Hands the joiners' connections to `audience` at the end, to be told how the run ended.
+    pub fn telling_the_end_to(mut self, audience: &'s Audience) -> Self {
+        self.audience = Some(audience);
+        self
+    }
+
+    /// The joiners of a run of a served sequence, at the listener (and with the connections) that
+    /// `audience` inherited from the sequence's top parent.
+    pub fn in_sequence(
+        segment: &'s Segment,
+        audience: &'s Audience,
+        processes: usize,
+        descriptor_sockets: Vec<OwnedFd>,
+        started: Instant,
+        timeout: Option<Duration>,
+    ) -> Result<Self> {
+        let (round, listener, held) =
+            audience.door().context("a run of a served sequence without the sequence's listener")?;
+        let address = Address::Abstract("(the sequence's)".to_owned()); // never bound or removed here
+        let mut joiners =
+            Self::at(segment, (listener, None), address, processes, descriptor_sockets, started, timeout);
+        joiners.round = Some(round);
+        for connection in held {
+            joiners.arrived(connection);
+        }
+        Ok(joiners.telling_the_end_to(audience))
+    }
+
+    /// Removes the socket's file once every process has joined.
+    pub fn removing_the_socket_when_full(mut self) -> Self {
+        self.remove_when_full = true;
+        self
+    }
+
+    /// Has `guardian` remove the socket's file (if it is still the one this server made) should this server
+    /// be killed before it removes it itself.
+    pub fn covered_by(mut self, guardian: &'s Guardian) -> Self {
+        let made = match (&self.address, self.made) {
+            (Address::Path(path), Some((dev, ino))) => {
+                MadePath::of(path).filter(|now| (now.dev, now.ino, now.dir) == (dev, ino, false))
+            }
+            _ => None,
+        };
+        if let Some(made) = made {
+            guardian.cover_path(&made);
+            self.guardian = Some((guardian, Box::new(made)));
+        }
+        self
+    }
+
+    /// Removes the socket's file, if it is still the one this server made (and tells the guardian so).
+    fn remove_socket_file(&mut self) {
+        remove_if_made(&self.address, self.made.take());
+        if let Some((guardian, made)) = self.guardian.take() {
+            guardian.forget_path(&made);
+        }
+    }
+
+    /// Listens at `address` for the run's `processes` joiners; `descriptor_sockets` has the joiners' ends
+    /// of their descriptor sockets (vmm and pool), the first for process 0.
+    pub fn listen(
+        segment: &'s Segment,
+        address: Address,
+        processes: usize,
+        descriptor_sockets: Vec<OwnedFd>,
+        started: Instant,
+        timeout: Option<Duration>,
+    ) -> Result<Self> {
+        let door = bind_at(&address)?;
+        Ok(Self::at(segment, door, address, processes, descriptor_sockets, started, timeout))
+    }
+
+    /// Joiners at the listener `door` (and the socket file it made, if it made one).
+    fn at(
+        segment: &'s Segment,
+        (listener, made): (OwnedFd, Option<(u64, u64)>),
+        address: Address,
+        processes: usize,
+        descriptor_sockets: Vec<OwnedFd>,
+        started: Instant,
+        timeout: Option<Duration>,
+    ) -> Self {
+        let mut sockets: Vec<Option<OwnedFd>> = descriptor_sockets.into_iter().map(Some).collect();
+        sockets.resize_with(processes, || None);
+        Self {
+            segment,
+            listener: Some(listener),
+            address,
+            made,
+            processes,
+            first: 0,
+            descriptor_sockets: sockets,
+            joined: Vec::new(),
+            waiting: Vec::new(),
+            deadline: timeout.map(|t| (started + t, t)),
+            remove_when_full: false,
+            round: None,
+            only_started_by: None,
+            audience: None,
+            guardian: None,
+        }
+    }
+
+    fn state(&self) -> &'s SharedState {
+        self.segment.state()
+    }
+
+    /// Waits until every joiner has come and said it ended well, or until `enough()`, calling `tick` at every
+    /// look; the first that fails, a stop signal or the watchdog aborts the run.
+    /// `ended_early` says whether a process the server started itself (`--isolate`) has ended badly.
+    pub fn wait(
+        &mut self,
+        enough: &dyn Fn() -> bool,
+        tick: &mut dyn FnMut(),
+        ended_early: &mut dyn FnMut() -> Option<anyhow::Error>,
+    ) -> Result<()> {
+        while !self.all_ended() {
+            tick();
+            if enough() {
+                return Ok(());
+            }
+            if let Err(interrupted) = signals::check() {
+                self.stop();
+                return Err(interrupted);
+            }
+            if let Err(late) = self.check_deadline() {
+                self.stop();
+                return Err(late);
+            }
+            self.answer_the_door()?;
+            if let Some(failure) = self.look_at_joiners()? {
+                let seen = Instant::now();
+                self.stop();
+                warn!(
+                    "simple-ipc: every joiner told to stop {:.0} ms after process {} was seen to fail",
+                    seen.elapsed().as_secs_f64() * 1e3,
+                    failure.index
+                );
+                return Err(failure.into());
+            }
+            if let Some(failure) = ended_early() {
+                self.stop();
+                return Err(failure);
+            }
+            std::thread::sleep(POLL);
+        }
+        Ok(())
+    }
+
+    /// Aborts the run, gives the joiners [`GRACE`] to say how they ended, then lets every connection go: to
+    /// the audience, which tells them how the run ended, or closed (a joiner still waiting stops when it sees
+    /// it closed).
+    pub fn stop(&mut self) {
+        self.state().abort();
+        let until = Instant::now() + GRACE;
+        while self.joined.iter().any(|j| !j.done) && Instant::now() < until {
+            let _ = self.look_at_joiners();
+            std::thread::sleep(POLL);
+        }
+        let Some(audience) = self.audience else { return };
+        for joiner in &mut self.joined {
+            if let Some(connection) = joiner.connection.take() {
+                audience.told.borrow_mut().push(connection);
+            }
+        }
+        // In a sequence, those that have not asked yet may be for the next run.
+        if let Some(sequence) = &audience.sequence {
+            sequence.waiting.borrow_mut().extend(self.waiting.drain(..).map(|w| w.connection));
+        }
+    }
+}
+
+impl Drop for Joiners<'_> {
+    fn drop(&mut self) {
+        self.stop();
+        self.remove_socket_file();
+    }
+}
