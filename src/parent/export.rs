@@ -1,0 +1,156 @@
+//! The parent's exports (the original's allocate-and-export step): each chosen device's context, every
+//! process's buffer and event exported into the segment, in parallel per device, and (vmm and pool) the
+//! descriptors sent to each child.
+
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow};
+
+use crate::devices;
+use crate::driver::Driver;
+use crate::fault;
+use crate::gpu::Stream;
+use crate::guardian::Guardian;
+use crate::ipc::{ExportedBuffer, ExportedEvent, Mechanism, Missing, ProcessExports, Slice, descriptors};
+use crate::phase::Phase;
+use crate::segment::{self, SharedState};
+use crate::signals;
+use crate::timings::Stopwatch;
+use crate::verify;
+
+/// The exports of some processes, with their indices.
+type Indexed<'d> = Vec<(usize, ProcessExports<'d>)>;
+
+/// For vmm and pool, one socket pair per child: the parent's ends, and the ends the children inherit.
+pub(super) fn descriptor_sockets(mechanism: Mechanism, n: usize) -> Result<(Vec<OwnedFd>, Vec<OwnedFd>)> {
+    if !mechanism.uses_descriptors() {
+        return Ok((Vec::new(), Vec::new()));
+    }
+    (0..n).map(|_| descriptors::pair()).collect::<Result<Vec<_>>>().map(|pairs| pairs.into_iter().unzip())
+}
+
+/// What the parent needs to export every process's buffer and event.
+pub(super) struct Exporter<'a, 'd> {
+    pub(super) driver: &'d dyn Driver,
+    pub(super) state: &'a SharedState,
+    pub(super) chosen: &'a [i32],
+    pub(super) process_devices: &'a [i32],
+    pub(super) mechanism: Mechanism,
+    /// `--sync memops`: each buffer has a flag after its data, zeroed before the children may use it.
+    pub(super) memops: bool,
+    /// Each buffer's data is filled with [`verify::UNWRITTEN`] first, for the parent's own check.
+    pub(super) unwritten: bool,
+    /// The parent's end of each child's descriptor socket (vmm and pool only).
+    pub(super) sockets: Vec<OwnedFd>,
+    /// Told of each event's file as soon as it exists.
+    pub(super) guardian: &'a Guardian,
+}
+
+impl<'d> Exporter<'_, 'd> {
+    /// Makes each chosen device's context current, allocates and exports every process's buffer and event
+    /// into the segment (and, for vmm and pool, sends every child the descriptors), then lets the children go
+    /// on. Several devices are set up in parallel, one thread each. `next` is the phase the parent enters when
+    /// the handles are published.
+    pub(super) fn export_all(self, watch: &mut Stopwatch, next: Phase) -> Result<Vec<ProcessExports<'d>>> {
+        let this = &self;
+        let per_device: Vec<Result<(Duration, Indexed<'d>)>> = std::thread::scope(|scope| {
+            let mut workers = Vec::with_capacity(this.chosen.len());
+            for &device in this.chosen {
+                let worker = std::thread::Builder::new()
+                    .spawn_scoped(scope, move || this.export_device(device))
+                    .with_context(|| format!("starting the set-up thread of device {device}"));
+                workers.push(worker);
+            }
+            let joined = workers.into_iter().map(|worker| {
+                worker?.join().unwrap_or_else(|_| Err(anyhow!("a device set-up thread failed")))
+            });
+            joined.collect()
+        });
+        let mut exports: Indexed<'d> = Vec::with_capacity(self.process_devices.len());
+        let mut slowest_context = Duration::ZERO;
+        for result in per_device {
+            let (context, exported) = result?;
+            slowest_context = slowest_context.max(context);
+            exports.extend(exported);
+        }
+        exports.sort_by_key(|(index, _)| *index);
+        for (index, export) in &exports {
+            self.state.mem_handles[*index].store(export.buffer.handle());
+            if let Some(descriptor) = export.buffer.descriptor() {
+                self.state.descriptor_numbers[*index].store(descriptor.as_raw_fd(), Ordering::Relaxed);
+            }
+            if let Some(event) = &export.event {
+                self.state.publish_event(*index, event.handle(), event.file());
+            }
+        }
+        let exports: Vec<ProcessExports<'d>> = exports.into_iter().map(|(_, e)| e).collect();
+        self.send_descriptors(&exports)?;
+        self.state.publish_ready();
+        // Not needed for IPC, but it sets the peers up, as the original does; the children go on meanwhile.
+        devices::enable_peers(self.driver, self.chosen)?;
+        watch.enter_with_part(next, Some((Phase::Context, slowest_context)))?;
+        Ok(exports)
+    }
+
+    /// One device's share of [`Exporter::export_all`]: its context (timed), then the buffer and event of each
+    /// of its processes.
+    fn export_device(&self, device: i32) -> Result<(Duration, Indexed<'d>)> {
+        let driver = self.driver;
+        let start = Instant::now();
+        driver.use_device(device).with_context(|| format!("making device {device} current"))?;
+        let context = start.elapsed();
+        // A mechanism with a trial (legacy: a small export) is asked now that the device has a context.
+        if let Some(probe) = self.mechanism.spec().probe
+            && let Some(reason) = probe(driver, device)?
+        {
+            return Err(Missing(reason).into());
+        }
+        let mut exported = Vec::new();
+        let data = self.state.data_size();
+        let flag = if self.memops { segment::FLAG_BYTES } else { 0 };
+        let stream =
+            if self.memops || self.unwritten { Some(Stream::non_blocking(driver, device)?) } else { None };
+        for (index, _) in self.process_devices.iter().enumerate().filter(|(_, d)| **d == device) {
+            // --sync memops orders the round-robin without interprocess events: it makes none.
+            let event = match self.memops {
+                true => None,
+                false => Some(
+                    self.guardian.covering(|| ExportedEvent::create(driver, device), ExportedEvent::file)?,
+                ),
+            };
+            let buffer = ExportedBuffer::allocate(driver, self.mechanism, device, data + flag)
+                .with_context(|| format!("the {} buffer of process {index}", self.mechanism.name()))?;
+            if let Some(stream) = &stream {
+                if self.memops {
+                    stream.fill(&Slice::of(&buffer, data, flag)?, 0, flag)?; // no write done yet
+                }
+                if self.unwritten {
+                    stream.fill(&buffer, verify::UNWRITTEN, data)?;
+                }
+            }
+            exported.push((index, ProcessExports { event, buffer }));
+        }
+        if let Some(stream) = &stream {
+            stream.synchronize(&signals::check)?;
+        }
+        Ok((context, exported))
+    }
+
+    /// vmm and pool: sends each child one message with every buffer's descriptor, in process order.
+    fn send_descriptors(&self, exports: &[ProcessExports]) -> Result<()> {
+        if self.sockets.is_empty() {
+            return Ok(());
+        }
+        let all: Vec<BorrowedFd> = exports.iter().filter_map(|e| e.buffer.descriptor()).collect();
+        for (child, socket) in self.sockets.iter().enumerate() {
+            match fault::descriptor_fault() {
+                None => descriptors::send(socket, self.mechanism.code(), &all),
+                Some(fault) => descriptors::send_wrong(socket, self.mechanism.code(), &all, fault),
+            }
+            .with_context(|| format!("sending process {child} its descriptors"))?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,245 @@
+//! The parent (the original's `parentProcess`): create the segment, choose the devices, start the children,
+//! export one buffer and one event per child, wait for the children, clean up.
+//!
+//! Unlike the original, the children start as soon as the devices are chosen, so that their CUDA start-up
+//! overlaps the parent's allocations; they wait in the segment until the handles are there (`--sequential`
+//! keeps the original's order). Ownership sets the clean-up order: the exports are declared before the
+//! children, so the children are stopped and reaped before any buffer is freed.
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use anyhow::Result;
+
+use crate::cli::{Cli, Fds, Sync};
+use crate::devices;
+use crate::driver::Driver;
+use crate::fault;
+use crate::gpu::DeviceMemory;
+use crate::ipc::{Event, Mechanism, Missing, platform};
+use crate::joiners::Audience;
+use crate::outcome::Outcome;
+use crate::phase::{Phase, Who};
+use crate::report::document::RunResults;
+use crate::report::{JsonFile, Results};
+use crate::segment::{self, RunPlan, SharedState};
+use crate::setup;
+use crate::signals;
+use crate::timings::{self, Phases, Stopwatch};
+use crate::verify;
+
+mod export;
+mod team;
+
+use export::{Exporter, descriptor_sockets};
+use team::Team;
+
+pub fn run(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
+    // Served, each joiner is told how the whole run ended once it is over: its verdict is the run's. A run
+    // of a served sequence (`--serve --ipc all`) then hands every connection back to the sequence's top
+    // parent, however it ended (waived before anyone joined, too).
+    let audience = match (cli.serve_round, &cli.served_fds) {
+        (Some(round), Some(fds)) => Audience::in_sequence(round, fds)?,
+        _ => Audience::default(),
+    };
+    let outcome = run_the_sample(cli, mechanism, &audience);
+    audience.tell(&outcome);
+    outcome
+}
+
+fn run_the_sample(cli: &Cli, mechanism: Mechanism, audience: &Audience) -> Result<Outcome> {
+    let started = Instant::now();
+    let mut watch = Stopwatch::start(Who::Parent, Phase::CudaStart)?;
+    // Opened before anything runs: a bad path fails at once, and a FIFO can never block the end of a run.
+    let json = JsonFile::requested();
+    say!("PP: lshmName = {}", segment::name_for(std::process::id()))?;
+    let Some(setup) = setup::start(|| watch.enter(Phase::DeviceSelection))? else {
+        return Ok(Outcome::Waived);
+    };
+    // Dropped in the reverse order: the guardian (which removes the driver's files for our events if we are
+    // killed) outlives the exports, declared later, and the segment outlives all.
+    let setup::Setup { segment, guardian, cuda, chosen } = setup;
+    let state = segment.state();
+    let driver: &dyn Driver = &*cuda;
+    // Ask the devices, do not assume: a mechanism this host lacks is waived, with its reason.
+    let memops = cli.sync == Sync::Memops;
+    // --fds pidfd: the importers fetch the descriptors themselves; asked of this kernel by trial first.
+    let pidfd = cli.fds == Fds::Pidfd && mechanism.uses_descriptors();
+    if let Some(reason) = crate::ipc::pidfd::unsupported().filter(|_| pidfd) {
+        waive!("No CUDA devices support IPC with --ipc {} ({reason})", mechanism.name())?;
+        return Ok(Outcome::Waived);
+    }
+    for &device in &chosen {
+        // Legacy is asked by an export, on the device's context, in `export_device`: creating the context here
+        // would hold the children back.
+        if let Some(reason) = mechanism.unsupported_by_attributes(driver, device)? {
+            waive!("No CUDA devices support IPC with --ipc {} ({reason})", mechanism.name())?;
+            return Ok(Outcome::Waived);
+        }
+        if let Some(reason) = driver.stream_memops_unsupported(device)?.filter(|_| memops) {
+            waive!("No CUDA devices support IPC with --sync memops ({reason})")?;
+            return Ok(Outcome::Waived);
+        }
+    }
+    let process_devices = devices::plan(&chosen, cli.procs_per_device as usize)?;
+    if let Some(reason) = platform::waiver(driver, mechanism, &process_devices)? {
+        waive!("No CUDA devices support IPC with --ipc {} ({reason})", mechanism.name())?;
+        return Ok(Outcome::Waived);
+    }
+    let n = process_devices.len();
+    // Processes it did not start from its own program (`--serve`), or that run where it cannot see them
+    // (`--isolate`), might say anything: the parent then checks every buffer itself before it says PASSED.
+    let checks_itself = cli.serve.is_some() || cli.isolate.is_some();
+    fault::validate_for(&fault::Targets {
+        children: 0..n,
+        parent: if checks_itself { Phase::PARENT_CHECKING } else { Phase::PARENT },
+        child: Phase::CHILD,
+        parent_sends_descriptors: mechanism.uses_descriptors() && !pidfd,
+        parent_checks_buffers: checks_itself,
+    })?;
+    let uuids =
+        process_devices.iter().map(|&d| Ok(driver.device_info(d)?.uuid)).collect::<Result<Vec<_>>>()?;
+    state.describe_run(&RunPlan {
+        devices: &process_devices,
+        uuids: &uuids,
+        procs_per_device: cli.procs_per_device as usize,
+        data_size: segment::data_size(driver.simulated()),
+        options: if cli.bind_numa { segment::OPTION_BIND_NUMA } else { 0 }
+            | if memops { segment::OPTION_SYNC_MEMOPS } else { 0 }
+            | if pidfd { segment::OPTION_FDS_PIDFD } else { 0 },
+        mechanism: mechanism.code(),
+    });
+    // vmm and pool: a socket per child, whose other end it inherits, for the descriptors.
+    // With --fds pidfd, none: each importer fetches the descriptors by the numbers in the segment.
+    let (sockets, mut their_sockets) = descriptor_sockets(mechanism, if pidfd { 0 } else { n })?;
+    let exporter = Exporter {
+        driver,
+        state,
+        chosen: &chosen,
+        process_devices: &process_devices,
+        mechanism,
+        memops,
+        unwritten: checks_itself,
+        sockets,
+        guardian: &guardian,
+    };
+
+    // Declared before the children: dropped (events destroyed, buffers freed) after them.
+    let exports;
+    let mut children;
+    if cli.sequential {
+        watch.enter(Phase::AllocateExport)?;
+        let Some(exported) =
+            waived_if_missing(mechanism, exporter.export_all(&mut watch, Phase::StartChildren))?
+        else {
+            return Ok(Outcome::Waived);
+        };
+        exports = exported;
+        children = Team::start(cli, &segment, n, &mut their_sockets, started, audience, &guardian)?;
+    } else {
+        watch.enter(Phase::StartChildren)?;
+        children = Team::start(cli, &segment, n, &mut their_sockets, started, audience, &guardian)?;
+        watch.enter(Phase::AllocateExport)?;
+        let Some(exported) =
+            waived_if_missing(mechanism, exporter.export_all(&mut watch, Phase::WaitChildren))?
+        else {
+            state.waive();
+            children.stop();
+            return Ok(Outcome::Waived);
+        };
+        exports = exported;
+    }
+    drop(their_sockets);
+
+    watch.enter(Phase::WaitChildren)?;
+    let all_finished = || state.finished.load(Ordering::Acquire) as usize == n;
+    let mut names_removed = false;
+    children.wait(all_finished, || {
+        // Once every child has opened the handles, the driver's own files for the events need no name any more.
+        if !names_removed && state.opened.load(Ordering::Acquire) as usize == n {
+            names_removed = true;
+            for event in exports.iter().filter_map(|e| e.event.as_ref()) {
+                if let Err(e) = event.remove_file_name() {
+                    warn!("warning: removing the name of an event's file: {e:#}");
+                }
+            }
+        }
+    })?;
+    // Every child has verified and closed what it opened: as the original, wait for each event's last work,
+    // destroy the events and free the buffers; release CUDA while the children tear their own contexts down
+    // (that takes longer than the whole round-robin); then collect their exit statuses.
+    watch.enter(Phase::CleanUp)?;
+    for export in &exports {
+        if let Some(event) = &export.event {
+            event.synchronize(&signals::check)?;
+        }
+    }
+    if checks_itself {
+        watch.enter(Phase::Verify)?;
+        let buffers: Vec<&dyn DeviceMemory> =
+            exports.iter().map(|e| &e.buffer as &dyn DeviceMemory).collect();
+        verify::every_buffer(driver, &buffers, &process_devices, state.data_size(), &signals::check)?;
+        watch.enter(Phase::CleanUp)?;
+    }
+    drop(exports);
+    drop(cuda);
+    watch.enter(Phase::WaitChildren)?;
+    children.wait(|| false, || {})?;
+
+    report(cli, json, state, &watch.finish(), checks_itself)?;
+    let gpus = chosen.len();
+    // The parent's own check of its pipe directory: its children inherit it; joiners were told nothing.
+    let mps =
+        crate::placement::mps::Mps::here().under().map(|under| format!(", {under}")).unwrap_or_default();
+    crate::report::note_summary(format!(
+        "{n} process{} on {gpus} GPU{}, {} IPC{}, {}{mps}{}: every buffer verified{}",
+        if n == 1 { "" } else { "es" },
+        if gpus == 1 { "" } else { "s" },
+        mechanism.name(),
+        if pidfd { " (descriptors by pidfd_getfd)" } else { "" },
+        if memops { "memops" } else { "events" },
+        match (&cli.serve, &cli.isolate) {
+            (Some(_), _) => ", joined over the socket".to_owned(),
+            (_, Some(isolation)) => format!(", isolated ({})", isolation.described()),
+            _ => String::new(),
+        },
+        match (&cli.serve, checks_itself) {
+            (Some(_), _) => " by its process and by the server",
+            (None, true) => " by its process and by the parent",
+            (None, false) => "",
+        }
+    ));
+    Ok(Outcome::Passed)
+}
+
+/// `None`, after printing the waived line, when the export found the mechanism missing on a device.
+fn waived_if_missing<T>(mechanism: Mechanism, exported: Result<T>) -> Result<Option<T>> {
+    match exported {
+        Ok(exported) => Ok(Some(exported)),
+        Err(e) => match e.downcast::<Missing>() {
+            Ok(Missing(reason)) => {
+                waive!("No CUDA devices support IPC with --ipc {} ({reason})", mechanism.name())?;
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        },
+    }
+}
+
+/// `--timings` and `--json`: the parent's phases and what each child left in the segment.
+fn report(
+    cli: &Cli,
+    json: Option<JsonFile>,
+    state: &SharedState,
+    parent: &Phases,
+    checked_every_buffer: bool,
+) -> Result<()> {
+    if cli.timings {
+        let children: Vec<Phases> = (0..state.process_count()).map(|i| Phases::read(state, i)).collect();
+        crate::output::text(&timings::table(parent, &children))?;
+    }
+    if let Some(json) = json {
+        json.write(Results::Run(RunResults::of(state, parent, checked_every_buffer)))?;
+    }
+    Ok(())
+}

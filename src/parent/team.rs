@@ -1,0 +1,110 @@
+//! The parent's team: the children it starts, the processes that join it (`--serve`), or the processes it
+//! starts in namespaces of their own (`--isolate`), which join it; one way to wait for them and to stop them.
+
+use std::os::fd::OwnedFd;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+
+use crate::children::Children;
+use crate::cli::Cli;
+use crate::guardian::Guardian;
+use crate::isolation;
+use crate::joiners::{Audience, Joiners};
+use crate::meeting::Address;
+use crate::segment::{Segment, SharedState};
+
+/// The run's other processes: the children this parent starts, the processes that join it (`--serve`), or
+/// the processes it starts in namespaces of their own, which join it (`--isolate`).
+pub(super) enum Team<'s> {
+    Started(Children<'s>),
+    Joined(Joiners<'s>),
+    /// Dropped in this order: the joiners' connections close, then the processes end.
+    Isolated(Joiners<'s>, isolation::Launched<'s>),
+}
+
+impl<'s> Team<'s> {
+    /// Starts the children, or, with `--serve`, listens for the processes that join instead (each gets its
+    /// end of its descriptor socket from `their_sockets` when it joins, and is told how the run ended by
+    /// `audience`).
+    pub(super) fn start(
+        cli: &Cli,
+        segment: &'s Segment,
+        n: usize,
+        their_sockets: &mut Vec<OwnedFd>,
+        started: Instant,
+        audience: &'s Audience,
+        guardian: &'s Guardian,
+    ) -> Result<Self> {
+        if let Some(isolation) = &cli.isolate {
+            let mut launched = isolation::Launched::prepare(isolation, guardian)?;
+            let address = launched.address();
+            let sockets = std::mem::take(their_sockets);
+            let joiners = Joiners::listen(segment, address.clone(), n, sockets, started, cli.timeout())?
+                .covered_by(guardian)
+                .removing_the_socket_when_full();
+            launched.start(&address, n, isolation, cli.timeout, cli.quiet)?;
+            let joiners = joiners.only_started_by(launched.pids());
+            say!(
+                "Isolated ({isolation}): {n} processes started in namespaces of their own join at {address}"
+            )?;
+            return Ok(Team::Isolated(joiners, launched));
+        }
+        let Some(address) = &cli.serve else {
+            // --quiet reaches the children: they print nothing either.
+            let args: &[&str] = if cli.quiet { &["--quiet"] } else { &[] };
+            let children = Children::spawn(segment, 0..n, args, their_sockets, started, cli.timeout())?;
+            return Ok(Team::Started(children));
+        };
+        let address = Address::parse(address).with_context(|| format!("--serve {address}"))?;
+        let sockets = std::mem::take(their_sockets);
+        let joiners = match cli.serve_round {
+            Some(_) => Joiners::in_sequence(segment, audience, n, sockets, started, cli.timeout())?,
+            None => Joiners::listen(segment, address.clone(), n, sockets, started, cli.timeout())?
+                .covered_by(guardian)
+                .telling_the_end_to(audience),
+        };
+        let processes = if n == 1 { "process" } else { "processes" };
+        say!(
+            "Serving the run at {address}: waiting for {n} {processes} to join (--join {address}), {}",
+            gpus_of(segment.state(), n)
+        )?;
+        Ok(Team::Joined(joiners))
+    }
+
+    /// Waits until each has ended well, or `enough()`; the first failure stops the others (see
+    /// `Children::wait` and `Joiners::wait`).
+    pub(super) fn wait(&mut self, enough: impl Fn() -> bool, mut tick: impl FnMut()) -> Result<()> {
+        match self {
+            Team::Started(children) => children.wait(enough, tick),
+            Team::Joined(joiners) => joiners.wait(&enough, &mut tick, &mut || None),
+            Team::Isolated(joiners, launched) => {
+                joiners.wait(&enough, &mut tick, &mut || launched.ended_early())
+            }
+        }
+    }
+
+    pub(super) fn stop(&mut self) {
+        match self {
+            Team::Started(children) => children.stop(None),
+            Team::Joined(joiners) | Team::Isolated(joiners, ..) => joiners.stop(),
+        }
+    }
+}
+
+/// The GPUs the processes run on, each with its UUID and how many processes it takes: `for GPU 0
+/// (GPU-...) x2 and GPU 1 (GPU-...) x2` (a joiner must see the GPU it is given).
+fn gpus_of(state: &SharedState, n: usize) -> String {
+    let mut gpus: Vec<(i32, String, usize)> = Vec::new();
+    for index in 0..n {
+        let uuid =
+            state.device_uuid_of(index).map_or_else(|| "?".to_owned(), |u| crate::driver::uuid_text(&u));
+        match gpus.iter_mut().find(|(device, ..)| *device == state.device_of(index)) {
+            Some((.., count)) => *count += 1,
+            None => gpus.push((state.device_of(index), uuid, 1)),
+        }
+    }
+    let each: Vec<String> =
+        gpus.iter().map(|(device, uuid, count)| format!("GPU {device} ({uuid}) x{count}")).collect();
+    format!("for {}", each.join(" and "))
+}
