@@ -624,6 +624,17 @@ fn raw_connect(socket: &str) -> std::os::fd::OwnedFd {
     fd
 }
 
+/// Asks to join as a joiner does (the bare hello, no place), and reads the server's answer (the admission).
+fn ask_and_hear_the_answer(fd: &std::os::fd::OwnedFd) {
+    send_raw(fd, b"SIPCHELO");
+    let mut answer = [0u8; 64];
+    let _ = nix::sys::socket::recv(
+        std::os::fd::AsRawFd::as_raw_fd(fd),
+        &mut answer,
+        nix::sys::socket::MsgFlags::empty(),
+    );
+}
+
 fn send_raw(fd: &std::os::fd::OwnedFd, bytes: &[u8]) {
     let _ = nix::sys::socket::send(
         std::os::fd::AsRawFd::as_raw_fd(fd),
@@ -660,13 +671,7 @@ fn a_joiner_that_says_it_ended_well_without_finishing_fails_the_run() {
     let socket = format!("@simple-ipc-test-liar-{}", std::process::id());
     let server = serve("ok", &socket, &["--timeout", "10"]);
     let liar = raw_connect(&socket);
-    send_raw(&liar, b"SIPCHELO");
-    let mut answer = [0u8; 64];
-    let _ = nix::sys::socket::recv(
-        std::os::fd::AsRawFd::as_raw_fd(&liar),
-        &mut answer,
-        nix::sys::socket::MsgFlags::empty(),
-    );
+    ask_and_hear_the_answer(&liar);
     send_raw(&liar, b"SIPCDONE\0");
     drop(liar);
     let (code, out, _) = server.end(LIMIT);
@@ -844,13 +849,7 @@ fn a_joiners_reason_reaches_the_servers_verdict_escaped() {
     let socket = format!("@simple-ipc-test-escaped-reason-{}", std::process::id());
     let server = serve("ok", &socket, &["--timeout", "10"]);
     let joiner = raw_connect(&socket);
-    send_raw(&joiner, b"SIPCHELO");
-    let mut answer = [0u8; 64];
-    let _ = nix::sys::socket::recv(
-        std::os::fd::AsRawFd::as_raw_fd(&joiner),
-        &mut answer,
-        nix::sys::socket::MsgFlags::empty(),
-    );
+    ask_and_hear_the_answer(&joiner);
     send_raw(&joiner, b"SIPCDONE\x01\x1b[2K\r\x1b[32mPASSED\x1b]0;pwned\x07");
     let (code, out, _) = server.end(LIMIT);
     drop(joiner);
