@@ -2,7 +2,8 @@
 # Paired comparisons on a CUDA host, from one run: NVIDIA's simpleIPC against simple-ipc (each at its
 # defaults), and the project's floor (scripts/floor/ipc-floor.cu: the least program doing the same IPC work,
 # events, kernel and copy back included) against simple-ipc with the same number of processes, for N = 1
-# (or the GPU count) up to 16; and each IPC mechanism against legacy.
+# (or the GPU count) up to 16; each IPC mechanism against legacy; and, where nvidia-cuda-mps-control is
+# found, whole runs under an MPS daemon of its own against the same runs without.
 #   scripts/compare.sh SIMPLE_IPC ORIGINAL [ROUNDS]     (ORIGINAL "-": no NVIDIA sample on this host; the
 #                                                     floor and the mechanisms are compared still)
 # The floor is built here from the repository with nvcc (NVCC, or nvcc on PATH; FLOOR_ARCH, default
@@ -85,3 +86,30 @@ for ipc in vmm pool; do
   ml=$(echo "${l[*]}" | median); mm=$(echo "${m[*]}" | median)
   printf "%10s %12s %14s %8s%s\n" "$ipc" "$ml" "$mm" "$(ratio "$mm" "$ml")" "$([ $bad = 1 ] && echo '  (A RUN FAILED)')"
 done
+
+# Under MPS (a daemon of this script's own, private pipe and log directories, quit at the end), against the
+# same run without: whole runs for 1, 4 and 16 processes, paired rounds; each run under MPS must say so.
+if command -v nvidia-cuda-mps-control >/dev/null; then
+  mps=$(mktemp -d /tmp/simple-ipc-compare-mps-XXXXXX); mkdir -p "$mps/pipe" "$mps/log"
+  if CUDA_MPS_PIPE_DIRECTORY="$mps/pipe" CUDA_MPS_LOG_DIRECTORY="$mps/log" nvidia-cuda-mps-control -d; then
+    for _ in $(seq 100); do [ -S "$mps/pipe/control" ] && break; sleep 0.05; done
+    echo "-- under MPS against without, whole runs (--ipc legacy):"
+    printf "%10s %12s %14s %8s\n" processes "no MPS, ms" "under MPS, ms" ratio
+    for n in 1 4 16; do
+      [ $((n % gpus)) = 0 ] || continue
+      w=(); u=(); bad=0
+      for _ in $(seq "$rounds"); do
+        read -r t rc < <(CUDA_MPS_PIPE_DIRECTORY="$mps/none" ms "$ours" --procs-per-device $((n / gpus))); w+=("$t"); [ "$rc" = 0 ] || bad=1
+        read -r t rc < <(CUDA_MPS_PIPE_DIRECTORY="$mps/pipe" ms "$ours" --procs-per-device $((n / gpus))); u+=("$t")
+        { [ "$rc" = 0 ] && grep -q 'under MPS' /tmp/compare.out; } || bad=1
+      done
+      mw=$(echo "${w[*]}" | median); mu=$(echo "${u[*]}" | median)
+      printf "%10s %12s %14s %8s%s\n" "$n" "$mw" "$mu" "$(ratio "$mu" "$mw")" "$([ $bad = 1 ] && echo '  (A RUN FAILED or did not say MPS)')"
+    done
+    echo quit | CUDA_MPS_PIPE_DIRECTORY="$mps/pipe" nvidia-cuda-mps-control
+    for _ in $(seq 100); do [ -S "$mps/pipe/control" ] || break; sleep 0.05; done
+  else
+    echo "-- under MPS: nvidia-cuda-mps-control -d failed"
+  fi
+  rm -rf "$mps"
+fi
