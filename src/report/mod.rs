@@ -402,7 +402,9 @@ fn write(pending: Pending, text: &str) -> Result<()> {
     let target = match pending.destination {
         Destination::File(target) => target,
         Destination::Inherited(mut pipe) => {
-            return pipe.write_all(text.as_bytes()).context("writing the result to --ipc all (--report-fd)");
+            // --ipc all, the matrix, or the process outside an isolation started this run.
+            let what = "writing the document back to the process that started this run (--report-fd)";
+            return pipe.write_all(text.as_bytes()).context(what);
         }
         Destination::StandardOutput(stdout) => {
             return crate::output::deliver(stdout.as_fd(), text.as_bytes());
