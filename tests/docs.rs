@@ -9,6 +9,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use common::{FAULT, SIMULATE, bin, text};
+use common::{at_socket, value_of};
 
 fn read_doc(relative: &str) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(relative);
@@ -340,22 +341,6 @@ fn docker_runs(markdown: &str) -> Vec<Vec<String>> {
         }
     }
     runs
-}
-
-/// The value after `option` in `args`.
-fn value_of<'a>(args: &'a [String], option: &str) -> Option<&'a str> {
-    args.iter().position(|a| a == option).and_then(|i| args.get(i + 1)).map(String::as_str)
-}
-
-/// `args` with the socket of `--serve` or `--join` moved to `socket`.
-fn at_socket(args: &[String], socket: &Path) -> Vec<String> {
-    let mut args = args.to_vec();
-    for option in ["--serve", "--join"] {
-        if let Some(i) = args.iter().position(|a| a == option) {
-            args[i + 1] = socket.display().to_string();
-        }
-    }
-    args
 }
 
 /// README's served run in containers, on 1, 2 and 3 simulated GPUs: the server says how many processes it

@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{FAULT, SIMULATE, bin, text};
+use common::{at_socket, value_of};
 use serde::Deserialize;
 use serde_yaml::Value;
 
@@ -134,10 +135,6 @@ fn invocations(name: &str, container: &Value) -> Vec<Invocation> {
         }
         Some(other) => panic!("{name}: runs {other}, not simple-ipc"),
     }
-}
-
-fn value_of<'a>(args: &'a [String], option: &str) -> Option<&'a str> {
-    args.iter().position(|a| a == option).and_then(|i| args.get(i + 1)).map(String::as_str)
 }
 
 /// What a volume of a pod is, for telling whether two mounts are one: the pod and the volume's name for
@@ -262,17 +259,6 @@ fn served_run(example: &Example, entry_point: &[String]) -> Option<ServedRun> {
         );
     }
     Some(ServedRun { server, gpus, joiners: joiners.into_iter().map(|(j, _)| j).collect() })
-}
-
-/// `args` with the socket of `--serve` or `--join` moved to `socket`.
-fn at_socket(args: &[String], socket: &Path) -> Vec<String> {
-    let mut args = args.to_vec();
-    for option in ["--serve", "--join"] {
-        if let Some(i) = args.iter().position(|a| a == option) {
-            args[i + 1] = socket.display().to_string();
-        }
-    }
-    args
 }
 
 /// Waits for `child` to end, for at most `limit`; stops it with SIGKILL past that.

@@ -269,3 +269,19 @@ pub fn skipped(needs: &str, why: impl std::fmt::Display) {
     }
     eprintln!("SKIPPED {why}");
 }
+
+/// The value after `option` in `args`.
+pub fn value_of<'a>(args: &'a [String], option: &str) -> Option<&'a str> {
+    args.iter().position(|a| a == option).and_then(|i| args.get(i + 1)).map(String::as_str)
+}
+
+/// `args` with the socket of `--serve` or `--join` moved to `socket`.
+pub fn at_socket(args: &[String], socket: &Path) -> Vec<String> {
+    let mut args = args.to_vec();
+    for option in ["--serve", "--join"] {
+        if let Some(i) = args.iter().position(|a| a == option) {
+            args[i + 1] = socket.display().to_string();
+        }
+    }
+    args
+}
