@@ -122,15 +122,27 @@ impl MadePath {
     }
 
     /// Removes the path if it is still what was made (a directory only if empty). Returns whether it did.
-    /// (Between the look and the removal another process could replace the name; the window is two system
-    /// calls, and no call removes a name by inode.)
+    /// The look and the removal go through one descriptor of the directory that holds it, so a directory of
+    /// the path that another process swaps for a symbolic link between the two cannot send the removal
+    /// elsewhere. (Within that directory another process could still replace the name between the look and
+    /// the removal: no call removes a name by inode.)
     pub fn remove_if_same(&self) -> bool {
-        if Self::of(&self.path).as_ref() != Some(self) {
+        use nix::fcntl::{AtFlags, OFlag, open};
+        use nix::unistd::{UnlinkatFlags, unlinkat};
+        let (Some(parent), Some(name)) = (self.path.parent(), self.path.file_name()) else { return false };
+        let flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+        let Ok(directory) = open(parent, flags, nix::sys::stat::Mode::empty()) else { return false };
+        let Ok(now) = nix::sys::stat::fstatat(&directory, name, AtFlags::AT_SYMLINK_NOFOLLOW) else {
+            return false;
+        };
+        let kind = now.st_mode & nix::libc::S_IFMT;
+        let is = if self.dir { kind == nix::libc::S_IFDIR } else { kind == nix::libc::S_IFSOCK };
+        let ctime = if self.dir { (0, 0) } else { (now.st_ctime, now.st_ctime_nsec) };
+        if !is || (now.st_dev, now.st_ino, ctime) != (self.dev, self.ino, self.ctime) {
             return false;
         }
-        let removed =
-            if self.dir { std::fs::remove_dir(&self.path) } else { std::fs::remove_file(&self.path) };
-        removed.is_ok()
+        let how = if self.dir { UnlinkatFlags::RemoveDir } else { UnlinkatFlags::NoRemoveDir };
+        unlinkat(&directory, name, how).is_ok()
     }
 }
 
@@ -371,4 +383,51 @@ fn check_peer_is_parent(socket: &OwnedFd) -> Result<u32> {
         bail!("the guardian serves only the process that started it (its peer is pid {})", peer.pid());
     }
     Ok(peer.pid() as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MadePath;
+
+    /// The removal takes only what was made: a socket bound again at the path, a directory that holds
+    /// something, or the name reached through a directory swapped for a symbolic link stay.
+    #[test]
+    fn only_what_was_made_is_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("s");
+        let _first = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        let made = MadePath::of(&socket).unwrap();
+        std::fs::remove_file(&socket).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        let _again = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        assert!(!made.remove_if_same(), "another socket took the name");
+        assert!(socket.exists());
+        let made = MadePath::of(&socket).unwrap();
+        assert!(made.remove_if_same(), "the socket made");
+        assert!(!socket.exists());
+
+        let private = dir.path().join("private");
+        std::fs::create_dir(&private).unwrap();
+        let made = MadePath::of(&private).unwrap();
+        std::fs::write(private.join("f"), b"").unwrap();
+        assert!(!made.remove_if_same(), "a directory that holds a file");
+        std::fs::remove_file(private.join("f")).unwrap();
+        assert!(made.remove_if_same(), "the directory made, empty");
+        assert!(!private.exists());
+
+        // The socket's directory moved away and a symbolic link put in its place: the path now reaches
+        // another directory, and nothing is removed there or in the moved one.
+        let holder = dir.path().join("holder");
+        std::fs::create_dir(&holder).unwrap();
+        let inner = holder.join("s");
+        let _listener = std::os::unix::net::UnixListener::bind(&inner).unwrap();
+        let made = MadePath::of(&inner).unwrap();
+        let elsewhere = dir.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        std::fs::write(elsewhere.join("s"), b"not ours").unwrap();
+        std::fs::rename(&holder, dir.path().join("moved")).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &holder).unwrap();
+        assert!(!made.remove_if_same(), "through the link is another file");
+        assert!(elsewhere.join("s").exists() && dir.path().join("moved/s").exists());
+    }
 }
