@@ -11,18 +11,13 @@
 
 use std::ops::Range;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, anyhow, bail};
-use nix::errno::Errno;
-use nix::sys::signal::{Signal, kill};
-use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
-use nix::unistd::Pid;
+use anyhow::{Result, anyhow, bail};
+use nix::sys::signal::Signal;
 
-use crate::inherit;
 use crate::output::{self, ReaderGone};
+use crate::relaunch::{Ended, OnDrop, Process, Relaunch};
 use crate::segment::{Segment, SharedState};
 use crate::signals::{self, Interrupted};
 use crate::timings::progress_of;
@@ -36,7 +31,7 @@ const POLL: Duration = Duration::from_millis(1);
 /// A child process that has not been reaped yet.
 struct Running {
     index: usize,
-    pid: Pid,
+    process: Process,
 }
 
 /// A child that ended badly: which, and how.
@@ -53,14 +48,16 @@ pub struct ChildFailed {
 const GROUP_SIGNAL_GRACE: Duration = Duration::from_millis(100);
 
 impl ChildFailed {
-    fn of(index: usize, status: WaitStatus) -> Option<Self> {
-        let (how, by) = match status {
-            WaitStatus::Exited(_, 0) => return None,
-            WaitStatus::Exited(_, code) => {
+    fn of(index: usize, ended: Ended) -> Option<Self> {
+        let (how, by) = match ended {
+            Ended::Exited(0) => return None,
+            Ended::Exited(code) => {
                 (format!("exit code {code}"), code.checked_sub(128).and_then(|n| Signal::try_from(n).ok()))
             }
-            WaitStatus::Signaled(_, signal, _) => (format!("killed by {signal}"), Some(signal)),
-            other => (format!("{other:?}"), None),
+            Ended::Killed(signal) => (format!("killed by {signal}"), Some(signal)),
+            // Someone else reaped our child (SIGCHLD ignored, or a stray `waitpid(-1)`). Its status is
+            // lost, so it cannot count as a pass.
+            Ended::Lost(e) => (format!("its exit status was lost: {e}"), None),
         };
         Some(Self { index, how, by })
     }
@@ -114,30 +111,19 @@ impl<'s> Children<'s> {
         // A limit past what the clock can count (`--timeout` up to u64::MAX seconds) never comes: no deadline.
         let deadline = timeout.and_then(|t| Some((started.checked_add(t)?, t)));
         let mut children = Self { state, running: Vec::with_capacity(indices.len()), deadline };
-        let argv0 = std::env::args_os().next().unwrap_or_else(|| "simple-ipc".into());
         let fd = segment.fd();
         let first = indices.start;
         for index in indices {
-            let mut command = Command::new("/proc/self/exe");
-            command.arg0(&argv0).args(args).arg("--segment-fd").arg(fd.to_string());
-            let socket = sockets.get(index - first).map(|s| s.as_raw_fd());
-            if let Some(socket) = socket {
-                command.arg("--socket-fd").arg(socket.to_string());
+            let mut start = Relaunch::new(format!("process {index}"));
+            start.args(args).args(["--segment-fd", &fd.to_string()]).keep(fd);
+            if let Some(socket) = sockets.get(index - first).map(AsRawFd::as_raw_fd) {
+                start.args(["--socket-fd", &socket.to_string()]).keep(socket);
             }
-            command.arg(index.to_string()).stdin(Stdio::null());
-            // SAFETY: runs in the forked child before exec; prctl and fcntl are async-signal-safe and
-            // allocate nothing.
-            unsafe {
-                command.pre_exec(move || {
-                    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)?;
-                    inherit::keep_across_exec(fd)?;
-                    socket.map_or(Ok(()), inherit::keep_across_exec)
-                });
-            }
+            // Stopped by the abort flag in the segment (see `stop`), then killed.
+            start.args([index.to_string()]).death_signal(Signal::SIGKILL);
+            start.on_drop(OnDrop::Stop { signal: None, grace: GRACE });
             // On error, `children` is dropped here and stops the ones already started.
-            let child =
-                command.spawn().with_context(|| format!("starting process {index} (/proc/self/exe)"))?;
-            children.running.push(Running { index, pid: Pid::from_raw(child.id() as i32) });
+            children.running.push(Running { index, process: start.spawn()? });
         }
         Ok(children)
     }
@@ -159,7 +145,7 @@ impl<'s> Children<'s> {
                 self.stop(None);
                 return Err(late);
             }
-            if let Some(failure) = self.reap(WaitPidFlag::WNOHANG) {
+            if let Some(failure) = self.reap() {
                 let seen = Instant::now();
                 let verdict = failure.verdict();
                 let Some(failure) = verdict.downcast_ref::<ChildFailed>() else {
@@ -187,7 +173,7 @@ impl<'s> Children<'s> {
             .iter()
             .map(|child| {
                 let word = self.state.progress[child.index].load(std::sync::atomic::Ordering::Acquire);
-                let stopped = if is_stopped(child.pid) { ", stopped (SIGSTOP)" } else { "" };
+                let stopped = if child.process.is_stopped() { ", stopped (SIGSTOP)" } else { "" };
                 format!("process {} was {}{stopped}", child.index, progress_of(word))
             })
             .collect();
@@ -195,20 +181,11 @@ impl<'s> Children<'s> {
     }
 
     /// Reaps the children that have exited; returns the first failure among them.
-    fn reap(&mut self, flags: WaitPidFlag) -> Option<ChildFailed> {
+    fn reap(&mut self) -> Option<ChildFailed> {
         let mut failure = None;
-        self.running.retain(|child| {
-            let ended = match waitpid(child.pid, Some(flags)) {
-                Ok(WaitStatus::StillAlive) | Err(Errno::EINTR) => return true,
-                Ok(status) => ChildFailed::of(child.index, status),
-                // ECHILD: someone else reaped our child (SIGCHLD ignored, or a stray `waitpid(-1)`). Its
-                // status is lost, so it cannot count as a pass.
-                Err(e) => Some(ChildFailed {
-                    index: child.index,
-                    how: format!("its exit status was lost: {e}"),
-                    by: None,
-                }),
-            };
+        self.running.retain_mut(|child| {
+            let Some(ended) = child.process.try_wait() else { return true };
+            let ended = ChildFailed::of(child.index, ended);
             if ended.is_some() && failure.is_none() {
                 failure = ended;
             }
@@ -234,16 +211,12 @@ impl<'s> Children<'s> {
     pub fn check_all_alive(&self) -> Result<()> {
         self.check_deadline()?;
         for child in &self.running {
-            let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
-            match waitid(Id::Pid(child.pid), flags) {
-                Ok(WaitStatus::StillAlive) | Err(Errno::EINTR) => {}
-                // Ended by the run's reader going away, or stopped with the group: the run's status, not a
-                // failure of this child.
-                Ok(status) => match ChildFailed::of(child.index, status).map(ChildFailed::verdict) {
-                    Some(verdict) if !verdict.is::<ChildFailed>() => return Err(verdict),
-                    _ => bail!("process {} has ended", child.index),
-                },
-                Err(_) => bail!("process {} has ended", child.index),
+            let Some(ended) = child.process.peek() else { continue };
+            // Ended by the run's reader going away, or stopped with the group: the run's status, not a
+            // failure of this child.
+            match ChildFailed::of(child.index, ended).map(ChildFailed::verdict) {
+                Some(verdict) if !verdict.is::<ChildFailed>() => return Err(verdict),
+                _ => bail!("process {} has ended", child.index),
             }
         }
         Ok(())
@@ -255,26 +228,13 @@ impl<'s> Children<'s> {
             return;
         }
         self.state.abort();
-        let deadline = Instant::now() + GRACE;
-        while !self.running.is_empty() && Instant::now() < deadline {
-            self.reap(WaitPidFlag::WNOHANG);
-            std::thread::sleep(POLL);
-        }
-        for child in &self.running {
-            let _ = kill(child.pid, Signal::SIGKILL);
+        let killed = crate::relaunch::stop_all(self.running.iter_mut().map(|child| &mut child.process));
+        for (child, _) in self.running.drain(..).zip(killed).filter(|(_, killed)| *killed) {
             if let Some(failed) = failed {
                 warn!("Process {} did not stop after process {failed} failed: killed", child.index);
             }
         }
-        for child in self.running.drain(..) {
-            let _ = waitpid(child.pid, None);
-        }
     }
-}
-
-/// Whether the process is stopped by a signal (its state in `/proc/<pid>/stat` is `T`).
-fn is_stopped(pid: Pid) -> bool {
-    crate::proc_stat::read(pid.as_raw()).is_some_and(|stat| stat.state == 'T')
 }
 
 impl Drop for Children<'_> {

@@ -39,6 +39,7 @@ pub mod phase;
 pub(crate) mod placement;
 pub(crate) mod proc_stat;
 pub(crate) mod progress;
+pub(crate) mod relaunch;
 pub(crate) mod report;
 pub mod segment;
 pub(crate) mod setup;
