@@ -35,6 +35,7 @@ pub(crate) mod meeting;
 pub(crate) mod numa;
 pub(crate) mod outcome;
 pub(crate) mod parent;
+pub(crate) mod peers;
 pub mod phase;
 pub(crate) mod placement;
 pub(crate) mod proc_stat;
