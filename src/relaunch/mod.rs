@@ -186,7 +186,7 @@ impl Relaunch {
         let (death, session, kept) = (self.death, self.session, self.kept.clone());
         let parent = nix::unistd::getpid();
         // SAFETY: runs in the forked child before exec; setsid, prctl, getppid and fcntl are
-        // async-signal-safe, and nothing here allocates (`kept` was moved in and is only read).
+        // async-signal-safe, and nothing here allocates (`kept` is the closure's own, only read).
         unsafe {
             self.command.pre_exec(move || {
                 if session {

@@ -109,3 +109,14 @@ fn one_left_on_drop_is_waited_for_a_while_then_left() {
     assert!(start.elapsed() < Duration::from_millis(400), "it was not waited for to its end");
     assert_eq!(Ended::of(waitpid(pid, None)), Some(Ended::Exited(0)), "it ran on");
 }
+
+#[test]
+fn it_gets_its_death_signal_when_the_thread_that_started_it_ends() {
+    // PR_SET_PDEATHSIG follows the thread that forked: its end is the parent's death, as far as the
+    // kernel's signal goes.
+    let started = std::thread::spawn(|| sh("exec sleep 5").death_signal(Signal::SIGKILL).spawn().unwrap());
+    let mut process = started.join().unwrap();
+    let start = Instant::now();
+    assert_eq!(process.wait(), Ended::Killed(Signal::SIGKILL));
+    assert!(start.elapsed() < Duration::from_secs(4), "it lived on past its parent");
+}
