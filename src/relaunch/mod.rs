@@ -326,12 +326,15 @@ pub(crate) fn stop_all<'a>(processes: impl IntoIterator<Item = &'a mut Process>)
             match process.on_drop {
                 OnDrop::Stop { grace, .. } if now >= grace => {
                     process.kill_now();
-                    process.wait();
                     *killed = true;
                 }
                 OnDrop::Leave { within } if now >= within => {}
                 _ => waiting = true,
             }
+        }
+        // Reaped once every one due has its SIGKILL: they tear down at once (a GPU context takes a while).
+        for (process, _) in processes.iter_mut().zip(&killed).filter(|(_, killed)| **killed) {
+            process.wait();
         }
         if !waiting {
             return killed;
