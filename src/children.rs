@@ -1,93 +1,43 @@
 //! The parent's children: started by re-executing this program (`/proc/self/exe`) with their index and the
 //! segment's descriptor, watched until they all exit, and stopped together as soon as one fails, a signal
 //! comes or the watchdog's deadline passes. Dropping [`Children`] stops and reaps whatever still runs, so no
-//! path out of the parent leaves a child behind.
-//!
-//! The parent decides the run's status, and not every child that ends early has failed: one that ended by
-//! SIGPIPE (killed by it, or exit 141) while the run's shared output has lost its reader ended because the
-//! reader went away, and the run ends with 141 too; one that ended by a stop signal (exit 130, 143, 129)
-//! that the parent also received was stopped with the whole group, and the run ends with the parent's 128+N.
-//! Neither can make a pass: only a run whose every child exited 0 passes.
+//! path out of the parent leaves a child behind. They are the parent's peers (`peers`), as joiners are.
 
 use std::ops::Range;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, anyhow, bail};
-use nix::errno::Errno;
-use nix::sys::signal::{Signal, kill};
-use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
-use nix::unistd::Pid;
+use anyhow::{Result, anyhow, bail};
+use nix::sys::signal::Signal;
 
-use crate::inherit;
-use crate::output::{self, ReaderGone};
+use crate::peers::{PeerFailed, Peers};
+use crate::relaunch::{Ended, OnDrop, Process, Relaunch};
 use crate::segment::{Segment, SharedState};
-use crate::signals::{self, Interrupted};
 use crate::timings::progress_of;
 
 /// How long stopped children get to close what they opened before they are killed: every wait of a child
 /// looks at the abort flag at least every 10 ms, so one that has not left by then is hung or stopped.
 const GRACE: Duration = Duration::from_millis(300);
-/// How often the parent looks at its children while they run.
-const POLL: Duration = Duration::from_millis(1);
-
 /// A child process that has not been reaped yet.
 struct Running {
     index: usize,
-    pid: Pid,
+    process: Process,
 }
 
-/// A child that ended badly: which, and how.
-#[derive(Debug)]
-pub struct ChildFailed {
-    pub index: usize,
-    pub how: String,
-    /// The signal it ended by: killed by it, or exited 128 + its number after an orderly stop.
-    pub by: Option<Signal>,
-}
-
-/// How long the parent waits for a stop signal of its own after a child ended by one: a signal to the whole
-/// group reaches every process at once, but the parent's handler may run a moment after the child is gone.
-const GROUP_SIGNAL_GRACE: Duration = Duration::from_millis(100);
-
-impl ChildFailed {
-    fn of(index: usize, status: WaitStatus) -> Option<Self> {
-        let (how, by) = match status {
-            WaitStatus::Exited(_, 0) => return None,
-            WaitStatus::Exited(_, code) => {
-                (format!("exit code {code}"), code.checked_sub(128).and_then(|n| Signal::try_from(n).ok()))
-            }
-            WaitStatus::Signaled(_, signal, _) => (format!("killed by {signal}"), Some(signal)),
-            other => (format!("{other:?}"), None),
-        };
-        Some(Self { index, how, by })
-    }
-
-    /// What the child's ending means for the run (see the module's doc): [`ReaderGone`], the parent's own
-    /// [`Interrupted`], or this failure.
-    fn verdict(self) -> anyhow::Error {
-        match self.by {
-            Some(Signal::SIGPIPE) if output::reader_gone() => ReaderGone.into(),
-            Some(signal) if signals::STOP_SIGNALS.contains(&signal) => {
-                match signals::wait_received(GROUP_SIGNAL_GRACE) {
-                    Some(ours) => Interrupted(ours).into(),
-                    None => self.into(),
-                }
-            }
-            _ => self.into(),
+/// How a child ended, if badly (see `peers` for what that means for the run).
+fn failed(index: usize, ended: Ended) -> Option<PeerFailed> {
+    let (how, by) = match ended {
+        Ended::Exited(0) => return None,
+        Ended::Exited(code) => {
+            (format!("exit code {code}"), code.checked_sub(128).and_then(|n| Signal::try_from(n).ok()))
         }
-    }
+        Ended::Killed(signal) => (format!("killed by {signal}"), Some(signal)),
+        // Someone else reaped our child (SIGCHLD ignored, or a stray `waitpid(-1)`). Its status is lost,
+        // so it cannot count as a pass.
+        Ended::Lost(e) => (format!("its exit status was lost: {e}"), None),
+    };
+    Some(PeerFailed { by, ..PeerFailed::new(index, how) })
 }
-
-impl std::fmt::Display for ChildFailed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Process {} failed! ({})", self.index, self.how)
-    }
-}
-
-impl std::error::Error for ChildFailed {}
 
 /// The running children of one run, with the segment they share.
 pub struct Children<'s> {
@@ -99,9 +49,9 @@ pub struct Children<'s> {
 
 impl<'s> Children<'s> {
     /// Starts a child for each index, with `args` before the index and the segment's descriptor, and, where
-    /// `sockets` has one for it (the first for the first index), its end of a descriptor socket. Each gets SIGKILL if the parent dies
-    /// (`PR_SET_PDEATHSIG`). With a `timeout`, [`Children::wait`] stops the run once that long has passed
-    /// since `started`.
+    /// `sockets` has one for it (the first for the first index), its end of a descriptor socket. Each gets
+    /// SIGKILL if the parent dies (`PR_SET_PDEATHSIG`). With a `timeout`, `peers::wait` stops the run once
+    /// that long has passed since `started`.
     pub fn spawn(
         segment: &'s Segment,
         indices: Range<usize>,
@@ -114,70 +64,21 @@ impl<'s> Children<'s> {
         // A limit past what the clock can count (`--timeout` up to u64::MAX seconds) never comes: no deadline.
         let deadline = timeout.and_then(|t| Some((started.checked_add(t)?, t)));
         let mut children = Self { state, running: Vec::with_capacity(indices.len()), deadline };
-        let argv0 = std::env::args_os().next().unwrap_or_else(|| "simple-ipc".into());
         let fd = segment.fd();
         let first = indices.start;
         for index in indices {
-            let mut command = Command::new("/proc/self/exe");
-            command.arg0(&argv0).args(args).arg("--segment-fd").arg(fd.to_string());
-            let socket = sockets.get(index - first).map(|s| s.as_raw_fd());
-            if let Some(socket) = socket {
-                command.arg("--socket-fd").arg(socket.to_string());
+            let mut start = Relaunch::new(format!("process {index}"));
+            start.args(args).args(["--segment-fd", &fd.to_string()]).keep(fd);
+            if let Some(socket) = sockets.get(index - first).map(AsRawFd::as_raw_fd) {
+                start.args(["--socket-fd", &socket.to_string()]).keep(socket);
             }
-            command.arg(index.to_string()).stdin(Stdio::null());
-            // SAFETY: runs in the forked child before exec; prctl and fcntl are async-signal-safe and
-            // allocate nothing.
-            unsafe {
-                command.pre_exec(move || {
-                    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)?;
-                    inherit::keep_across_exec(fd)?;
-                    socket.map_or(Ok(()), inherit::keep_across_exec)
-                });
-            }
+            // Stopped by the abort flag in the segment (see `stop`), then killed.
+            start.args([index.to_string()]).death_signal(Signal::SIGKILL);
+            start.on_drop(OnDrop::Stop { signal: None, grace: GRACE });
             // On error, `children` is dropped here and stops the ones already started.
-            let child =
-                command.spawn().with_context(|| format!("starting process {index} (/proc/self/exe)"))?;
-            children.running.push(Running { index, pid: Pid::from_raw(child.id() as i32) });
+            children.running.push(Running { index, process: start.spawn()? });
         }
         Ok(children)
-    }
-
-    /// Waits until every child has exited 0, or until `enough()`, calling `tick` at every look. The first
-    /// that fails, or a stop signal, aborts the run: the others are stopped (see [`Children::stop`]) and the
-    /// error says who failed and how.
-    pub fn wait(&mut self, enough: impl Fn() -> bool, mut tick: impl FnMut()) -> Result<()> {
-        while !self.running.is_empty() {
-            tick();
-            if enough() {
-                return Ok(());
-            }
-            if let Err(interrupted) = signals::check() {
-                self.stop(None);
-                return Err(interrupted);
-            }
-            if let Err(late) = self.check_deadline() {
-                self.stop(None);
-                return Err(late);
-            }
-            if let Some(failure) = self.reap(WaitPidFlag::WNOHANG) {
-                let seen = Instant::now();
-                let verdict = failure.verdict();
-                let Some(failure) = verdict.downcast_ref::<ChildFailed>() else {
-                    // The reader went away, or the whole group was stopped: no child is to blame.
-                    self.stop(None);
-                    return Err(verdict);
-                };
-                self.stop(Some(failure.index));
-                warn!(
-                    "simple-ipc: every process stopped {:.0} ms after process {} was seen to fail",
-                    seen.elapsed().as_secs_f64() * 1e3,
-                    failure.index
-                );
-                return Err(verdict);
-            }
-            std::thread::sleep(POLL);
-        }
-        Ok(())
     }
 
     /// Which children are still running, and the phase each one reported last.
@@ -187,7 +88,7 @@ impl<'s> Children<'s> {
             .iter()
             .map(|child| {
                 let word = self.state.progress[child.index].load(std::sync::atomic::Ordering::Acquire);
-                let stopped = if is_stopped(child.pid) { ", stopped (SIGSTOP)" } else { "" };
+                let stopped = if child.process.is_stopped() { ", stopped (SIGSTOP)" } else { "" };
                 format!("process {} was {}{stopped}", child.index, progress_of(word))
             })
             .collect();
@@ -195,20 +96,11 @@ impl<'s> Children<'s> {
     }
 
     /// Reaps the children that have exited; returns the first failure among them.
-    fn reap(&mut self, flags: WaitPidFlag) -> Option<ChildFailed> {
+    fn reap(&mut self) -> Option<PeerFailed> {
         let mut failure = None;
-        self.running.retain(|child| {
-            let ended = match waitpid(child.pid, Some(flags)) {
-                Ok(WaitStatus::StillAlive) | Err(Errno::EINTR) => return true,
-                Ok(status) => ChildFailed::of(child.index, status),
-                // ECHILD: someone else reaped our child (SIGCHLD ignored, or a stray `waitpid(-1)`). Its
-                // status is lost, so it cannot count as a pass.
-                Err(e) => Some(ChildFailed {
-                    index: child.index,
-                    how: format!("its exit status was lost: {e}"),
-                    by: None,
-                }),
-            };
+        self.running.retain_mut(|child| {
+            let Some(ended) = child.process.try_wait() else { return true };
+            let ended = failed(child.index, ended);
             if ended.is_some() && failure.is_none() {
                 failure = ended;
             }
@@ -218,7 +110,7 @@ impl<'s> Children<'s> {
     }
 
     /// `Err` once the watchdog's deadline has passed, naming where each child still running is.
-    pub fn check_deadline(&self) -> Result<()> {
+    fn check_deadline(&self) -> Result<()> {
         match self.deadline {
             Some((deadline, timeout)) if Instant::now() >= deadline => Err(anyhow!(
                 "the run did not finish within {} s (--timeout); stopped it. {}",
@@ -229,21 +121,17 @@ impl<'s> Children<'s> {
         }
     }
 
-    /// `Err` once any child has exited (without reaping it, so that [`Children::wait`] still reports how),
+    /// `Err` once any child has exited (without reaping it, so that `peers::wait` still reports how),
     /// or the watchdog's deadline has passed: the stop check of a parent that works while its children run.
     pub fn check_all_alive(&self) -> Result<()> {
         self.check_deadline()?;
         for child in &self.running {
-            let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
-            match waitid(Id::Pid(child.pid), flags) {
-                Ok(WaitStatus::StillAlive) | Err(Errno::EINTR) => {}
-                // Ended by the run's reader going away, or stopped with the group: the run's status, not a
-                // failure of this child.
-                Ok(status) => match ChildFailed::of(child.index, status).map(ChildFailed::verdict) {
-                    Some(verdict) if !verdict.is::<ChildFailed>() => return Err(verdict),
-                    _ => bail!("process {} has ended", child.index),
-                },
-                Err(_) => bail!("process {} has ended", child.index),
+            let Some(ended) = child.process.peek() else { continue };
+            // Ended by the run's reader going away, or stopped with the group: the run's status, not a
+            // failure of this child.
+            match failed(child.index, ended).map(PeerFailed::verdict) {
+                Some(verdict) if !verdict.is::<PeerFailed>() => return Err(verdict),
+                _ => bail!("process {} has ended", child.index),
             }
         }
         Ok(())
@@ -255,26 +143,33 @@ impl<'s> Children<'s> {
             return;
         }
         self.state.abort();
-        let deadline = Instant::now() + GRACE;
-        while !self.running.is_empty() && Instant::now() < deadline {
-            self.reap(WaitPidFlag::WNOHANG);
-            std::thread::sleep(POLL);
-        }
-        for child in &self.running {
-            let _ = kill(child.pid, Signal::SIGKILL);
+        let killed = crate::relaunch::stop_all(self.running.iter_mut().map(|child| &mut child.process));
+        for (child, _) in self.running.drain(..).zip(killed).filter(|(_, killed)| *killed) {
             if let Some(failed) = failed {
                 warn!("Process {} did not stop after process {failed} failed: killed", child.index);
             }
         }
-        for child in self.running.drain(..) {
-            let _ = waitpid(child.pid, None);
-        }
     }
 }
 
-/// Whether the process is stopped by a signal (its state in `/proc/<pid>/stat` is `T`).
-fn is_stopped(pid: Pid) -> bool {
-    crate::proc_stat::read(pid.as_raw()).is_some_and(|stat| stat.state == 'T')
+impl Peers for Children<'_> {
+    const STOPPED: &'static str = "every process stopped";
+
+    fn all_ended(&self) -> bool {
+        self.running.is_empty()
+    }
+
+    fn check_deadline(&self) -> Result<()> {
+        Children::check_deadline(self)
+    }
+
+    fn look(&mut self) -> Result<Option<PeerFailed>> {
+        Ok(self.reap())
+    }
+
+    fn stop(&mut self, failed: Option<usize>) {
+        Children::stop(self, failed);
+    }
 }
 
 impl Drop for Children<'_> {

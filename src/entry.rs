@@ -84,7 +84,7 @@ pub fn main() -> ExitCode {
     // A process that joined over the socket gave its own (see `wire::Message::Ended`).
     let diagnosis = ended.as_ref().err().and_then(|e| {
         e.downcast_ref::<Diagnosis>()
-            .or_else(|| e.downcast_ref::<crate::joiners::JoinerFailed>().and_then(|j| j.diagnosis.as_ref()))
+            .or_else(|| e.downcast_ref::<crate::peers::PeerFailed>().and_then(|j| j.diagnosis.as_ref()))
     });
     let (mut status, mut reason, mut code) = match &ended {
         Ok(Outcome::Passed) => (Status::Passed, None, EXIT_SUCCESS),
@@ -121,7 +121,7 @@ pub fn main() -> ExitCode {
         ends_with_a_verdict && !crate::isolation::verdict_said_outside() && code != READER_GONE_STATUS;
     // A served or isolated run: what was forecast for each path it took, beside what happened.
     let refused = ended.as_ref().err().and_then(|e| {
-        report::Refused::of(e).or_else(|| e.downcast_ref::<crate::joiners::JoinerFailed>()?.refused.clone())
+        report::Refused::of(e).or_else(|| e.downcast_ref::<crate::peers::PeerFailed>()?.refused.clone())
     });
     let (ipc, sync) = (cli.ipc.name(), if cli.sync == cli::Sync::Memops { "memops" } else { "events" });
     if let Some(text) =

@@ -24,10 +24,7 @@
 //! and its reader never fails: it keeps what it can read until end of file and ignores the rest.
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
-use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use nix::errno::Errno;
@@ -38,6 +35,7 @@ use nix::sys::socket::{
 };
 
 use crate::driver_files::{self, EventFile};
+use crate::relaunch::{OnDrop, Process, Relaunch, Streams};
 
 /// How long the parent waits, on its way out, for the guardian to end; past it the guardian is left to
 /// finish on its own (a stopped one does its work once it is continued).
@@ -153,10 +151,11 @@ const MAX_LISTED: usize = 256;
 /// made, and is left alone.
 const PATH_MAX: usize = 4096;
 
-/// The parent's handle on its guardian: its end of the socket the guardian reads, and the process.
+/// The parent's handle on its guardian: its end of the socket the guardian reads, and the process (waited
+/// for [`REAP_WITHIN`] once the socket is closed, then left to finish).
 pub struct Guardian {
     socket: Option<OwnedFd>,
-    process: Mutex<Child>,
+    process: Process,
     /// Set once the parent has said that the guardian is gone, so that it says so once.
     lost: std::sync::atomic::AtomicBool,
 }
@@ -168,23 +167,15 @@ impl Guardian {
             socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC)
                 .context("socketpair for the guardian")?;
         let fd = theirs.as_raw_fd();
-        let mut command = Command::new("/proc/self/exe");
-        command
+        let process = Relaunch::new("the guardian")
             .args(["--guardian-fd", &fd.to_string()])
+            .give(theirs)
+            .new_session()
             .env_clear()
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        // SAFETY: runs in the forked child before exec; setsid and fcntl are async-signal-safe.
-        unsafe {
-            command.pre_exec(move || {
-                nix::unistd::setsid().map_err(std::io::Error::from)?;
-                crate::inherit::keep_across_exec(fd)
-            });
-        }
-        let process = command.spawn().context("starting the guardian (/proc/self/exe)")?;
-        drop(theirs);
-        Ok(Self { socket: Some(ours), process: Mutex::new(process), lost: false.into() })
+            .streams(Streams::Null)
+            .on_drop(OnDrop::Leave { within: REAP_WITHIN })
+            .spawn()?;
+        Ok(Self { socket: Some(ours), process, lost: false.into() })
     }
 
     /// Has the guardian remove these files too, should the run end without removing them. Never fails the
@@ -263,7 +254,7 @@ impl Guardian {
         if self.lost.swap(true, std::sync::atomic::Ordering::Relaxed) {
             return;
         }
-        let pid = self.process.lock().map(|p| p.id()).unwrap_or(0);
+        let pid = self.process.pid();
         let why = match error {
             Errno::EAGAIN => "is not reading (stopped?)".to_owned(),
             Errno::EPIPE | Errno::ECONNRESET => "is gone".to_owned(),
@@ -277,16 +268,9 @@ impl Guardian {
 }
 
 impl Drop for Guardian {
+    /// The socket closes first: that is what ends the guardian's watch. Then `process` waits for it.
     fn drop(&mut self) {
         self.socket.take();
-        let Ok(process) = self.process.get_mut() else { return };
-        let until = Instant::now() + REAP_WITHIN;
-        while Instant::now() < until {
-            match process.try_wait() {
-                Ok(None) => std::thread::sleep(Duration::from_millis(1)),
-                _ => return,
-            }
-        }
     }
 }
 

@@ -17,6 +17,27 @@ pub fn read(pid: i32) -> Option<ProcStat> {
     Some(ProcStat { state, parent })
 }
 
+/// Every process below `top`, as `/proc` says now (children before their own children).
+pub(crate) fn descendants(top: nix::unistd::Pid) -> Vec<nix::unistd::Pid> {
+    let all: Vec<(i32, i32)> = std::fs::read_dir("/proc")
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+                .filter_map(|pid| Some((pid, read(pid)?.parent)))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut found = vec![top.as_raw()];
+    let mut at = 0;
+    while at < found.len() {
+        let parent = found[at];
+        found.extend(all.iter().filter(|(_, p)| *p == parent).map(|(pid, _)| *pid));
+        at += 1;
+    }
+    found.into_iter().skip(1).map(nix::unistd::Pid::from_raw).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -268,8 +268,10 @@ impl Producer<'_> {
     /// Waits for the producer's end, which must be a good one.
     fn wait(self) -> Result<()> {
         match self {
-            Producer::Child(mut children) => children.wait(|| false, || {}),
-            Producer::Joined(joiners) => joiners.into_inner().wait(&|| false, &mut || {}, &mut || None),
+            Producer::Child(mut children) => crate::peers::wait(&mut children, || false, || {}, || None),
+            Producer::Joined(joiners) => {
+                crate::peers::wait(&mut joiners.into_inner(), || false, || {}, || None)
+            }
         }
     }
 }

@@ -4,21 +4,17 @@
 
 use std::ffi::OsString;
 use std::io::Write;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::os::fd::{AsFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use nix::errno::Errno;
-use nix::fcntl::OFlag;
 use nix::poll::{PollFd, PollFlags, poll};
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 
 use super::{Ending, Row, table};
-use crate::inherit;
 use crate::ipc::Mechanism;
+use crate::relaunch::{Ended, OnDrop, Process, Relaunch, Streams};
 use crate::signals::{self, Interrupted};
 
 /// How often the top parent looks at the run of one mechanism while it waits for output.
@@ -60,50 +56,32 @@ pub(crate) fn run_one_inheriting(
     timeout: Option<Duration>,
     given: Vec<OwnedFd>,
 ) -> Result<Row> {
-    let (report, report_end) =
-        nix::unistd::pipe2(OFlag::O_CLOEXEC).context("pipe2 for the result of a run of one mechanism")?;
-    let fd = report_end.as_raw_fd();
-    let kept: Vec<i32> = given.iter().map(AsRawFd::as_raw_fd).collect();
-    let mut command = Command::new("/proc/self/exe");
-    command
-        .arg0(std::env::args_os().next().unwrap_or_else(|| "simple-ipc".into()))
+    let mut launch = Relaunch::new(format!("the run of --ipc {}", mechanism.name()));
+    let fd = launch.report_pipe()?;
+    launch
         .args(passed_on)
         .args(["--ipc", mechanism.name(), "--report-fd", &fd.to_string()])
         .args(extra)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let top = nix::unistd::getpid();
-    // SAFETY: runs in the forked child before exec; prctl, getppid and fcntl are async-signal-safe and
-    // allocate nothing.
-    unsafe {
-        command.pre_exec(move || {
-            // The run must not outlive the top parent: SIGTERM, which it handles as an orderly stop.
-            nix::sys::prctl::set_pdeathsig(Signal::SIGTERM).map_err(std::io::Error::from)?;
-            if nix::unistd::getppid() != top {
-                return Err(std::io::Error::from_raw_os_error(nix::libc::ESRCH)); // it died before the prctl
-            }
-            kept.iter().try_for_each(|&fd| inherit::keep_across_exec(fd))?;
-            inherit::keep_across_exec(fd)
-        });
+        .streams(Streams::Piped)
+        // The run must not outlive the top parent: SIGTERM, which it handles as an orderly stop.
+        .death_signal(Signal::SIGTERM)
+        .on_drop(OnDrop::Stop { signal: Some(Signal::SIGTERM), grace: STOP_GRACE });
+    for fd in given {
+        launch.give(fd);
     }
     // A descriptor fault is meant for the mechanisms that send descriptors; legacy's run would refuse it.
     if crate::fault::needs_descriptors() && !mechanism.uses_descriptors() {
-        command.env_remove(crate::fault::FAULT_ENV);
+        launch.env_remove(crate::fault::FAULT_ENV);
     }
     let start = Instant::now();
-    let mut child = command
-        .spawn()
-        .with_context(|| format!("starting the run of --ipc {} (/proc/self/exe)", mechanism.name()))?;
-    drop((report_end, given));
-    let (stdout, stderr) = (child.stdout.take().map(OwnedFd::from), child.stderr.take().map(OwnedFd::from));
     // Declared before the pipes: on an early return they close first, so the run cannot block writing to
     // them while it is being stopped.
-    let mut run = SubRun(child, timeout.map(|t| start + t + PAST_ITS_TIMEOUT));
+    let mut run = launch.spawn()?;
+    let (stdout, stderr) = run.take_output();
     let (to_stdout, to_stderr) = if echo { (Echo::Stdout, Echo::Stderr) } else { (Echo::Keep, Echo::Keep) };
-    let mut pipes =
-        [Pipe::new(stdout, to_stdout), Pipe::new(stderr, to_stderr), Pipe::new(Some(report), Echo::Keep)];
-    let (status, stopped, late) = run.follow(&mut pipes)?;
+    let mut pipes = [Pipe::new(stdout, to_stdout), Pipe::new(stderr, to_stderr)];
+    let deadline = timeout.map(|t| start + t + PAST_ITS_TIMEOUT);
+    let (status, stopped, late) = follow(&mut run, deadline, &mut pipes)?;
     for pipe in &mut pipes {
         pipe.echo_rest()?;
     }
@@ -128,10 +106,9 @@ pub(crate) fn run_one_inheriting(
         return Err(Interrupted(signal).into());
     }
     let wall_ms = start.elapsed().as_secs_f64() * 1e3;
-    let [_, _, document] = pipes.map(|pipe| pipe.got);
     // The run's own document says why it failed or was waived; a run that wrote none is named by how it
     // ended.
-    let document = crate::report::document::parse(&document).map(Box::new);
+    let document = run.document().map(Box::new);
     let ending = ending_of(status, document.as_deref());
     let open_one_ms = table::open_one_ms(document.as_ref().and_then(|d| d.run.as_ref()));
     Ok(Row { mechanism, ending, wall_ms: Some(wall_ms), open_one_ms, document })
@@ -139,15 +116,20 @@ pub(crate) fn run_one_inheriting(
 
 /// How a run ended: its exit status, and why as its own document says (a run that wrote none is named by
 /// how it ended); never what it printed.
-fn ending_of(status: ExitStatus, document: Option<&crate::report::Document>) -> Ending {
+fn ending_of(status: Ended, document: Option<&crate::report::Document>) -> Ending {
     let said = document.and_then(|d| d.reason.clone());
     let unsaid = |how: String| format!("{how}, without its document");
-    match status.code() {
-        Some(0) => Ending::Passed,
-        Some(2) => Ending::Waived(said.unwrap_or_else(|| unsaid("waived (exit status 2)".to_owned()))),
-        Some(code) if code > 128 => Ending::Failed(format!("stopped by {}", signal_name(code - 128))),
-        None => Ending::Failed(format!("killed by {}", status.signal().map_or("?".into(), signal_name))),
-        Some(code) => Ending::Failed(said.unwrap_or_else(|| unsaid(format!("exit status {code}")))),
+    match status {
+        Ended::Exited(0) => Ending::Passed,
+        Ended::Exited(2) => {
+            Ending::Waived(said.unwrap_or_else(|| unsaid("waived (exit status 2)".to_owned())))
+        }
+        Ended::Exited(code) if code > 128 => {
+            Ending::Failed(format!("stopped by {}", signal_name(code - 128)))
+        }
+        Ended::Killed(signal) => Ending::Failed(format!("killed by {signal}")),
+        Ended::Exited(code) => Ending::Failed(said.unwrap_or_else(|| unsaid(format!("exit status {code}")))),
+        Ended::Lost(e) => Ending::Failed(unsaid(format!("its exit status lost ({e})"))),
     }
 }
 
@@ -229,111 +211,90 @@ impl Pipe {
     }
 }
 
-/// The run of one mechanism; dropped before it has ended (the top parent's own output failed), it is
-/// stopped and reaped.
-/// Past its deadline (its `--timeout` and [`PAST_ITS_TIMEOUT`]), it is killed: it could not stop itself.
-struct SubRun(Child, Option<Instant>);
-
-impl SubRun {
-    /// Passes on the run's output as it comes, until it has exited and its pipes are at their end (or
-    /// [`DRAIN`] has passed since it exited). Returns how it exited and, where the top parent was stopped
-    /// meanwhile, why: a stop signal it received, which is passed on to the run at once, or SIGPIPE when the
-    /// reader of its standard output went away (`| head -1`), and the run is stopped with SIGTERM. A run that
-    /// has not stopped [`STOP_GRACE`] after that is killed, and so is one still there at its deadline (the
-    /// last part of what this returns says so).
-    fn follow(&mut self, pipes: &mut [Pipe]) -> Result<(ExitStatus, Option<Signal>, bool)> {
-        let pid = Pid::from_raw(self.0.id() as i32);
-        let stdout = std::io::stdout();
-        let mut exited: Option<(ExitStatus, Instant)> = None;
-        let mut stopped: Option<(Signal, Instant)> = None;
-        let mut reader_gone = false;
-        let mut killed = false;
-        let mut late = false;
-        loop {
-            if let Some(deadline) = self.1
-                && exited.is_none()
-                && !killed
-                && Instant::now() >= deadline
-            {
-                let _ = kill(pid, Signal::SIGKILL);
-                (killed, late) = (true, true);
-            }
-            let cause = signals::received().or(reader_gone.then_some(Signal::SIGPIPE));
-            if let Some(cause) = cause.filter(|_| stopped.is_none()) {
-                let signal = if cause == Signal::SIGPIPE { Signal::SIGTERM } else { cause };
-                if exited.is_none() {
-                    let _ = kill(pid, signal);
-                }
-                stopped = Some((cause, Instant::now()));
-            }
-            if let Some((_, since)) = stopped
-                && exited.is_none()
-                && !killed
-                && since.elapsed() > STOP_GRACE
-            {
-                let _ = kill(pid, Signal::SIGKILL);
-                killed = true;
-            }
+/// Passes on the run's output as it comes, until it has exited and its pipes are at their end (or
+/// [`DRAIN`] has passed since it exited). Returns how it exited and, where the top parent was stopped
+/// meanwhile, why: a stop signal it received, which is passed on to the run at once, or SIGPIPE when the
+/// reader of its standard output went away (`| head -1`), and the run is stopped with SIGTERM. A run that
+/// has not stopped [`STOP_GRACE`] after that is killed, and so is one still there at its deadline (the
+/// last part of what this returns says so). Past its `deadline` (its `--timeout` and [`PAST_ITS_TIMEOUT`]),
+/// it is killed: it could not stop itself. Dropped before it has ended (the top parent's own output
+/// failed), it is stopped and reaped.
+fn follow(
+    run: &mut Process,
+    deadline: Option<Instant>,
+    pipes: &mut [Pipe],
+) -> Result<(Ended, Option<Signal>, bool)> {
+    let stdout = std::io::stdout();
+    let mut exited: Option<(Ended, Instant)> = None;
+    let mut stopped: Option<(Signal, Instant)> = None;
+    let mut reader_gone = false;
+    let mut killed = false;
+    let mut late = false;
+    loop {
+        if let Some(deadline) = deadline
+            && exited.is_none()
+            && !killed
+            && Instant::now() >= deadline
+        {
+            run.signal(Signal::SIGKILL);
+            (killed, late) = (true, true);
+        }
+        let cause = signals::received().or(reader_gone.then_some(Signal::SIGPIPE));
+        if let Some(cause) = cause.filter(|_| stopped.is_none()) {
+            let signal = if cause == Signal::SIGPIPE { Signal::SIGTERM } else { cause };
             if exited.is_none() {
-                let status = self.0.try_wait().context("waiting for a run of one mechanism")?;
-                exited = status.map(|status| (status, Instant::now()));
+                run.signal(signal);
             }
-            if let Some((status, at)) = exited
-                && (pipes.iter().all(|pipe| pipe.fd.is_none()) || at.elapsed() > DRAIN)
-            {
-                return Ok((status, stopped.map(|(cause, _)| cause), late));
-            }
-            let mut polled: Vec<PollFd> = pipes
-                .iter()
-                .filter_map(|pipe| pipe.fd.as_ref())
-                .map(|fd| PollFd::new(fd.as_fd(), PollFlags::POLLIN))
-                .collect();
-            // Our own standard output, for POLLERR alone: a pipe whose reader has gone.
-            let watch_stdout = !reader_gone;
-            if watch_stdout {
-                polled.push(PollFd::new(stdout.as_fd(), PollFlags::empty()));
-            }
-            match poll(&mut polled, LOOK_MS) {
-                Ok(_) | Err(Errno::EINTR) => {}
-                Err(e) => return Err(e).context("poll on the output of a run of one mechanism"),
-            }
-            let mut ready: Vec<bool> = polled.iter().map(|p| p.any().unwrap_or(false)).collect();
-            if watch_stdout {
-                let revents = polled.last().and_then(PollFd::revents).unwrap_or(PollFlags::empty());
-                reader_gone = revents.contains(PollFlags::POLLERR);
-                ready.pop();
-            }
-            drop(polled);
-            if reader_gone {
-                // What the run still writes there is read (so that it does not block) and kept only.
-                for pipe in pipes.iter_mut().filter(|pipe| matches!(pipe.echo, Echo::Stdout)) {
-                    pipe.echo = Echo::Keep;
-                }
-            }
-            let open = pipes.iter_mut().filter(|pipe| pipe.fd.is_some());
-            for (pipe, _) in open.zip(ready).filter(|(_, ready)| *ready) {
-                pipe.read()?;
+            stopped = Some((cause, Instant::now()));
+        }
+        if let Some((_, since)) = stopped
+            && exited.is_none()
+            && !killed
+            && since.elapsed() > STOP_GRACE
+        {
+            run.signal(Signal::SIGKILL);
+            killed = true;
+        }
+        run.read_report()?;
+        if exited.is_none() {
+            exited = run.try_wait().map(|status| (status, Instant::now()));
+        }
+        if let Some((status, at)) = exited
+            && (pipes.iter().all(|pipe| pipe.fd.is_none()) || at.elapsed() > DRAIN)
+        {
+            return Ok((status, stopped.map(|(cause, _)| cause), late));
+        }
+        let mut polled: Vec<PollFd> = pipes
+            .iter()
+            .filter_map(|pipe| pipe.fd.as_ref())
+            .map(|fd| PollFd::new(fd.as_fd(), PollFlags::POLLIN))
+            .collect();
+        // Our own standard output, for POLLERR alone: a pipe whose reader has gone.
+        let watch_stdout = !reader_gone;
+        if watch_stdout {
+            polled.push(PollFd::new(stdout.as_fd(), PollFlags::empty()));
+        }
+        match poll(&mut polled, LOOK_MS) {
+            Ok(_) | Err(Errno::EINTR) => {}
+            Err(e) => return Err(e).context("poll on the output of a run of one mechanism"),
+        }
+        let mut ready: Vec<bool> = polled.iter().map(|p| p.any().unwrap_or(false)).collect();
+        if watch_stdout {
+            let revents = polled.last().and_then(PollFd::revents).unwrap_or(PollFlags::empty());
+            reader_gone = revents.contains(PollFlags::POLLERR);
+            ready.pop();
+        }
+        drop(polled);
+        if reader_gone {
+            // What the run still writes there is read (so that it does not block) and kept only.
+            for pipe in pipes.iter_mut().filter(|pipe| matches!(pipe.echo, Echo::Stdout)) {
+                pipe.echo = Echo::Keep;
             }
         }
-    }
-}
-
-impl Drop for SubRun {
-    fn drop(&mut self) {
-        if !matches!(self.0.try_wait(), Ok(None)) {
-            return;
+        let open = pipes.iter_mut().filter(|pipe| pipe.fd.is_some());
+        for (pipe, _) in open.zip(ready).filter(|(_, ready)| *ready) {
+            pipe.read()?;
         }
-        let pid = Pid::from_raw(self.0.id() as i32);
-        let _ = kill(pid, Signal::SIGTERM);
-        let deadline = Instant::now() + STOP_GRACE;
-        while Instant::now() < deadline {
-            if !matches!(self.0.try_wait(), Ok(None)) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(u64::from(LOOK_MS)));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 
@@ -349,7 +310,7 @@ mod tests {
     /// The reason is the document's: a waived or failed run is not read from what it printed.
     #[test]
     fn a_runs_reason_is_its_documents() {
-        let exited = |code: i32| ExitStatus::from_raw(code << 8);
+        let exited = Ended::Exited;
         let mut document = crate::report::document::example();
         document.reason = Some("No CUDA devices support IPC (the document's words)".into());
         assert_eq!(
@@ -362,7 +323,10 @@ mod tests {
         );
         assert_eq!(ending_of(exited(1), None), Ending::Failed("exit status 1, without its document".into()));
         assert_eq!(ending_of(exited(143), None), Ending::Failed("stopped by SIGTERM".into()));
-        assert_eq!(ending_of(ExitStatus::from_raw(9), None), Ending::Failed("killed by SIGKILL".into()));
+        assert_eq!(
+            ending_of(Ended::Killed(Signal::SIGKILL), None),
+            Ending::Failed("killed by SIGKILL".into())
+        );
         assert_eq!(ending_of(exited(0), Some(&document)), Ending::Passed);
     }
 }

@@ -6,21 +6,19 @@
 //! Each hands back its `--json` document through a pipe (`--report-fd`), as a run of `--ipc all` does: a
 //! driver's refusal of a handle in a process that joined is in this run's document as typed facts.
 
-use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::DirBuilderExt;
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
-use nix::fcntl::{FcntlArg, OFlag, fcntl};
+use nix::sys::signal::Signal;
 
 use super::enter::Unavailable;
 use super::{Isolation, Kind};
 use crate::guardian::{Guardian, MadePath};
 use crate::meeting::Address;
 use crate::outcome::EXIT_WAIVED;
+use crate::relaunch::{Ended, OnDrop, Process, Relaunch};
 
 /// How long a started process gets to end by itself after the run ended (it stops within 0.5 s of the
 /// server's end); then it is killed, and its init stops what it runs.
@@ -78,9 +76,8 @@ impl Drop for SocketDir<'_> {
 /// The processes started for an isolated run, and the directory of the socket they meet at (removed once
 /// they have ended).
 pub struct Launched<'g> {
-    processes: Vec<Child>,
-    /// The reading end of each process's document, in the order of `processes`.
-    documents: Vec<OwnedFd>,
+    /// Each hands back its document through a pipe of its own.
+    processes: Vec<Process>,
     /// `None` for an abstract socket.
     dir: Option<SocketDir<'g>>,
 }
@@ -92,7 +89,7 @@ impl<'g> Launched<'g> {
     /// Nothing is started yet.
     pub fn prepare(isolation: &Isolation, guardian: &'g Guardian) -> Result<Self> {
         let dir = if isolation.has(Kind::Net) { Some(SocketDir::make(guardian)?) } else { None };
-        Ok(Self { processes: Vec::new(), documents: Vec::new(), dir })
+        Ok(Self { processes: Vec::new(), dir })
     }
 
     /// Where the run is to be served.
@@ -119,42 +116,26 @@ impl<'g> Launched<'g> {
     ) -> Result<()> {
         let socket = address.to_string();
         for _ in 0..n {
-            let (document, document_end) =
-                nix::unistd::pipe2(OFlag::O_CLOEXEC).context("pipe2 for an isolated process's document")?;
-            // Read once the process has ended: what is there, without waiting for more.
-            fcntl(&document, FcntlArg::F_SETFL(OFlag::O_NONBLOCK)).context("fcntl(O_NONBLOCK)")?;
-            let fd = document_end.as_raw_fd();
-            let mut command = Command::new("/proc/self/exe");
-            command
-                .arg0(std::env::args_os().next().unwrap_or_else(|| "simple-ipc".into()))
-                .arg("--join")
-                .arg(&socket)
+            let mut start = Relaunch::new("an isolated process");
+            let fd = start.report_pipe()?;
+            start
+                .args(["--join", &socket])
                 .args(["--isolated", &isolation.kinds_arg(), "--timeout", &timeout.to_string()])
                 .args(["--report-fd", &fd.to_string()])
-                .args(quiet.then_some("--quiet"))
-                .stdin(Stdio::null());
+                .args(quiet.then_some("--quiet"));
             // It must not outlive this process: SIGKILL to the process outside, whose init then stops what
-            // runs inside in order.
-            // SAFETY: runs in the forked child before exec; prctl and fcntl are async-signal-safe and
-            // allocate nothing.
-            unsafe {
-                command.pre_exec(move || {
-                    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
-                        .map_err(std::io::Error::from)?;
-                    crate::inherit::keep_across_exec(fd)
-                });
-            }
-            let child = command.spawn().context("starting an isolated process (/proc/self/exe)")?;
-            drop(document_end);
-            self.processes.push(child);
-            self.documents.push(document);
+            // runs inside in order. Once the run has ended, it gets a grace to end by itself (it stops
+            // within 0.5 s of the server's end), then SIGKILL to it and to what it started.
+            start.death_signal(Signal::SIGKILL).killing_what_it_started();
+            start.on_drop(OnDrop::Stop { signal: None, grace: END_GRACE });
+            self.processes.push(start.spawn()?);
         }
         Ok(())
     }
 
     /// The pids of the processes started.
     pub fn pids(&self) -> Vec<i32> {
-        self.processes.iter().map(|child| child.id() as i32).collect()
+        self.processes.iter().map(|process| process.pid().as_raw()).collect()
     }
 
     /// The first started process that has ended with another status than success, if one has: an
@@ -165,66 +146,36 @@ impl<'g> Launched<'g> {
         if self.dir.as_ref().is_some_and(|dir| !dir.socket().exists()) {
             self.dir = None;
         }
-        self.processes.iter_mut().find_map(|child| {
-            let pid = child.id();
-            let status = child.try_wait().ok().flatten()?;
-            match status.code() {
-                Some(0) => None,
-                Some(code) if code == i32::from(EXIT_WAIVED) => Some(
+        self.processes.iter_mut().find_map(|process| {
+            let pid = process.pid();
+            match process.try_wait()? {
+                Ended::Exited(0) => None,
+                Ended::Exited(code) if code == i32::from(EXIT_WAIVED) => Some(
                     Unavailable(format!(
                         "a process started in namespaces of its own (pid {pid}) could not enter them (its \
                          message is above)"
                     ))
                     .into(),
                 ),
-                _ => Some(anyhow::anyhow!(
+                ended => Some(anyhow::anyhow!(
                     "a process started in namespaces of its own (pid {pid}) ended with {}",
-                    describe(status)
+                    match ended {
+                        Ended::Exited(code) => format!("exit status {code}"),
+                        Ended::Killed(signal) => format!("signal {}", signal as i32),
+                        Ended::Lost(e) => format!("its exit status lost ({e})"),
+                    }
                 )),
             }
         })
     }
 }
 
-fn describe(status: ExitStatus) -> String {
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
-        (Some(code), _) => format!("exit status {code}"),
-        (_, Some(signal)) => format!("signal {signal}"),
-        _ => status.to_string(),
-    }
-}
-
-/// What a process that ended wrote through its document's pipe, read back (`None` where it wrote none
-/// whole).
-fn document_of(pipe: &OwnedFd) -> Option<crate::report::Document> {
-    let mut got = Vec::new();
-    let mut chunk = [0u8; 16 * 1024];
-    while let Ok(n @ 1..) = nix::unistd::read(pipe, &mut chunk) {
-        got.extend_from_slice(&chunk[..n]);
-    }
-    crate::report::document::parse(&got)
-}
-
 impl Drop for Launched<'_> {
     fn drop(&mut self) {
-        let until = Instant::now() + END_GRACE;
-        for (child, document) in self.processes.iter_mut().zip(&self.documents) {
-            while matches!(child.try_wait(), Ok(None)) && Instant::now() < until {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            if matches!(child.try_wait(), Ok(None)) {
-                // What it started too: the init of its PID namespace may be stopped (SIGSTOP), and then
-                // could neither stop the run in order nor reap it; SIGKILL takes the namespace with it.
-                let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-                for started in super::outside::descendants(pid).into_iter().rev() {
-                    let _ = nix::sys::signal::kill(started, nix::sys::signal::Signal::SIGKILL);
-                }
-                let _ = child.kill();
-                let _ = child.wait();
-            }
+        crate::relaunch::stop_all(&mut self.processes);
+        for process in &mut self.processes {
             // The driver's refusal in a process that joined is this run's to report, as typed facts.
-            if let Some(refused) = document_of(document).and_then(|d| d.refused) {
+            if let Some(refused) = process.document().and_then(|d| d.refused) {
                 crate::report::note_refused(refused);
             }
         }

@@ -181,7 +181,7 @@ fn hold(run: Pid) -> Duration {
 /// sessions of their own: a signal to the run's process group would not reach them).
 fn signal_all(top: Pid, signal: Signal) {
     let _ = kill(top, signal);
-    for pid in descendants(top) {
+    for pid in crate::proc_stat::descendants(top) {
         let _ = kill(pid, signal);
     }
 }
@@ -284,32 +284,11 @@ fn end(cli: &Cli, ended: Result<(i32, Option<report::Document>)>, started: Insta
     std::process::exit(i32::from(code))
 }
 
-/// Every process below `top`, as `/proc` says now (children before their own children).
-pub(super) fn descendants(top: Pid) -> Vec<Pid> {
-    let all: Vec<(i32, i32)> = std::fs::read_dir("/proc")
-        .map(|entries| {
-            entries
-                .flatten()
-                .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-                .filter_map(|pid| Some((pid, crate::proc_stat::read(pid)?.parent)))
-                .collect()
-        })
-        .unwrap_or_default();
-    let mut found = vec![top.as_raw()];
-    let mut at = 0;
-    while at < found.len() {
-        let parent = found[at];
-        found.extend(all.iter().filter(|(_, p)| *p == parent).map(|(pid, _)| *pid));
-        at += 1;
-    }
-    found.into_iter().skip(1).map(Pid::from_raw).collect()
-}
-
 /// A stopped process among `top` and what it started, named: `the init of a PID namespace of the run (pid
 /// N)`.
 pub(super) fn stopped_among(top: Pid) -> Option<String> {
     let stopped = std::iter::once(top)
-        .chain(descendants(top))
+        .chain(crate::proc_stat::descendants(top))
         .find(|pid| crate::proc_stat::read(pid.as_raw()).is_some_and(|s| matches!(s.state, 'T' | 't')))?;
     let status = std::fs::read_to_string(format!("/proc/{stopped}/status")).unwrap_or_default();
     let inner =
@@ -323,7 +302,7 @@ pub(super) fn stopped_among(top: Pid) -> Option<String> {
 /// Kills `top` and everything it started (SIGKILL reaches a stopped process; the init of a PID namespace
 /// takes its namespace with it), and reaps `top`.
 fn kill_all(top: Pid) {
-    for pid in descendants(top).into_iter().rev() {
+    for pid in crate::proc_stat::descendants(top).into_iter().rev() {
         let _ = kill(pid, Signal::SIGKILL);
     }
     let _ = kill(top, Signal::SIGKILL);

@@ -6,8 +6,8 @@ use std::os::fd::OwnedFd;
 
 use anyhow::{Result, bail};
 
-use super::JoinerFailed;
 use crate::meeting;
+use crate::peers::PeerFailed;
 use crate::wire::{self, Message, Round, RunEnd};
 
 /// The joiners still connected when the run is over, to be told how the whole run ended: a joiner's verdict
@@ -63,7 +63,7 @@ impl Audience {
                 RunEnd::Waived(crate::report::waiver().unwrap_or_else(|| "waived".to_owned()))
             }
             Err(e) => RunEnd::Failed {
-                process: e.chain().find_map(|c| c.downcast_ref::<JoinerFailed>()).map(|j| j.index),
+                process: e.chain().find_map(|c| c.downcast_ref::<PeerFailed>()).map(|j| j.index),
                 why: format!("{e:#}"),
             },
         };

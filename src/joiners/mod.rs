@@ -17,9 +17,9 @@ use anyhow::{Context, Result};
 
 use crate::guardian::{Guardian, MadePath};
 use crate::meeting::Address;
+use crate::peers::{PeerFailed, Peers};
 use crate::placement::Place;
 use crate::segment::{Segment, SharedState};
-use crate::signals;
 use crate::wire::Round;
 
 mod audience;
@@ -43,25 +43,6 @@ const MAX_WAITING: usize = 64;
 const PER_PEER: usize = 4;
 /// How often the server looks at its socket and its joiners.
 const POLL: Duration = Duration::from_millis(1);
-
-/// A joiner that ended badly: which, and how.
-#[derive(Debug)]
-pub struct JoinerFailed {
-    pub index: usize,
-    pub how: String,
-    /// The joiner's diagnosis of its failure, where it had one (for the `--json` document).
-    pub diagnosis: Option<crate::ipc::diagnose::Diagnosis>,
-    /// The driver's refusal of a handle in the joiner, where that was why (its word: it fails the run).
-    pub refused: Option<crate::ipc::refused::Refused>,
-}
-
-impl std::fmt::Display for JoinerFailed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Process {} failed! ({})", self.index, self.how)
-    }
-}
-
-impl std::error::Error for JoinerFailed {}
 
 /// One admitted joiner: its index, its pid (in our namespace, as the socket says), its connection (kept
 /// after it said how it ended, to tell it how the run ended; gone when it is) and whether it is done (it said
@@ -250,48 +231,6 @@ impl<'s> Joiners<'s> {
         self.segment.state()
     }
 
-    /// Waits until every joiner has come and said it ended well, or until `enough()`, calling `tick` at every
-    /// look; the first that fails, a stop signal or the watchdog aborts the run.
-    /// `ended_early` says whether a process the server started itself (`--isolate`) has ended badly.
-    pub fn wait(
-        &mut self,
-        enough: &dyn Fn() -> bool,
-        tick: &mut dyn FnMut(),
-        ended_early: &mut dyn FnMut() -> Option<anyhow::Error>,
-    ) -> Result<()> {
-        while !self.all_ended() {
-            tick();
-            if enough() {
-                return Ok(());
-            }
-            if let Err(interrupted) = signals::check() {
-                self.stop();
-                return Err(interrupted);
-            }
-            if let Err(late) = self.check_deadline() {
-                self.stop();
-                return Err(late);
-            }
-            self.answer_the_door()?;
-            if let Some(failure) = self.look_at_joiners()? {
-                let seen = Instant::now();
-                self.stop();
-                warn!(
-                    "simple-ipc: every joiner told to stop {:.0} ms after process {} was seen to fail",
-                    seen.elapsed().as_secs_f64() * 1e3,
-                    failure.index
-                );
-                return Err(failure.into());
-            }
-            if let Some(failure) = ended_early() {
-                self.stop();
-                return Err(failure);
-            }
-            std::thread::sleep(POLL);
-        }
-        Ok(())
-    }
-
     /// Aborts the run, gives the joiners [`GRACE`] to say how they ended, then lets every connection go: to
     /// the audience, which tells them how the run ended, or closed (a joiner still waiting stops when it sees
     /// it closed).
@@ -312,6 +251,28 @@ impl<'s> Joiners<'s> {
         if let Some(sequence) = &audience.sequence {
             sequence.waiting.borrow_mut().extend(self.waiting.drain(..).map(|w| w.connection));
         }
+    }
+}
+
+impl Peers for Joiners<'_> {
+    const STOPPED: &'static str = "every joiner told to stop";
+
+    fn all_ended(&self) -> bool {
+        Joiners::all_ended(self)
+    }
+
+    fn check_deadline(&self) -> Result<()> {
+        Joiners::check_deadline(self)
+    }
+
+    fn look(&mut self) -> Result<Option<PeerFailed>> {
+        self.answer_the_door()?;
+        self.look_at_joiners()
+    }
+
+    /// The server cannot kill a joiner: whichever failed, it stops them all the same way.
+    fn stop(&mut self, _: Option<usize>) {
+        Joiners::stop(self);
     }
 }
 

@@ -5,13 +5,14 @@ use std::time::Instant;
 
 use anyhow::{Result, anyhow};
 
-use super::{JoinerFailed, Joiners};
+use super::Joiners;
+use crate::peers::PeerFailed;
 use crate::timings::progress_of;
 use crate::wire::{self, Heard, Message};
 
 impl Joiners<'_> {
     /// Reads what each joiner said and notices the ones that are gone; returns the first failure.
-    pub(super) fn look_at_joiners(&mut self) -> Result<Option<JoinerFailed>> {
+    pub(super) fn look_at_joiners(&mut self) -> Result<Option<PeerFailed>> {
         let mut failure = None;
         for joiner in &mut self.joined {
             let Some(connection) = &joiner.connection.as_ref().filter(|_| !joiner.done) else { continue };
@@ -59,7 +60,7 @@ impl Joiners<'_> {
             if let Some(how) = how
                 && failure.is_none()
             {
-                failure = Some(JoinerFailed { index: joiner.index, how, diagnosis, refused });
+                failure = Some(PeerFailed { diagnosis, refused, ..PeerFailed::new(joiner.index, how) });
             }
         }
         Ok(failure)

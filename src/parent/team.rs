@@ -12,6 +12,7 @@ use crate::guardian::Guardian;
 use crate::isolation;
 use crate::joiners::{Audience, Joiners};
 use crate::meeting::Address;
+use crate::peers;
 use crate::segment::{Segment, SharedState};
 
 /// The run's other processes: the children this parent starts, the processes that join it (`--serve`), or
@@ -73,13 +74,13 @@ impl<'s> Team<'s> {
     }
 
     /// Waits until each has ended well, or `enough()`; the first failure stops the others (see
-    /// `Children::wait` and `Joiners::wait`).
-    pub(super) fn wait(&mut self, enough: impl Fn() -> bool, mut tick: impl FnMut()) -> Result<()> {
+    /// `peers::wait`).
+    pub(super) fn wait(&mut self, enough: impl Fn() -> bool, tick: impl FnMut()) -> Result<()> {
         match self {
-            Team::Started(children) => children.wait(enough, tick),
-            Team::Joined(joiners) => joiners.wait(&enough, &mut tick, &mut || None),
+            Team::Started(children) => peers::wait(children, enough, tick, || None),
+            Team::Joined(joiners) => peers::wait(joiners, enough, tick, || None),
             Team::Isolated(joiners, launched) => {
-                joiners.wait(&enough, &mut tick, &mut || launched.ended_early())
+                peers::wait(joiners, enough, tick, || launched.ended_early())
             }
         }
     }

@@ -1,0 +1,374 @@
+//! The one way to start a process of this program: this program again (`/proc/self/exe`, under the name it
+//! was started by) with the arguments its caller built, and the policies the caller chose as values: the
+//! signal it gets should this process die (`PR_SET_PDEATHSIG`, refused if this process is already gone), a
+//! session of its own, the descriptors it inherits, its standard streams, its environment, and how it is
+//! stopped when its handle goes ([`OnDrop`]).
+//!
+//! A [`Process`] is waited for by its pid only (never `waitpid(-1)`, which could take another's status), and
+//! its status is a value ([`Ended`]). Dropped while it runs, it is stopped with grace, then killed and
+//! reaped, so that no process of ours is left behind; only one whose caller chose [`OnDrop::Leave`] (the
+//! guardian, which is to outlive the run) is left to end on its own. A process that hands back a result
+//! writes it to a pipe of its own ([`Relaunch::report_pipe`], its `--report-fd`), which this module reads and
+//! parses: never what the process printed.
+//!
+//! Signals: the child starts with an empty signal mask and SIGPIPE at its default (std's spawn does that),
+//! and exec puts every handled signal back to its default; a stop signal the invoker left ignored stays
+//! ignored, as `signals` wants.
+
+use std::ffi::OsStr;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use nix::errno::Errno;
+use nix::fcntl::{FcntlArg, OFlag, fcntl};
+use nix::sys::signal::{Signal, kill};
+use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
+use nix::unistd::Pid;
+
+/// How often a stop looks whether its processes have ended.
+const LOOK: Duration = Duration::from_millis(2);
+
+/// What becomes of a process whose handle is dropped while it runs.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum OnDrop {
+    /// `signal` (none: the caller has asked it to stop its own way), `grace` to end, then SIGKILL; reaped.
+    Stop { signal: Option<Signal>, grace: Duration },
+    /// Waited for up to `within`, then left to end on its own.
+    Leave { within: Duration },
+}
+
+/// Where a started process's standard output and error go, if not to this process's own (its standard
+/// input is always `/dev/null`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Streams {
+    Null,
+    /// Pipes, taken with [`Process::take_output`].
+    Piped,
+}
+
+/// How a process ended, as `waitpid` said.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Ended {
+    Exited(i32),
+    Killed(Signal),
+    /// Someone else reaped it (SIGCHLD ignored, a stray `waitpid(-1)`): its status is lost.
+    Lost(Errno),
+}
+
+impl Ended {
+    fn of(status: nix::Result<WaitStatus>) -> Option<Self> {
+        match status {
+            Ok(WaitStatus::Exited(_, code)) => Some(Ended::Exited(code)),
+            Ok(WaitStatus::Signaled(_, signal, _)) => Some(Ended::Killed(signal)),
+            Ok(_) | Err(Errno::EINTR) => None,
+            Err(e) => Some(Ended::Lost(e)),
+        }
+    }
+}
+
+/// A process of this program about to be started.
+pub(crate) struct Relaunch {
+    what: String,
+    command: Command,
+    death: Option<Signal>,
+    session: bool,
+    /// Descriptors it inherits: the caller's, and those in `given` and the report pipe's end.
+    kept: Vec<RawFd>,
+    /// Descriptors that are its alone: closed here once it has started.
+    given: Vec<OwnedFd>,
+    report: Option<OwnedFd>,
+    on_drop: OnDrop,
+    tree: bool,
+}
+
+impl Relaunch {
+    /// This program again; `what` names it in errors ("process 3", "the guardian").
+    pub(crate) fn new(what: impl Into<String>) -> Self {
+        let mut launch = Self::of("/proc/self/exe", what);
+        launch.command.arg0(std::env::args_os().next().unwrap_or_else(|| "simple-ipc".into()));
+        launch
+    }
+
+    /// Another program, with the same policies (the module's tests start `sh`).
+    fn of(program: &str, what: impl Into<String>) -> Self {
+        let mut command = Command::new(program);
+        command.stdin(Stdio::null());
+        Self {
+            what: what.into(),
+            command,
+            death: None,
+            session: false,
+            kept: Vec::new(),
+            given: Vec::new(),
+            report: None,
+            on_drop: OnDrop::Stop { signal: Some(Signal::SIGTERM), grace: Duration::from_secs(1) },
+            tree: false,
+        }
+    }
+
+    pub(crate) fn args<S: AsRef<OsStr>>(&mut self, args: impl IntoIterator<Item = S>) -> &mut Self {
+        self.command.args(args);
+        self
+    }
+
+    /// The signal it gets should the thread that starts it die.
+    pub(crate) fn death_signal(&mut self, signal: Signal) -> &mut Self {
+        self.death = Some(signal);
+        self
+    }
+
+    /// A session and process group of its own: a signal to this run's group does not reach it.
+    pub(crate) fn new_session(&mut self) -> &mut Self {
+        self.session = true;
+        self
+    }
+
+    /// It inherits `fd`, which stays this process's too.
+    pub(crate) fn keep(&mut self, fd: RawFd) -> &mut Self {
+        self.kept.push(fd);
+        self
+    }
+
+    /// It inherits `fd`, which is closed here once it has started: it is then its only holder here.
+    pub(crate) fn give(&mut self, fd: OwnedFd) -> &mut Self {
+        self.kept.push(fd.as_raw_fd());
+        self.given.push(fd);
+        self
+    }
+
+    /// A pipe for its result: returns the descriptor it writes to (its `--report-fd`); [`Process::document`]
+    /// reads what came.
+    pub(crate) fn report_pipe(&mut self) -> Result<RawFd> {
+        let (ours, theirs) = nix::unistd::pipe2(OFlag::O_CLOEXEC)
+            .with_context(|| format!("pipe2 for the result of {}", self.what))?;
+        fcntl(&ours, FcntlArg::F_SETFL(OFlag::O_NONBLOCK)).context("fcntl(O_NONBLOCK)")?;
+        self.report = Some(ours);
+        let fd = theirs.as_raw_fd();
+        self.give(theirs);
+        Ok(fd)
+    }
+
+    pub(crate) fn streams(&mut self, streams: Streams) -> &mut Self {
+        let (out, err) = match streams {
+            Streams::Null => (Stdio::null(), Stdio::null()),
+            Streams::Piped => (Stdio::piped(), Stdio::piped()),
+        };
+        self.command.stdout(out).stderr(err);
+        self
+    }
+
+    pub(crate) fn env_clear(&mut self) -> &mut Self {
+        self.command.env_clear();
+        self
+    }
+
+    pub(crate) fn env_remove(&mut self, key: &str) -> &mut Self {
+        self.command.env_remove(key);
+        self
+    }
+
+    pub(crate) fn on_drop(&mut self, on_drop: OnDrop) -> &mut Self {
+        self.on_drop = on_drop;
+        self
+    }
+
+    /// Its SIGKILL goes first to what it started, the deepest first: the init of a PID namespace that is
+    /// stopped (SIGSTOP) could neither stop its run in order nor reap it.
+    pub(crate) fn killing_what_it_started(&mut self) -> &mut Self {
+        self.tree = true;
+        self
+    }
+
+    pub(crate) fn spawn(&mut self) -> Result<Process> {
+        let (death, session, kept) = (self.death, self.session, self.kept.clone());
+        let parent = nix::unistd::getpid();
+        // SAFETY: runs in the forked child before exec; setsid, prctl, getppid and fcntl are
+        // async-signal-safe, and nothing here allocates (`kept` is the closure's own, only read).
+        unsafe {
+            self.command.pre_exec(move || {
+                if session {
+                    nix::unistd::setsid().map_err(std::io::Error::from)?;
+                }
+                if let Some(signal) = death {
+                    nix::sys::prctl::set_pdeathsig(signal).map_err(std::io::Error::from)?;
+                    if nix::unistd::getppid() != parent {
+                        return Err(std::io::Error::from_raw_os_error(nix::libc::ESRCH)); // died before it
+                    }
+                }
+                kept.iter().try_for_each(|&fd| crate::inherit::keep_across_exec(fd))
+            });
+        }
+        let program = self.command.get_program().to_string_lossy().into_owned();
+        let mut child =
+            self.command.spawn().with_context(|| format!("starting {} ({program})", self.what))?;
+        self.given.clear();
+        let output = (child.stdout.take().map(OwnedFd::from), child.stderr.take().map(OwnedFd::from));
+        Ok(Process {
+            pid: Pid::from_raw(child.id() as i32),
+            ended: None,
+            on_drop: self.on_drop,
+            tree: self.tree,
+            output,
+            report: self.report.take().map(|fd| Report { fd: Some(fd), got: Vec::new() }),
+        })
+    }
+}
+
+/// A started process of this program; see the module's doc for what its drop does.
+pub(crate) struct Process {
+    pid: Pid,
+    ended: Option<Ended>,
+    on_drop: OnDrop,
+    tree: bool,
+    output: (Option<OwnedFd>, Option<OwnedFd>),
+    report: Option<Report>,
+}
+
+impl Process {
+    pub(crate) fn pid(&self) -> Pid {
+        self.pid
+    }
+
+    /// How it ended, reaping it, if it has ended.
+    pub(crate) fn try_wait(&mut self) -> Option<Ended> {
+        if self.ended.is_none() {
+            self.ended = Ended::of(waitpid(self.pid, Some(WaitPidFlag::WNOHANG)));
+        }
+        self.ended
+    }
+
+    /// Waits until it has ended, and says how.
+    pub(crate) fn wait(&mut self) -> Ended {
+        loop {
+            if self.ended.is_none() {
+                self.ended = Ended::of(waitpid(self.pid, None));
+            }
+            if let Some(ended) = self.ended {
+                return ended;
+            }
+        }
+    }
+
+    /// How it ended, if it has, without reaping it (a later [`try_wait`](Self::try_wait) still says it).
+    pub(crate) fn peek(&self) -> Option<Ended> {
+        let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+        self.ended.or_else(|| Ended::of(waitid(Id::Pid(self.pid), flags)))
+    }
+
+    /// Sends `signal`, unless it has been reaped (its pid may be another's by then).
+    pub(crate) fn signal(&self, signal: Signal) {
+        if self.ended.is_none() {
+            let _ = kill(self.pid, signal);
+        }
+    }
+
+    /// Whether it is stopped by a signal (its state in `/proc/<pid>/stat` is `T`).
+    pub(crate) fn is_stopped(&self) -> bool {
+        crate::proc_stat::read(self.pid.as_raw()).is_some_and(|stat| stat.state == 'T')
+    }
+
+    /// Its standard output and error, where they are pipes ([`Streams::Piped`]).
+    pub(crate) fn take_output(&mut self) -> (Option<OwnedFd>, Option<OwnedFd>) {
+        std::mem::take(&mut self.output)
+    }
+
+    /// Reads what has come of its result so far (call it while it runs: a long result fills the pipe).
+    pub(crate) fn read_report(&mut self) -> Result<()> {
+        self.report.as_mut().map_or(Ok(()), Report::read)
+    }
+
+    /// Its result, the `--json` document it wrote to its report pipe (read to what is there now); `None`
+    /// where it wrote none whole.
+    pub(crate) fn document(&mut self) -> Option<crate::report::Document> {
+        let report = self.report.as_mut()?;
+        let _ = report.read();
+        crate::report::document::parse(&report.got)
+    }
+
+    fn kill_now(&self) {
+        if self.tree && self.ended.is_none() {
+            for started in crate::proc_stat::descendants(self.pid).into_iter().rev() {
+                let _ = kill(started, Signal::SIGKILL);
+            }
+        }
+        self.signal(Signal::SIGKILL);
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        stop_all([self]);
+    }
+}
+
+/// Stops these processes together, each as its [`OnDrop`] says, the graces running at once: its stop signal
+/// to each, then each still there when its grace is over is killed and reaped (or left). Returns, in their
+/// order, whether each had to be killed.
+pub(crate) fn stop_all<'a>(processes: impl IntoIterator<Item = &'a mut Process>) -> Vec<bool> {
+    let mut processes: Vec<&mut Process> = processes.into_iter().collect();
+    for process in &processes {
+        if let OnDrop::Stop { signal: Some(signal), .. } = process.on_drop {
+            process.signal(signal);
+        }
+    }
+    let start = Instant::now();
+    let mut killed = vec![false; processes.len()];
+    loop {
+        let now = start.elapsed();
+        let mut waiting = false;
+        for (process, killed) in processes.iter_mut().zip(&mut killed) {
+            if process.try_wait().is_some() {
+                continue;
+            }
+            match process.on_drop {
+                OnDrop::Stop { grace, .. } if now >= grace => {
+                    process.kill_now();
+                    *killed = true;
+                }
+                OnDrop::Leave { within } if now >= within => {}
+                _ => waiting = true,
+            }
+        }
+        // Reaped once every one due has its SIGKILL: they tear down at once (a GPU context takes a while).
+        for (process, _) in processes.iter_mut().zip(&killed).filter(|(_, killed)| **killed) {
+            process.wait();
+        }
+        if !waiting {
+            return killed;
+        }
+        std::thread::sleep(LOOK);
+    }
+}
+
+/// The reading end of the pipe a process writes its result to, read without blocking.
+struct Report {
+    /// `None` once at its end.
+    fd: Option<OwnedFd>,
+    got: Vec<u8>,
+}
+
+impl Report {
+    /// Reads all that the pipe holds now.
+    fn read(&mut self) -> Result<()> {
+        let Some(fd) = &self.fd else { return Ok(()) };
+        let mut chunk = [0u8; 16 * 1024];
+        loop {
+            match nix::unistd::read(fd, &mut chunk) {
+                Ok(0) => {
+                    self.fd = None;
+                    return Ok(());
+                }
+                Ok(n) => self.got.extend_from_slice(&chunk[..n]),
+                Err(Errno::EAGAIN) => return Ok(()),
+                Err(Errno::EINTR) => {}
+                Err(e) => return Err(e).context("reading the result of a process of this program"),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

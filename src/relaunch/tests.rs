@@ -1,0 +1,122 @@
+//! The module's own tests: each starts `sh` with the policies under test.
+
+use super::*;
+use std::os::fd::AsFd;
+
+fn sh(script: &str) -> Relaunch {
+    let mut launch = Relaunch::of("/bin/sh", "a shell");
+    launch.args(["-c", script, "sh"]);
+    launch
+}
+
+/// Whether `/proc` has the process, a zombie included.
+fn in_proc(pid: Pid) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+#[test]
+fn a_process_that_ignores_sigterm_is_killed_and_reaped_when_its_handle_goes() {
+    let (ready, ready_end) = nix::unistd::pipe2(OFlag::O_CLOEXEC).unwrap();
+    let fd = ready_end.as_raw_fd();
+    let grace = Duration::from_millis(150);
+    let mut launch = sh("trap '' TERM; echo >&$1; exec sleep 30");
+    let mut process = launch
+        .args([fd.to_string()])
+        .give(ready_end)
+        .on_drop(OnDrop::Stop { signal: Some(Signal::SIGTERM), grace })
+        .spawn()
+        .unwrap();
+    // Once it has said so, SIGTERM is ignored (by the `sleep` it became, too).
+    assert_eq!(nix::unistd::read(ready.as_fd(), &mut [0u8; 8]).unwrap(), 1);
+    let pid = process.pid();
+    let start = Instant::now();
+    assert_eq!(stop_all([&mut process]), [true], "it had to be killed");
+    assert!(start.elapsed() >= grace, "it was given its grace first");
+    assert_eq!(process.try_wait(), Some(Ended::Killed(Signal::SIGKILL)));
+    drop(process);
+    assert!(!in_proc(pid), "process {pid} is still in /proc (a zombie?)");
+
+    // The same by drop alone.
+    let process = sh("trap '' TERM; exec sleep 30").on_drop(OnDrop::Stop { signal: None, grace }).spawn();
+    let pid = process.unwrap().pid(); // dropped here
+    assert!(!in_proc(pid), "process {pid} is still in /proc (a zombie?)");
+}
+
+#[test]
+fn its_status_is_a_value_and_a_peek_does_not_reap_it() {
+    let mut process = sh("exit 3").spawn().unwrap();
+    let ended = loop {
+        if let Some(ended) = process.peek() {
+            break ended;
+        }
+        std::thread::sleep(LOOK);
+    };
+    assert_eq!(ended, Ended::Exited(3));
+    assert!(in_proc(process.pid()), "a peek reaps nothing");
+    assert_eq!(process.wait(), Ended::Exited(3));
+    assert!(!in_proc(process.pid()));
+    let mut killed = sh("kill -9 $$").spawn().unwrap();
+    assert_eq!(killed.wait(), Ended::Killed(Signal::SIGKILL));
+}
+
+#[test]
+fn its_result_is_read_from_its_pipe_and_not_from_what_it_printed() {
+    let mut written = crate::report::document::example();
+    written.reason = Some("through the pipe".into());
+    let mut printed = written.clone();
+    printed.reason = Some("printed".into());
+    let mut launch = sh(r#"printf '%s' "$1"; printf '%s' "$2" >&$3"#);
+    let fd = launch.report_pipe().unwrap();
+    let text = |d: &crate::report::Document| crate::report::document::text(d).unwrap();
+    let mut process = launch
+        .args([text(&printed), text(&written), fd.to_string()])
+        .streams(Streams::Piped)
+        .spawn()
+        .unwrap();
+    let (stdout, _) = process.take_output();
+    assert_eq!(process.wait(), Ended::Exited(0));
+    assert_eq!(process.document(), Some(written));
+    let mut out = [0u8; 8];
+    assert!(nix::unistd::read(stdout.unwrap().as_fd(), &mut out).unwrap() > 0, "it printed too");
+
+    let mut silent = sh("exit 0");
+    silent.report_pipe().unwrap();
+    let mut process = silent.spawn().unwrap();
+    process.wait();
+    assert_eq!(process.document(), None, "no document written, none read");
+}
+
+#[test]
+fn it_inherits_the_descriptors_kept_and_no_other() {
+    let (kept, _kept_end) = nix::unistd::pipe2(OFlag::O_CLOEXEC).unwrap();
+    let (other, _other_end) = nix::unistd::pipe2(OFlag::O_CLOEXEC).unwrap();
+    let (kept, other) = (kept.as_raw_fd(), other.as_raw_fd());
+    let mut process = sh("test -e /proc/self/fd/$1 && ! test -e /proc/self/fd/$2")
+        .args([kept.to_string(), other.to_string()])
+        .keep(kept)
+        .spawn()
+        .unwrap();
+    assert_eq!(process.wait(), Ended::Exited(0), "fd {kept} kept, fd {other} not");
+}
+
+#[test]
+fn one_left_on_drop_is_waited_for_a_while_then_left() {
+    let within = Duration::from_millis(50);
+    let process = sh("exec sleep 0.5").on_drop(OnDrop::Leave { within }).spawn().unwrap();
+    let pid = process.pid();
+    let start = Instant::now();
+    drop(process);
+    assert!(start.elapsed() < Duration::from_millis(400), "it was not waited for to its end");
+    assert_eq!(Ended::of(waitpid(pid, None)), Some(Ended::Exited(0)), "it ran on");
+}
+
+#[test]
+fn it_gets_its_death_signal_when_the_thread_that_started_it_ends() {
+    // PR_SET_PDEATHSIG follows the thread that forked: its end is the parent's death, as far as the
+    // kernel's signal goes.
+    let started = std::thread::spawn(|| sh("exec sleep 5").death_signal(Signal::SIGKILL).spawn().unwrap());
+    let mut process = started.join().unwrap();
+    let start = Instant::now();
+    assert_eq!(process.wait(), Ended::Killed(Signal::SIGKILL));
+    assert!(start.elapsed() < Duration::from_secs(4), "it lived on past its parent");
+}
