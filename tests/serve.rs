@@ -1236,20 +1236,38 @@ fn descriptors_by_pidfd_getfd_pass_where_visible_and_name_each_refusal() {
         ),
     ];
     for (name, prefix, words) in cases {
-        let (_dir, socket) = socket_path(&format!("pidfd-{name}"));
-        let server = serve("ok", &socket, &["--ipc", "vmm", "--fds", "pidfd", "--timeout", "10"]);
+        let (dir, socket) = socket_path(&format!("pidfd-{name}"));
+        let json = dir.path().join("run.json").display().to_string();
+        let server =
+            serve("ok", &socket, &["--ipc", "vmm", "--fds", "pidfd", "--timeout", "10", "--json", &json]);
         let joiner = in_namespaces(prefix, &["--join", &socket]).wait_with_output().unwrap();
         let all = text(&joiner);
         let (code, out, _) = server.end(LIMIT);
+        let doc = common::document(std::path::Path::new(&json));
         if words.is_empty() {
             assert_eq!((joiner.status.code(), code), (Some(0), Some(0)), "{name}: {all}\n{out}");
             assert!(out.contains("vmm IPC (descriptors by pidfd_getfd)"), "{out}");
+            assert!(doc["refused"].is_null(), "{doc}");
             continue;
         }
         assert_eq!((joiner.status.code(), code), (Some(1), Some(1)), "{name}: {all}\n{out}");
         for word in words {
             assert!(all.contains(word) && out.contains(word), "{name}: {word}: {all}\n{out}");
         }
+        // The joiner's refusal crossed the wire typed: the server's document names the kernel's errno and why.
+        let (errno, why) = if name == "pid-ns" { ("ESRCH", "not_visible") } else { ("EPERM", "ptrace") };
+        let refused = &doc["refused"];
+        assert_eq!(
+            (refused["error"].as_str(), refused["pidfd"]["why"].as_str()),
+            (Some(errno), Some(why)),
+            "{doc}"
+        );
+        if name == "no-ptrace" {
+            let obstacles = refused["pidfd"]["obstacles"].as_array().expect("which of ptrace's conditions");
+            let said: Vec<&str> = obstacles.iter().filter_map(|o| o["obstacle"].as_str()).collect();
+            assert!(said.contains(&"more_capabilities") && said.contains(&"no_cap_sys_ptrace"), "{doc}");
+        }
+        assert!(refused["fix"].as_str().is_some_and(|f| f.contains("--fds socket")), "{doc}");
     }
 }
 

@@ -351,6 +351,7 @@ mod tests {
             event,
             fix: Some("share /dev/shm".into()),
             beyond_the_simulation: beyond,
+            pidfd: None,
         }
     }
 
