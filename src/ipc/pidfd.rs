@@ -184,6 +184,42 @@ pub fn fetch(pid: u32, fd: i32, owner: usize) -> Result<OwnedFd> {
     Err(anyhow::Error::new(diagnosis).context(KernelRefused { call, errno, why }).context(what))
 }
 
+/// The exporter's pid as this process sees it, for a joiner whose connection's peer has pid `peer` here (0:
+/// outside this PID namespace) and whose exporter says it is `published` in its own namespace. In a served
+/// run the two are one process. In a served sequence the peer is the sequence's top parent and the exporter
+/// a run it started: found below the peer, as a process whose pid is `published` both here and in its own
+/// namespace (one namespace with this process), never taken on its word alone, so that no other process's
+/// descriptor of that number is fetched.
+pub fn exporter_seen_from(peer: u32, published: u32) -> Result<u32> {
+    if peer == 0 || peer == published {
+        return Ok(peer);
+    }
+    let status = |pid: u32| std::fs::read_to_string(format!("/proc/{pid}/status")).ok();
+    let field = |text: &str, name: &str| {
+        text.lines().find_map(|l| Some(l.strip_prefix(name)?.strip_prefix(':')?.trim().to_owned()))
+    };
+    let own_pid_is_published = status(published)
+        .and_then(|text| field(&text, "NSpid"))
+        .is_some_and(|nspid| nspid.split_whitespace().collect::<Vec<_>>() == [published.to_string()]);
+    let mut at = published;
+    // Up from the candidate, at most a few generations (the sequence's runs are its children).
+    for _ in 0..8 {
+        let parent = status(at).and_then(|text| field(&text, "PPid")?.parse::<u32>().ok()).unwrap_or(0);
+        if parent == peer && own_pid_is_published {
+            return Ok(published);
+        }
+        if parent <= 1 {
+            break;
+        }
+        at = parent;
+    }
+    anyhow::bail!(
+        "the exporter is pid {published} in its own PID namespace, which is no process below the server's \
+         (pid {peer} as this process sees it) here: its pid cannot be told from here, so no descriptor is \
+         fetched by pidfd_getfd; --fds socket needs no pid"
+    )
+}
+
 /// The exporter's pid is not visible from this process.
 fn not_visible(seen: &str) -> Diagnosis {
     Diagnosis::new(
@@ -244,14 +280,20 @@ fn obstacles(pid: u32, here: &Place) -> Vec<Obstacle> {
 /// Ptrace refused, for `obstacles`, with the least change.
 fn ptrace_refused(obstacles: &[Obstacle]) -> Diagnosis {
     let said: Vec<String> = obstacles.iter().map(Obstacle::to_string).collect();
-    Diagnosis::new(
-        format!("ptrace permission refused: {}", said.join("; ")),
-        "; what fixes it: ",
+    // A capability of its own user namespace does not reach the exporter's: one namespace is the change.
+    let fix = if obstacles.contains(&Obstacle::OwnUserNamespace) {
+        format!(
+            "one user namespace for both, the importer with CAP_SYS_PTRACE in it (Docker --userns=host \
+             --cap-add SYS_PTRACE, Kubernetes hostUsers: true and securityContext.capabilities.add: \
+             [SYS_PTRACE]), {SOCKET_FIX}"
+        )
+    } else {
         format!(
             "give the importer CAP_SYS_PTRACE (Docker --cap-add SYS_PTRACE, Kubernetes \
              securityContext.capabilities.add: [SYS_PTRACE]), {SOCKET_FIX}"
-        ),
-    )
+        )
+    };
+    Diagnosis::new(format!("ptrace permission refused: {}", said.join("; ")), "; what fixes it: ", fix)
 }
 
 #[cfg(test)]
@@ -299,7 +341,22 @@ mod tests {
         // With the capability, in a user namespace of its own: the capability is that namespace's.
         here.capabilities.sys_ptrace = true;
         here.in_user_namespace = true;
-        assert_eq!(obstacles(std::process::id(), &here), [Obstacle::OwnUserNamespace]);
+        let found = obstacles(std::process::id(), &here);
+        assert_eq!(found, [Obstacle::OwnUserNamespace]);
+        let fix = ptrace_refused(&found).fix;
+        assert!(fix.contains("--userns=host") && fix.contains("hostUsers: true"), "{fix}");
+    }
+
+    /// The exporter is the connection's peer, or a process below it whose pid is the one it published.
+    #[test]
+    fn the_exporter_is_found_below_the_peer_or_not_taken_on_its_word() {
+        let me = std::process::id();
+        let parent = std::os::unix::process::parent_id();
+        assert_eq!(exporter_seen_from(me, me).unwrap(), me, "the peer itself");
+        assert_eq!(exporter_seen_from(0, me).unwrap(), 0, "not visible stays so");
+        assert_eq!(exporter_seen_from(parent, me).unwrap(), me, "a process below the peer");
+        let far = exporter_seen_from(me, parent).unwrap_err().to_string();
+        assert!(far.contains("no process below the server's") && far.contains("--fds socket"), "{far}");
     }
 
     /// A refusal is typed for the document and the wire, whatever context wraps it: its call, errno and why.
