@@ -56,13 +56,17 @@ pub struct Against {
 }
 
 /// The paths a run of `--ipc ipc --sync sync` takes: its memory's, and the interprocess event's under
-/// events (the container matrix's names).
-pub fn paths_of(ipc: &str, sync: &str) -> Vec<&'static str> {
-    let memory = match ipc {
-        "legacy" => "legacy memory",
-        "vmm" => "VMM fd",
-        "pool" => "pool fd",
-        "fabric" => "fabric",
+/// events (the container matrix's names). With `by_pidfd` (`--fds pidfd`), the memory's descriptor is
+/// fetched with `pidfd_getfd`: for vmm the matrix's "VMM fd by pidfd_getfd"; for pool, a path the matrix
+/// has no column for, whose forecast is not known.
+pub fn paths_of(ipc: &str, sync: &str, by_pidfd: bool) -> Vec<&'static str> {
+    let memory = match (ipc, by_pidfd) {
+        ("legacy", _) => "legacy memory",
+        ("vmm", false) => "VMM fd",
+        ("vmm", true) => "VMM fd by pidfd_getfd",
+        ("pool", false) => "pool fd",
+        ("pool", true) => "pool fd by pidfd_getfd",
+        ("fabric", _) => "fabric",
         _ => return Vec::new(),
     };
     if sync == "events" { vec![memory, "legacy event"] } else { vec![memory] }
@@ -77,7 +81,7 @@ impl Placement {
                 let shares = compare(&server, &place);
                 ProcessPlacement {
                     index,
-                    forecast: forecast(&shares, server.pid == place.pid),
+                    forecast: forecast(&server, &place, &shares),
                     libraries: libraries(&server, &place, &shares),
                     shares,
                     place,
@@ -115,9 +119,13 @@ impl Placement {
             .collect()
     }
 
-    /// The forecast of `path` for the run: a failure for any process is the run's.
+    /// The forecast of `path` for the run: a failure for any process is the run's; not known where no
+    /// process has one for it.
     fn worst(&self, path: &str) -> Verdict {
         let verdicts = self.processes.iter().flat_map(|p| p.forecast.iter().filter(|f| f.path == path));
+        if verdicts.clone().next().is_none() {
+            return Verdict::NotKnown;
+        }
         let mut worst = Verdict::Works;
         for verdict in verdicts.map(|f| &f.verdict) {
             match (verdict, &worst) {
@@ -163,16 +171,27 @@ impl Placement {
                     forecasts.iter().map(|f| format!("{}: {}", f.path, word(&f.verdict))).collect();
                 text.push_str(&format!("  {}\n", said.join("; ")));
             }
-            let mut fixes: Vec<&Fix> = Vec::new();
+            // One line for each change of the containers, with every option that needs none of it.
+            let mut fixes: Vec<(&Fix, Vec<&str>)> = Vec::new();
             for fix in process.forecast.iter().chain(&process.libraries).filter_map(|f| f.fix.as_ref()) {
-                if !fixes.contains(&fix) {
-                    fixes.push(fix);
+                let same =
+                    |(f, _): &(&Fix, Vec<&str>)| (&f.docker, &f.kubernetes) == (&fix.docker, &fix.kubernetes);
+                let at = match fixes.iter().position(same) {
+                    Some(at) => at,
+                    None => {
+                        fixes.push((fix, Vec::new()));
+                        fixes.len() - 1
+                    }
+                };
+                let options = &mut fixes[at].1;
+                if let Some(option) = fix.option.as_deref().filter(|o| !options.contains(o)) {
+                    options.push(option);
                 }
             }
-            for fix in fixes {
-                let option = fix.option.as_ref().map(|o| format!("; or {o}")).unwrap_or_default();
+            for (fix, options) in fixes {
+                let options: String = options.iter().map(|o| format!("; or {o}")).collect();
                 text.push_str(&format!(
-                    "  what fixes it: Docker {}; Kubernetes {}{option}\n",
+                    "  what fixes it: Docker {}; Kubernetes {}{options}\n",
                     fix.docker, fix.kubernetes
                 ));
             }
@@ -253,9 +272,9 @@ mod tests {
         let mut collides = place(1);
         collides.namespaces.pid = Some(8);
         let placement = Placement::of(place(1), vec![(0, place(2)), (1, collides)]);
-        let paths = paths_of("legacy", "events");
+        let paths = paths_of("legacy", "events", false);
         assert_eq!(paths, ["legacy memory", "legacy event"]);
-        assert_eq!(paths_of("vmm", "memops"), ["VMM fd"]);
+        assert_eq!(paths_of("vmm", "memops", false), ["VMM fd"]);
         let refused = placement.against(&paths, false, Some((false, "CUDA_ERROR_INVALID_CONTEXT", false)));
         assert_eq!(refused[0].agrees, Some(true), "{refused:?}");
         assert_eq!(refused[1].seen, Seen::Untried, "the event was never opened");
@@ -275,5 +294,25 @@ mod tests {
             (Some("refused"), Some("CUDA_ERROR_MAP_FAILED"))
         );
         assert_eq!(json["forecast"]["verdict"], "works");
+    }
+
+    /// A run with `--fds pidfd` holds the forecast of the matrix's "VMM fd by pidfd_getfd" against the
+    /// kernel's typed refusal: ESRCH across PID namespaces, as forecast.
+    #[test]
+    fn a_pidfd_run_is_held_against_the_pidfd_column() {
+        let mut elsewhere = place(2);
+        elsewhere.namespaces.pid = Some(8);
+        let placement = Placement::of(place(1), vec![(0, elsewhere)]);
+        let paths = paths_of("vmm", "memops", true);
+        assert_eq!(paths, ["VMM fd by pidfd_getfd"]);
+        let against = placement.against(&paths, false, Some((false, "ESRCH", false)));
+        assert_eq!(
+            (against[0].forecast.clone(), against[0].agrees),
+            (Verdict::Fails("ESRCH".into()), Some(true))
+        );
+        let wrong = placement.against(&paths, true, None);
+        assert_eq!(wrong[0].agrees, Some(false), "forecast ESRCH, it worked");
+        let pool = placement.against(&paths_of("pool", "events", true), false, Some((false, "ESRCH", false)));
+        assert_eq!((pool[0].forecast.clone(), pool[0].agrees), (Verdict::NotKnown, None), "no column for it");
     }
 }
