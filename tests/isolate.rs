@@ -297,6 +297,32 @@ fn the_container_matrix_is_the_one_measured_on_the_h200_host() {
     assert_no_driver_files(pid, "the matrix");
 }
 
+/// On a kernel without pidfd_getfd (the simulation's `no-pidfd`), the column "VMM fd by pidfd_getfd" is
+/// waived in every row, with the reason, and the matrix stands on its other columns (exit 0).
+#[test]
+fn a_kernel_without_pidfd_getfd_waives_the_matrixs_pidfd_column() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    if !namespaces_here("a_kernel_without_pidfd_getfd_waives_the_matrixs_pidfd_column") {
+        return;
+    }
+    let tmp = Tmp::new("matrix-no-pidfd");
+    let json = tmp.path().join("matrix.json");
+    let mut command = isolated(&tmp, &["--ipc", "all", "--isolate", "pid", "--json"]);
+    command.arg(&json).env(SIMULATE, "ok+no-pidfd");
+    let (_, out) = common::run_with_pid(&mut command);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let cells: Vec<&serde_json::Value> =
+        doc["matrix"].as_array().unwrap().iter().filter(|c| c["handle"] == "VMM fd by pidfd_getfd").collect();
+    assert_eq!(cells.len(), 3, "one a row: {doc}");
+    assert!(cells.iter().all(|c| c["result"] == "waived"), "{doc}");
+    assert!(said.contains("same namespaces / VMM fd by pidfd_getfd: waived"), "{said}");
+    let vmm = doc["matrix"].as_array().unwrap().iter().find(|c| c["handle"] == "VMM fd").unwrap();
+    assert_eq!(vmm["result"], "ok", "the socket needs no such call: {doc}");
+    std::fs::remove_file(&json).unwrap();
+}
+
 /// The pids of the processes whose environment has `mark`: every process of one run, wherever it is.
 fn marked(mark: &str) -> Vec<u32> {
     let needle = format!("SIMPLE_IPC_TEST_MARK={mark}");

@@ -141,7 +141,7 @@ pub fn unsupported() -> Option<String> {
     match getfd(me, probe) {
         Err((call, Errno::ENOSYS)) => Some(format!(
             "--fds pidfd: this kernel has no {call}{simulated} (ENOSYS: pidfd_getfd needs Linux 5.6 or later); \
-             --fds socket needs neither"
+             --fds socket needs no such call"
         )),
         _ => None,
     }

@@ -38,10 +38,21 @@ pub enum Seen {
     Worked,
     /// The driver refused its handle, with this error.
     Refused(String),
+    /// The kernel refused to hand over its descriptor (`--fds pidfd`), with this errno (`ESRCH`).
+    KernelRefused(String),
     /// The simulation does not model it (a test on the CPU, not the driver's answer).
     NotSimulated,
     /// The run ended before it was tried, or for another cause.
     Untried,
+}
+
+/// Who refused a handle of the run: the driver; the simulation, beyond what it models (not the driver's
+/// answer); or the kernel, which refused a descriptor's fetch (`--fds pidfd`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RefusedBy {
+    Driver,
+    BeyondTheSimulation,
+    Kernel,
 }
 
 /// One path's forecast (the worst over the processes that joined) beside its outcome.
@@ -93,7 +104,12 @@ impl Placement {
 
     /// Each of `paths` (the memory's first), its forecast beside what the run saw: `passed`, or the driver's
     /// `refused` (the event's or the memory's handle), or neither (it failed for another cause).
-    pub fn against(&self, paths: &[&str], passed: bool, refused: Option<(bool, &str, bool)>) -> Vec<Against> {
+    pub fn against(
+        &self,
+        paths: &[&str],
+        passed: bool,
+        refused: Option<(bool, &str, RefusedBy)>,
+    ) -> Vec<Against> {
         paths
             .iter()
             .enumerate()
@@ -102,16 +118,22 @@ impl Placement {
                 let is_event = *path == "legacy event";
                 let seen = match refused {
                     _ if passed => Seen::Worked,
-                    Some((event, _, true)) if event == is_event => Seen::NotSimulated,
-                    Some((event, error, false)) if event == is_event => Seen::Refused(error.to_owned()),
+                    Some((event, error, by)) if event == is_event => match by {
+                        RefusedBy::BeyondTheSimulation => Seen::NotSimulated,
+                        RefusedBy::Driver => Seen::Refused(error.to_owned()),
+                        RefusedBy::Kernel => Seen::KernelRefused(error.to_owned()),
+                    },
                     // The memory's handle is opened before the event's.
                     Some((true, ..)) if at == 0 => Seen::Worked,
                     _ => Seen::Untried,
                 };
                 let agrees = match (&forecast, &seen) {
                     (Verdict::Works, Seen::Worked) => Some(true),
-                    (Verdict::Fails(said), Seen::Refused(error)) => Some(said == error),
-                    (Verdict::Works, Seen::Refused(_)) | (Verdict::Fails(_), Seen::Worked) => Some(false),
+                    (Verdict::Fails(said), Seen::Refused(error) | Seen::KernelRefused(error)) => {
+                        Some(said == error)
+                    }
+                    (Verdict::Works, Seen::Refused(_) | Seen::KernelRefused(_))
+                    | (Verdict::Fails(_), Seen::Worked) => Some(false),
                     _ => None,
                 };
                 Against { path: (*path).to_owned(), forecast, seen, agrees }
@@ -207,6 +229,7 @@ pub fn against_text(against: &[Against]) -> String {
         let seen = match &a.seen {
             Seen::Worked => "it worked".to_owned(),
             Seen::Refused(error) => format!("the driver refused it ({error})"),
+            Seen::KernelRefused(error) => format!("the kernel refused it ({error})"),
             Seen::NotSimulated => "not simulated".to_owned(),
             Seen::Untried => "untried (the run ended for another cause first)".to_owned(),
         };
@@ -275,7 +298,8 @@ mod tests {
         let paths = paths_of("legacy", "events", false);
         assert_eq!(paths, ["legacy memory", "legacy event"]);
         assert_eq!(paths_of("vmm", "memops", false), ["VMM fd"]);
-        let refused = placement.against(&paths, false, Some((false, "CUDA_ERROR_INVALID_CONTEXT", false)));
+        let refused =
+            placement.against(&paths, false, Some((false, "CUDA_ERROR_INVALID_CONTEXT", RefusedBy::Driver)));
         assert_eq!(refused[0].agrees, Some(true), "{refused:?}");
         assert_eq!(refused[1].seen, Seen::Untried, "the event was never opened");
         let passed = placement.against(&paths, true, None);
@@ -283,10 +307,14 @@ mod tests {
         let text = against_text(&passed);
         assert!(text.contains("legacy memory: forecast fails (CUDA_ERROR_INVALID_CONTEXT), it worked <- THE FORECAST WAS WRONG"), "{text}");
         let fine = Placement::of(place(1), vec![(0, place(2))]);
-        let event = fine.against(&paths, false, Some((true, "CUDA_ERROR_MAP_FAILED", false)));
+        let event = fine.against(&paths, false, Some((true, "CUDA_ERROR_MAP_FAILED", RefusedBy::Driver)));
         assert_eq!((event[0].seen.clone(), event[0].agrees), (Seen::Worked, Some(true)));
         assert_eq!(event[1].agrees, Some(false), "forecast works, refused");
-        let beyond = fine.against(&paths, false, Some((false, "CUDA_ERROR_INVALID_VALUE", true)));
+        let beyond = fine.against(
+            &paths,
+            false,
+            Some((false, "CUDA_ERROR_INVALID_VALUE", RefusedBy::BeyondTheSimulation)),
+        );
         assert_eq!((beyond[0].seen.clone(), beyond[0].agrees), (Seen::NotSimulated, None));
         let json = serde_json::to_value(&event[1]).unwrap();
         assert_eq!(
@@ -305,14 +333,18 @@ mod tests {
         let placement = Placement::of(place(1), vec![(0, elsewhere)]);
         let paths = paths_of("vmm", "memops", true);
         assert_eq!(paths, ["VMM fd by pidfd_getfd"]);
-        let against = placement.against(&paths, false, Some((false, "ESRCH", false)));
+        let against = placement.against(&paths, false, Some((false, "ESRCH", RefusedBy::Kernel)));
         assert_eq!(
             (against[0].forecast.clone(), against[0].agrees),
             (Verdict::Fails("ESRCH".into()), Some(true))
         );
         let wrong = placement.against(&paths, true, None);
         assert_eq!(wrong[0].agrees, Some(false), "forecast ESRCH, it worked");
-        let pool = placement.against(&paths_of("pool", "events", true), false, Some((false, "ESRCH", false)));
+        let pool = placement.against(
+            &paths_of("pool", "events", true),
+            false,
+            Some((false, "ESRCH", RefusedBy::Kernel)),
+        );
         assert_eq!((pool[0].forecast.clone(), pool[0].agrees), (Verdict::NotKnown, None), "no column for it");
     }
 }
