@@ -44,6 +44,16 @@ const OPENING_CALLS: [&str; 5] = [
 ];
 
 impl Refused {
+    /// Who refused: the driver, the simulation beyond what it models, or the kernel (a descriptor's fetch).
+    pub fn by(&self) -> crate::placement::RefusedBy {
+        use crate::placement::RefusedBy;
+        match (self.pidfd.is_some(), self.beyond_the_simulation) {
+            (true, _) => RefusedBy::Kernel,
+            (false, true) => RefusedBy::BeyondTheSimulation,
+            (false, false) => RefusedBy::Driver,
+        }
+    }
+
     /// The refusal that `error` is, if a driver call that opens another process's handle made it: from
     /// the driver's typed error and the diagnosis under it, not from their text.
     pub fn of(error: &anyhow::Error) -> Option<Self> {

@@ -248,12 +248,7 @@ pub fn forecast_against_outcome(
     let mut placement = PLACEMENT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let placement = placement.as_mut()?;
     let paths = crate::placement::paths_of(ipc, sync, by_pidfd);
-    let by = |r: &Refused| match (r.pidfd.is_some(), r.beyond_the_simulation) {
-        (true, _) => crate::placement::RefusedBy::Kernel,
-        (false, true) => crate::placement::RefusedBy::BeyondTheSimulation,
-        (false, false) => crate::placement::RefusedBy::Driver,
-    };
-    let refused = refused.map(|r| (r.event, r.error.as_str(), by(r)));
+    let refused = refused.map(|r| (r.event, r.error.as_str(), r.by()));
     let against = placement.against(&paths, passed, refused);
     let text = crate::placement::against_text(&against);
     placement.against = Some(against);
