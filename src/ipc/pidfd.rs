@@ -9,6 +9,10 @@
 //!   that this process lacks, Yama's `ptrace_scope`, or a seccomp filter (Docker's default profile allows
 //!   the call only with `CAP_SYS_PTRACE`) without `CAP_SYS_PTRACE`;
 //! - `ENOSYS`: a kernel before 5.6; the parent asks by trial first and waives.
+//!
+//! Each refusal is typed ([`KernelRefused`], with [`PidfdRefusal`] and its [`Obstacle`]s), under the
+//! [`Diagnosis`] that words it, so that `Refused::of` carries it across the wire into the server's verdict
+//! and document, and the container matrix counts it as refused by its type.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 

@@ -8,12 +8,17 @@
 //! - a VMM descriptor: `--ipc vmm --sync memops`;
 //! - a pool descriptor: `--ipc pool --sync events` (memops cannot order pool memory, so its event comes
 //!   too: a failure of the event is said as such);
-//! - a fabric handle: `--ipc fabric --sync memops`.
+//! - a fabric handle: `--ipc fabric --sync memops`;
+//! - a VMM descriptor fetched by the importers with `pidfd_getfd`: `--ipc vmm --sync memops --fds pidfd`
+//!   (the kernel's column: PyTorch's expandable segments and UCX do this).
+//!
+//! The columns and rows are defined in `axes`.
 //!
 //! Each cell is read from the typed `--json` document its run hands back (`--report-fd`, as under `--ipc
 //! all`), never from what it printed. A cell counts as refused only where the document says the driver
 //! refused to open the handle (the call's error, whether it was the event's, the fix the run diagnosed:
-//! `report::Refused`); it is named by that error, and the table ends with each cause and its fix. Exit 1
+//! `report::Refused`), or the kernel to hand over its descriptor (`Refused::pidfd`: `ESRCH`, `EPERM`); it
+//! is named by that error, and the table ends with each cause and its fix. Exit 1
 //! if any run failed for another reason (a socket, TMPDIR, a start, a run that wrote no document: then the
 //! table is not the host's, and the matrix names why), or if a run in the same namespaces was refused
 //! (then nothing else can be read from the table); 2 if every run was waived; 0 otherwise: a boundary
