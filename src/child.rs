@@ -94,7 +94,7 @@ pub fn take_part(
         }
         // --fds pidfd: fetched from the exporter, by the numbers it published.
         None if pidfd && mechanism.uses_descriptors() => {
-            let exporter = exporter_pid(parent)?;
+            let exporter = exporter_pid(parent, state.parent_pid.load(Ordering::Relaxed))?;
             (0..n)
                 .map(|other| {
                     let number = state.descriptor_numbers[other].load(Ordering::Relaxed);
@@ -212,14 +212,15 @@ impl Handover<'_, '_> {
 }
 
 /// The exporter's pid as this process sees it: its parent's, or the server's as the connection's peer
-/// credentials say (the kernel gives 0 for a process outside this one's PID namespace).
-fn exporter_pid(parent: &attach::Parent) -> Result<u32> {
+/// credentials say (the kernel gives 0 for a process outside this one's PID namespace), or in a served
+/// sequence the run below it that `published` its pid (see `pidfd::exporter_seen_from`).
+fn exporter_pid(parent: &attach::Parent, published: u32) -> Result<u32> {
     match parent {
         attach::Parent::Pid(pid) => Ok(*pid as u32),
         attach::Parent::Server { connection, .. } => {
             let peer = nix::sys::socket::getsockopt(*connection, nix::sys::socket::sockopt::PeerCredentials)
                 .context("asking the socket for the server's pid (SO_PEERCRED)")?;
-            Ok(peer.pid().max(0) as u32)
+            pidfd::exporter_seen_from(peer.pid().max(0) as u32, published)
         }
     }
 }

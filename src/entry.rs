@@ -124,8 +124,9 @@ pub fn main() -> ExitCode {
         report::Refused::of(e).or_else(|| e.downcast_ref::<crate::peers::PeerFailed>()?.refused.clone())
     });
     let (ipc, sync) = (cli.ipc.name(), if cli.sync == cli::Sync::Memops { "memops" } else { "events" });
+    let by_pidfd = cli.fds == cli::Fds::Pidfd;
     if let Some(text) =
-        report::forecast_against_outcome(&ipc, sync, status == Status::Passed, refused.as_ref())
+        report::forecast_against_outcome(&ipc, sync, by_pidfd, status == Status::Passed, refused.as_ref())
         && code != READER_GONE_STATUS
         && let Err(e) = crate::output::text(&text)
     {

@@ -26,6 +26,9 @@ use nix::fcntl::{FcntlArg, SealFlag, fcntl};
 use nix::sys::memfd::{MFdFlags, memfd_create};
 use nix::sys::stat::fstat;
 
+mod fields;
+pub use fields::{BenchFlags, HandleSlot, RunState};
+
 use crate::barrier::Barrier;
 use crate::driver_files::{self, EventFile};
 use crate::futex;
@@ -64,58 +67,6 @@ pub const HANDLE_SIZE: usize = 64;
 pub type HandleBytes = [u8; HANDLE_SIZE];
 /// Phase timings each process can leave in the segment (see `timings`).
 pub const TIMING_SLOTS: usize = 16;
-
-/// Where the run stands; children wait on it (it is also a futex word).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u32)]
-pub enum RunState {
-    /// Header and devices written; buffers and events not yet exported.
-    Starting = 0,
-    /// Every handle is in the segment: children may open them.
-    Ready = 1,
-    /// A process failed or the run was interrupted: everybody stops.
-    Aborted = 2,
-    /// The parent found the mechanism missing once the children had started: everybody stops, quietly
-    /// (nothing failed).
-    Waived = 3,
-}
-
-/// One IPC handle's 64 bytes, as atomics.
-#[repr(C)]
-pub struct HandleSlot([AtomicU64; HANDLE_SIZE / 8]);
-
-impl HandleSlot {
-    pub fn store(&self, handle: &HandleBytes) {
-        for (word, bytes) in self.0.iter().zip(handle.chunks_exact(8)) {
-            let mut le = [0u8; 8];
-            le.copy_from_slice(bytes);
-            word.store(u64::from_le_bytes(le), Ordering::Relaxed);
-        }
-    }
-
-    pub fn load(&self) -> HandleBytes {
-        let mut handle = [0u8; HANDLE_SIZE];
-        for (word, bytes) in self.0.iter().zip(handle.chunks_exact_mut(8)) {
-            bytes.copy_from_slice(&word.load(Ordering::Relaxed).to_le_bytes());
-        }
-        handle
-    }
-}
-
-/// The IPC benchmark's shared words: the consumer raises `ping`, the producer answers with `pong`.
-#[repr(C)]
-pub struct BenchFlags {
-    /// How many (producer, consumer) pairs of devices the benchmark goes through.
-    pub pairs: AtomicU32,
-    /// The producer's device in the current pair.
-    pub producer_device: AtomicU32,
-    pub ping: AtomicU32,
-    pub pong: AtomicU32,
-    /// The step each side (consumer, producer) is at in its rendezvous (see `bench::rendezvous`), by the
-    /// parity of its meetings: a side writes the other slot before it meets next, so the slot of this meeting
-    /// holds until both have read it.
-    pub steps: [[AtomicU32; 2]; 2],
-}
 
 /// The segment's contents (`shmStruct` in the original, plus a header and the port's fields).
 #[repr(C)]

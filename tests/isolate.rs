@@ -248,19 +248,28 @@ fn the_container_matrix_is_the_one_measured_on_the_h200_host() {
         line[title.len()..].split("  ").map(str::trim).filter(|c| !c.is_empty()).map(String::from).collect()
     };
     let expect = |title: &str, cells: &[&str]| assert_eq!(row(title), cells, "row {title:?}: {said}");
-    let same_pid = ["INVALID_CONTEXT", "INVALID_CONTEXT (event)", "ok", "INVALID_CONTEXT (event)", "waived"];
-    expect("same namespaces", &["ok", "ok", "ok", "ok", "waived"]);
-    expect("own PID namespaces, other pid numbers", &["ok", "ok", "ok", "ok", "waived"]);
+    // The last column, "VMM fd by pidfd_getfd", is the kernel's (the simulation makes the calls for real):
+    // ESRCH wherever the importer has a PID namespace of its own, EPERM where its CAP_SYS_PTRACE is a user
+    // namespace's of its own.
+    let same_pid =
+        ["INVALID_CONTEXT", "INVALID_CONTEXT (event)", "ok", "INVALID_CONTEXT (event)", "waived", "ESRCH"];
+    expect("same namespaces", &["ok", "ok", "ok", "ok", "waived", "ok"]);
+    expect("own PID namespaces, other pid numbers", &["ok", "ok", "ok", "ok", "waived", "ESRCH"]);
     expect("own PID namespaces, the same pid number", &same_pid);
-    expect("own /dev/shm", &["ok", "MAP_FAILED (event)", "ok", "MAP_FAILED (event)", "waived"]);
-    expect("own SysV IPC, net, UTS, cgroup", &["ok", "ok", "ok", "ok", "waived"]);
+    expect("own /dev/shm", &["ok", "MAP_FAILED (event)", "ok", "MAP_FAILED (event)", "waived", "ok"]);
+    expect("own SysV IPC, net, UTS, cgroup", &["ok", "ok", "ok", "ok", "waived", "ok"]);
     // The simulation opens legacy memory through /proc, which another user namespace may not; the driver's
     // kernel module can (the H200 host says ok).
-    expect("own user namespace (root mapped)", &["not simulated", "ok", "ok", "ok", "waived"]);
+    expect("own user namespace (root mapped)", &["not simulated", "ok", "ok", "ok", "waived", "EPERM"]);
     expect("Docker's default set (container)", &same_pid);
     for note in [
         "CUDA_ERROR_INVALID_CONTEXT opening a legacy memory handle",
         "CUDA_ERROR_MAP_FAILED opening a legacy event handle (own /dev/shm): what fixes it: share /dev/shm",
+        "ESRCH from the kernel, fetching a descriptor by pidfd_getfd (own PID namespaces, other pid numbers; ",
+        "what fixes it: one PID namespace for both (Docker --pid=container:NAME, Kubernetes \
+         shareProcessNamespace: true), or --fds socket, which needs neither",
+        "EPERM from the kernel, fetching a descriptor by pidfd_getfd (own user namespace (root mapped)): what \
+         fixes it: one user namespace for both",
     ] {
         assert!(said.contains(note), "the notes say {note:?}: {said}");
     }
@@ -269,15 +278,49 @@ fn the_container_matrix_is_the_one_measured_on_the_h200_host() {
     let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!((doc["mode"].as_str(), doc["status"].as_str()), (Some("container_matrix"), Some("passed")));
     let cells = doc["matrix"].as_array().unwrap();
-    assert_eq!(cells.len(), 8 * 5, "every boundary by every handle");
-    let shm_event =
-        cells.iter().find(|c| c["boundary"] == "own /dev/shm" && c["handle"] == "legacy event").unwrap();
+    assert_eq!(cells.len(), 8 * 6, "every boundary by every handle");
+    let cell = |boundary: &str, handle: &str| {
+        cells.iter().find(|c| c["boundary"] == boundary && c["handle"] == handle).unwrap()
+    };
+    let shm_event = cell("own /dev/shm", "legacy event");
     assert_eq!(shm_event["error"], "CUDA_ERROR_MAP_FAILED");
     assert_eq!(shm_event["event_refused"], true);
     assert!(shm_event["fix"].as_str().unwrap().starts_with("share /dev/shm"), "{shm_event}");
+    // The kernel's refusal is a refusal ("failed"), by its type, not a run that broke ("error").
+    let by_pidfd = cell("own PID namespaces, the same pid number", "VMM fd by pidfd_getfd");
+    let said_of = |key: &str| by_pidfd[key].as_str();
+    assert_eq!((said_of("result"), said_of("error")), (Some("failed"), Some("ESRCH")), "{by_pidfd}");
+    assert_eq!((said_of("ipc"), said_of("sync")), (Some("vmm"), Some("memops")), "{by_pidfd}");
+    assert!(said_of("fix").unwrap_or("").contains("shareProcessNamespace: true"), "{by_pidfd}");
     std::fs::remove_file(&json).unwrap();
     assert_eq!(tmp.entries(), Vec::<String>::new(), "no socket directory is left");
     assert_no_driver_files(pid, "the matrix");
+}
+
+/// On a kernel without pidfd_getfd (the simulation's `no-pidfd`), the column "VMM fd by pidfd_getfd" is
+/// waived in every row, with the reason, and the matrix stands on its other columns (exit 0).
+#[test]
+fn a_kernel_without_pidfd_getfd_waives_the_matrixs_pidfd_column() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    if !namespaces_here("a_kernel_without_pidfd_getfd_waives_the_matrixs_pidfd_column") {
+        return;
+    }
+    let tmp = Tmp::new("matrix-no-pidfd");
+    let json = tmp.path().join("matrix.json");
+    let mut command = isolated(&tmp, &["--ipc", "all", "--isolate", "pid", "--json"]);
+    command.arg(&json).env(SIMULATE, "ok+no-pidfd");
+    let (_, out) = common::run_with_pid(&mut command);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let cells: Vec<&serde_json::Value> =
+        doc["matrix"].as_array().unwrap().iter().filter(|c| c["handle"] == "VMM fd by pidfd_getfd").collect();
+    assert_eq!(cells.len(), 3, "one a row: {doc}");
+    assert!(cells.iter().all(|c| c["result"] == "waived"), "{doc}");
+    assert!(said.contains("same namespaces / VMM fd by pidfd_getfd: waived"), "{said}");
+    let vmm = doc["matrix"].as_array().unwrap().iter().find(|c| c["handle"] == "VMM fd").unwrap();
+    assert_eq!(vmm["result"], "ok", "the socket needs no such call: {doc}");
+    std::fs::remove_file(&json).unwrap();
 }
 
 /// The pids of the processes whose environment has `mark`: every process of one run, wherever it is.

@@ -1236,21 +1236,93 @@ fn descriptors_by_pidfd_getfd_pass_where_visible_and_name_each_refusal() {
         ),
     ];
     for (name, prefix, words) in cases {
-        let (_dir, socket) = socket_path(&format!("pidfd-{name}"));
-        let server = serve("ok", &socket, &["--ipc", "vmm", "--fds", "pidfd", "--timeout", "10"]);
+        let (dir, socket) = socket_path(&format!("pidfd-{name}"));
+        let json = dir.path().join("run.json").display().to_string();
+        let server =
+            serve("ok", &socket, &["--ipc", "vmm", "--fds", "pidfd", "--timeout", "10", "--json", &json]);
         let joiner = in_namespaces(prefix, &["--join", &socket]).wait_with_output().unwrap();
         let all = text(&joiner);
         let (code, out, _) = server.end(LIMIT);
+        let doc = common::document(std::path::Path::new(&json));
         if words.is_empty() {
             assert_eq!((joiner.status.code(), code), (Some(0), Some(0)), "{name}: {all}\n{out}");
             assert!(out.contains("vmm IPC (descriptors by pidfd_getfd)"), "{out}");
+            assert!(doc["refused"].is_null(), "{doc}");
+            assert!(out.contains("VMM fd by pidfd_getfd: forecast works, it worked"), "{out}");
             continue;
         }
         assert_eq!((joiner.status.code(), code), (Some(1), Some(1)), "{name}: {all}\n{out}");
         for word in words {
             assert!(all.contains(word) && out.contains(word), "{name}: {word}: {all}\n{out}");
         }
+        // The joiner's refusal crossed the wire typed: the server's document names the kernel's errno and why.
+        let (errno, why) = if name == "pid-ns" { ("ESRCH", "not_visible") } else { ("EPERM", "ptrace") };
+        let refused = &doc["refused"];
+        assert_eq!(
+            (refused["error"].as_str(), refused["pidfd"]["why"].as_str()),
+            (Some(errno), Some(why)),
+            "{doc}"
+        );
+        if name == "no-ptrace" {
+            let obstacles = refused["pidfd"]["obstacles"].as_array().expect("which of ptrace's conditions");
+            let said: Vec<&str> = obstacles.iter().filter_map(|o| o["obstacle"].as_str()).collect();
+            assert!(said.contains(&"more_capabilities") && said.contains(&"no_cap_sys_ptrace"), "{doc}");
+        }
+        assert!(refused["fix"].as_str().is_some_and(|f| f.contains("--fds socket")), "{doc}");
+        // The server forecast it from where the joiner stands, and holds the forecast against it.
+        let held =
+            format!("VMM fd by pidfd_getfd: forecast fails ({errno}), the kernel refused it ({errno})");
+        assert!(out.contains(&held), "{name}: {out}");
+        let against = &doc["placement"]["against"][0];
+        assert_eq!(
+            (against["outcome"].as_str(), against["agrees"].as_bool()),
+            (Some("kernel_refused"), Some(true))
+        );
     }
+}
+
+/// A kernel without pidfd_getfd (the simulation's `no-pidfd`, as Linux 5.3 to 5.5): `--fds pidfd` is asked
+/// by trial and waived (exit 2) with the reason and what needs no such call, in the verdict and the
+/// document; `--fds socket` runs there. A served run waives so as its server; a served sequence waives vmm
+/// and pool with that reason, tells its joiner, and passes legacy.
+#[test]
+fn a_kernel_without_pidfd_getfd_waives_fds_pidfd_with_the_reason() {
+    let reason = "cannot run here with --fds pidfd: this kernel has no pidfd_getfd (simulated: no-pidfd) \
+                  (ENOSYS: pidfd_getfd needs Linux 5.6 or later); --fds socket needs no such call";
+    let dir = common::scratch("serve-no-pidfd");
+    let json = dir.path().join("run.json");
+    let out = common::run(
+        common::simulated("ok,ok+no-pidfd").args(["--ipc", "vmm", "--fds", "pidfd", "--json"]).arg(&json),
+    );
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains(&format!("WAIVED (exit 2, not a failure: nothing here to test): --ipc vmm {reason}")),
+        "{said}"
+    );
+    let doc = common::document(&json);
+    assert_eq!(doc["status"], "waived", "{doc}");
+    assert!(doc["reason"].as_str().is_some_and(|r| r.contains(reason)), "{doc}");
+    let socket = common::run(common::simulated("ok,ok+no-pidfd").args(["--ipc", "pool", "--fds", "socket"]));
+    assert_eq!(socket.status.code(), Some(0), "--fds socket needs no such call: {}", text(&socket));
+
+    let (_dir, one) = socket_path("no-pidfd-one");
+    let args = ["--serve", one.as_str(), "--ipc", "pool", "--fds", "pidfd"];
+    let (code, out, _) = Running::start("ok+no-pidfd", &args, None).end(LIMIT);
+    assert_eq!(code, Some(2), "{out}");
+    assert!(out.contains(&format!("--ipc pool {reason}")), "{out}");
+
+    let (_dir, all) = socket_path("no-pidfd-all");
+    let server = serve("ok+no-pidfd", &all, &["--ipc", "all", "--fds", "pidfd"]);
+    let (joined, heard, _) = join("ok+no-pidfd", &all, None).end(LIMIT);
+    let (code, out, _) = server.end(LIMIT);
+    assert_eq!((code, joined), (Some(0), Some(0)), "{out}\n{heard}");
+    for (run, ipc) in [("2/4", "vmm"), ("3/4", "pool")] {
+        let told = format!("The server's run {run} was waived: --ipc {ipc} {reason}");
+        assert!(heard.contains(&told), "the joiner is told: {told}: {heard}");
+        assert!(out.contains(&format!("waived: --ipc {ipc} {reason}")), "{out}");
+    }
+    assert!(out.contains("legacy passed, vmm waived, pool waived"), "{out}");
 }
 
 /// The top parent of a served sequence, killed (SIGKILL) or stopped by a signal (SIGTERM) while it serves,

@@ -8,12 +8,17 @@
 //! - a VMM descriptor: `--ipc vmm --sync memops`;
 //! - a pool descriptor: `--ipc pool --sync events` (memops cannot order pool memory, so its event comes
 //!   too: a failure of the event is said as such);
-//! - a fabric handle: `--ipc fabric --sync memops`.
+//! - a fabric handle: `--ipc fabric --sync memops`;
+//! - a VMM descriptor fetched by the importers with `pidfd_getfd`: `--ipc vmm --sync memops --fds pidfd`
+//!   (the kernel's column: PyTorch's expandable segments and UCX do this).
+//!
+//! The columns and rows are defined in `axes`.
 //!
 //! Each cell is read from the typed `--json` document its run hands back (`--report-fd`, as under `--ipc
 //! all`), never from what it printed. A cell counts as refused only where the document says the driver
 //! refused to open the handle (the call's error, whether it was the event's, the fix the run diagnosed:
-//! `report::Refused`); it is named by that error, and the table ends with each cause and its fix. Exit 1
+//! `report::Refused`), or the kernel to hand over its descriptor (`Refused::pidfd`: `ESRCH`, `EPERM`); it
+//! is named by that error, and the table ends with each cause and its fix. Exit 1
 //! if any run failed for another reason (a socket, TMPDIR, a start, a run that wrote no document: then the
 //! table is not the host's, and the matrix names why), or if a run in the same namespaces was refused
 //! (then nothing else can be read from the table); 2 if every run was waived; 0 otherwise: a boundary
@@ -21,66 +26,12 @@
 
 use anyhow::{Result, bail};
 
-use super::{Isolation, Kind};
+use super::axes::{Boundary, COLUMNS, Column, boundaries};
 use crate::cli::Cli;
 use crate::every_mechanism::Ending;
-use crate::ipc::Mechanism;
 use crate::outcome::Outcome;
 use crate::report::{Document, Status};
 use crate::signals;
-
-/// One kind of handle: the run that tries it.
-struct Column {
-    title: &'static str,
-    mechanism: Mechanism,
-    sync: &'static str,
-}
-
-const COLUMNS: [Column; 5] = [
-    Column { title: "legacy memory", mechanism: Mechanism::Legacy, sync: "memops" },
-    Column { title: "legacy event", mechanism: Mechanism::Vmm, sync: "events" },
-    Column { title: "VMM fd", mechanism: Mechanism::Vmm, sync: "memops" },
-    Column { title: "pool fd", mechanism: Mechanism::Pool, sync: "events" },
-    Column { title: "fabric", mechanism: Mechanism::Fabric, sync: "memops" },
-];
-
-/// One boundary: the `--isolate` of its runs.
-struct Boundary {
-    title: String,
-    isolate: String,
-}
-
-/// The boundaries of a container, one at a time, then all of Docker's default set together.
-const BOUNDARIES: [(&str, &str, &[Kind]); 7] = [
-    ("same namespaces", "none", &[]),
-    ("own PID namespaces, other pid numbers", "joiners:pid", &[Kind::Pid]),
-    ("own PID namespaces, the same pid number", "pid", &[Kind::Pid]),
-    ("own /dev/shm", "shm", &[Kind::Shm]),
-    (
-        "own SysV IPC, net, UTS, cgroup",
-        "ipc,net,uts,cgroup",
-        &[Kind::Ipc, Kind::Net, Kind::Uts, Kind::Cgroup],
-    ),
-    ("own user namespace (root mapped)", "user", &[Kind::User]),
-    ("Docker's default set (container)", "container", &Kind::CONTAINER),
-];
-
-/// The rows for `asked`: the same namespaces, every boundary made only of asked kinds, and the asked set
-/// itself where no row is it.
-fn boundaries(asked: &Isolation) -> Vec<Boundary> {
-    let mut rows: Vec<Boundary> = BOUNDARIES
-        .iter()
-        .filter(|(_, _, kinds)| kinds.iter().all(|k| asked.has(*k)))
-        .map(|(title, isolate, _)| Boundary { title: (*title).to_owned(), isolate: (*isolate).to_owned() })
-        .collect();
-    let is_asked = |row: &Boundary| {
-        Isolation::parse(&row.isolate).is_ok_and(|i| i.kinds == asked.kinds && !i.joiners_only)
-    };
-    if !asked.kinds.is_empty() && !rows.iter().any(is_asked) {
-        rows.push(Boundary { title: format!("own {}", asked.kinds_arg()), isolate: asked.to_string() });
-    }
-    rows
-}
 
 /// How one cell's run ended.
 #[derive(Clone, Debug, PartialEq)]
@@ -90,11 +41,13 @@ enum Cell {
     /// The simulation does not model this boundary for this handle.
     NotSimulated,
     /// The driver refused the handle: its error (`CUDA_ERROR_...`), whether it was the event's, and the
-    /// least sharing that fixes it, where the run diagnosed it.
+    /// least sharing that fixes it, where the run diagnosed it; or the kernel refused to hand over the
+    /// descriptor (`kernel`: `pidfd_getfd`'s errno, `ESRCH` or `EPERM`, as the run typed it).
     Failed {
         error: String,
         event: bool,
         fix: Option<String>,
+        kernel: bool,
     },
     /// The run failed for another reason than a refusal of the handle (or said nothing of how it ended):
     /// why. The matrix fails.
@@ -133,9 +86,12 @@ fn classify(ending: &Ending, document: Option<&Document>) -> Cell {
         (Status::Waived, Ending::Waived(_)) => Cell::Waived,
         (Status::Failed, Ending::Failed(_)) => match &document.refused {
             Some(refused) if refused.beyond_the_simulation => Cell::NotSimulated,
-            Some(refused) => {
-                Cell::Failed { error: refused.error.clone(), event: refused.event, fix: refused.fix.clone() }
-            }
+            Some(refused) => Cell::Failed {
+                error: refused.error.clone(),
+                event: refused.event,
+                fix: refused.fix.clone(),
+                kernel: refused.pidfd.is_some(),
+            },
             None => Cell::Broken(reason()),
         },
         (Status::Interrupted, _) => Cell::Broken(format!("interrupted: {}", reason())),
@@ -231,9 +187,12 @@ fn passed_on(args: impl IntoIterator<Item = std::ffi::OsString>) -> Vec<std::ffi
     let mut args = own.into_iter();
     while let Some(arg) = args.next() {
         let bytes = arg.as_encoded_bytes();
-        if bytes == b"--sync" || bytes == b"--isolate" {
+        if bytes == b"--sync" || bytes == b"--isolate" || bytes == b"--fds" {
             args.next();
-        } else if !(bytes.starts_with(b"--sync=") || bytes.starts_with(b"--isolate=")) {
+        } else if !(bytes.starts_with(b"--sync=")
+            || bytes.starts_with(b"--isolate=")
+            || bytes.starts_with(b"--fds="))
+        {
             kept.push(arg);
         }
     }
@@ -248,7 +207,9 @@ fn run_cell(
     column: &Column,
     timeout: Option<std::time::Duration>,
 ) -> Result<Cell> {
-    let extra = ["--sync", column.sync, "--isolate", &row.isolate].map(std::ffi::OsString::from);
+    let mut extra = vec!["--sync", column.sync, "--isolate", &row.isolate];
+    extra.extend(if column.by_pidfd { ["--fds", "pidfd"].as_slice() } else { &[] });
+    let extra: Vec<std::ffi::OsString> = extra.into_iter().map(Into::into).collect();
     let ran = crate::every_mechanism::run_one(passed_on, column.mechanism, &extra, false, timeout)?;
     Ok(classify(&ran.ending, ran.document.as_deref()))
 }
@@ -262,7 +223,7 @@ fn document(rows: &[Boundary], cells: &[Vec<Cell>]) -> Vec<crate::report::Matrix
                 Cell::Ok => ("ok", None, None, None),
                 Cell::Waived => ("waived", None, None, None),
                 Cell::NotSimulated => ("not_simulated", None, None, None),
-                Cell::Failed { error, event, fix } => {
+                Cell::Failed { error, event, fix, .. } => {
                     ("failed", Some(error.clone()), Some(*event), fix.clone())
                 }
                 Cell::Broken(why) => ("error", Some(why.clone()), None, None),
@@ -298,9 +259,11 @@ fn table(rows: &[Boundary], cells: &[Vec<Cell>]) -> String {
     text.push('\n');
     for (row, line) in rows.iter().zip(cells) {
         text.push_str(&format!("{:<first$}", row.title));
+        let mut cells = String::new();
         for (cell, width) in line.iter().zip(&widths) {
-            text.push_str(&format!("  {:<width$}", cell.word()));
+            cells.push_str(&format!("  {:<width$}", cell.word()));
         }
+        text.push_str(cells.trim_end());
         text.push('\n');
     }
     let mut fixes: Vec<(String, String, Vec<String>)> = Vec::new();
@@ -310,10 +273,14 @@ fn table(rows: &[Boundary], cells: &[Vec<Cell>]) -> String {
             if let Cell::Broken(why) = cell {
                 broken.push_str(&format!("\nFAILED, not refused: {} / {}: {why}\n", row.title, column.title));
             }
-            let Cell::Failed { error, event, fix } = cell else { continue };
+            let Cell::Failed { error, event, fix, kernel } = cell else { continue };
             let handle = if *event { "legacy event" } else { column.title };
             let fix = fix.clone().unwrap_or_else(|| "(the run gave no diagnosis: see its output)".to_owned());
-            let key = format!("{error} opening a {handle} handle");
+            let key = if *kernel {
+                format!("{error} from the kernel, fetching a descriptor by pidfd_getfd")
+            } else {
+                format!("{error} opening a {handle} handle")
+            };
             match fixes.iter_mut().find(|(k, f, _)| *k == key && *f == fix) {
                 Some((_, _, wheres)) => wheres.push(row.title.clone()),
                 None => fixes.push((key, fix, vec![row.title.clone()])),
@@ -351,6 +318,7 @@ mod tests {
             event,
             fix: Some("share /dev/shm".into()),
             beyond_the_simulation: beyond,
+            pidfd: None,
         }
     }
 
@@ -367,9 +335,17 @@ mod tests {
             Cell::Failed {
                 error: "CUDA_ERROR_MAP_FAILED".into(),
                 event: true,
-                fix: Some("share /dev/shm".into())
+                fix: Some("share /dev/shm".into()),
+                kernel: false,
             }
         );
+        // The kernel's refusal of a descriptor (--fds pidfd) is a refusal too, by its type, named by its errno.
+        let mut esrch = refused("ESRCH", false, false);
+        esrch.pidfd = Some(crate::ipc::pidfd::PidfdRefusal::NotVisible { pid: 0 });
+        let pid = said(Status::Failed, "fetching", Some(esrch));
+        let cell = classify(&failed, Some(&pid));
+        assert!(matches!(&cell, Cell::Failed { error, kernel: true, .. } if error == "ESRCH"), "{cell:?}");
+        assert_eq!(cell.word(), "ESRCH");
         let beyond = said(Status::Failed, "opening", Some(refused("CUDA_ERROR_NOT_SUPPORTED", false, true)));
         assert_eq!(classify(&failed, Some(&beyond)), Cell::NotSimulated);
         // A failure that is no refusal, whatever its text says, fails the matrix, named.
@@ -384,22 +360,18 @@ mod tests {
     }
 
     #[test]
-    fn the_rows_are_the_boundaries_made_of_the_asked_kinds() {
-        let titles = |asked: &str| -> Vec<String> {
-            boundaries(&Isolation::parse(asked).unwrap()).into_iter().map(|b| b.isolate).collect()
-        };
-        assert_eq!(
-            titles("container"),
-            ["none", "joiners:pid", "pid", "shm", "ipc,net,uts,cgroup", "container"]
-        );
-        assert_eq!(titles("pid"), ["none", "joiners:pid", "pid"]);
-        assert_eq!(titles("net"), ["none", "net"], "a set that is no row is a row of its own");
-        assert_eq!(titles("container,user").len(), 8, "every row, and the asked set whole");
-    }
-
-    #[test]
     fn each_cell_sets_its_own_ipc_sync_and_isolate() {
-        let args = ["--isolate", "pid", "--sync=memops", "--ipc", "all", "--timeout", "5", "--isolate=shm"];
+        let args = [
+            "--isolate",
+            "pid",
+            "--sync=memops",
+            "--ipc",
+            "all",
+            "--timeout",
+            "5",
+            "--isolate=shm",
+            "--fds=pidfd",
+        ];
         let kept = passed_on(args.map(std::ffi::OsString::from));
         assert_eq!(kept, ["--timeout", "5"].map(std::ffi::OsString::from));
     }

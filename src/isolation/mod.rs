@@ -16,6 +16,7 @@ use std::fmt;
 
 use anyhow::{Result, bail};
 
+mod axes;
 mod enter;
 mod launch;
 mod matrix;

@@ -6,6 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::Place;
 use super::share::{Fact, Sameness};
 
 /// What a forecast says.
@@ -43,9 +44,85 @@ pub struct Forecast {
 }
 
 /// The matrix's columns, as `--ipc all --isolate` names them.
-pub const PATHS: [&str; 5] = ["legacy memory", "legacy event", "VMM fd", "pool fd", "fabric"];
+pub const PATHS: [&str; 6] =
+    ["legacy memory", "legacy event", "VMM fd", "pool fd", "fabric", "VMM fd by pidfd_getfd"];
 
 const MEASURED: &str = "measured on the H200 host, driver 580 (docs/measurements.md)";
+/// The kernel's answer, whatever the GPU: the simulation makes the calls for real.
+const MEASURED_BY_THE_KERNEL: &str = "the kernel's rule, measured by the container matrix on the simulation \
+    in CI, which makes the calls for real on host memory descriptors; not yet measured on the H200 host \
+    (docs/measurements.md)";
+
+/// Why the kernel would refuse the importer `pidfd_getfd` of the exporter's descriptor (`--fds pidfd`,
+/// PyTorch's expandable segments, UCX's POSIX descriptors): the errno, why, and the least change.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct PidfdRefused {
+    pub errno: &'static str,
+    pub why: &'static str,
+    pub fix: Fix,
+}
+
+/// What else needs neither a shared PID namespace nor ptrace permission.
+const BY_SOCKET: &str = "--fds socket: the descriptor over the run's Unix socket (SCM_RIGHTS), which needs \
+    neither";
+
+/// The kernel's conditions for `pidfd_open` and `pidfd_getfd` (`PTRACE_MODE_ATTACH_REALCREDS`: the same
+/// uid and no capability the importer lacks, or `CAP_SYS_PTRACE` in the exporter's user namespace; Yama's
+/// `ptrace_scope`; Docker's default seccomp profile), for `exporter` and `importer`, whose shared facts are
+/// `facts`; `None` where it would hand the descriptor over.
+pub(super) fn pidfd_getfd_refused(
+    exporter: &Place,
+    importer: &Place,
+    facts: &[Fact],
+) -> Option<PidfdRefused> {
+    let ptrace_fix = || Fix {
+        docker: "--cap-add SYS_PTRACE (in one PID namespace: --pid=container:NAME)".into(),
+        kubernetes: "securityContext.capabilities.add: [SYS_PTRACE] (with shareProcessNamespace: true)"
+            .into(),
+        option: Some(BY_SOCKET.into()),
+    };
+    let eperm = |why| Some(PidfdRefused { errno: "EPERM", why, fix: ptrace_fix() });
+    if fact(facts, "pid_namespace") != Sameness::Same {
+        return Some(PidfdRefused {
+            errno: "ESRCH",
+            why: "the exporter's pid is not visible from the importer's PID namespace (unless the importer's is \
+                  an ancestor of the exporter's, as a node's is of a container's)",
+            fix: Fix { option: Some(BY_SOCKET.into()), ..same_pid_number_fix() },
+        });
+    }
+    if importer.ptrace_scope == Some(3) {
+        return eperm("Yama's ptrace_scope is 3: no process may, whatever its capabilities");
+    }
+    if fact(facts, "user_namespace") == Sameness::Differs && importer.in_user_namespace {
+        return Some(PidfdRefused {
+            errno: "EPERM",
+            why: "the importer's capabilities are those of a user namespace of its own, not the exporter's",
+            fix: Fix {
+                docker: "--userns=host (one user namespace), with --cap-add SYS_PTRACE".into(),
+                kubernetes: "hostUsers: true (the node's user namespace for both pods)".into(),
+                option: Some(BY_SOCKET.into()),
+            },
+        });
+    }
+    if importer.capabilities.sys_ptrace {
+        return None;
+    }
+    let (theirs, mine) = (exporter.capabilities, importer.capabilities);
+    if importer.seccomp == Some(2) {
+        eperm("a seccomp filter (Docker's default) allows pidfd_getfd only with CAP_SYS_PTRACE")
+    } else if exporter.uid != importer.uid {
+        eperm("another uid, and no CAP_SYS_PTRACE")
+    } else if (theirs.sys_ptrace && !mine.sys_ptrace)
+        || (theirs.sys_nice && !mine.sys_nice)
+        || (theirs.ipc_lock && !mine.ipc_lock)
+    {
+        eperm("the exporter holds capabilities the importer lacks, and the importer no CAP_SYS_PTRACE")
+    } else if matches!(importer.ptrace_scope, Some(1 | 2)) {
+        eperm("Yama's ptrace_scope >= 1 lets a process reach only its descendants")
+    } else {
+        None
+    }
+}
 
 pub(super) fn same_pid_number_fix() -> Fix {
     Fix {
@@ -68,9 +145,9 @@ pub(super) fn fact(facts: &[Fact], name: &str) -> Sameness {
     facts.iter().find(|f| f.fact == name).map_or(Sameness::Unknown, |f| f.same)
 }
 
-/// The forecast of every path of [`PATHS`] for the exporter and an importer whose facts are `facts`, with
-/// `same_pid_number`: their pids are the same number.
-pub fn forecast(facts: &[Fact], same_pid_number: bool) -> Vec<Forecast> {
+/// The forecast of every path of [`PATHS`] for `exporter` and `importer`, whose shared facts are `facts`.
+pub fn forecast(exporter: &Place, importer: &Place, facts: &[Fact]) -> Vec<Forecast> {
+    let same_pid_number = exporter.pid == importer.pid;
     let pid = fact(facts, "pid_namespace");
     let shm = fact(facts, "dev_shm");
     let imex = facts.iter().find(|f| f.fact == "imex_channel");
@@ -149,12 +226,27 @@ pub fn forecast(facts: &[Fact], same_pid_number: bool) -> Vec<Forecast> {
             }),
         ),
     };
+    let by_pidfd = match pidfd_getfd_refused(exporter, importer, facts) {
+        None => make(
+            PATHS[5],
+            Verdict::Works,
+            format!("one PID namespace, and ptrace allows the importer; {MEASURED_BY_THE_KERNEL}"),
+            None,
+        ),
+        Some(refused) => make(
+            PATHS[5],
+            Verdict::Fails(refused.errno.into()),
+            format!("{}; {MEASURED_BY_THE_KERNEL}", refused.why),
+            Some(refused.fix),
+        ),
+    };
     vec![
         legacy(PATHS[0], false),
         legacy(PATHS[1], true),
         by_descriptor(PATHS[2]),
         by_descriptor(PATHS[3]),
         fabric,
+        by_pidfd,
     ]
 }
 
@@ -177,33 +269,44 @@ mod tests {
     fn each_measured_row_is_forecast() {
         let no_imex = fails("CUDA_ERROR_NOT_PERMITTED");
         let (exporter, mut importer) = (place(1), place(2));
-        let row = |importer: &Place| {
-            verdicts(&forecast(&compare(&exporter, importer), exporter.pid == importer.pid))
-        };
+        let row = |importer: &Place| verdicts(&forecast(&exporter, importer, &compare(&exporter, importer)));
         use crate::placement::Place;
         use Verdict::Works;
-        assert_eq!(row(&importer), [Works, Works, Works, Works, no_imex.clone()], "same namespaces");
+        let esrch = fails("ESRCH");
+        assert_eq!(row(&importer), [Works, Works, Works, Works, no_imex.clone(), Works], "same namespaces");
         importer.namespaces.pid = Some(9);
-        assert_eq!(row(&importer), [Works, Works, Works, Works, no_imex.clone()], "other pid numbers");
+        assert_eq!(
+            row(&importer),
+            [Works, Works, Works, Works, no_imex.clone(), esrch.clone()],
+            "other pid numbers"
+        );
         importer.pid = 1;
         let invalid = fails("CUDA_ERROR_INVALID_CONTEXT");
         assert_eq!(
             row(&importer),
-            [invalid.clone(), invalid, Works, Works, no_imex.clone()],
+            [invalid.clone(), invalid, Works, Works, no_imex.clone(), esrch],
             "the same pid number"
         );
         let mut importer = place(2);
         importer.dev_shm.as_mut().unwrap().device = 99;
         assert_eq!(
             row(&importer),
-            [Works, fails("CUDA_ERROR_MAP_FAILED"), Works, Works, no_imex.clone()],
+            [Works, fails("CUDA_ERROR_MAP_FAILED"), Works, Works, no_imex.clone(), Works],
             "own /dev/shm"
         );
         let mut importer = place(2);
         importer.namespaces.net = Some(3);
         importer.namespaces.user = Some(3);
         importer.namespaces.ipc = Some(3);
-        assert_eq!(row(&importer), [Works, Works, Works, Works, no_imex], "own SysV IPC, net, user");
+        assert_eq!(row(&importer), [Works, Works, Works, Works, no_imex.clone(), Works], "own SysV IPC, net");
+        // A user namespace of its own (root mapped): its capabilities are not the exporter's namespace's.
+        importer.in_user_namespace = true;
+        importer.capabilities.sys_ptrace = true;
+        assert_eq!(
+            row(&importer),
+            [Works, Works, Works, Works, no_imex, fails("EPERM")],
+            "own user namespace"
+        );
     }
 
     #[test]
@@ -211,13 +314,13 @@ mod tests {
         let (mut exporter, mut importer) = (place(1), place(2));
         exporter.imex_channel = true;
         importer.imex_channel = true;
-        let forecasts = forecast(&compare(&exporter, &importer), false);
+        let forecasts = forecast(&exporter, &importer, &compare(&exporter, &importer));
         assert_eq!(forecasts[4].verdict, Verdict::NotKnown);
         importer.namespaces.pid = None;
-        let forecasts = forecast(&compare(&exporter, &importer), false);
+        let forecasts = forecast(&exporter, &importer, &compare(&exporter, &importer));
         assert_eq!(forecasts[0].verdict, Verdict::NotKnown, "a PID namespace not read");
         importer.boot_id = Some("elsewhere".into());
-        let forecasts = forecast(&compare(&exporter, &importer), false);
+        let forecasts = forecast(&exporter, &importer, &compare(&exporter, &importer));
         assert!(forecasts.iter().all(|f| matches!(&f.verdict, Verdict::Fails(e) if e == "not on one node")));
     }
 
@@ -226,13 +329,14 @@ mod tests {
         let (exporter, mut importer) = (place(1), place(1));
         importer.namespaces.pid = Some(2);
         importer.dev_shm.as_mut().unwrap().device = 3;
-        for forecast in forecast(&compare(&exporter, &importer), true) {
+        for forecast in forecast(&exporter, &importer, &compare(&exporter, &importer)) {
             if let Verdict::Fails(_) = forecast.verdict {
                 let fix = forecast.fix.as_ref().unwrap_or_else(|| panic!("{forecast:?}"));
                 assert!(fix.docker.starts_with("--") && !fix.kubernetes.is_empty(), "{fix:?}");
             }
         }
-        let json = serde_json::to_value(&forecast(&compare(&exporter, &importer), true)[0]).unwrap();
+        let json =
+            serde_json::to_value(&forecast(&exporter, &importer, &compare(&exporter, &importer))[0]).unwrap();
         assert_eq!(json["verdict"], "fails");
         assert_eq!(json["detail"], "CUDA_ERROR_INVALID_CONTEXT");
         assert_eq!(

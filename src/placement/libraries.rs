@@ -4,7 +4,7 @@
 //! where the library would take a slower path without a word, the forecast says it falls back, to what.
 
 use super::Place;
-use super::forecast::{Fix, Forecast, Verdict, dev_shm_fix, fact, same_pid_number_fix};
+use super::forecast::{Fix, Forecast, Verdict, dev_shm_fix, fact, pidfd_getfd_refused, same_pid_number_fix};
 use super::share::{Fact, Sameness};
 
 fn forecast(path: &str, verdict: Verdict, rule: &str, fix: Option<Fix>) -> Forecast {
@@ -25,37 +25,6 @@ fn same_network_fix() -> Fix {
         docker: "--network=container:NAME".into(),
         kubernetes: "both containers in one pod (one network namespace)".into(),
         option: Some("NCCL_IPC_USE_ABSTRACT_SOCKET=0 with a /tmp both mount".into()),
-    }
-}
-
-fn ptrace_fix() -> Fix {
-    Fix {
-        docker: "--pid=container:NAME and --cap-add SYS_PTRACE".into(),
-        kubernetes: "shareProcessNamespace: true and securityContext.capabilities.add: [SYS_PTRACE]".into(),
-        option: Some("descriptors over a Unix socket (NCCL's way; this program's --ipc vmm)".into()),
-    }
-}
-
-/// Why `pidfd_getfd` of the exporter's descriptor would be refused to the importer, if it would.
-fn pidfd_getfd_refused(exporter: &Place, importer: &Place, pid: Sameness) -> Option<&'static str> {
-    if pid != Sameness::Same {
-        return Some("the exporter's pid is not visible from the importer's PID namespace (ESRCH)");
-    }
-    let ptrace = importer.capabilities.sys_ptrace;
-    if importer.seccomp == Some(2) && !ptrace {
-        return Some(
-            "a seccomp filter (Docker's default) allows pidfd_getfd only with CAP_SYS_PTRACE (EPERM)",
-        );
-    }
-    if ptrace {
-        return None;
-    }
-    if exporter.uid != importer.uid {
-        return Some("another uid, and no CAP_SYS_PTRACE (EPERM)");
-    }
-    match importer.ptrace_scope {
-        Some(0) | None => None,
-        Some(_) => Some("Yama's ptrace_scope >= 1 lets a process reach only its descendants (EPERM)"),
     }
 }
 
@@ -127,10 +96,24 @@ pub fn libraries(exporter: &Place, importer: &Place, facts: &[Fact]) -> Vec<Fore
     ));
     // UCX: one machine is one boot id (src/ucs/sys/uid.c); master (PR #11514) marks cuda_ipc unreachable
     // across PID namespaces unless both have fabric handles; v1.22.0 tries legacy handles and fails there.
-    let ucx = match pid {
-        Sameness::Same => {
-            forecast("UCX cuda_ipc", Verdict::Works, "one PID namespace (UCX v1.22.0 and master)", None)
-        }
+    // Its POSIX descriptors (cuMem memory) are fetched with pidfd_getfd (cuda_ipc_cache.c
+    // uct_cuda_ipc_open_memhandle_posix_fd): the container matrix's "VMM fd by pidfd_getfd".
+    let pidfd = pidfd_getfd_refused(exporter, importer, facts);
+    let ucx = match (pid, &pidfd) {
+        (Sameness::Same, Some(refused)) => forecast(
+            "UCX cuda_ipc",
+            Verdict::Fails(format!("for cuMem memory, pidfd_getfd: {} ({})", refused.why, refused.errno)),
+            "one PID namespace, but UCX fetches a POSIX descriptor (cuMem memory) with pidfd_open and \
+             pidfd_getfd (cuda_ipc_cache.c uct_cuda_ipc_open_memhandle_posix_fd), which ptrace refuses here \
+             (the container matrix's VMM fd by pidfd_getfd); cudaMalloc memory goes by legacy handle",
+            Some(refused.fix.clone()),
+        ),
+        (Sameness::Same, None) => forecast(
+            "UCX cuda_ipc",
+            Verdict::Works,
+            "one PID namespace (UCX v1.22.0 and master), and ptrace allows pidfd_getfd of its POSIX descriptors",
+            None,
+        ),
         _ if exporter.imex_channel && importer.imex_channel => forecast(
             "UCX cuda_ipc",
             Verdict::NotKnown,
@@ -169,19 +152,21 @@ pub fn libraries(exporter: &Place, importer: &Place, facts: &[Fact]) -> Vec<Fore
     });
     // expandable_segments: pidfd_open(exporter's pid) and pidfd_getfd (CUDACachingAllocator.cpp
     // ExpandableSegment::fromShared); pytorch/pytorch#165685.
-    out.push(match pidfd_getfd_refused(exporter, importer, pid) {
+    // The container matrix's "VMM fd by pidfd_getfd" is this path, measured.
+    out.push(match pidfd {
         None => forecast(
             "PyTorch expandable_segments",
             Verdict::Works,
-            "pidfd_getfd: the exporter is visible and ptrace allows it",
+            "pidfd_getfd: the exporter is visible and ptrace allows it (the container matrix's VMM fd by \
+             pidfd_getfd)",
             None,
         ),
-        Some(why) => forecast(
+        Some(refused) => forecast(
             "PyTorch expandable_segments",
-            Verdict::Fails(format!("pidfd_getfd: {why}")),
+            Verdict::Fails(format!("pidfd_getfd: {} ({})", refused.why, refused.errno)),
             "PyTorch fetches the exporter's descriptor with pidfd_open and pidfd_getfd (CUDACachingAllocator.cpp \
-             ExpandableSegment::fromShared)",
-            Some(ptrace_fix()),
+             ExpandableSegment::fromShared), as the container matrix's VMM fd by pidfd_getfd does",
+            Some(refused.fix),
         ),
     });
     out
@@ -259,18 +244,46 @@ mod tests {
 
     #[test]
     fn pidfd_getfd_needs_ptrace_as_the_kernel_and_seccomp_grant_it() {
-        let (exporter, mut importer) = (place(1), place(2));
+        let refused = |exporter: &Place, importer: &Place| {
+            pidfd_getfd_refused(exporter, importer, &compare(exporter, importer)).map(|r| (r.errno, r.why))
+        };
+        let (mut exporter, mut importer) = (place(1), place(2));
         importer.ptrace_scope = Some(1);
-        assert!(pidfd_getfd_refused(&exporter, &importer, Sameness::Same).unwrap().contains("ptrace_scope"));
+        assert!(refused(&exporter, &importer).unwrap().1.contains("ptrace_scope"));
         importer.ptrace_scope = Some(0);
-        assert_eq!(pidfd_getfd_refused(&exporter, &importer, Sameness::Same), None);
+        assert_eq!(refused(&exporter, &importer), None);
         importer.uid = 1000;
-        assert!(pidfd_getfd_refused(&exporter, &importer, Sameness::Same).unwrap().contains("another uid"));
+        assert_eq!(refused(&exporter, &importer).unwrap(), ("EPERM", "another uid, and no CAP_SYS_PTRACE"));
         importer.capabilities.sys_ptrace = true;
-        assert_eq!(pidfd_getfd_refused(&exporter, &importer, Sameness::Same), None);
+        assert_eq!(refused(&exporter, &importer), None);
         importer.seccomp = Some(2);
-        assert_eq!(pidfd_getfd_refused(&exporter, &importer, Sameness::Same), None, "with the capability");
+        assert_eq!(refused(&exporter, &importer), None, "with the capability");
         importer.capabilities.sys_ptrace = false;
-        assert!(pidfd_getfd_refused(&exporter, &importer, Sameness::Same).unwrap().contains("seccomp"));
+        assert!(refused(&exporter, &importer).unwrap().1.contains("seccomp"));
+        // Root without CAP_SYS_PTRACE, the exporter with it (setpriv --bounding-set -sys_ptrace).
+        let mut importer = place(2);
+        exporter.capabilities.sys_ptrace = true;
+        assert!(refused(&exporter, &importer).unwrap().1.contains("holds capabilities the importer lacks"));
+        // Its capabilities in a user namespace of its own do not count towards the exporter's.
+        importer.capabilities.sys_ptrace = true;
+        importer.in_user_namespace = true;
+        importer.namespaces.user = Some(77);
+        let (errno, why) = refused(&exporter, &importer).unwrap();
+        assert!(errno == "EPERM" && why.contains("user namespace of its own"), "{why}");
+        importer.namespaces.pid = Some(9);
+        assert_eq!(refused(&exporter, &importer).unwrap().0, "ESRCH", "not visible comes first");
+        assert!(
+            matches!(verdict_of(&exporter, &importer, "PyTorch expandable_segments"), Verdict::Fails(e) if e.ends_with("(ESRCH)"))
+        );
+    }
+
+    #[test]
+    fn ucx_fetches_its_posix_descriptors_by_pidfd_getfd() {
+        let (exporter, mut importer) = (place(1), place(2));
+        assert_eq!(verdict_of(&exporter, &importer, "UCX cuda_ipc"), Verdict::Works);
+        importer.uid = 1000;
+        assert!(
+            matches!(verdict_of(&exporter, &importer, "UCX cuda_ipc"), Verdict::Fails(e) if e.contains("pidfd_getfd") && e.ends_with("(EPERM)"))
+        );
     }
 }

@@ -12,7 +12,7 @@ pub(crate) mod mps;
 mod report;
 pub(crate) mod share;
 
-pub use report::{Placement, against_text, paths_of};
+pub use report::{Placement, RefusedBy, against_text, paths_of};
 
 /// The namespaces that a container may give a process of its own, by the inode of `/proc/self/ns/<kind>`;
 /// `None` where it cannot be read.

@@ -38,10 +38,21 @@ pub enum Seen {
     Worked,
     /// The driver refused its handle, with this error.
     Refused(String),
+    /// The kernel refused to hand over its descriptor (`--fds pidfd`), with this errno (`ESRCH`).
+    KernelRefused(String),
     /// The simulation does not model it (a test on the CPU, not the driver's answer).
     NotSimulated,
     /// The run ended before it was tried, or for another cause.
     Untried,
+}
+
+/// Who refused a handle of the run: the driver; the simulation, beyond what it models (not the driver's
+/// answer); or the kernel, which refused a descriptor's fetch (`--fds pidfd`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RefusedBy {
+    Driver,
+    BeyondTheSimulation,
+    Kernel,
 }
 
 /// One path's forecast (the worst over the processes that joined) beside its outcome.
@@ -56,13 +67,17 @@ pub struct Against {
 }
 
 /// The paths a run of `--ipc ipc --sync sync` takes: its memory's, and the interprocess event's under
-/// events (the container matrix's names).
-pub fn paths_of(ipc: &str, sync: &str) -> Vec<&'static str> {
-    let memory = match ipc {
-        "legacy" => "legacy memory",
-        "vmm" => "VMM fd",
-        "pool" => "pool fd",
-        "fabric" => "fabric",
+/// events (the container matrix's names). With `by_pidfd` (`--fds pidfd`), the memory's descriptor is
+/// fetched with `pidfd_getfd`: for vmm the matrix's "VMM fd by pidfd_getfd"; for pool, a path the matrix
+/// has no column for, whose forecast is not known.
+pub fn paths_of(ipc: &str, sync: &str, by_pidfd: bool) -> Vec<&'static str> {
+    let memory = match (ipc, by_pidfd) {
+        ("legacy", _) => "legacy memory",
+        ("vmm", false) => "VMM fd",
+        ("vmm", true) => "VMM fd by pidfd_getfd",
+        ("pool", false) => "pool fd",
+        ("pool", true) => "pool fd by pidfd_getfd",
+        ("fabric", _) => "fabric",
         _ => return Vec::new(),
     };
     if sync == "events" { vec![memory, "legacy event"] } else { vec![memory] }
@@ -77,7 +92,7 @@ impl Placement {
                 let shares = compare(&server, &place);
                 ProcessPlacement {
                     index,
-                    forecast: forecast(&shares, server.pid == place.pid),
+                    forecast: forecast(&server, &place, &shares),
                     libraries: libraries(&server, &place, &shares),
                     shares,
                     place,
@@ -89,7 +104,12 @@ impl Placement {
 
     /// Each of `paths` (the memory's first), its forecast beside what the run saw: `passed`, or the driver's
     /// `refused` (the event's or the memory's handle), or neither (it failed for another cause).
-    pub fn against(&self, paths: &[&str], passed: bool, refused: Option<(bool, &str, bool)>) -> Vec<Against> {
+    pub fn against(
+        &self,
+        paths: &[&str],
+        passed: bool,
+        refused: Option<(bool, &str, RefusedBy)>,
+    ) -> Vec<Against> {
         paths
             .iter()
             .enumerate()
@@ -98,16 +118,22 @@ impl Placement {
                 let is_event = *path == "legacy event";
                 let seen = match refused {
                     _ if passed => Seen::Worked,
-                    Some((event, _, true)) if event == is_event => Seen::NotSimulated,
-                    Some((event, error, false)) if event == is_event => Seen::Refused(error.to_owned()),
+                    Some((event, error, by)) if event == is_event => match by {
+                        RefusedBy::BeyondTheSimulation => Seen::NotSimulated,
+                        RefusedBy::Driver => Seen::Refused(error.to_owned()),
+                        RefusedBy::Kernel => Seen::KernelRefused(error.to_owned()),
+                    },
                     // The memory's handle is opened before the event's.
                     Some((true, ..)) if at == 0 => Seen::Worked,
                     _ => Seen::Untried,
                 };
                 let agrees = match (&forecast, &seen) {
                     (Verdict::Works, Seen::Worked) => Some(true),
-                    (Verdict::Fails(said), Seen::Refused(error)) => Some(said == error),
-                    (Verdict::Works, Seen::Refused(_)) | (Verdict::Fails(_), Seen::Worked) => Some(false),
+                    (Verdict::Fails(said), Seen::Refused(error) | Seen::KernelRefused(error)) => {
+                        Some(said == error)
+                    }
+                    (Verdict::Works, Seen::Refused(_) | Seen::KernelRefused(_))
+                    | (Verdict::Fails(_), Seen::Worked) => Some(false),
                     _ => None,
                 };
                 Against { path: (*path).to_owned(), forecast, seen, agrees }
@@ -115,9 +141,13 @@ impl Placement {
             .collect()
     }
 
-    /// The forecast of `path` for the run: a failure for any process is the run's.
+    /// The forecast of `path` for the run: a failure for any process is the run's; not known where no
+    /// process has one for it.
     fn worst(&self, path: &str) -> Verdict {
         let verdicts = self.processes.iter().flat_map(|p| p.forecast.iter().filter(|f| f.path == path));
+        if verdicts.clone().next().is_none() {
+            return Verdict::NotKnown;
+        }
         let mut worst = Verdict::Works;
         for verdict in verdicts.map(|f| &f.verdict) {
             match (verdict, &worst) {
@@ -163,16 +193,27 @@ impl Placement {
                     forecasts.iter().map(|f| format!("{}: {}", f.path, word(&f.verdict))).collect();
                 text.push_str(&format!("  {}\n", said.join("; ")));
             }
-            let mut fixes: Vec<&Fix> = Vec::new();
+            // One line for each change of the containers, with every option that needs none of it.
+            let mut fixes: Vec<(&Fix, Vec<&str>)> = Vec::new();
             for fix in process.forecast.iter().chain(&process.libraries).filter_map(|f| f.fix.as_ref()) {
-                if !fixes.contains(&fix) {
-                    fixes.push(fix);
+                let same =
+                    |(f, _): &(&Fix, Vec<&str>)| (&f.docker, &f.kubernetes) == (&fix.docker, &fix.kubernetes);
+                let at = match fixes.iter().position(same) {
+                    Some(at) => at,
+                    None => {
+                        fixes.push((fix, Vec::new()));
+                        fixes.len() - 1
+                    }
+                };
+                let options = &mut fixes[at].1;
+                if let Some(option) = fix.option.as_deref().filter(|o| !options.contains(o)) {
+                    options.push(option);
                 }
             }
-            for fix in fixes {
-                let option = fix.option.as_ref().map(|o| format!("; or {o}")).unwrap_or_default();
+            for (fix, options) in fixes {
+                let options: String = options.iter().map(|o| format!("; or {o}")).collect();
                 text.push_str(&format!(
-                    "  what fixes it: Docker {}; Kubernetes {}{option}\n",
+                    "  what fixes it: Docker {}; Kubernetes {}{options}\n",
                     fix.docker, fix.kubernetes
                 ));
             }
@@ -188,6 +229,7 @@ pub fn against_text(against: &[Against]) -> String {
         let seen = match &a.seen {
             Seen::Worked => "it worked".to_owned(),
             Seen::Refused(error) => format!("the driver refused it ({error})"),
+            Seen::KernelRefused(error) => format!("the kernel refused it ({error})"),
             Seen::NotSimulated => "not simulated".to_owned(),
             Seen::Untried => "untried (the run ended for another cause first)".to_owned(),
         };
@@ -253,10 +295,11 @@ mod tests {
         let mut collides = place(1);
         collides.namespaces.pid = Some(8);
         let placement = Placement::of(place(1), vec![(0, place(2)), (1, collides)]);
-        let paths = paths_of("legacy", "events");
+        let paths = paths_of("legacy", "events", false);
         assert_eq!(paths, ["legacy memory", "legacy event"]);
-        assert_eq!(paths_of("vmm", "memops"), ["VMM fd"]);
-        let refused = placement.against(&paths, false, Some((false, "CUDA_ERROR_INVALID_CONTEXT", false)));
+        assert_eq!(paths_of("vmm", "memops", false), ["VMM fd"]);
+        let refused =
+            placement.against(&paths, false, Some((false, "CUDA_ERROR_INVALID_CONTEXT", RefusedBy::Driver)));
         assert_eq!(refused[0].agrees, Some(true), "{refused:?}");
         assert_eq!(refused[1].seen, Seen::Untried, "the event was never opened");
         let passed = placement.against(&paths, true, None);
@@ -264,10 +307,14 @@ mod tests {
         let text = against_text(&passed);
         assert!(text.contains("legacy memory: forecast fails (CUDA_ERROR_INVALID_CONTEXT), it worked <- THE FORECAST WAS WRONG"), "{text}");
         let fine = Placement::of(place(1), vec![(0, place(2))]);
-        let event = fine.against(&paths, false, Some((true, "CUDA_ERROR_MAP_FAILED", false)));
+        let event = fine.against(&paths, false, Some((true, "CUDA_ERROR_MAP_FAILED", RefusedBy::Driver)));
         assert_eq!((event[0].seen.clone(), event[0].agrees), (Seen::Worked, Some(true)));
         assert_eq!(event[1].agrees, Some(false), "forecast works, refused");
-        let beyond = fine.against(&paths, false, Some((false, "CUDA_ERROR_INVALID_VALUE", true)));
+        let beyond = fine.against(
+            &paths,
+            false,
+            Some((false, "CUDA_ERROR_INVALID_VALUE", RefusedBy::BeyondTheSimulation)),
+        );
         assert_eq!((beyond[0].seen.clone(), beyond[0].agrees), (Seen::NotSimulated, None));
         let json = serde_json::to_value(&event[1]).unwrap();
         assert_eq!(
@@ -275,5 +322,29 @@ mod tests {
             (Some("refused"), Some("CUDA_ERROR_MAP_FAILED"))
         );
         assert_eq!(json["forecast"]["verdict"], "works");
+    }
+
+    /// A run with `--fds pidfd` holds the forecast of the matrix's "VMM fd by pidfd_getfd" against the
+    /// kernel's typed refusal: ESRCH across PID namespaces, as forecast.
+    #[test]
+    fn a_pidfd_run_is_held_against_the_pidfd_column() {
+        let mut elsewhere = place(2);
+        elsewhere.namespaces.pid = Some(8);
+        let placement = Placement::of(place(1), vec![(0, elsewhere)]);
+        let paths = paths_of("vmm", "memops", true);
+        assert_eq!(paths, ["VMM fd by pidfd_getfd"]);
+        let against = placement.against(&paths, false, Some((false, "ESRCH", RefusedBy::Kernel)));
+        assert_eq!(
+            (against[0].forecast.clone(), against[0].agrees),
+            (Verdict::Fails("ESRCH".into()), Some(true))
+        );
+        let wrong = placement.against(&paths, true, None);
+        assert_eq!(wrong[0].agrees, Some(false), "forecast ESRCH, it worked");
+        let pool = placement.against(
+            &paths_of("pool", "events", true),
+            false,
+            Some((false, "ESRCH", RefusedBy::Kernel)),
+        );
+        assert_eq!((pool[0].forecast.clone(), pool[0].agrees), (Verdict::NotKnown, None), "no column for it");
     }
 }

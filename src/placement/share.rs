@@ -140,7 +140,8 @@ pub(crate) mod tests {
     use super::*;
     use crate::placement::{Capabilities, DevShm, Namespaces};
 
-    /// A place with every namespace `1`, /dev/shm device 7, on node `b`, pid `pid`.
+    /// A place with every namespace `1`, /dev/shm device 7, on node `b`, pid `pid`, root without
+    /// capabilities where Yama's `ptrace_scope` is 0 (ptrace allows the same uid).
     pub(crate) fn place(pid: u32) -> Place {
         let ns = Some(1);
         Place {
@@ -157,7 +158,7 @@ pub(crate) mod tests {
             uid: 0,
             in_user_namespace: false,
             capabilities: Capabilities::default(),
-            ptrace_scope: Some(1),
+            ptrace_scope: Some(0),
             seccomp: Some(0),
             mps: crate::placement::mps::Mps {
                 pipe_directory: "/tmp/nvidia-mps".into(),

@@ -236,17 +236,19 @@ fn directory_of(path: &Path) -> &Path {
 /// Once the run is over, where its processes' placement was noted: the forecast of each path the run took
 /// beside what happened (it `passed`, or the driver `refused` a handle), kept for the document; the text
 /// to print.
-/// `ipc` and `sync`: the run's `--ipc` and `--sync`, which say the paths it took.
+/// `ipc`, `sync` and `by_pidfd`: the run's `--ipc`, `--sync` and whether `--fds pidfd`, which say the paths
+/// it took.
 pub fn forecast_against_outcome(
     ipc: &str,
     sync: &str,
+    by_pidfd: bool,
     passed: bool,
     refused: Option<&Refused>,
 ) -> Option<String> {
     let mut placement = PLACEMENT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let placement = placement.as_mut()?;
-    let paths = crate::placement::paths_of(ipc, sync);
-    let refused = refused.map(|r| (r.event, r.error.as_str(), r.beyond_the_simulation));
+    let paths = crate::placement::paths_of(ipc, sync, by_pidfd);
+    let refused = refused.map(|r| (r.event, r.error.as_str(), r.by()));
     let against = placement.against(&paths, passed, refused);
     let text = crate::placement::against_text(&against);
     placement.against = Some(against);

@@ -16,6 +16,22 @@ fn refused() -> Refused {
         event: true,
         fix: Some("--sync memops".into()),
         beyond_the_simulation: false,
+        pidfd: None,
+    }
+}
+
+/// The kernel's refusal of a descriptor's fetch (`--fds pidfd`), as a joiner says it.
+fn kernel_refused() -> Refused {
+    use crate::ipc::pidfd::{Obstacle, PidfdRefusal};
+    let obstacles = vec![Obstacle::OtherUid { exporter: 0, importer: 65534 }, Obstacle::NoCapSysPtrace];
+    Refused {
+        call: "pidfd_getfd".into(),
+        code: 1,
+        error: "EPERM".into(),
+        event: false,
+        fix: Some("--cap-add SYS_PTRACE, or --fds socket".into()),
+        beyond_the_simulation: false,
+        pidfd: Some(PidfdRefusal::Ptrace { obstacles }),
     }
 }
 
@@ -30,7 +46,8 @@ fn every_variant() -> Vec<Message> {
         Message::Refuse("the run has all the processes it needs".into()),
         Message::Ended(0, String::new(), None, None),
         Message::Ended(1, "cuIpcOpenMemHandle: CUDA_ERROR_INVALID_CONTEXT".into(), None, None),
-        Message::Ended(1, "opening: both pid 2".into(), Some(diagnosis), Some(Box::new(refused()))),
+        Message::Ended(1, "opening: both pid 2".into(), Some(diagnosis.clone()), Some(Box::new(refused()))),
+        Message::Ended(1, "fetching: EPERM".into(), Some(diagnosis), Some(Box::new(kernel_refused()))),
         Message::RunEnded(RunEnd::Passed),
         Message::RunEnded(failed),
         Message::RunEnded(RunEnd::Failed { process: None, why: "the run did not finish within 2 s".into() }),

@@ -24,7 +24,8 @@
 //! (no peer access to any other device), or that a mechanism must waive: `no-legacy-ipc`, `no-vmm`,
 //! `no-pools`, `no-memops` (no stream memory operations), `no-fabric` (the device does not report fabric
 //! handles); or a feature, `imex`: the process has an IMEX channel; or a place, `mig` (the device is a MIG
-//! device of its own, named `MIG-...`) or `wsl` (the machine is WSL2: legacy IPC handles fail). Without `imex` a device reports fabric
+//! device of its own, named `MIG-...`), `wsl` (the machine is WSL2: legacy IPC handles fail) or `no-pidfd`
+//! (the machine's kernel lacks `pidfd_getfd`, which `--fds pidfd` calls for real otherwise). Without `imex` a device reports fabric
 //! handles but `cuMemCreate` of a fabric-shareable allocation answers `CUDA_ERROR_NOT_PERMITTED`, as on the
 //! H200 host (driver 580, no `/dev/nvidia-caps-imex-channels/`). Several are joined by `+` (`ok+imex`). An
 //! empty value is a machine without devices. `CUDA_VISIBLE_DEVICES` is honoured as by the driver: a list of
@@ -75,6 +76,15 @@ pub fn requested() -> bool {
     std::env::var_os(SIMULATE_ENV).is_some()
 }
 
+/// Whether the simulation was asked for a kernel without `pidfd_getfd` (`no-pidfd` on any device): a fact
+/// of the machine, not of the driver, so that `ipc::pidfd` asks it (the calls are the kernel's, made for
+/// real in the simulation otherwise).
+pub fn kernel_lacks_pidfd_getfd() -> bool {
+    std::env::var(SIMULATE_ENV).is_ok_and(|spec| {
+        spec.split(',').flat_map(|kind| kind.split('+')).any(|kind| kind.trim() == "no-pidfd")
+    })
+}
+
 /// The simulated L2 cache: small, so that the benchmark's marking of cache-sized rows shows in tests.
 pub const SIMULATED_L2_BYTES: u64 = 64 * 1024;
 /// The simulated VMM granularity: not a power of two, so that rounding up is exercised.
@@ -104,6 +114,9 @@ enum SimulatedDevice {
     /// The machine is WSL2 (as if `/dev/dxg` were present): legacy IPC handles fail on the device, as
     /// there; VMM and stream memory operations work.
     Wsl,
+    /// The machine's kernel lacks `pidfd_getfd` (as Linux 5.3 to 5.5, which have `pidfd_open`): see
+    /// [`kernel_lacks_pidfd_getfd`].
+    NoPidfd,
 }
 
 /// What a simulated device lacks: `ok`, or defects joined by `+` (`no-vmm+no-pools`).
@@ -134,6 +147,7 @@ impl Defects {
             "imex" => Ok(SimulatedDevice::Imex),
             "mig" => Ok(SimulatedDevice::Mig),
             "wsl" => Ok(SimulatedDevice::Wsl),
+            "no-pidfd" => Ok(SimulatedDevice::NoPidfd),
             other => Err(anyhow!("{SIMULATE_ENV}: unknown device kind {other:?}")),
         });
         Ok(Defects(defects.collect::<Result<Vec<_>>>()?))
