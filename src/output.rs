@@ -237,20 +237,6 @@ macro_rules! warn {
     ($($arg:tt)*) => { $crate::output::warn(format_args!($($arg)*)) };
 }
 
-/// `waive!("...", ...)`: the line that says why nothing can run here, which is also the reason the `--json`
-/// document gives for the waived run; said here only where no verdict line will say it (see
-/// `report::note_waiver`); `Err` if it cannot be written.
-#[macro_export]
-macro_rules! waive {
-    ($($arg:tt)*) => {{
-        let line = format!($($arg)*);
-        match $crate::report::note_waiver(&line) {
-            true => Ok(()),
-            false => $crate::output::line(format_args!("{line}")),
-        }
-    }};
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

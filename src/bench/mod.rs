@@ -44,12 +44,12 @@ use crate::ipc::{
 };
 use crate::joiners::{Audience, Joiners};
 use crate::meeting::Address;
-use crate::outcome::Outcome;
+use crate::outcome::{Outcome, Waiver};
 use crate::phase::Phase;
 use crate::phase::Who;
 use crate::progress;
 use crate::report::document::BenchResults;
-use crate::report::{JsonFile, Results};
+use crate::report::{Ran, Results};
 use crate::segment::{self, RunPlan};
 use crate::setup;
 use crate::signals;
@@ -63,15 +63,15 @@ const DATA_SLOT: usize = 0;
 const FLAGS_SLOT: usize = 1;
 
 /// The consumer: the parent's side of `--bench`; it measures, prints and writes the JSON.
-pub fn run_consumer(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
+pub fn run_consumer(cli: &Cli, mechanism: Mechanism) -> Result<Ran> {
     // Served, the producer is told how the whole benchmark ended: its verdict is the run's.
     let audience = Audience::default();
-    let outcome = consume(cli, mechanism, &audience);
-    audience.tell(&outcome);
-    outcome
+    let ran = consume(cli, mechanism, &audience);
+    audience.tell(ran.as_ref().map(|ran| &ran.outcome));
+    ran
 }
 
-fn consume(cli: &Cli, mechanism: Mechanism, audience: &Audience) -> Result<Outcome> {
+fn consume(cli: &Cli, mechanism: Mechanism, audience: &Audience) -> Result<Ran> {
     let started = Instant::now();
     fault::validate_for(&fault::Targets {
         children: PRODUCER..PRODUCER + 1,
@@ -80,16 +80,21 @@ fn consume(cli: &Cli, mechanism: Mechanism, audience: &Audience) -> Result<Outco
         parent_sends_descriptors: false,
         parent_checks_buffers: false,
     })?;
-    let json = JsonFile::requested();
-    let Some(setup) = setup::start(|| Ok(()))? else { return Ok(Outcome::Waived) };
+    let setup = match setup::start(|| Ok(()))? {
+        Ok(setup) => setup,
+        Err(waiver) => return Ok(waiver.into()),
+    };
     let (state, guardian, chosen) = (setup.segment.state(), &setup.guardian, &setup.chosen);
     let driver: &dyn Driver = &*setup.cuda;
     // The in-process peer copies need it.
     devices::enable_peers(driver, chosen)?;
     for &device in chosen {
         if let Some(reason) = mechanism.unsupported(driver, device)? {
-            waive!("No CUDA devices support IPC with --ipc {} ({reason})", mechanism.name())?;
-            return Ok(Outcome::Waived);
+            return Ok(Waiver(format!(
+                "No CUDA devices support IPC with --ipc {} ({reason})",
+                mechanism.name()
+            ))
+            .into());
         }
     }
     let memops_missing =
@@ -244,10 +249,7 @@ fn consume(cli: &Cli, mechanism: Mechanism, audience: &Audience) -> Result<Outco
         rendezvous.meet(Step::FlagsClosed, &stop)?;
     }
     producer.wait()?;
-    if let Some(json) = json {
-        json.write(Results::Bench(BenchResults::of(mechanism, &mps, &results)))?;
-    }
-    Ok(Outcome::Passed)
+    Ok(Ran::with(Outcome::Passed(None), Results::Bench(BenchResults::of(mechanism, &mps, &results))))
 }
 
 /// The benchmark's producer: the consumer's child, or the process that joined its served run.
@@ -311,7 +313,7 @@ pub fn produce(
     };
     let stop = move || attach::still_running(state, parent);
     watch.enter(Phase::CudaStart)?;
-    let cuda = driver::load().context("starting CUDA")?;
+    let cuda = driver::load().context("starting CUDA").map_err(attach::not_waived)?;
     let driver: &dyn Driver = &*cuda;
     let mut rendezvous = Rendezvous::on(state, Side::Producer);
     let rounds = rounds(driver.simulated());

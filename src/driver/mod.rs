@@ -137,18 +137,6 @@ pub fn uuid_text(uuid: &[u8; 16]) -> String {
     format!("GPU-{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..])
 }
 
-/// Why no GPU work can happen here: the run is waived, not failed.
-#[derive(Debug)]
-pub struct Unavailable(pub String);
-
-impl std::fmt::Display for Unavailable {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Unavailable {}
-
 /// A driver call that failed: which call, and the `CUresult` it answered, as a number (the oldest bindings
 /// lack some names, and the simulation answers the same numbers), so that callers match on the code.
 #[derive(Debug)]
@@ -427,7 +415,7 @@ pub trait Driver: Send + Sync {
 }
 
 /// The driver for this process: the host simulation when the tests ask for it, else CUDA.
-/// `Err(Unavailable)` (no library, no driver, no device) means the run is waived.
+/// `Err(Waiver)` (no library, no driver, no device) means the run is waived.
 pub fn load() -> Result<Box<dyn Driver>> {
     let loaded: Result<Box<dyn Driver>> = match host::HostDriver::from_env() {
         Ok(Some(simulated)) => Ok(Box::new(simulated)),

@@ -16,11 +16,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use nix::fcntl::{FcntlArg, OFlag, fcntl};
 
-use super::enter::Unavailable;
 use super::{Isolation, Kind};
 use crate::guardian::{Guardian, MadePath};
 use crate::meeting::Address;
 use crate::outcome::EXIT_WAIVED;
+use crate::outcome::Waiver;
 
 /// How long a started process gets to end by itself after the run ended (it stops within 0.5 s of the
 /// server's end); then it is killed, and its init stops what it runs.
@@ -158,7 +158,7 @@ impl<'g> Launched<'g> {
     }
 
     /// The first started process that has ended with another status than success, if one has: an
-    /// [`Unavailable`] (a waiver) if it could not enter its namespaces. Called at every look of the
+    /// [`Waiver`] if it could not enter its namespaces. Called at every look of the
     /// server's wait; once the socket's file is gone (every process has joined), its directory goes too,
     /// so that a parent killed from then on leaves nothing.
     pub fn ended_early(&mut self) -> Option<anyhow::Error> {
@@ -171,7 +171,7 @@ impl<'g> Launched<'g> {
             match status.code() {
                 Some(0) => None,
                 Some(code) if code == i32::from(EXIT_WAIVED) => Some(
-                    Unavailable(format!(
+                    Waiver(format!(
                         "a process started in namespaces of its own (pid {pid}) could not enter them (its \
                          message is above)"
                     ))

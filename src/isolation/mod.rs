@@ -21,7 +21,7 @@ mod launch;
 mod matrix;
 mod outside;
 
-pub use enter::{Unavailable, enter};
+pub use enter::enter;
 pub use launch::Launched;
 pub use matrix::run as run_matrix;
 pub use outside::{stay_outside, verdict_said_outside};

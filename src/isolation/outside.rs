@@ -234,28 +234,14 @@ fn end(cli: &Cli, ended: Result<(i32, Option<report::Document>)>, started: Insta
                 Ok(code) => code,
             };
             let status = if code > 128 { Status::Interrupted } else { Status::Failed };
-            let verdict = report::Verdict {
-                status,
-                reason: Some(&why),
-                diagnosis: None,
-                refused: None,
-                exit_status: code,
-            };
-            let written = report::finish(&verdict);
+            let written = report::finish(&report::Verdict::of(status, &why, code), None);
             (status, Some(why), code, None, written)
         }
         Err(e) => {
             let why = format!("{e:#}");
             warn!("simple-ipc: {why}");
             let code = crate::outcome::EXIT_FAILURE;
-            let verdict = report::Verdict {
-                status: Status::Failed,
-                reason: Some(&why),
-                diagnosis: None,
-                refused: None,
-                exit_status: code,
-            };
-            let written = report::finish(&verdict);
+            let written = report::finish(&report::Verdict::of(Status::Failed, &why, code), None);
             (Status::Failed, Some(why), code, None, written)
         }
     };
@@ -273,7 +259,8 @@ fn end(cli: &Cli, ended: Result<(i32, Option<report::Document>)>, started: Insta
         }
     }
     if cli.report_fd.is_none() && code != crate::output::READER_GONE_STATUS {
-        let line = crate::entry::verdict(status, reason.as_deref(), summary, code, started.elapsed());
+        let line =
+            crate::entry::verdict(status, reason.as_deref(), summary.as_deref(), code, started.elapsed());
         match crate::output::verdict(&line) {
             Ok(()) => {}
             // The reader went away before the last line: 141, quietly (the document was written already).

@@ -8,6 +8,7 @@ use anyhow::{Result, bail};
 
 use super::JoinerFailed;
 use crate::meeting;
+use crate::outcome::Outcome;
 use crate::wire::{self, Message, Round, RunEnd};
 
 /// The joiners still connected when the run is over, to be told how the whole run ended: a joiner's verdict
@@ -55,14 +56,12 @@ impl Audience {
 
     /// Tells each joiner how the run ended, by the server's verdict `ended`; then closes its connection, or,
     /// in a served sequence, hands it back to the top parent with every other connection still open.
-    pub fn tell(self, ended: &Result<crate::outcome::Outcome>) {
+    pub fn tell(self, ended: Result<&Outcome, &anyhow::Error>) {
         let mut connections = self.told.into_inner();
         let end = match ended {
-            Ok(crate::outcome::Outcome::Passed) => RunEnd::Passed,
-            Ok(crate::outcome::Outcome::Waived) => {
-                RunEnd::Waived(crate::report::waiver().unwrap_or_else(|| "waived".to_owned()))
-            }
-            Err(e) => RunEnd::Failed {
+            Ok(Outcome::Passed(_)) => RunEnd::Passed,
+            Ok(Outcome::Waived(waiver)) => RunEnd::Waived(waiver.to_string()),
+            Ok(Outcome::Failed(e)) | Err(e) => RunEnd::Failed {
                 process: e.chain().find_map(|c| c.downcast_ref::<JoinerFailed>()).map(|j| j.index),
                 why: format!("{e:#}"),
             },

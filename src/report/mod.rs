@@ -10,8 +10,8 @@
 //!   process can write, and must not be the file this process's standard output or error goes to
 //!   (`--json /dev/stdout >> log`, `--json F > F`): writing it would destroy what the run prints and what was
 //!   there before. Nothing is opened or truncated, so a FIFO can never block the run.
-//! - The roles hand over what they know as they learn it ([`note_driver`], [`note_devices`]) and their
-//!   results ([`JsonFile::write`]); the verdict is not known yet.
+//! - The roles hand over what they know as they learn it ([`note_driver`], [`note_devices`]), and return
+//!   their results with their outcome ([`Ran`]) to `main`, which decides the verdict.
 //! - [`finish`], from `main` once the exit status is decided: the document goes to a new file beside the path
 //!   and is renamed over it, so the path holds the old document or the whole new one, never an empty or
 //!   partial one.
@@ -30,7 +30,6 @@ use std::io::Write;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use anyhow::{Context, Result, bail};
@@ -38,6 +37,7 @@ use anyhow::{Context, Result, bail};
 use crate::cli::Cli;
 use crate::driver::Driver;
 use crate::ipc::diagnose::Diagnosis;
+use crate::outcome::{Outcome, Waiver};
 pub use document::MatrixCell;
 use document::{BenchResults, Device, DriverFacts, MechanismResult, Mode, Options, RunResults};
 pub use document::{Document, Refused, Status};
@@ -51,8 +51,6 @@ struct Pending {
     options: Options,
     driver: Option<DriverFacts>,
     devices: Vec<Device>,
-    /// The role's results, once it has them.
-    results: Option<Results>,
     /// A refusal that a process which joined this run reported in its own document (see
     /// `isolation::launch`).
     refused: Option<Refused>,
@@ -67,18 +65,44 @@ impl Pending {
             options: Options::of(cli),
             driver: None,
             devices: Vec::new(),
-            results: None,
             refused: None,
         }
     }
 }
 
 /// What a role found, for the document.
+#[derive(Debug)]
 pub enum Results {
     Run(RunResults),
     Mechanisms(Vec<MechanismResult>),
     Bench(BenchResults),
     Matrix(Vec<MatrixCell>),
+}
+
+/// What a role hands back to the top: how the run ended, and what it found for the document.
+#[derive(Debug)]
+pub struct Ran {
+    pub outcome: Outcome,
+    pub results: Option<Results>,
+}
+
+impl Ran {
+    /// The outcome, with what the role found.
+    pub fn with(outcome: Outcome, results: Results) -> Self {
+        Self { outcome, results: Some(results) }
+    }
+}
+
+impl From<Outcome> for Ran {
+    fn from(outcome: Outcome) -> Self {
+        Self { outcome, results: None }
+    }
+}
+
+impl From<Waiver> for Ran {
+    fn from(waiver: Waiver) -> Self {
+        Outcome::Waived(waiver).into()
+    }
 }
 
 /// Where the document goes.
@@ -269,65 +293,12 @@ pub fn note_refused(refused: Refused) {
     }
 }
 
-/// The reason a waived run gives (see [`waive!`](crate::waive)).
-static WAIVER: Mutex<Option<String>> = Mutex::new(None);
-
-/// Whether this process's verdict line (or that of the process outside its isolation) will say the waiver.
-static VERDICT_SAYS_THE_WAIVER: AtomicBool = AtomicBool::new(false);
-
-/// This process (a role a user starts) ends with a verdict line, which says why a waived run was waived:
-/// [`waive!`](crate::waive) then does not say it a line before.
-pub fn verdict_says_the_waiver() {
-    VERDICT_SAYS_THE_WAIVER.store(true, Ordering::Relaxed);
-}
-
-/// Remembers why the run is waived, for the document and the verdict; true where the verdict will say it.
-pub fn note_waiver(reason: &str) -> bool {
-    *WAIVER.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(reason.to_owned());
-    VERDICT_SAYS_THE_WAIVER.load(Ordering::Relaxed)
-}
-
-/// Why the run was waived, as it said.
-pub fn waiver() -> Option<String> {
-    WAIVER.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
-}
-
-/// What a run that passed did, for the verdict line (`4 processes on 1 GPU, legacy IPC, events`).
-static SUMMARY: Mutex<Option<String>> = Mutex::new(None);
-
-/// Remembers what the run did, for the verdict line.
-pub fn note_summary(summary: String) {
-    *SUMMARY.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(summary);
-}
-
-/// What the run did, as its role said.
-pub fn summary() -> Option<String> {
-    SUMMARY.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
-}
-
-/// A role's handle on the run's `--json` document.
-pub struct JsonFile(());
-
-impl JsonFile {
-    /// The run's document, if `main` opened one (`--json FILE` or `--report-fd FD`).
-    pub fn requested() -> Option<Self> {
-        pending().is_some().then_some(Self(()))
-    }
-
-    /// Hands over the role's results; they are written, after the run's verdict, by [`finish`].
-    pub fn write(self, results: Results) -> Result<()> {
-        match pending().as_mut() {
-            Some(pending) => pending.results = Some(results),
-            None => bail!("--json: the document is gone before the run ended"),
-        }
-        Ok(())
-    }
-}
-
 /// How the run ended, as `main` decided it.
 pub struct Verdict<'a> {
     pub status: Status,
     pub reason: Option<&'a str>,
+    /// What a run that passed did, as its role said.
+    pub summary: Option<&'a str>,
     /// What `ipc::diagnose` found, where it explained the failure.
     pub diagnosis: Option<&'a Diagnosis>,
     /// Where the run failed because the driver refused a handle in this process (see [`Refused::of`]).
@@ -335,10 +306,17 @@ pub struct Verdict<'a> {
     pub exit_status: u8,
 }
 
-/// The whole document of `pending`, with the verdict.
-fn document(pending: &mut Pending, verdict: &Verdict) -> Document {
+impl<'a> Verdict<'a> {
+    /// A run that did not pass, for `reason`, and with nothing more to say.
+    pub fn of(status: Status, reason: &'a str, exit_status: u8) -> Self {
+        Self { status, reason: Some(reason), summary: None, diagnosis: None, refused: None, exit_status }
+    }
+}
+
+/// The whole document of `pending`, with the verdict and what the role found.
+fn document(pending: &mut Pending, verdict: &Verdict, results: Option<Results>) -> Document {
     let (mut run, mut mechanisms, mut bench, mut matrix) = (None, None, None, None);
-    match pending.results.take() {
+    match results {
         Some(Results::Run(results)) => run = Some(results),
         Some(Results::Mechanisms(rows)) => mechanisms = Some(rows),
         Some(Results::Bench(results)) => bench = Some(results),
@@ -366,7 +344,7 @@ fn document(pending: &mut Pending, verdict: &Verdict) -> Document {
             Status::Failed => verdict.refused.clone().or_else(|| pending.refused.take()),
             _ => None,
         },
-        summary: (verdict.status == Status::Passed).then(summary).flatten(),
+        summary: verdict.summary.map(str::to_owned),
         exit_status: verdict.exit_status,
         mode: pending.mode,
         driver,
@@ -380,11 +358,12 @@ fn document(pending: &mut Pending, verdict: &Verdict) -> Document {
     }
 }
 
-/// Writes this run's document, if it was given `--json`: to a new file beside the path, renamed over it (or
-/// to the inherited pipe).
-pub fn finish(verdict: &Verdict) -> Result<()> {
+/// Writes this run's document, if it was given `--json`, with what the role found: to a new file beside the
+/// path, renamed over it (or to the inherited pipe).
+pub fn finish(verdict: &Verdict, results: Option<Results>) -> Result<()> {
     let Some(mut pending) = pending().take() else { return Ok(()) };
-    let text = document::text(&document(&mut pending, verdict)).context("writing the --json document")?;
+    let text =
+        document::text(&document(&mut pending, verdict, results)).context("writing the --json document")?;
     write(pending, &text)
 }
 
@@ -434,7 +413,14 @@ mod tests {
     use clap::Parser;
 
     fn passed() -> Verdict<'static> {
-        Verdict { status: Status::Passed, reason: None, diagnosis: None, refused: None, exit_status: 0 }
+        Verdict {
+            status: Status::Passed,
+            reason: None,
+            summary: None,
+            diagnosis: None,
+            refused: None,
+            exit_status: 0,
+        }
     }
 
     /// One test for the process-wide document, so that no two tests share it at once.
@@ -446,25 +432,18 @@ mod tests {
         let file = dir.join("t.json");
         std::fs::write(&file, "an old and much longer document").unwrap();
         open(&file, &cli).unwrap();
-        JsonFile::requested().unwrap().write(Results::Mechanisms(Vec::new())).unwrap();
         assert_eq!(std::fs::read_to_string(&file).unwrap(), "an old and much longer document", "not yet");
         let diagnosis = Diagnosis::new("the cause".into(), "; what fixes it: ", "the fix".into());
-        let failed = Verdict {
-            status: Status::Failed,
-            reason: Some("x"),
-            diagnosis: Some(&diagnosis),
-            refused: None,
-            exit_status: 1,
-        };
-        finish(&failed).unwrap();
+        let failed = Verdict { diagnosis: Some(&diagnosis), ..Verdict::of(Status::Failed, "x", 1) };
+        finish(&failed, Some(Results::Mechanisms(Vec::new()))).unwrap();
         let doc: Document = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
         assert_eq!((doc.status, doc.exit_status, doc.reason.as_deref()), (Status::Failed, 1, Some("x")));
         assert_eq!((doc.cause.as_deref(), doc.fix.as_deref()), (Some("the cause"), Some("the fix")));
         assert_eq!((doc.mode, doc.options.ipc.as_str()), (Mode::Run, "vmm"));
         assert_eq!(doc.mechanisms, Some(Vec::new()), "the role's results are there");
         assert_eq!(std::fs::read_dir(dir).unwrap().count(), 1, "no temporary file is left");
-        assert!(JsonFile::requested().is_none(), "written once");
-        finish(&passed()).unwrap();
+        assert!(!requested(), "written once");
+        finish(&passed(), None).unwrap();
 
         let fifo = dir.join("fifo");
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
@@ -472,7 +451,7 @@ mod tests {
         assert!(format!("{refused:#}").contains("is a FIFO"), "{refused:#}");
         assert!(open(&dir.join("no/such/dir/t.json"), &cli).is_err());
         assert!(open(dir, &cli).is_err(), "a directory is refused");
-        assert!(JsonFile::requested().is_none(), "nothing refused is opened");
+        assert!(!requested(), "nothing refused is opened");
     }
 
     #[test]
