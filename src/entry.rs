@@ -76,9 +76,9 @@ pub fn main() -> ExitCode {
     let ends_with_a_verdict =
         cli.child.is_none() && cli.isolated.is_none() && cli.guardian_fd.is_none() && cli.report_fd.is_none();
     let started = std::time::Instant::now();
-    let (outcome, results) = match run(&cli) {
-        Ok(report::Ran { outcome, results }) => (outcome, results),
-        Err(e) => (Outcome::Failed(e), None),
+    let (outcome, mut found) = match run(&cli) {
+        Ok(report::Ran { outcome, found }) => (outcome, found),
+        Err(e) => (Outcome::Failed(e), report::Found::default()),
     };
     let failure = match &outcome {
         Outcome::Failed(e) => Some(e),
@@ -112,8 +112,14 @@ pub fn main() -> ExitCode {
         report::Refused::of(e).or_else(|| e.downcast_ref::<crate::joiners::JoinerFailed>()?.refused.clone())
     });
     let (ipc, sync) = (cli.ipc.name(), if cli.sync == cli::Sync::Memops { "memops" } else { "events" });
-    if let Some(text) =
-        report::forecast_against_outcome(&ipc, sync, status == Status::Passed, refused.as_ref())
+    if let Some(placement) = &mut found.placement
+        && let text = report::forecast_against_outcome(
+            placement,
+            &ipc,
+            sync,
+            status == Status::Passed,
+            refused.as_ref(),
+        )
         && code != READER_GONE_STATUS
         && let Err(e) = crate::output::text(&text)
     {
@@ -139,7 +145,7 @@ pub fn main() -> ExitCode {
     let summary = summary.filter(|_| status == Status::Passed);
     let ending =
         report::Verdict { status, reason: reason.as_deref(), summary, diagnosis, refused, exit_status: code };
-    let not_written = match report::finish(&ending, results) {
+    let not_written = match report::finish(&ending, found) {
         Ok(()) => None,
         // `--json - | head -c 10`: 141, and nothing more said, as for a C program killed by SIGPIPE.
         Err(e) if e.chain().any(is_reader_gone) => {

@@ -67,8 +67,11 @@ pub fn run_consumer(cli: &Cli, mechanism: Mechanism) -> Result<Ran> {
     // Served, the producer is told how the whole benchmark ended: its verdict is the run's.
     let audience = Audience::default();
     let ran = consume(cli, mechanism, &audience);
+    let placement = audience.placement();
     audience.tell(ran.as_ref().map(|ran| &ran.outcome));
-    ran
+    let mut ran = ran.unwrap_or_else(|e| Ran::from(Outcome::Failed(e)));
+    ran.found.placement = placement;
+    Ok(ran)
 }
 
 fn consume(cli: &Cli, mechanism: Mechanism, audience: &Audience) -> Result<Ran> {

@@ -234,14 +234,15 @@ fn end(cli: &Cli, ended: Result<(i32, Option<report::Document>)>, started: Insta
                 Ok(code) => code,
             };
             let status = if code > 128 { Status::Interrupted } else { Status::Failed };
-            let written = report::finish(&report::Verdict::of(status, &why, code), None);
+            let written = report::finish(&report::Verdict::of(status, &why, code), Default::default());
             (status, Some(why), code, None, written)
         }
         Err(e) => {
             let why = format!("{e:#}");
             warn!("simple-ipc: {why}");
             let code = crate::outcome::EXIT_FAILURE;
-            let written = report::finish(&report::Verdict::of(Status::Failed, &why, code), None);
+            let written =
+                report::finish(&report::Verdict::of(Status::Failed, &why, code), Default::default());
             (Status::Failed, Some(why), code, None, written)
         }
     };

@@ -9,6 +9,7 @@ use anyhow::{Result, bail};
 use super::JoinerFailed;
 use crate::meeting;
 use crate::outcome::Outcome;
+use crate::placement::Placement;
 use crate::wire::{self, Message, Round, RunEnd};
 
 /// The joiners still connected when the run is over, to be told how the whole run ended: a joiner's verdict
@@ -17,6 +18,8 @@ use crate::wire::{self, Message, Round, RunEnd};
 pub struct Audience {
     pub(super) told: RefCell<Vec<OwnedFd>>,
     pub(super) sequence: Option<InSequence>,
+    /// Where the processes that joined stand, once they all have (see `Joiners::say_where_they_stand`).
+    pub(super) placement: RefCell<Option<Placement>>,
 }
 
 /// What a run of a served sequence inherits from the sequence's top parent: the listener, the connections
@@ -39,6 +42,7 @@ impl Audience {
         let held = held.iter().map(|&fd| crate::inherit::take(fd, "held connection"));
         Ok(Self {
             told: RefCell::default(),
+            placement: RefCell::default(),
             sequence: Some(InSequence {
                 round,
                 listener: RefCell::new(Some(crate::inherit::take(*listener, "sequence's listener")?)),
@@ -52,6 +56,11 @@ impl Audience {
     pub(super) fn door(&self) -> Option<(Round, OwnedFd, Vec<OwnedFd>)> {
         let sequence = self.sequence.as_ref()?;
         Some((sequence.round, sequence.listener.take()?, sequence.waiting.take()))
+    }
+
+    /// Where the processes that joined stand, if they all did.
+    pub fn placement(&self) -> Option<Placement> {
+        self.placement.take()
     }
 
     /// Tells each joiner how the run ended, by the server's verdict `ended`; then closes its connection, or,

@@ -43,8 +43,11 @@ pub fn run(cli: &Cli, mechanism: Mechanism) -> Result<Ran> {
         _ => Audience::default(),
     };
     let ran = run_the_sample(cli, mechanism, &audience);
+    let placement = audience.placement();
     audience.tell(ran.as_ref().map(|ran| &ran.outcome));
-    ran
+    let mut ran = ran.unwrap_or_else(|e| Ran::from(Outcome::Failed(e)));
+    ran.found.placement = placement;
+    Ok(ran)
 }
 
 fn run_the_sample(cli: &Cli, mechanism: Mechanism, audience: &Audience) -> Result<Ran> {

@@ -42,7 +42,8 @@ impl<'s> Team<'s> {
             let sockets = std::mem::take(their_sockets);
             let joiners = Joiners::listen(segment, address.clone(), n, sockets, started, cli.timeout())?
                 .covered_by(guardian)
-                .removing_the_socket_when_full();
+                .removing_the_socket_when_full()
+                .telling_where_they_stand_to(audience);
             launched.start(&address, n, isolation, cli.timeout, cli.quiet)?;
             let joiners = joiners.only_started_by(launched.pids());
             say!(

@@ -38,6 +38,7 @@ use crate::cli::Cli;
 use crate::driver::Driver;
 use crate::ipc::diagnose::Diagnosis;
 use crate::outcome::{Outcome, Waiver};
+use crate::placement::Placement;
 pub use document::MatrixCell;
 use document::{BenchResults, Device, DriverFacts, MechanismResult, Mode, Options, RunResults};
 pub use document::{Document, Refused, Status};
@@ -83,19 +84,27 @@ pub enum Results {
 #[derive(Debug)]
 pub struct Ran {
     pub outcome: Outcome,
+    pub found: Found,
+}
+
+/// What a role found, however the run ended.
+#[derive(Debug, Default)]
+pub struct Found {
     pub results: Option<Results>,
+    /// Where the processes that joined stand (a served or isolated run), once they all have.
+    pub placement: Option<Placement>,
 }
 
 impl Ran {
     /// The outcome, with what the role found.
     pub fn with(outcome: Outcome, results: Results) -> Self {
-        Self { outcome, results: Some(results) }
+        Self { outcome, found: Found { results: Some(results), placement: None } }
     }
 }
 
 impl From<Outcome> for Ran {
     fn from(outcome: Outcome) -> Self {
-        Self { outcome, results: None }
+        Self { outcome, found: Found::default() }
     }
 }
 
@@ -257,33 +266,22 @@ fn directory_of(path: &Path) -> &Path {
     }
 }
 
-/// Once the run is over, where its processes' placement was noted: the forecast of each path the run took
-/// beside what happened (it `passed`, or the driver `refused` a handle), kept for the document; the text
-/// to print.
+/// Once the run is over: the forecast of each path the run took beside what happened (it `passed`, or the
+/// driver `refused` a handle), kept in `placement` for the document; the text to print.
 /// `ipc` and `sync`: the run's `--ipc` and `--sync`, which say the paths it took.
 pub fn forecast_against_outcome(
+    placement: &mut Placement,
     ipc: &str,
     sync: &str,
     passed: bool,
     refused: Option<&Refused>,
-) -> Option<String> {
-    let mut placement = PLACEMENT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    let placement = placement.as_mut()?;
+) -> String {
     let paths = crate::placement::paths_of(ipc, sync);
     let refused = refused.map(|r| (r.event, r.error.as_str(), r.beyond_the_simulation));
     let against = placement.against(&paths, passed, refused);
     let text = crate::placement::against_text(&against);
     placement.against = Some(against);
-    Some(text)
-}
-
-/// Where the processes that joined stand, once they all have: said once the run is over, with or without
-/// a `--json` document.
-static PLACEMENT: Mutex<Option<crate::placement::Placement>> = Mutex::new(None);
-
-/// Notes where the processes that joined stand (`joiners`, once every process has joined).
-pub fn note_placement(placement: crate::placement::Placement) {
-    *PLACEMENT.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(placement);
+    text
 }
 
 /// Notes a refusal that a process which joined this run reported (the first one is kept).
@@ -314,7 +312,8 @@ impl<'a> Verdict<'a> {
 }
 
 /// The whole document of `pending`, with the verdict and what the role found.
-fn document(pending: &mut Pending, verdict: &Verdict, results: Option<Results>) -> Document {
+fn document(pending: &mut Pending, verdict: &Verdict, found: Found) -> Document {
+    let Found { results, placement } = found;
     let (mut run, mut mechanisms, mut bench, mut matrix) = (None, None, None, None);
     match results {
         Some(Results::Run(results)) => run = Some(results),
@@ -354,16 +353,16 @@ fn document(pending: &mut Pending, verdict: &Verdict, results: Option<Results>) 
         mechanisms,
         bench,
         matrix,
-        placement: PLACEMENT.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take(),
+        placement,
     }
 }
 
 /// Writes this run's document, if it was given `--json`, with what the role found: to a new file beside the
 /// path, renamed over it (or to the inherited pipe).
-pub fn finish(verdict: &Verdict, results: Option<Results>) -> Result<()> {
+pub fn finish(verdict: &Verdict, found: Found) -> Result<()> {
     let Some(mut pending) = pending().take() else { return Ok(()) };
     let text =
-        document::text(&document(&mut pending, verdict, results)).context("writing the --json document")?;
+        document::text(&document(&mut pending, verdict, found)).context("writing the --json document")?;
     write(pending, &text)
 }
 
@@ -435,7 +434,8 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&file).unwrap(), "an old and much longer document", "not yet");
         let diagnosis = Diagnosis::new("the cause".into(), "; what fixes it: ", "the fix".into());
         let failed = Verdict { diagnosis: Some(&diagnosis), ..Verdict::of(Status::Failed, "x", 1) };
-        finish(&failed, Some(Results::Mechanisms(Vec::new()))).unwrap();
+        let found = Found { results: Some(Results::Mechanisms(Vec::new())), placement: None };
+        finish(&failed, found).unwrap();
         let doc: Document = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
         assert_eq!((doc.status, doc.exit_status, doc.reason.as_deref()), (Status::Failed, 1, Some("x")));
         assert_eq!((doc.cause.as_deref(), doc.fix.as_deref()), (Some("the cause"), Some("the fix")));
@@ -443,7 +443,7 @@ mod tests {
         assert_eq!(doc.mechanisms, Some(Vec::new()), "the role's results are there");
         assert_eq!(std::fs::read_dir(dir).unwrap().count(), 1, "no temporary file is left");
         assert!(!requested(), "written once");
-        finish(&passed(), None).unwrap();
+        finish(&passed(), Found::default()).unwrap();
 
         let fifo = dir.join("fifo");
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
