@@ -105,8 +105,7 @@ pub fn main() -> ExitCode {
     };
     // The last line says how the run ended, for the roles a user starts (not a child, the guardian, or a run
     // of one mechanism under --ipc all, whose top parent says it); a reader that went away gets nothing.
-    let says_verdict =
-        ends_with_a_verdict && !crate::isolation::verdict_said_outside() && code != READER_GONE_STATUS;
+    let says_verdict = ends_with_a_verdict && !report::verdict_said_outside() && code != READER_GONE_STATUS;
     // A served or isolated run: what was forecast for each path it took, beside what happened.
     let refused = failure.and_then(|e| {
         report::Refused::of(e).or_else(|| e.downcast_ref::<crate::joiners::JoinerFailed>()?.refused.clone())

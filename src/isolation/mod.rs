@@ -24,7 +24,7 @@ mod outside;
 pub use enter::enter;
 pub use launch::Launched;
 pub use matrix::run as run_matrix;
-pub use outside::{stay_outside, verdict_said_outside};
+pub use outside::stay_outside;
 
 /// One kind of namespace a process can be given of its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

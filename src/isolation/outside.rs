@@ -18,7 +18,6 @@
 //!   pass), and exits with the run's status.
 
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -36,14 +35,6 @@ use crate::report::{self, Status};
 /// How long past `--timeout` the run has to stop itself (its watchdog stops its processes within about a
 /// second and a half) before the process outside stops it.
 const STOP_GRACE: Duration = Duration::from_secs(4);
-
-/// Whether this process is the run inside: its verdict is said by the process outside.
-static INSIDE: AtomicBool = AtomicBool::new(false);
-
-/// True in the run inside an isolation whose process outside says the verdict.
-pub fn verdict_said_outside() -> bool {
-    INSIDE.load(Ordering::Relaxed)
-}
 
 /// Forks the run of `cli`, which returns from here (and then enters its namespaces); this process stays
 /// outside and never returns (see the module's doc). Call it while this process has one thread.
@@ -68,7 +59,6 @@ pub fn stay_outside(cli: &Cli) -> Result<()> {
                 anyhow::bail!("the process outside the isolated run ended before the run began");
             }
             report::hand_over(std::fs::File::from(document_end), cli);
-            INSIDE.store(true, Ordering::Relaxed);
             Ok(())
         }
     }

@@ -121,6 +121,9 @@ enum Destination {
     /// The pipe that `--ipc all` handed the run of one mechanism (`--report-fd`), so that the result comes
     /// back without a file.
     Inherited(std::fs::File),
+    /// The pipe to the process outside this isolated run, which writes the document where the user asked
+    /// and says the verdict (see `isolation::outside`).
+    Outside(std::fs::File),
     /// `--json -`: the standard output the invoker gave, which carries the document alone (descriptor 1 is
     /// standard error's copy from [`open`] on).
     StandardOutput(OwnedFd),
@@ -201,7 +204,12 @@ pub fn open_inherited(fd: std::os::fd::RawFd, cli: &Cli) -> Result<()> {
 /// it to the process outside, which writes it where the user asked (see `isolation::outside`). The standard
 /// output kept for `--json -` is closed here with the document it replaces: the process outside holds it.
 pub fn hand_over(pipe: std::fs::File, cli: &Cli) {
-    *pending() = Some(Pending::new(PathBuf::new(), Destination::Inherited(pipe), cli));
+    *pending() = Some(Pending::new(PathBuf::new(), Destination::Outside(pipe), cli));
+}
+
+/// True in the run inside an isolation, whose process outside writes the document and says the verdict.
+pub fn verdict_said_outside() -> bool {
+    pending().as_ref().is_some_and(|p| matches!(p.destination, Destination::Outside(_)))
 }
 
 /// Whether this run's document goes to standard output (`--json -`): then it is written before the verdict
@@ -379,7 +387,7 @@ pub fn finish_document(document: Document) -> Result<()> {
 fn write(pending: Pending, text: &str) -> Result<()> {
     let target = match pending.destination {
         Destination::File(target) => target,
-        Destination::Inherited(mut pipe) => {
+        Destination::Inherited(mut pipe) | Destination::Outside(mut pipe) => {
             // --ipc all, the matrix, or the process outside an isolation started this run.
             let what = "writing the document back to the process that started this run (--report-fd)";
             return pipe.write_all(text.as_bytes()).context(what);
