@@ -178,7 +178,9 @@ pub fn fill_closed_standard_descriptors() {
     }
 }
 
-/// `--quiet`: standard output gets the verdict line alone.
+/// `--quiet`: standard output gets the verdict line alone. A setting of how this process prints, set once by
+/// `main` before any role runs, as a logger's level is: every `say!` reads it, and it decides nothing of the
+/// verdict, so it is not passed down to each function that prints.
 static QUIET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// From now on, [`line`] and [`text`] write nothing (`--quiet`); [`verdict`] still does.
