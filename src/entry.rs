@@ -60,14 +60,17 @@ pub fn main() -> ExitCode {
     // usage error), and it is written once the verdict is known, whatever it is.
     // `--ipc all` hands each of its runs a pipe for the document instead (`--report-fd`).
     let opened = match (cli.child, cli.guardian_fd, &cli.json, cli.report_fd) {
-        (None, None, _, Some(fd)) => report::open_inherited(fd, &cli),
-        (None, None, Some(path), None) => report::open(path, &cli),
-        _ => Ok(()),
+        (None, None, _, Some(fd)) => report::open_inherited(fd, &cli).map(Some),
+        (None, None, Some(path), None) => report::open(path, &cli).map(Some),
+        _ => Ok(None),
     };
-    if let Err(e) = opened {
-        warn!("{who}: {e:#}");
-        return ExitCode::from(EXIT_FAILURE);
-    }
+    let mut document = match opened {
+        Ok(document) => document,
+        Err(e) => {
+            warn!("{who}: {e:#}");
+            return ExitCode::from(EXIT_FAILURE);
+        }
+    };
     if cli.quiet {
         crate::output::be_quiet();
     }
@@ -76,7 +79,7 @@ pub fn main() -> ExitCode {
     let ends_with_a_verdict =
         cli.child.is_none() && cli.isolated.is_none() && cli.guardian_fd.is_none() && cli.report_fd.is_none();
     let started = std::time::Instant::now();
-    let (outcome, mut found) = match run(&cli) {
+    let (outcome, mut found) = match run(&cli, &mut document) {
         Ok(report::Ran { outcome, found }) => (outcome, found),
         Err(e) => (Outcome::Failed(e), report::Found::default()),
     };
@@ -105,7 +108,9 @@ pub fn main() -> ExitCode {
     };
     // The last line says how the run ended, for the roles a user starts (not a child, the guardian, or a run
     // of one mechanism under --ipc all, whose top parent says it); a reader that went away gets nothing.
-    let says_verdict = ends_with_a_verdict && !report::verdict_said_outside() && code != READER_GONE_STATUS;
+    let says_verdict = ends_with_a_verdict
+        && !document.as_ref().is_some_and(report::Opened::said_outside)
+        && code != READER_GONE_STATUS;
     // A served or isolated run: what was forecast for each path it took, beside what happened.
     let refused = failure.and_then(|e| {
         report::Refused::of(e).or_else(|| e.downcast_ref::<crate::joiners::JoinerFailed>()?.refused.clone())
@@ -126,7 +131,7 @@ pub fn main() -> ExitCode {
     }
     // `--json -`: the document goes first, to standard output, and the verdict line after it, to standard
     // error, so that the line can say whether the document reached its reader.
-    let document_first = report::to_standard_output();
+    let document_first = document.as_ref().is_some_and(report::Opened::to_standard_output);
     if says_verdict && !document_first {
         let line = verdict(status, reason.as_deref(), summary, code, started.elapsed());
         match crate::output::verdict(&line) {
@@ -144,7 +149,7 @@ pub fn main() -> ExitCode {
     let summary = summary.filter(|_| status == Status::Passed);
     let ending =
         report::Verdict { status, reason: reason.as_deref(), summary, diagnosis, refused, exit_status: code };
-    let not_written = match report::finish(&ending, found) {
+    let not_written = match report::finish(document, &ending, found) {
         Ok(()) => None,
         // `--json - | head -c 10`: 141, and nothing more said, as for a C program killed by SIGPIPE.
         Err(e) if e.chain().any(is_reader_gone) => {
@@ -270,7 +275,9 @@ fn this_program() -> String {
     if name.chars().all(plain) { name } else { format!("'{}'", name.replace('\'', r"'\''")) }
 }
 
-fn run(cli: &cli::Cli) -> anyhow::Result<report::Ran> {
+/// Runs the role of `cli`; `document`: the run's, which the run inside an isolation hands over to the
+/// process outside.
+fn run(cli: &cli::Cli, document: &mut Option<report::Opened>) -> anyhow::Result<report::Ran> {
     // Unlike the original, an ARM host is not waived as a whole: GH200 and GB200 hosts have CUDA IPC, and
     // each device is asked for each mechanism by trial, as on x86-64.
     // First of all, while this process has one thread: the namespaces of an isolated run's process.
@@ -279,7 +286,7 @@ fn run(cli: &cli::Cli) -> anyhow::Result<report::Ran> {
         (Some(isolation), _) => crate::isolation::enter(isolation)?,
         (None, Some(isolation)) if !all && isolation.includes_parent() => {
             // The process the user started stays in the user's namespaces; the run goes on in a child.
-            crate::isolation::stay_outside(cli)?;
+            crate::isolation::stay_outside(cli, document)?;
             crate::isolation::enter(isolation)?
         }
         _ => {}

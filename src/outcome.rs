@@ -22,6 +22,12 @@ impl Outcome {
     }
 }
 
+impl From<Waiver> for Outcome {
+    fn from(waiver: Waiver) -> Self {
+        Self::Waived(waiver)
+    }
+}
+
 /// Why nothing can run here: the run is waived, not failed. The one reason a waived run gives, on its
 /// verdict line and in its document.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -8,6 +8,7 @@ use crate::devices;
 use crate::driver::Driver;
 use crate::guardian::Guardian;
 use crate::outcome::Waiver;
+use crate::report::Found;
 use crate::segment::{self, Segment};
 
 /// What a parent's role starts from. Its fields drop in this order: CUDA is released (the exports that
@@ -25,17 +26,21 @@ pub struct Setup {
 /// Creates the segment and starts the guardian, then loads the driver and chooses the devices; the waiver
 /// where there is no driver or no device fits. `before_selection` runs between the
 /// two (the parent enters its device-selection phase there).
-pub fn start(before_selection: impl FnOnce() -> Result<()>) -> Result<Result<Setup, Waiver>> {
+/// The driver and the devices are noted in `found`, for the document.
+pub fn start(
+    before_selection: impl FnOnce() -> Result<()>,
+    found: &mut Found,
+) -> Result<Result<Setup, Waiver>> {
     let segment = Segment::create(&segment::name_for(std::process::id()))?;
     let guardian = Guardian::start()?;
     let cuda = match devices::load_or_waive()? {
         Ok(cuda) => cuda,
         Err(waiver) => return Ok(Err(waiver)),
     };
-    crate::report::note_driver(&*cuda);
+    found.note_driver(&*cuda);
     before_selection()?;
     let chosen = devices::select(&*cuda)?;
-    crate::report::note_devices(&*cuda, &chosen);
+    found.note_devices(&*cuda, &chosen);
     if chosen.is_empty() {
         return Ok(Err(Waiver("No CUDA devices support IPC".into())));
     }

@@ -470,7 +470,7 @@ fn json_dash_into_head_ends_with_141_and_nothing_else() {
 
 /// The reason a run is waived for travels with its outcome to the top, which says it once, on the verdict
 /// line, and writes it into the document; what a run that passed did reaches the line and the document
-/// alike, of `--ipc all` and of each of its runs.
+/// alike, of `--ipc all` and of each of its runs; what a run found before it failed reaches its document.
 #[test]
 fn the_outcome_reaches_the_line_and_the_document() {
     let mut vmm = simulated("ok,no-vmm");
@@ -496,4 +496,11 @@ fn the_outcome_reaches_the_line_and_the_document() {
     assert!(vmm["reason"].as_str().is_some_and(|r| r.contains("--ipc vmm (device 1")), "{vmm}");
     // The run of vmm, which says no verdict, says its waiver once; the table says it again.
     assert_eq!(stderr.matches("No CUDA devices support IPC with --ipc vmm").count(), 2, "{stderr}");
+
+    // What a run found before it failed reaches its document too.
+    let mut failed = simulated("ok,ok");
+    failed.env(FAULT, "child1@verify:corrupt");
+    let doc = document_of("failed-found", failed, 1);
+    assert_eq!(doc["devices"].as_array().map(Vec::len), Some(2), "{doc}");
+    assert_eq!(doc["driver"]["simulated"], true, "{doc}");
 }

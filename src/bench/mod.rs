@@ -49,7 +49,7 @@ use crate::phase::Phase;
 use crate::phase::Who;
 use crate::progress;
 use crate::report::document::BenchResults;
-use crate::report::{Ran, Results};
+use crate::report::{Found, Ran, Results};
 use crate::segment::{self, RunPlan};
 use crate::setup;
 use crate::signals;
@@ -66,15 +66,15 @@ const FLAGS_SLOT: usize = 1;
 pub fn run_consumer(cli: &Cli, mechanism: Mechanism) -> Result<Ran> {
     // Served, the producer is told how the whole benchmark ended: its verdict is the run's.
     let audience = Audience::default();
-    let ran = consume(cli, mechanism, &audience);
-    let placement = audience.placement();
-    audience.tell(ran.as_ref().map(|ran| &ran.outcome));
-    let mut ran = ran.unwrap_or_else(|e| Ran::from(Outcome::Failed(e)));
-    ran.found.placement = placement;
-    Ok(ran)
+    let mut found = Found::default();
+    let outcome = consume(cli, mechanism, &audience, &mut found).unwrap_or_else(Outcome::Failed);
+    audience.hand_over(&mut found);
+    audience.tell(&outcome);
+    Ok(Ran { outcome, found })
 }
 
-fn consume(cli: &Cli, mechanism: Mechanism, audience: &Audience) -> Result<Ran> {
+/// `found`: what the benchmark found, for the document, however it ends.
+fn consume(cli: &Cli, mechanism: Mechanism, audience: &Audience, found: &mut Found) -> Result<Outcome> {
     let started = Instant::now();
     fault::validate_for(&fault::Targets {
         children: PRODUCER..PRODUCER + 1,
@@ -83,7 +83,7 @@ fn consume(cli: &Cli, mechanism: Mechanism, audience: &Audience) -> Result<Ran> 
         parent_sends_descriptors: false,
         parent_checks_buffers: false,
     })?;
-    let setup = match setup::start(|| Ok(()))? {
+    let setup = match setup::start(|| Ok(()), found)? {
         Ok(setup) => setup,
         Err(waiver) => return Ok(waiver.into()),
     };
@@ -252,7 +252,8 @@ fn consume(cli: &Cli, mechanism: Mechanism, audience: &Audience) -> Result<Ran> 
         rendezvous.meet(Step::FlagsClosed, &stop)?;
     }
     producer.wait()?;
-    Ok(Ran::with(Outcome::Passed(None), Results::Bench(BenchResults::of(mechanism, &mps, &results))))
+    found.results = Some(Results::Bench(BenchResults::of(mechanism, &mps, &results)));
+    Ok(Outcome::Passed(None))
 }
 
 /// The benchmark's producer: the consumer's child, or the process that joined its served run.

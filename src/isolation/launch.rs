@@ -6,6 +6,7 @@
 //! Each hands back its `--json` document through a pipe (`--report-fd`), as a run of `--ipc all` does: a
 //! driver's refusal of a handle in a process that joined is in this run's document as typed facts.
 
+use std::cell::RefCell;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::process::CommandExt;
@@ -21,6 +22,7 @@ use crate::guardian::{Guardian, MadePath};
 use crate::meeting::Address;
 use crate::outcome::EXIT_WAIVED;
 use crate::outcome::Waiver;
+use crate::report::Refused;
 
 /// How long a started process gets to end by itself after the run ended (it stops within 0.5 s of the
 /// server's end); then it is killed, and its init stops what it runs.
@@ -83,6 +85,8 @@ pub struct Launched<'g> {
     documents: Vec<OwnedFd>,
     /// `None` for an abstract socket.
     dir: Option<SocketDir<'g>>,
+    /// Where a refusal that a process reported in its document goes, the first one kept.
+    refused: &'g RefCell<Option<Refused>>,
 }
 
 impl<'g> Launched<'g> {
@@ -90,9 +94,14 @@ impl<'g> Launched<'g> {
     /// whatever happens, unless the processes have network namespaces of their own (an abstract socket is
     /// in one), then a socket in a private directory, which `guardian` removes should the run be killed.
     /// Nothing is started yet.
-    pub fn prepare(isolation: &Isolation, guardian: &'g Guardian) -> Result<Self> {
+    /// A refusal that a process reports goes to `refused`.
+    pub fn prepare(
+        isolation: &Isolation,
+        guardian: &'g Guardian,
+        refused: &'g RefCell<Option<Refused>>,
+    ) -> Result<Self> {
         let dir = if isolation.has(Kind::Net) { Some(SocketDir::make(guardian)?) } else { None };
-        Ok(Self { processes: Vec::new(), documents: Vec::new(), dir })
+        Ok(Self { processes: Vec::new(), documents: Vec::new(), dir, refused })
     }
 
     /// Where the run is to be served.
@@ -225,7 +234,7 @@ impl Drop for Launched<'_> {
             }
             // The driver's refusal in a process that joined is this run's to report, as typed facts.
             if let Some(refused) = document_of(document).and_then(|d| d.refused) {
-                crate::report::note_refused(refused);
+                self.refused.borrow_mut().get_or_insert(refused);
             }
         }
     }

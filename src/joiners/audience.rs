@@ -10,6 +10,7 @@ use super::JoinerFailed;
 use crate::meeting;
 use crate::outcome::Outcome;
 use crate::placement::Placement;
+use crate::report::{Found, Refused};
 use crate::wire::{self, Message, Round, RunEnd};
 
 /// The joiners still connected when the run is over, to be told how the whole run ended: a joiner's verdict
@@ -20,6 +21,8 @@ pub struct Audience {
     pub(super) sequence: Option<InSequence>,
     /// Where the processes that joined stand, once they all have (see `Joiners::say_where_they_stand`).
     pub(super) placement: RefCell<Option<Placement>>,
+    /// A refusal that a process the run started in namespaces of its own reported (see `isolation::launch`).
+    pub(crate) refused: RefCell<Option<Refused>>,
 }
 
 /// What a run of a served sequence inherits from the sequence's top parent: the listener, the connections
@@ -43,6 +46,7 @@ impl Audience {
         Ok(Self {
             told: RefCell::default(),
             placement: RefCell::default(),
+            refused: RefCell::default(),
             sequence: Some(InSequence {
                 round,
                 listener: RefCell::new(Some(crate::inherit::take(*listener, "sequence's listener")?)),
@@ -58,19 +62,21 @@ impl Audience {
         Some((sequence.round, sequence.listener.take()?, sequence.waiting.take()))
     }
 
-    /// Where the processes that joined stand, if they all did.
-    pub fn placement(&self) -> Option<Placement> {
-        self.placement.take()
+    /// Hands what the run's processes said of themselves over to `found`: where they stand, if they all
+    /// joined, and a refusal one reported.
+    pub fn hand_over(&self, found: &mut Found) {
+        found.placement = self.placement.take();
+        found.refused = self.refused.take();
     }
 
     /// Tells each joiner how the run ended, by the server's verdict `ended`; then closes its connection, or,
     /// in a served sequence, hands it back to the top parent with every other connection still open.
-    pub fn tell(self, ended: Result<&Outcome, &anyhow::Error>) {
+    pub fn tell(self, ended: &Outcome) {
         let mut connections = self.told.into_inner();
         let end = match ended {
-            Ok(Outcome::Passed(_)) => RunEnd::Passed,
-            Ok(Outcome::Waived(waiver)) => RunEnd::Waived(waiver.to_string()),
-            Ok(Outcome::Failed(e)) | Err(e) => RunEnd::Failed {
+            Outcome::Passed(_) => RunEnd::Passed,
+            Outcome::Waived(waiver) => RunEnd::Waived(waiver.to_string()),
+            Outcome::Failed(e) => RunEnd::Failed {
                 process: e.chain().find_map(|c| c.downcast_ref::<JoinerFailed>()).map(|j| j.index),
                 why: format!("{e:#}"),
             },

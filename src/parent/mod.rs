@@ -21,7 +21,7 @@ use crate::joiners::Audience;
 use crate::outcome::{Outcome, Waiver};
 use crate::phase::{Phase, Who};
 use crate::report::document::RunResults;
-use crate::report::{Ran, Results};
+use crate::report::{Found, Ran, Results};
 use crate::segment::{self, RunPlan, SharedState};
 use crate::setup;
 use crate::signals;
@@ -42,19 +42,24 @@ pub fn run(cli: &Cli, mechanism: Mechanism) -> Result<Ran> {
         (Some(round), Some(fds)) => Audience::in_sequence(round, fds)?,
         _ => Audience::default(),
     };
-    let ran = run_the_sample(cli, mechanism, &audience);
-    let placement = audience.placement();
-    audience.tell(ran.as_ref().map(|ran| &ran.outcome));
-    let mut ran = ran.unwrap_or_else(|e| Ran::from(Outcome::Failed(e)));
-    ran.found.placement = placement;
-    Ok(ran)
+    let mut found = Found::default();
+    let outcome = run_the_sample(cli, mechanism, &audience, &mut found).unwrap_or_else(Outcome::Failed);
+    audience.hand_over(&mut found);
+    audience.tell(&outcome);
+    Ok(Ran { outcome, found })
 }
 
-fn run_the_sample(cli: &Cli, mechanism: Mechanism, audience: &Audience) -> Result<Ran> {
+/// `found`: what the run found, for the document, however it ends.
+fn run_the_sample(
+    cli: &Cli,
+    mechanism: Mechanism,
+    audience: &Audience,
+    found: &mut Found,
+) -> Result<Outcome> {
     let started = Instant::now();
     let mut watch = Stopwatch::start(Who::Parent, Phase::CudaStart)?;
     say!("PP: lshmName = {}", segment::name_for(std::process::id()))?;
-    let setup = match setup::start(|| watch.enter(Phase::DeviceSelection))? {
+    let setup = match setup::start(|| watch.enter(Phase::DeviceSelection), found)? {
         Ok(setup) => setup,
         Err(waiver) => return Ok(waiver.into()),
     };
@@ -184,7 +189,7 @@ fn run_the_sample(cli: &Cli, mechanism: Mechanism, audience: &Audience) -> Resul
     watch.enter(Phase::WaitChildren)?;
     children.wait(|| false, || {})?;
 
-    let results = report(cli, state, &watch.finish(), checks_itself)?;
+    found.results = Some(report(cli, state, &watch.finish(), checks_itself)?);
     let gpus = chosen.len();
     // The parent's own check of its pipe directory: its children inherit it; joiners were told nothing.
     let mps =
@@ -207,7 +212,7 @@ fn run_the_sample(cli: &Cli, mechanism: Mechanism, audience: &Audience) -> Resul
             (None, false) => "",
         }
     );
-    Ok(Ran::with(Outcome::passed(summary), results))
+    Ok(Outcome::passed(summary))
 }
 
 /// `Err` with the reason where the export found the mechanism missing on a device.

@@ -37,7 +37,7 @@ impl<'s> Team<'s> {
         guardian: &'s Guardian,
     ) -> Result<Self> {
         if let Some(isolation) = &cli.isolate {
-            let mut launched = isolation::Launched::prepare(isolation, guardian)?;
+            let mut launched = isolation::Launched::prepare(isolation, guardian, &audience.refused)?;
             let address = launched.address();
             let sockets = std::mem::take(their_sockets);
             let joiners = Joiners::listen(segment, address.clone(), n, sockets, started, cli.timeout())?

@@ -10,8 +10,8 @@
 //!   process can write, and must not be the file this process's standard output or error goes to
 //!   (`--json /dev/stdout >> log`, `--json F > F`): writing it would destroy what the run prints and what was
 //!   there before. Nothing is opened or truncated, so a FIFO can never block the run.
-//! - The roles hand over what they know as they learn it ([`note_driver`], [`note_devices`]), and return
-//!   their results with their outcome ([`Ran`]) to `main`, which decides the verdict.
+//! - The roles note what they find as they learn it ([`Found`]: the driver, the devices, their results), and
+//!   return it with their outcome ([`Ran`]) to `main`, which decides the verdict.
 //! - [`finish`], from `main` once the exit status is decided: the document goes to a new file beside the path
 //!   and is renamed over it, so the path holds the old document or the whole new one, never an empty or
 //!   partial one.
@@ -21,15 +21,13 @@
 //! (`output::lines_to_standard_error`), and [`finish`] writes the document there whole, or says that its
 //! reader went away ([`ReaderGone`](crate::output::ReaderGone), 141); `main` says the verdict after it.
 //!
-//! The verdict and what the roles found come to `main` as values ([`Ran`]); what stays process-wide is the
-//! document opened for the run and what is noted into it on the way, wherever it is learnt (the driver,
-//! the devices, a refusal that a joiner reported).
+//! Nothing of it is process-wide: `main` holds the document it opened ([`Opened`]), and the outcome and what
+//! the roles found come back to it as values.
 
 mod destination;
 pub mod document;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
 
 use anyhow::{Context, Result};
 use destination::Destination;
@@ -37,37 +35,36 @@ use destination::Destination;
 use crate::cli::Cli;
 use crate::driver::Driver;
 use crate::ipc::diagnose::Diagnosis;
-use crate::outcome::{Outcome, Waiver};
+use crate::outcome::Outcome;
 use crate::placement::Placement;
 pub use document::MatrixCell;
 use document::{BenchResults, Device, DriverFacts, MechanismResult, Mode, Options, RunResults};
 pub use document::{Document, Refused, Status};
 
-/// The document of this run, between [`open`] (or [`open_inherited`]) and [`finish`].
-struct Pending {
+/// The document of this run, opened by `main` before anything runs ([`open`], [`open_inherited`]) and
+/// written by [`finish`] once the verdict is known.
+pub struct Opened {
     /// The path as given, to name in messages; empty for an inherited pipe.
     given: PathBuf,
     destination: Destination,
     mode: Mode,
     options: Options,
-    driver: Option<DriverFacts>,
-    devices: Vec<Device>,
-    /// A refusal that a process which joined this run reported in its own document (see
-    /// `isolation::launch`).
-    refused: Option<Refused>,
 }
 
-impl Pending {
+impl Opened {
     fn new(given: PathBuf, destination: Destination, cli: &Cli) -> Self {
-        Self {
-            given,
-            destination,
-            mode: Mode::of(cli),
-            options: Options::of(cli),
-            driver: None,
-            devices: Vec::new(),
-            refused: None,
-        }
+        Self { given, destination, mode: Mode::of(cli), options: Options::of(cli) }
+    }
+
+    /// True in the run inside an isolation, whose process outside writes the document and says the verdict.
+    pub fn said_outside(&self) -> bool {
+        matches!(self.destination, Destination::Outside(_))
+    }
+
+    /// Whether the document goes to standard output (`--json -`): then it is written before the verdict
+    /// line, which says whether it reached its reader.
+    pub fn to_standard_output(&self) -> bool {
+        matches!(self.destination, Destination::StandardOutput(_))
     }
 }
 
@@ -87,18 +84,24 @@ pub struct Ran {
     pub found: Found,
 }
 
-/// What a role found, however the run ended.
+/// What a role found, however the run ended: noted as it learns it, handed back with its outcome.
 #[derive(Debug, Default)]
 pub struct Found {
     pub results: Option<Results>,
     /// Where the processes that joined stand (a served or isolated run), once they all have.
     pub placement: Option<Placement>,
+    /// The driver the run loaded, and every device it reports.
+    driver: Option<DriverFacts>,
+    devices: Vec<Device>,
+    /// A refusal that a process which joined this run reported in its own document (see
+    /// `isolation::launch`).
+    pub refused: Option<Refused>,
 }
 
 impl Ran {
     /// The outcome, with what the role found.
     pub fn with(outcome: Outcome, results: Results) -> Self {
-        Self { outcome, found: Found { results: Some(results), placement: None } }
+        Self { outcome, found: Found { results: Some(results), ..Found::default() } }
     }
 }
 
@@ -108,71 +111,44 @@ impl From<Outcome> for Ran {
     }
 }
 
-impl From<Waiver> for Ran {
-    fn from(waiver: Waiver) -> Self {
-        Outcome::Waived(waiver).into()
-    }
+/// Checks `path` for `--json` (see the module's doc) as the document of this run of `cli`; `-` is standard
+/// output, and every other line of the run goes to standard error from now on. Call it before anything is
+/// written or started.
+pub fn open(path: &Path, cli: &Cli) -> Result<Opened> {
+    Ok(Opened::new(path.to_owned(), Destination::checked(path)?, cli))
 }
 
-static PENDING: Mutex<Option<Pending>> = Mutex::new(None);
-
-fn pending() -> MutexGuard<'static, Option<Pending>> {
-    // A panic elsewhere ends the process (see main), so a poisoned lock still holds consistent data.
-    PENDING.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// Checks `path` for `--json` (see the module's doc) and makes it the document of this run of `cli`; `-` is
-/// standard output, and every other line of the run goes to standard error from now on. Call it before
-/// anything is written or started.
-pub fn open(path: &Path, cli: &Cli) -> Result<()> {
-    let destination = Destination::checked(path)?;
-    *pending() = Some(Pending::new(path.to_owned(), destination, cli));
-    Ok(())
-}
-
-/// Makes the inherited descriptor `fd` (`--report-fd`) the document of this run of `cli`.
-pub fn open_inherited(fd: std::os::fd::RawFd, cli: &Cli) -> Result<()> {
+/// The inherited descriptor `fd` (`--report-fd`) as the document of this run of `cli`.
+pub fn open_inherited(fd: std::os::fd::RawFd, cli: &Cli) -> Result<Opened> {
     let pipe = std::fs::File::from(crate::inherit::take(fd, "--report-fd")?);
-    *pending() = Some(Pending::new(PathBuf::new(), Destination::Inherited(pipe), cli));
-    Ok(())
+    Ok(Opened::new(PathBuf::new(), Destination::Inherited(pipe), cli))
 }
 
-/// Makes `pipe` the document of this run of `cli`, in place of any other: the run inside an isolation hands
-/// it to the process outside, which writes it where the user asked (see `isolation::outside`). The standard
-/// output kept for `--json -` is closed here with the document it replaces: the process outside holds it.
-pub fn hand_over(pipe: std::fs::File, cli: &Cli) {
-    *pending() = Some(Pending::new(PathBuf::new(), Destination::Outside(pipe), cli));
+/// `pipe` as the document of this run of `cli`, in place of any other: the run inside an isolation hands it
+/// to the process outside, which writes it where the user asked (see `isolation::outside`). The standard
+/// output kept for `--json -` is closed with the document it replaces: the process outside holds it.
+pub fn hand_over(pipe: std::fs::File, cli: &Cli) -> Opened {
+    Opened::new(PathBuf::new(), Destination::Outside(pipe), cli)
 }
 
-/// True in the run inside an isolation, whose process outside writes the document and says the verdict.
-pub fn verdict_said_outside() -> bool {
-    pending().as_ref().is_some_and(|p| matches!(p.destination, Destination::Outside(_)))
-}
-
-/// Whether this run's document goes to standard output (`--json -`): then it is written before the verdict
-/// line, which says whether it reached its reader.
-pub fn to_standard_output() -> bool {
-    pending().as_ref().is_some_and(|p| matches!(p.destination, Destination::StandardOutput(_)))
-}
-
-/// Whether this run writes a document: what is only asked for it need not be asked otherwise.
-fn requested() -> bool {
-    pending().is_some()
-}
-
-/// Notes the driver the run loaded: its versions, and whether it is the simulation.
-pub fn note_driver(driver: &dyn Driver) {
-    if !requested() {
-        return;
+impl Found {
+    /// Notes the driver the run loaded: its versions, and whether it is the simulation.
+    pub fn note_driver(&mut self, driver: &dyn Driver) {
+        let simulated = driver.simulated();
+        self.driver = Some(DriverFacts {
+            version: if simulated { None } else { kernel_module_version() },
+            cuda_version: if simulated { None } else { driver.version().ok() },
+            simulated,
+        });
     }
-    let simulated = driver.simulated();
-    let facts = DriverFacts {
-        version: if simulated { None } else { kernel_module_version() },
-        cuda_version: if simulated { None } else { driver.version().ok() },
-        simulated,
-    };
-    if let Some(pending) = pending().as_mut() {
-        pending.driver = Some(facts);
+
+    /// Notes every device the driver reports, and which of them the run chose; a device that cannot be
+    /// asked is left out.
+    pub fn note_devices(&mut self, driver: &dyn Driver, chosen: &[i32]) {
+        let count = driver.device_count().unwrap_or(0);
+        self.devices = (0..count)
+            .filter_map(|d| Some(Device::of(d, &driver.device_info(d).ok()?, chosen.contains(&d))))
+            .collect();
     }
 }
 
@@ -187,21 +163,6 @@ fn version_in(text: &str) -> Option<String> {
     line.split_whitespace()
         .find(|w| w.contains('.') && w.chars().all(|c| c.is_ascii_digit() || c == '.'))
         .map(str::to_owned)
-}
-
-/// Notes every device the driver reports, and which of them the run chose; a device that cannot be asked
-/// is left out.
-pub fn note_devices(driver: &dyn Driver, chosen: &[i32]) {
-    if !requested() {
-        return;
-    }
-    let count = driver.device_count().unwrap_or(0);
-    let devices: Vec<Device> = (0..count)
-        .filter_map(|d| Some(Device::of(d, &driver.device_info(d).ok()?, chosen.contains(&d))))
-        .collect();
-    if let Some(pending) = pending().as_mut() {
-        pending.devices = devices;
-    }
 }
 
 /// Once the run is over: the forecast of each path the run took beside what happened (it `passed`, or the
@@ -220,13 +181,6 @@ pub fn forecast_against_outcome(
     let text = crate::placement::against_text(&against);
     placement.against = Some(against);
     text
-}
-
-/// Notes a refusal that a process which joined this run reported (the first one is kept).
-pub fn note_refused(refused: Refused) {
-    if let Some(pending) = pending().as_mut() {
-        pending.refused.get_or_insert(refused);
-    }
 }
 
 /// How the run ended, as `main` decided it.
@@ -249,9 +203,9 @@ impl<'a> Verdict<'a> {
     }
 }
 
-/// The whole document of `pending`, with the verdict and what the role found.
-fn document(pending: &mut Pending, verdict: &Verdict, found: Found) -> Document {
-    let Found { results, placement } = found;
+/// The whole document of `opened`, with the verdict and what the role found.
+fn document(opened: &Opened, verdict: &Verdict, found: Found) -> Document {
+    let Found { results, placement, mut driver, mut devices, refused } = found;
     let (mut run, mut mechanisms, mut bench, mut matrix) = (None, None, None, None);
     match results {
         Some(Results::Run(results)) => run = Some(results),
@@ -261,7 +215,6 @@ fn document(pending: &mut Pending, verdict: &Verdict, found: Found) -> Document 
         None => {}
     }
     // `--ipc all` loads no driver itself: its runs say what they found.
-    let (mut driver, mut devices) = (pending.driver.take(), std::mem::take(&mut pending.devices));
     if driver.is_none()
         && let Some(first) =
             mechanisms.iter().flatten().filter_map(|m| m.document.as_deref()).find(|d| d.driver.is_some())
@@ -278,15 +231,15 @@ fn document(pending: &mut Pending, verdict: &Verdict, found: Found) -> Document 
         fix: verdict.diagnosis.map(|d| d.fix.clone()),
         // A refusal counts only where the run failed.
         refused: match verdict.status {
-            Status::Failed => verdict.refused.clone().or_else(|| pending.refused.take()),
+            Status::Failed => verdict.refused.clone().or(refused),
             _ => None,
         },
         summary: verdict.summary.map(str::to_owned),
         exit_status: verdict.exit_status,
-        mode: pending.mode,
+        mode: opened.mode,
         driver,
         devices,
-        options: pending.options.clone(),
+        options: opened.options.clone(),
         run,
         mechanisms,
         bench,
@@ -295,21 +248,20 @@ fn document(pending: &mut Pending, verdict: &Verdict, found: Found) -> Document 
     }
 }
 
-/// Writes this run's document, if it was given `--json`, with what the role found: to a new file beside the
-/// path, renamed over it (or to the inherited pipe).
-pub fn finish(verdict: &Verdict, found: Found) -> Result<()> {
-    let Some(mut pending) = pending().take() else { return Ok(()) };
-    let text =
-        document::text(&document(&mut pending, verdict, found)).context("writing the --json document")?;
-    pending.destination.write(&pending.given, &text)
+/// Writes this run's document, if it was given `--json` (`opened`), with the verdict and what the role
+/// found: to a new file beside the path, renamed over it (or to the inherited pipe).
+pub fn finish(opened: Option<Opened>, verdict: &Verdict, found: Found) -> Result<()> {
+    let Some(opened) = opened else { return Ok(()) };
+    let text = document::text(&document(&opened, verdict, found)).context("writing the --json document")?;
+    opened.destination.write(&opened.given, &text)
 }
 
 /// Writes `document`, which another process of this run made whole (the run inside an isolation), as this
-/// run's, if it was given `--json` (or `--report-fd`).
-pub fn finish_document(document: Document) -> Result<()> {
-    let Some(pending) = pending().take() else { return Ok(()) };
+/// run's, if it was given `--json` (`opened`).
+pub fn finish_document(opened: Option<Opened>, document: Document) -> Result<()> {
+    let Some(opened) = opened else { return Ok(()) };
     let text = document::text(&document).context("writing the --json document")?;
-    pending.destination.write(&pending.given, &text)
+    opened.destination.write(&opened.given, &text)
 }
 
 #[cfg(test)]
@@ -317,18 +269,6 @@ mod tests {
     use super::*;
     use clap::Parser;
 
-    fn passed() -> Verdict<'static> {
-        Verdict {
-            status: Status::Passed,
-            reason: None,
-            summary: None,
-            diagnosis: None,
-            refused: None,
-            exit_status: 0,
-        }
-    }
-
-    /// One test for the process-wide document, so that no two tests share it at once.
     #[test]
     fn a_regular_file_is_replaced_whole_and_anything_else_refused_without_blocking() {
         let cli = Cli::try_parse_from(["simple-ipc", "--ipc", "vmm"]).unwrap();
@@ -336,28 +276,25 @@ mod tests {
         let dir = tmp.path();
         let file = dir.join("t.json");
         std::fs::write(&file, "an old and much longer document").unwrap();
-        open(&file, &cli).unwrap();
+        let opened = open(&file, &cli).unwrap();
         assert_eq!(std::fs::read_to_string(&file).unwrap(), "an old and much longer document", "not yet");
         let diagnosis = Diagnosis::new("the cause".into(), "; what fixes it: ", "the fix".into());
         let failed = Verdict { diagnosis: Some(&diagnosis), ..Verdict::of(Status::Failed, "x", 1) };
-        let found = Found { results: Some(Results::Mechanisms(Vec::new())), placement: None };
-        finish(&failed, found).unwrap();
+        let found = Found { results: Some(Results::Mechanisms(Vec::new())), ..Found::default() };
+        finish(Some(opened), &failed, found).unwrap();
         let doc: Document = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
         assert_eq!((doc.status, doc.exit_status, doc.reason.as_deref()), (Status::Failed, 1, Some("x")));
         assert_eq!((doc.cause.as_deref(), doc.fix.as_deref()), (Some("the cause"), Some("the fix")));
         assert_eq!((doc.mode, doc.options.ipc.as_str()), (Mode::Run, "vmm"));
         assert_eq!(doc.mechanisms, Some(Vec::new()), "the role's results are there");
         assert_eq!(std::fs::read_dir(dir).unwrap().count(), 1, "no temporary file is left");
-        assert!(!requested(), "written once");
-        finish(&passed(), Found::default()).unwrap();
 
         let fifo = dir.join("fifo");
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
-        let refused = open(&fifo, &cli).expect_err("a FIFO is refused");
+        let Err(refused) = open(&fifo, &cli) else { panic!("a FIFO is refused") };
         assert!(format!("{refused:#}").contains("is a FIFO"), "{refused:#}");
         assert!(open(&dir.join("no/such/dir/t.json"), &cli).is_err());
         assert!(open(dir, &cli).is_err(), "a directory is refused");
-        assert!(!requested(), "nothing refused is opened");
     }
 
     #[test]
