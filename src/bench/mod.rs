@@ -93,11 +93,8 @@ fn consume(cli: &Cli, mechanism: Mechanism, audience: &Audience, found: &mut Fou
     devices::enable_peers(driver, chosen)?;
     for &device in chosen {
         if let Some(reason) = mechanism.unsupported(driver, device)? {
-            return Ok(Waiver(format!(
-                "No CUDA devices support IPC with --ipc {} ({reason})",
-                mechanism.name()
-            ))
-            .into());
+            let why = format!("No CUDA devices support IPC with --ipc {} ({reason})", mechanism.name());
+            return Ok(Waiver(why).into());
         }
     }
     let memops_missing =

@@ -1,5 +1,6 @@
-//! The joiners still connected once a served run is over, told how the whole run ended; in a served
-//! sequence, what a run inherits from its top parent and hands back at its end.
+//! The joiners still connected once a served run is over, told how the whole run ended, and what the
+//! processes that joined said of themselves, for the document; in a served sequence, what a run inherits
+//! from its top parent and hands back at its end.
 
 use std::cell::RefCell;
 use std::os::fd::OwnedFd;
@@ -14,7 +15,8 @@ use crate::report::{Found, Refused};
 use crate::wire::{self, Message, Round, RunEnd};
 
 /// The joiners still connected when the run is over, to be told how the whole run ended: a joiner's verdict
-/// is the run's, not its own part's. A server's [`Joiners`] hand their connections over as they go.
+/// is the run's, not its own part's. A server's [`Joiners`] hand their connections over as they go, and
+/// where they stand once they all have joined.
 #[derive(Default)]
 pub struct Audience {
     pub(super) told: RefCell<Vec<OwnedFd>>,
