@@ -8,9 +8,10 @@ use std::sync::atomic::Ordering;
 use anyhow::{Context, Result, bail, ensure};
 use nix::unistd::getppid;
 
-use crate::driver::{self, Driver, Unavailable, uuid_text};
+use crate::driver::{self, Driver, uuid_text};
 use crate::ipc::diagnose::Diagnosis;
 use crate::meeting;
+use crate::outcome::Waiver;
 use crate::segment::{self, Segment, SharedState};
 use crate::signals;
 
@@ -51,10 +52,19 @@ pub fn joined_segment(index: usize, processes: usize, fd: OwnedFd) -> Result<Seg
 /// The CUDA driver, for process `index`: where this process sees no GPU at all (a container given none,
 /// `CUDA_VISIBLE_DEVICES=`), the failure says which GPU the run gives it and what gives it that GPU.
 pub fn driver(state: &SharedState, index: usize) -> Result<Box<dyn Driver>> {
-    driver::load().map_err(|e| match (e.downcast_ref::<Unavailable>(), state.device_uuid_of(index)) {
+    driver::load().map_err(|e| match (e.downcast_ref::<Waiver>(), state.device_uuid_of(index)) {
         (Some(none), Some(uuid)) => lacks_gpu(index, &uuid_text(&uuid), &none.to_string()).into(),
-        _ => e.context("starting CUDA"),
+        _ => not_waived(e.context("starting CUDA")),
     })
+}
+
+/// `e`, where it would waive a process that its parent's run needs (no GPU here, when the parent found one),
+/// as a failure that says the same.
+pub fn not_waived(e: anyhow::Error) -> anyhow::Error {
+    match e.chain().any(|cause| cause.is::<Waiver>()) {
+        true => anyhow::anyhow!("{e:#}"),
+        false => e,
+    }
 }
 
 /// A process that does not see the GPU the run gives it: the cause, with what it sees and the variables

@@ -4,7 +4,8 @@
 
 use anyhow::{Context, Result, ensure};
 
-use crate::driver::{self, Driver, Unavailable};
+use crate::driver::{self, Driver};
+use crate::outcome::Waiver;
 use crate::segment::MAX_PROCESSES;
 
 /// The variable that sets how many hardware work queues a context gets (CUDA's default is 8).
@@ -22,15 +23,12 @@ pub fn prefer_fast_context_creation() {
     }
 }
 
-/// The driver for the parent, or `None` after printing the waived line where nothing can run here.
-pub fn load_or_waive() -> Result<Option<Box<dyn Driver>>> {
+/// The driver for the parent, or the waiver where nothing can run here.
+pub fn load_or_waive() -> Result<Result<Box<dyn Driver>, Waiver>> {
     match driver::load() {
-        Ok(driver) => Ok(Some(driver)),
-        Err(e) => match e.downcast::<Unavailable>() {
-            Ok(reason) => {
-                waive!("No CUDA devices support IPC ({reason})")?;
-                Ok(None)
-            }
+        Ok(driver) => Ok(Ok(driver)),
+        Err(e) => match e.downcast::<Waiver>() {
+            Ok(reason) => Ok(Err(Waiver(format!("No CUDA devices support IPC ({reason})")))),
             Err(e) => Err(e),
         },
     }

@@ -60,14 +60,17 @@ pub fn main() -> ExitCode {
     // usage error), and it is written once the verdict is known, whatever it is.
     // `--ipc all` hands each of its runs a pipe for the document instead (`--report-fd`).
     let opened = match (cli.child, cli.guardian_fd, &cli.json, cli.report_fd) {
-        (None, None, _, Some(fd)) => report::open_inherited(fd, &cli),
-        (None, None, Some(path), None) => report::open(path, &cli),
-        _ => Ok(()),
+        (None, None, _, Some(fd)) => report::open_inherited(fd, &cli).map(Some),
+        (None, None, Some(path), None) => report::open(path, &cli).map(Some),
+        _ => Ok(None),
     };
-    if let Err(e) = opened {
-        warn!("{who}: {e:#}");
-        return ExitCode::from(EXIT_FAILURE);
-    }
+    let mut document = match opened {
+        Ok(document) => document,
+        Err(e) => {
+            warn!("{who}: {e:#}");
+            return ExitCode::from(EXIT_FAILURE);
+        }
+    };
     if cli.quiet {
         crate::output::be_quiet();
     }
@@ -75,58 +78,54 @@ pub fn main() -> ExitCode {
     // which says why a waived run was waived: once, not also on the line before.
     let ends_with_a_verdict =
         cli.child.is_none() && cli.isolated.is_none() && cli.guardian_fd.is_none() && cli.report_fd.is_none();
-    if ends_with_a_verdict {
-        report::verdict_says_the_waiver();
-    }
     let started = std::time::Instant::now();
-    let ended = run(&cli);
+    let (outcome, mut found) = match run(&cli, &mut document) {
+        Ok(report::Ran { outcome, found }) => (outcome, found),
+        Err(e) => (Outcome::Failed(e), report::Found::default()),
+    };
+    let failure = match &outcome {
+        Outcome::Failed(e) => Some(e),
+        _ => None,
+    };
     // Where `ipc::diagnose` explained the failure, the document carries its cause and fix as fields.
     // A process that joined over the socket gave its own (see `wire::Message::Ended`).
-    let diagnosis = ended.as_ref().err().and_then(|e| {
+    let diagnosis = failure.and_then(|e| {
         e.downcast_ref::<Diagnosis>()
             .or_else(|| e.downcast_ref::<crate::peers::PeerFailed>().and_then(|j| j.diagnosis.as_ref()))
     });
-    let (mut status, mut reason, mut code) = match &ended {
-        Ok(Outcome::Passed) => (Status::Passed, None, EXIT_SUCCESS),
-        Ok(Outcome::Waived) => {
-            let reason = report::waiver().unwrap_or_else(|| "nothing can run here".to_owned());
-            (Status::Waived, Some(reason), EXIT_WAIVED)
-        }
-        Err(e) if e.is::<join::RunOverBeforeJoining>() => (Status::Failed, Some(e.to_string()), EXIT_FAILURE),
-        // A namespace this host does not give: nothing here to test that way.
-        Err(e) if e.chain().any(|cause| cause.is::<crate::isolation::Unavailable>()) => {
-            warn!("{who}: {e:#}");
-            (Status::Waived, Some(format!("{e:#}")), EXIT_WAIVED)
-        }
-        // Quietly, as a C program killed by SIGPIPE. A run of `--ipc all` whose reader went away was stopped
-        // for it, and says so as `Interrupted(SIGPIPE)` (this program ignores SIGPIPE: nothing else says it).
-        Err(e) if e.chain().any(is_reader_gone) => reader_gone(),
-        // A child of a run its parent waived: the parent says why; nothing failed.
-        Err(e) if e.chain().any(|cause| cause.is::<crate::attach::RunWaived>()) => {
-            (Status::Waived, Some(e.to_string()), EXIT_WAIVED)
-        }
-        Err(e) => {
-            warn!("{who}: {e:#}");
-            match e.chain().find_map(|cause| cause.downcast_ref::<Interrupted>()) {
-                Some(interrupted) => {
-                    (Status::Interrupted, Some(interrupted.to_string()), 128 + interrupted.0 as u8)
-                }
-                None => (Status::Failed, Some(format!("{e:#}")), EXIT_FAILURE),
-            }
-        }
+    let (mut status, mut reason, mut code) = match &outcome {
+        Outcome::Passed(_) => (Status::Passed, None, EXIT_SUCCESS),
+        // Said here where no verdict line will say it.
+        Outcome::Waived(waiver) => match say_unless(ends_with_a_verdict, waiver) {
+            Ok(()) => (Status::Waived, Some(waiver.to_string()), EXIT_WAIVED),
+            Err(e) => ended_by(&who, &e),
+        },
+        Outcome::Failed(e) => ended_by(&who, e),
+    };
+    let summary = match &outcome {
+        Outcome::Passed(summary) => summary.as_deref(),
+        _ => None,
     };
     // The last line says how the run ended, for the roles a user starts (not a child, the guardian, or a run
     // of one mechanism under --ipc all, whose top parent says it); a reader that went away gets nothing.
-    let says_verdict =
-        ends_with_a_verdict && !crate::isolation::verdict_said_outside() && code != READER_GONE_STATUS;
+    let says_verdict = ends_with_a_verdict
+        && !document.as_ref().is_some_and(report::Opened::said_outside)
+        && code != READER_GONE_STATUS;
     // A served or isolated run: what was forecast for each path it took, beside what happened.
-    let refused = ended.as_ref().err().and_then(|e| {
+    let refused = failure.and_then(|e| {
         report::Refused::of(e).or_else(|| e.downcast_ref::<crate::peers::PeerFailed>()?.refused.clone())
     });
     let (ipc, sync) = (cli.ipc.name(), if cli.sync == cli::Sync::Memops { "memops" } else { "events" });
     let by_pidfd = cli.fds == cli::Fds::Pidfd;
-    if let Some(text) =
-        report::forecast_against_outcome(&ipc, sync, by_pidfd, status == Status::Passed, refused.as_ref())
+    if let Some(placement) = &mut found.placement
+        && let text = report::forecast_against_outcome(
+            placement,
+            &ipc,
+            sync,
+            by_pidfd,
+            status == Status::Passed,
+            refused.as_ref(),
+        )
         && code != READER_GONE_STATUS
         && let Err(e) = crate::output::text(&text)
     {
@@ -134,9 +133,9 @@ pub fn main() -> ExitCode {
     }
     // `--json -`: the document goes first, to standard output, and the verdict line after it, to standard
     // error, so that the line can say whether the document reached its reader.
-    let document_first = report::to_standard_output();
+    let document_first = document.as_ref().is_some_and(report::Opened::to_standard_output);
     if says_verdict && !document_first {
-        let line = verdict(status, reason.as_deref(), report::summary(), code, started.elapsed());
+        let line = verdict(status, reason.as_deref(), summary, code, started.elapsed());
         match crate::output::verdict(&line) {
             Ok(()) => {}
             // The reader went away before the last line (`--topology | head -1`): 141, quietly, as when it
@@ -149,8 +148,10 @@ pub fn main() -> ExitCode {
     }
     let diagnosis = diagnosis.filter(|_| status == Status::Failed);
     // Where the driver refused to open another process's handle, the document says so as typed facts.
-    let ending = report::Verdict { status, reason: reason.as_deref(), diagnosis, refused, exit_status: code };
-    let not_written = match report::finish(&ending) {
+    let summary = summary.filter(|_| status == Status::Passed);
+    let ending =
+        report::Verdict { status, reason: reason.as_deref(), summary, diagnosis, refused, exit_status: code };
+    let not_written = match report::finish(document, &ending, found) {
         Ok(()) => None,
         // `--json - | head -c 10`: 141, and nothing more said, as for a C program killed by SIGPIPE.
         Err(e) if e.chain().any(is_reader_gone) => {
@@ -171,7 +172,7 @@ pub fn main() -> ExitCode {
             Some(why) if status == Status::Passed => (Status::Failed, Some(why.as_str())),
             _ => (status, reason.as_deref()),
         };
-        let line = verdict(status, reason, report::summary(), code, started.elapsed());
+        let line = verdict(status, reason, summary, code, started.elapsed());
         match crate::output::verdict(&line) {
             Ok(()) => {}
             // The reader of the lines went away before the last one (the document was written already).
@@ -180,6 +181,40 @@ pub fn main() -> ExitCode {
         }
     }
     ExitCode::from(code)
+}
+
+/// Says `waiver` as a line, unless the verdict line will say it (`verdict_says_it`).
+fn say_unless(verdict_says_it: bool, waiver: &crate::outcome::Waiver) -> anyhow::Result<()> {
+    if verdict_says_it { Ok(()) } else { say!("{waiver}") }
+}
+
+/// The status, reason and exit status of a run that ended with `e`, said on standard error as `who`'s
+/// where it is news.
+fn ended_by(who: &str, e: &anyhow::Error) -> (Status, Option<String>, u8) {
+    match e {
+        e if e.is::<join::RunOverBeforeJoining>() => (Status::Failed, Some(e.to_string()), EXIT_FAILURE),
+        // A namespace this host does not give: nothing here to test that way.
+        e if e.chain().any(|cause| cause.is::<crate::outcome::Waiver>()) => {
+            warn!("{who}: {e:#}");
+            (Status::Waived, Some(format!("{e:#}")), EXIT_WAIVED)
+        }
+        // Quietly, as a C program killed by SIGPIPE. A run of `--ipc all` whose reader went away was stopped
+        // for it, and says so as `Interrupted(SIGPIPE)` (this program ignores SIGPIPE: nothing else says it).
+        e if e.chain().any(is_reader_gone) => reader_gone(),
+        // A child of a run its parent waived: the parent says why; nothing failed.
+        e if e.chain().any(|cause| cause.is::<crate::attach::RunWaived>()) => {
+            (Status::Waived, Some(e.to_string()), EXIT_WAIVED)
+        }
+        e => {
+            warn!("{who}: {e:#}");
+            match e.chain().find_map(|cause| cause.downcast_ref::<Interrupted>()) {
+                Some(interrupted) => {
+                    (Status::Interrupted, Some(interrupted.to_string()), 128 + interrupted.0 as u8)
+                }
+                None => (Status::Failed, Some(format!("{e:#}")), EXIT_FAILURE),
+            }
+        }
+    }
 }
 
 /// Whether `cause` is the reader of standard output gone: [`ReaderGone`], or a run of `--ipc all` stopped
@@ -198,14 +233,14 @@ pub(crate) fn reader_gone() -> (Status, Option<String>, u8) {
 pub(crate) fn verdict(
     status: Status,
     reason: Option<&str>,
-    summary: Option<String>,
+    summary: Option<&str>,
     code: u8,
     took: std::time::Duration,
 ) -> String {
     let reason = reason.and_then(|r| r.lines().next()).unwrap_or("");
     match status {
         Status::Passed => {
-            let what = summary.unwrap_or_else(|| "the run ended well".to_owned());
+            let what = summary.unwrap_or("the run ended well");
             format!("PASSED: {what} in {:.2} s", took.as_secs_f64())
         }
         Status::Failed => format!("FAILED (exit {code}): {reason}"),
@@ -242,7 +277,9 @@ fn this_program() -> String {
     if name.chars().all(plain) { name } else { format!("'{}'", name.replace('\'', r"'\''")) }
 }
 
-fn run(cli: &cli::Cli) -> anyhow::Result<Outcome> {
+/// Runs the role of `cli`; `document`: the run's, which the run inside an isolation hands over to the
+/// process outside.
+fn run(cli: &cli::Cli, document: &mut Option<report::Opened>) -> anyhow::Result<report::Ran> {
     // Unlike the original, an ARM host is not waived as a whole: GH200 and GB200 hosts have CUDA IPC, and
     // each device is asked for each mechanism by trial, as on x86-64.
     // First of all, while this process has one thread: the namespaces of an isolated run's process.
@@ -251,14 +288,14 @@ fn run(cli: &cli::Cli) -> anyhow::Result<Outcome> {
         (Some(isolation), _) => crate::isolation::enter(isolation)?,
         (None, Some(isolation)) if !all && isolation.includes_parent() => {
             // The process the user started stays in the user's namespaces; the run goes on in a child.
-            crate::isolation::stay_outside(cli)?;
+            crate::isolation::stay_outside(cli, document)?;
             crate::isolation::enter(isolation)?
         }
         _ => {}
     }
     signals::install()?;
     if let Some(fd) = cli.guardian_fd {
-        return guardian::watch(fd).map(|()| Outcome::Passed);
+        return guardian::watch(fd).map(|()| Outcome::Passed(None).into());
     }
     fault::validate_env()?;
     if cli.child.is_none() && cli.join.is_none() && driver::host::requested() {
@@ -268,13 +305,14 @@ fn run(cli: &cli::Cli) -> anyhow::Result<Outcome> {
         )?;
     }
     if let Some(address) = &cli.join {
-        return join::run(address, cli.timeout(), cli.isolated.is_some(), cli.bench);
+        return join::run(address, cli.timeout(), cli.isolated.is_some(), cli.bench).map(report::Ran::from);
     }
     match cli.child {
-        Some(index) if cli.bench => {
-            bench::run_producer(index as usize, cli.segment_fd, cli.socket_fd).map(|()| Outcome::Passed)
+        Some(index) if cli.bench => bench::run_producer(index as usize, cli.segment_fd, cli.socket_fd)
+            .map(|()| Outcome::Passed(None).into()),
+        Some(index) => {
+            child::run(index as usize, cli.segment_fd, cli.socket_fd).map(|()| Outcome::Passed(None).into())
         }
-        Some(index) => child::run(index as usize, cli.segment_fd, cli.socket_fd).map(|()| Outcome::Passed),
         None if cli.bench => match Mechanism::from_name(&cli.ipc.name()) {
             Some(mechanism) => bench::run_consumer(cli, mechanism),
             None => {
@@ -283,7 +321,7 @@ fn run(cli: &cli::Cli) -> anyhow::Result<Outcome> {
         },
         None if cli.topology => {
             fault::validate_for(&fault::Targets::NONE)?;
-            topology::run()
+            topology::run().map(report::Ran::from)
         }
         None => match Mechanism::from_name(&cli.ipc.name()) {
             Some(mechanism) if cli.sync == cli::Sync::Memops && mechanism.spec().refuses_memops.is_some() => {

@@ -13,7 +13,7 @@ use nix::sys::socket::connect;
 use crate::attach;
 use crate::child;
 use crate::meeting::{self, Address};
-use crate::outcome::Outcome;
+use crate::outcome::{Outcome, Waiver};
 use crate::phase::{Phase, Who};
 use crate::segment;
 use crate::signals;
@@ -59,7 +59,7 @@ pub fn run(
     let mut took_part: Vec<(Round, Result<()>)> = Vec::new();
     let ends = loop {
         match take_part_once(&address, &connection, deadline, bench, started_by_server)? {
-            Answer::TookPart(ended, None, _) => return ended.map(|()| Outcome::Passed),
+            Answer::TookPart(ended, None, _) => return ended.map(|()| Outcome::Passed(None)),
             Answer::TookPart(ended, Some(round), end) => {
                 // A run waived once this process had joined is waived, as the sequence's table says.
                 let ended = match (ended, end) {
@@ -104,11 +104,11 @@ fn the_sequences_verdict(
         bail!("--join {address}: {}", failed.join("; "));
     }
     if ends.iter().all(|end| matches!(end, RunEnd::Waived(_))) {
-        crate::report::note_waiver(&format!("every run of the served sequence at {address} was waived"));
-        return Ok(Outcome::Waived);
+        return Ok(Outcome::Waived(Waiver(format!(
+            "every run of the served sequence at {address} was waived"
+        ))));
     }
-    crate::report::note_summary(format!("took part in the served sequence of {of} runs at {address}"));
-    Ok(Outcome::Passed)
+    Ok(Outcome::passed(format!("took part in the served sequence of {of} runs at {address}")))
 }
 
 /// A connection to the server at `address`. The connect does not block: a server whose backlog is full

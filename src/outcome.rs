@@ -1,12 +1,45 @@
-//! How a run ends, in cuda-samples' terms: passed, failed or waived, and the exit statuses that say so.
+//! How a run ends, as a value with its reason, in cuda-samples' terms: passed with what it did, waived with
+//! why, or failed; and the exit statuses that say so. A failure that stops a run on its way is an error
+//! instead, which carries its cause and fix where they are known (`ipc::diagnose::Diagnosis`,
+//! `report::Refused`); so is a [`Waiver`] found deep down (no driver, no namespace, a mechanism missing).
 
-/// How a run that did not fail ended.
-#[derive(Debug, PartialEq, Eq)]
+/// How a run ended.
+#[derive(Debug)]
 pub(crate) enum Outcome {
-    Passed,
-    /// Nothing can run here; the reason was printed.
-    Waived,
+    /// What the run did, for the verdict line (`4 processes on 1 GPU, legacy IPC, events`), where its role
+    /// says.
+    Passed(Option<String>),
+    Waived(Waiver),
+    /// The run went to its end, and some of what it ran failed (a mechanism of `--ipc all`, a run of the
+    /// matrix): the error says which.
+    Failed(anyhow::Error),
 }
+
+impl Outcome {
+    /// Passed, with what the run did.
+    pub(crate) fn passed(summary: String) -> Self {
+        Self::Passed(Some(summary))
+    }
+}
+
+impl From<Waiver> for Outcome {
+    fn from(waiver: Waiver) -> Self {
+        Self::Waived(waiver)
+    }
+}
+
+/// Why nothing can run here: the run is waived, not failed. The one reason a waived run gives, on its
+/// verdict line and in its document.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Waiver(pub(crate) String);
+
+impl std::fmt::Display for Waiver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Waiver {}
 
 /// cuda-samples' exit statuses.
 pub(crate) const EXIT_SUCCESS: u8 = 0;

@@ -178,7 +178,9 @@ pub fn fill_closed_standard_descriptors() {
     }
 }
 
-/// `--quiet`: standard output gets the verdict line alone.
+/// `--quiet`: standard output gets the verdict line alone. A setting of how this process prints, set once by
+/// `main` before any role runs, as a logger's level is: every `say!` reads it, and it decides nothing of the
+/// verdict, so it is not passed down to each function that prints.
 static QUIET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// From now on, [`line`] and [`text`] write nothing (`--quiet`); [`verdict`] still does.
@@ -235,20 +237,6 @@ macro_rules! say {
 #[macro_export]
 macro_rules! warn {
     ($($arg:tt)*) => { $crate::output::warn(format_args!($($arg)*)) };
-}
-
-/// `waive!("...", ...)`: the line that says why nothing can run here, which is also the reason the `--json`
-/// document gives for the waived run; said here only where no verdict line will say it (see
-/// `report::note_waiver`); `Err` if it cannot be written.
-#[macro_export]
-macro_rules! waive {
-    ($($arg:tt)*) => {{
-        let line = format!($($arg)*);
-        match $crate::report::note_waiver(&line) {
-            true => Ok(()),
-            false => $crate::output::line(format_args!("{line}")),
-        }
-    }};
 }
 
 #[cfg(test)]

@@ -1,12 +1,14 @@
 //! The set-up the parent's roles share (the sample's parent, the benchmark's consumer): the segment, the
-//! guardian, the driver or the waived line where there is none, and the chosen devices or the waived line
-//! where none fits (both noted for the `--json` document). What each role does next is its own.
+//! guardian, the driver or the waiver where there is none, and the chosen devices or the waiver where none
+//! fits (both noted for the `--json` document). What each role does next is its own.
 
 use anyhow::Result;
 
 use crate::devices;
 use crate::driver::Driver;
 use crate::guardian::Guardian;
+use crate::outcome::Waiver;
+use crate::report::Found;
 use crate::segment::{self, Segment};
 
 /// What a parent's role starts from. Its fields drop in this order: CUDA is released (the exports that
@@ -21,20 +23,26 @@ pub struct Setup {
     pub chosen: Vec<i32>,
 }
 
-/// Creates the segment and starts the guardian, then loads the driver and chooses the devices; `None`
-/// after the waived line where there is no driver or no device fits. `before_selection` runs between the
+/// Creates the segment and starts the guardian, then loads the driver and chooses the devices; the waiver
+/// where there is no driver or no device fits. `before_selection` runs between the
 /// two (the parent enters its device-selection phase there).
-pub fn start(before_selection: impl FnOnce() -> Result<()>) -> Result<Option<Setup>> {
+/// The driver and the devices are noted in `found`, for the document.
+pub fn start(
+    before_selection: impl FnOnce() -> Result<()>,
+    found: &mut Found,
+) -> Result<Result<Setup, Waiver>> {
     let segment = Segment::create(&segment::name_for(std::process::id()))?;
     let guardian = Guardian::start()?;
-    let Some(cuda) = devices::load_or_waive()? else { return Ok(None) };
-    crate::report::note_driver(&*cuda);
+    let cuda = match devices::load_or_waive()? {
+        Ok(cuda) => cuda,
+        Err(waiver) => return Ok(Err(waiver)),
+    };
+    found.note_driver(&*cuda);
     before_selection()?;
     let chosen = devices::select(&*cuda)?;
-    crate::report::note_devices(&*cuda, &chosen);
+    found.note_devices(&*cuda, &chosen);
     if chosen.is_empty() {
-        waive!("No CUDA devices support IPC")?;
-        return Ok(None);
+        return Ok(Err(Waiver("No CUDA devices support IPC".into())));
     }
-    Ok(Some(Setup { cuda, guardian, segment, chosen }))
+    Ok(Ok(Setup { cuda, guardian, segment, chosen }))
 }

@@ -6,12 +6,16 @@ use anyhow::Result;
 
 use crate::driver::Driver;
 use crate::numa::Sysfs;
+use crate::outcome::Outcome;
 
-/// `--topology`: prints the report, or the waived line where there is no GPU.
-pub fn run() -> Result<crate::outcome::Outcome> {
-    let Some(driver) = crate::devices::load_or_waive()? else { return Ok(crate::outcome::Outcome::Waived) };
+/// `--topology`: prints the report, or is waived where there is no GPU.
+pub fn run() -> Result<Outcome> {
+    let driver = match crate::devices::load_or_waive()? {
+        Ok(driver) => driver,
+        Err(waiver) => return Ok(Outcome::Waived(waiver)),
+    };
     crate::output::text(&report(&*driver)?)?;
-    Ok(crate::outcome::Outcome::Passed)
+    Ok(Outcome::Passed(None))
 }
 
 /// The `--topology` report.

@@ -527,10 +527,13 @@ fn the_document_is_written_where_the_user_asked_by_the_process_outside() {
         let stdout = String::from_utf8_lossy(&out.stdout);
         let last = stdout.lines().last().unwrap_or_default();
         assert!(last.starts_with("PASSED") && last.contains("isolated"), "{isolate}: {stdout}");
+        assert_eq!(stdout.matches("PASSED").count(), 1, "said once, by the process outside: {stdout}");
         let written = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{isolate}: {path_arg}: {e}"));
         let doc: serde_json::Value = serde_json::from_str(&written).unwrap();
         assert_eq!((doc["status"].as_str(), doc["exit_status"].as_u64()), (Some("passed"), Some(0)), "{doc}");
         assert!(doc["run"]["processes"].as_u64().is_some(), "the run's own results: {doc}");
+        let summary = doc["summary"].as_str().unwrap_or("no summary");
+        assert!(last.contains(summary) && summary.contains("isolated"), "the run's summary: {doc}");
     }
 }
 

@@ -467,3 +467,40 @@ fn json_dash_into_head_ends_with_141_and_nothing_else() {
     into_head("a run", &[]);
     into_head("--ipc all", &["--ipc", "all"]);
 }
+
+/// The reason a run is waived for travels with its outcome to the top, which says it once, on the verdict
+/// line, and writes it into the document; what a run that passed did reaches the line and the document
+/// alike, of `--ipc all` and of each of its runs; what a run found before it failed reaches its document.
+#[test]
+fn the_outcome_reaches_the_line_and_the_document() {
+    let mut vmm = simulated("ok,no-vmm");
+    vmm.args(["--ipc", "vmm"]);
+    let out = to_stdout("waived-once", vmm);
+    let (doc, stderr) = the_document_alone("waived", &out, 2, "WAIVED (exit 2");
+    let reason = doc["reason"].as_str().unwrap_or_default();
+    assert!(reason.starts_with("No CUDA devices support IPC with --ipc vmm (device 1"), "{doc}");
+    assert!(stderr.lines().last().is_some_and(|line| line.contains(reason)), "{stderr}");
+    assert_eq!(stderr.matches("No CUDA devices support IPC").count(), 1, "said once: {stderr}");
+
+    let mut all = simulated("ok,no-vmm");
+    all.args(["--ipc", "all"]);
+    let out = to_stdout("summaries", all);
+    let (doc, stderr) = the_document_alone("--ipc all", &out, 0, "PASSED: every mechanism");
+    let summary = "every mechanism: legacy passed, vmm waived, pool passed, fabric waived";
+    assert_eq!(doc["summary"], summary, "{doc}");
+    assert!(stderr.lines().last().is_some_and(|line| line.contains(summary)), "{stderr}");
+    let legacy = &doc["mechanisms"][0]["document"];
+    let said = legacy["summary"].as_str().unwrap_or_default();
+    assert!(said.starts_with("2 processes on 2 GPUs, legacy IPC, events"), "the run's own: {legacy}");
+    let vmm = &doc["mechanisms"][1];
+    assert!(vmm["reason"].as_str().is_some_and(|r| r.contains("--ipc vmm (device 1")), "{vmm}");
+    // The run of vmm, which says no verdict, says its waiver once; the table says it again.
+    assert_eq!(stderr.matches("No CUDA devices support IPC with --ipc vmm").count(), 2, "{stderr}");
+
+    // What a run found before it failed reaches its document too.
+    let mut failed = simulated("ok,ok");
+    failed.env(FAULT, "child1@verify:corrupt");
+    let doc = document_of("failed-found", failed, 1);
+    assert_eq!(doc["devices"].as_array().map(Vec::len), Some(2), "{doc}");
+    assert_eq!(doc["driver"]["simulated"], true, "{doc}");
+}

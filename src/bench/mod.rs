@@ -44,12 +44,12 @@ use crate::ipc::{
 };
 use crate::joiners::{Audience, Joiners};
 use crate::meeting::Address;
-use crate::outcome::Outcome;
+use crate::outcome::{Outcome, Waiver};
 use crate::phase::Phase;
 use crate::phase::Who;
 use crate::progress;
 use crate::report::document::BenchResults;
-use crate::report::{JsonFile, Results};
+use crate::report::{Found, Ran, Results};
 use crate::segment::{self, RunPlan};
 use crate::setup;
 use crate::signals;
@@ -63,15 +63,18 @@ const DATA_SLOT: usize = 0;
 const FLAGS_SLOT: usize = 1;
 
 /// The consumer: the parent's side of `--bench`; it measures, prints and writes the JSON.
-pub fn run_consumer(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
+pub fn run_consumer(cli: &Cli, mechanism: Mechanism) -> Result<Ran> {
     // Served, the producer is told how the whole benchmark ended: its verdict is the run's.
     let audience = Audience::default();
-    let outcome = consume(cli, mechanism, &audience);
+    let mut found = Found::default();
+    let outcome = consume(cli, mechanism, &audience, &mut found).unwrap_or_else(Outcome::Failed);
+    audience.hand_over(&mut found);
     audience.tell(&outcome);
-    outcome
+    Ok(Ran { outcome, found })
 }
 
-fn consume(cli: &Cli, mechanism: Mechanism, audience: &Audience) -> Result<Outcome> {
+/// `found`: what the benchmark found, for the document, however it ends.
+fn consume(cli: &Cli, mechanism: Mechanism, audience: &Audience, found: &mut Found) -> Result<Outcome> {
     let started = Instant::now();
     fault::validate_for(&fault::Targets {
         children: PRODUCER..PRODUCER + 1,
@@ -80,16 +83,18 @@ fn consume(cli: &Cli, mechanism: Mechanism, audience: &Audience) -> Result<Outco
         parent_sends_descriptors: false,
         parent_checks_buffers: false,
     })?;
-    let json = JsonFile::requested();
-    let Some(setup) = setup::start(|| Ok(()))? else { return Ok(Outcome::Waived) };
+    let setup = match setup::start(|| Ok(()), found)? {
+        Ok(setup) => setup,
+        Err(waiver) => return Ok(waiver.into()),
+    };
     let (state, guardian, chosen) = (setup.segment.state(), &setup.guardian, &setup.chosen);
     let driver: &dyn Driver = &*setup.cuda;
     // The in-process peer copies need it.
     devices::enable_peers(driver, chosen)?;
     for &device in chosen {
         if let Some(reason) = mechanism.unsupported(driver, device)? {
-            waive!("No CUDA devices support IPC with --ipc {} ({reason})", mechanism.name())?;
-            return Ok(Outcome::Waived);
+            let why = format!("No CUDA devices support IPC with --ipc {} ({reason})", mechanism.name());
+            return Ok(Waiver(why).into());
         }
     }
     let memops_missing =
@@ -244,10 +249,8 @@ fn consume(cli: &Cli, mechanism: Mechanism, audience: &Audience) -> Result<Outco
         rendezvous.meet(Step::FlagsClosed, &stop)?;
     }
     producer.wait()?;
-    if let Some(json) = json {
-        json.write(Results::Bench(BenchResults::of(mechanism, &mps, &results)))?;
-    }
-    Ok(Outcome::Passed)
+    found.results = Some(Results::Bench(BenchResults::of(mechanism, &mps, &results)));
+    Ok(Outcome::Passed(None))
 }
 
 /// The benchmark's producer: the consumer's child, or the process that joined its served run.
@@ -313,7 +316,7 @@ pub fn produce(
     };
     let stop = move || attach::still_running(state, parent);
     watch.enter(Phase::CudaStart)?;
-    let cuda = driver::load().context("starting CUDA")?;
+    let cuda = driver::load().context("starting CUDA").map_err(attach::not_waived)?;
     let driver: &dyn Driver = &*cuda;
     let mut rendezvous = Rendezvous::on(state, Side::Producer);
     let rounds = rounds(driver.simulated());

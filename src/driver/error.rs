@@ -1,18 +1,5 @@
 //! How a driver call fails: a typed error that carries the call and its `CUresult` ([`CallFailed`]), the
-//! `CUresult` numbers the program reasons about with the driver's names for them ([`code`]), and why no GPU
-//! work can happen at all ([`Unavailable`], a waiver).
-
-/// Why no GPU work can happen here: the run is waived, not failed.
-#[derive(Debug)]
-pub struct Unavailable(pub String);
-
-impl std::fmt::Display for Unavailable {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Unavailable {}
+//! `CUresult` numbers the program reasons about with the driver's names for them ([`code`]).
 
 /// A driver call that failed: which call, and the `CUresult` it answered, as a number (the oldest bindings
 /// lack some names, and the simulation answers the same numbers), so that callers match on the code.

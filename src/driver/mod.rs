@@ -14,7 +14,7 @@ pub mod cuda;
 mod error;
 pub mod host;
 
-pub use error::{CallFailed, Unavailable, code, failed_code};
+pub use error::{CallFailed, code, failed_code};
 
 use std::ffi::CStr;
 use std::os::fd::{BorrowedFd, OwnedFd};
@@ -349,7 +349,7 @@ pub trait Driver: Send + Sync {
 }
 
 /// The driver for this process: the host simulation when the tests ask for it, else CUDA.
-/// `Err(Unavailable)` (no library, no driver, no device) means the run is waived.
+/// `Err(Waiver)` (no library, no driver, no device) means the run is waived.
 pub fn load() -> Result<Box<dyn Driver>> {
     let loaded: Result<Box<dyn Driver>> = match host::HostDriver::from_env() {
         Ok(Some(simulated)) => Ok(Box::new(simulated)),

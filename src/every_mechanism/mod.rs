@@ -14,13 +14,13 @@
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 
-use anyhow::{Result, bail};
+use anyhow::{Result, anyhow};
 
 use crate::cli::{Cli, Sync};
 use crate::ipc::{Mechanism, memops_refusal};
-use crate::outcome::Outcome;
+use crate::outcome::{Outcome, Waiver};
 use crate::report::document::{Document, MechanismResult};
-use crate::report::{JsonFile, Results, Status};
+use crate::report::{Ran, Results, Status};
 use crate::signals;
 
 mod served;
@@ -71,8 +71,7 @@ impl Row {
     }
 }
 
-pub fn run(cli: &Cli) -> Result<Outcome> {
-    let json = JsonFile::requested();
+pub fn run(cli: &Cli) -> Result<Ran> {
     let mut rows = Vec::new();
     // Served (`--serve SOCKET --ipc all`), each mechanism's run is one of a sequence, which the joiners
     // follow from one to the next over the one listener this process holds (see `served`); its `--timeout`
@@ -106,26 +105,22 @@ pub fn run(cli: &Cli) -> Result<Outcome> {
         sequence.end();
     }
     crate::output::text(&table(&rows))?;
-    if let Some(json) = json {
-        json.write(Results::Mechanisms(rows.iter().map(Row::result).collect()))?;
-    }
-    let said: Vec<String> =
-        rows.iter().map(|r| format!("{} {}", r.mechanism.name(), table::ending_word(&r.ending))).collect();
-    crate::report::note_summary(format!("every mechanism: {}", said.join(", ")));
-    outcome(&rows)
+    Ok(Ran::with(outcome(&rows), Results::Mechanisms(rows.iter().map(Row::result).collect())))
 }
 
-/// 1 if any failed, 2 if all were waived, 0 otherwise.
-pub fn outcome(rows: &[Row]) -> Result<Outcome> {
+/// 1 if any failed, 2 if all were waived, 0 otherwise, with what each run did.
+pub fn outcome(rows: &[Row]) -> Outcome {
     let failed: Vec<&str> =
         rows.iter().filter(|r| matches!(r.ending, Ending::Failed(_))).map(|r| r.mechanism.name()).collect();
     if !failed.is_empty() {
-        bail!("--ipc all: {} failed", failed.join(", "));
+        return Outcome::Failed(anyhow!("--ipc all: {} failed", failed.join(", ")));
     }
     if rows.iter().all(|r| matches!(r.ending, Ending::Waived(_))) {
-        return Ok(Outcome::Waived);
+        return Outcome::Waived(Waiver("nothing can run here".into()));
     }
-    Ok(Outcome::Passed)
+    let said: Vec<String> =
+        rows.iter().map(|r| format!("{} {}", r.mechanism.name(), table::ending_word(&r.ending))).collect();
+    Outcome::passed(format!("every mechanism: {}", said.join(", ")))
 }
 
 /// The options `--ipc all` sets itself for each run: every other argument goes on as the user gave it, so
@@ -180,12 +175,17 @@ mod tests {
     fn exit_1_if_any_failed_2_if_all_waived_0_otherwise() {
         let waived = || Ending::Waived("no".into());
         let all_waived = [row(Mechanism::Legacy, waived()), row(Mechanism::Vmm, waived())];
-        assert_eq!(outcome(&all_waived).unwrap(), Outcome::Waived);
+        assert!(matches!(outcome(&all_waived), Outcome::Waived(_)));
         let one_passed = [row(Mechanism::Legacy, Ending::Passed), row(Mechanism::Vmm, waived())];
-        assert_eq!(outcome(&one_passed).unwrap(), Outcome::Passed);
+        let Outcome::Passed(Some(summary)) = outcome(&one_passed) else { panic!("passed") };
+        assert_eq!(
+            summary, "every mechanism: legacy passed, vmm waived",
+            "each run's ending, for the verdict"
+        );
         let one_failed =
             [row(Mechanism::Legacy, Ending::Passed), row(Mechanism::Pool, Ending::Failed("x".into()))];
-        assert!(outcome(&one_failed).unwrap_err().to_string().contains("pool failed"));
+        let Outcome::Failed(e) = outcome(&one_failed) else { panic!("failed") };
+        assert!(e.to_string().contains("pool failed"));
     }
 
     /// A run of one mechanism gets the user's options as the user gave them, its own `--ipc` and no `--json`.

@@ -157,18 +157,6 @@ pub fn memops_refusal(mechanism: Mechanism) -> String {
     format!("--sync memops cannot order {} memory: {why}", mechanism.name())
 }
 
-/// The error of a mechanism found missing on a device while the run was under way: the run is waived.
-#[derive(Debug)]
-pub struct Missing(pub String);
-
-impl std::fmt::Display for Missing {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Missing {}
-
 /// A buffer allocated and exported by this process, by any mechanism: freed on drop.
 pub struct ExportedBuffer<'d> {
     export: Box<dyn Export + 'd>,

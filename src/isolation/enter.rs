@@ -11,7 +11,7 @@
 //!   process that was started stays outside, in the invoker's process group, passes its stop signals on and
 //!   exits with the run's status; if it is killed, the init stops the run in order.
 //!
-//! What cannot be had is an [`Unavailable`], which the run reports as a waiver with the reason.
+//! What cannot be had is a [`Waiver`], which the run reports as a waiver with the reason.
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::{Duration, Instant};
@@ -29,19 +29,8 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid, fork, getegid, geteuid, pipe2, setsid};
 
 use super::{Isolation, Kind};
+use crate::outcome::Waiver;
 use crate::signals::{self, STOP_SIGNALS};
-
-/// A namespace this host does not give this process.
-#[derive(Debug)]
-pub struct Unavailable(pub String);
-
-impl std::fmt::Display for Unavailable {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Unavailable {}
 
 fn unavailable(kind: &str, error: Errno) -> anyhow::Error {
     let why = match error {
@@ -51,7 +40,7 @@ fn unavailable(kind: &str, error: Errno) -> anyhow::Error {
         Errno::EINVAL => "this kernel has no such namespace".to_owned(),
         other => other.to_string(),
     };
-    Unavailable(format!("this host gives this process no {kind} namespace of its own ({why})")).into()
+    Waiver(format!("this host gives this process no {kind} namespace of its own ({why})")).into()
 }
 
 /// Whether `enter` gave this process a user namespace that was not asked for (its user is not root).
@@ -301,7 +290,7 @@ mod tests {
     #[test]
     fn an_unavailable_namespace_says_which_and_why() {
         let refused = unavailable("pid", Errno::EPERM);
-        assert!(refused.is::<Unavailable>(), "a waiver, not a failure");
+        assert!(refused.is::<Waiver>(), "a waiver, not a failure");
         let said = refused.to_string();
         assert!(said.contains("no pid namespace of its own") && said.contains("needs root"), "{said}");
         let missing = unavailable("cgroup", Errno::EINVAL).to_string();

@@ -6,6 +6,7 @@
 //! Each hands back its `--json` document through a pipe (`--report-fd`), as a run of `--ipc all` does: a
 //! driver's refusal of a handle in a process that joined is in this run's document as typed facts.
 
+use std::cell::RefCell;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -13,12 +14,13 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use nix::sys::signal::Signal;
 
-use super::enter::Unavailable;
 use super::{Isolation, Kind};
 use crate::guardian::{Guardian, MadePath};
 use crate::meeting::Address;
 use crate::outcome::EXIT_WAIVED;
 use crate::relaunch::{Ended, OnDrop, Process, Relaunch};
+use crate::outcome::Waiver;
+use crate::report::Refused;
 
 /// How long a started process gets to end by itself after the run ended (it stops within 0.5 s of the
 /// server's end); then it is killed, and its init stops what it runs.
@@ -80,6 +82,8 @@ pub struct Launched<'g> {
     processes: Vec<Process>,
     /// `None` for an abstract socket.
     dir: Option<SocketDir<'g>>,
+    /// Where a refusal that a process reported in its document goes, the first one kept.
+    refused: &'g RefCell<Option<Refused>>,
 }
 
 impl<'g> Launched<'g> {
@@ -87,9 +91,14 @@ impl<'g> Launched<'g> {
     /// whatever happens, unless the processes have network namespaces of their own (an abstract socket is
     /// in one), then a socket in a private directory, which `guardian` removes should the run be killed.
     /// Nothing is started yet.
-    pub fn prepare(isolation: &Isolation, guardian: &'g Guardian) -> Result<Self> {
+    /// A refusal that a process reports goes to `refused`.
+    pub fn prepare(
+        isolation: &Isolation,
+        guardian: &'g Guardian,
+        refused: &'g RefCell<Option<Refused>>,
+    ) -> Result<Self> {
         let dir = if isolation.has(Kind::Net) { Some(SocketDir::make(guardian)?) } else { None };
-        Ok(Self { processes: Vec::new(), dir })
+        Ok(Self { processes: Vec::new(), dir, refused })
     }
 
     /// Where the run is to be served.
@@ -139,7 +148,7 @@ impl<'g> Launched<'g> {
     }
 
     /// The first started process that has ended with another status than success, if one has: an
-    /// [`Unavailable`] (a waiver) if it could not enter its namespaces. Called at every look of the
+    /// [`Waiver`] if it could not enter its namespaces. Called at every look of the
     /// server's wait; once the socket's file is gone (every process has joined), its directory goes too,
     /// so that a parent killed from then on leaves nothing.
     pub fn ended_early(&mut self) -> Option<anyhow::Error> {
@@ -151,7 +160,7 @@ impl<'g> Launched<'g> {
             match process.try_wait()? {
                 Ended::Exited(0) => None,
                 Ended::Exited(code) if code == i32::from(EXIT_WAIVED) => Some(
-                    Unavailable(format!(
+                    Waiver(format!(
                         "a process started in namespaces of its own (pid {pid}) could not enter them (its \
                          message is above)"
                     ))
@@ -176,7 +185,7 @@ impl Drop for Launched<'_> {
         for process in &mut self.processes {
             // The driver's refusal in a process that joined is this run's to report, as typed facts.
             if let Some(refused) = process.document().and_then(|d| d.refused) {
-                crate::report::note_refused(refused);
+                self.refused.borrow_mut().get_or_insert(refused);
             }
         }
     }

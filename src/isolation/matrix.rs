@@ -24,13 +24,13 @@
 //! (then nothing else can be read from the table); 2 if every run was waived; 0 otherwise: a boundary
 //! that the driver refuses is a fact of the host, which the table reports.
 
-use anyhow::{Result, bail};
+use anyhow::{Result, anyhow, bail};
 
 use super::axes::{Boundary, COLUMNS, Column, boundaries};
 use crate::cli::Cli;
 use crate::every_mechanism::Ending;
-use crate::outcome::Outcome;
-use crate::report::{Document, Status};
+use crate::outcome::{Outcome, Waiver};
+use crate::report::{Document, Ran, Results, Status};
 use crate::signals;
 
 /// How one cell's run ended.
@@ -103,10 +103,9 @@ fn classify(ending: &Ending, document: Option<&Document>) -> Cell {
     }
 }
 
-pub fn run(cli: &Cli) -> Result<Outcome> {
+pub fn run(cli: &Cli) -> Result<Ran> {
     let Some(asked) = &cli.isolate else { bail!("internal error: the matrix needs --isolate") };
     let passed_on = passed_on(std::env::args_os().skip(1));
-    let json = crate::report::JsonFile::requested();
     let rows = boundaries(asked);
     say!(
         "The container matrix ({} boundaries by {} kinds of handle, each an isolated run of its own)",
@@ -136,19 +135,17 @@ pub fn run(cli: &Cli) -> Result<Outcome> {
             "(Not root: every isolated run here is in a user namespace of its own too, which the kernel needs.)"
         )?;
     }
-    if let Some(json) = json {
-        json.write(crate::report::Results::Matrix(document(&rows, &cells)))?;
-    }
+    Ok(Ran::with(outcome(&rows, &cells), Results::Matrix(document(&rows, &cells))))
+}
+
+/// Passed with what the matrix found; waived where every run was; failed where a run failed for another
+/// reason than a refusal across a boundary, or a handle was refused in the same namespaces.
+fn outcome(rows: &[Boundary], cells: &[Vec<Cell>]) -> Outcome {
     let failed = cells.iter().flatten().filter(|c| matches!(c, Cell::Failed { .. })).count();
     let ran = cells.iter().flatten().filter(|c| !matches!(c, Cell::Waived)).count();
-    crate::report::note_summary(format!(
-        "the container matrix: {} boundaries by {} handles, {failed} of {ran} runs refused across a boundary",
-        rows.len(),
-        COLUMNS.len()
-    ));
     let broken: Vec<String> = rows
         .iter()
-        .zip(&cells)
+        .zip(cells)
         .flat_map(|(row, line)| COLUMNS.iter().zip(line).map(move |(column, cell)| (row, column, cell)))
         .filter_map(|(row, column, cell)| match cell {
             Cell::Broken(why) => Some(format!("{} / {}: {why}", row.title, column.title)),
@@ -156,11 +153,11 @@ pub fn run(cli: &Cli) -> Result<Outcome> {
         })
         .collect();
     if let Some(first) = broken.first() {
-        bail!(
+        return Outcome::Failed(anyhow!(
             "{} of the matrix's runs failed for another reason than the driver's refusal of a handle, so the \
              table is not this host's; the first, {first}",
             broken.len()
-        );
+        ));
     }
     let baseline_failed: Vec<&str> = COLUMNS
         .iter()
@@ -169,15 +166,19 @@ pub fn run(cli: &Cli) -> Result<Outcome> {
         .map(|(column, _)| column.title)
         .collect();
     if !baseline_failed.is_empty() {
-        bail!(
+        return Outcome::Failed(anyhow!(
             "in the same namespaces, {} failed: nothing across a boundary can be read",
             baseline_failed.join(", ")
-        );
+        ));
     }
-    if cells.iter().flatten().all(|c| matches!(c, Cell::Waived)) {
-        return Ok(Outcome::Waived);
+    if ran == 0 {
+        return Outcome::Waived(Waiver("nothing can run here".into()));
     }
-    Ok(Outcome::Passed)
+    Outcome::passed(format!(
+        "the container matrix: {} boundaries by {} handles, {failed} of {ran} runs refused across a boundary",
+        rows.len(),
+        COLUMNS.len()
+    ))
 }
 
 /// The user's arguments less those each cell sets itself.

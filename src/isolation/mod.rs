@@ -22,10 +22,10 @@ mod launch;
 mod matrix;
 mod outside;
 
-pub use enter::{Unavailable, enter};
+pub use enter::enter;
 pub use launch::Launched;
 pub use matrix::run as run_matrix;
-pub use outside::{stay_outside, verdict_said_outside};
+pub use outside::stay_outside;
 
 /// One kind of namespace a process can be given of its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

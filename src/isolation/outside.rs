@@ -18,7 +18,6 @@
 //!   pass), and exits with the run's status.
 
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -37,18 +36,11 @@ use crate::report::{self, Status};
 /// second and a half) before the process outside stops it.
 const STOP_GRACE: Duration = Duration::from_secs(4);
 
-/// Whether this process is the run inside: its verdict is said by the process outside.
-static INSIDE: AtomicBool = AtomicBool::new(false);
-
-/// True in the run inside an isolation whose process outside says the verdict.
-pub fn verdict_said_outside() -> bool {
-    INSIDE.load(Ordering::Relaxed)
-}
-
 /// Forks the run of `cli`, which returns from here (and then enters its namespaces); this process stays
 /// outside and never returns (see the module's doc). Call it while this process has one thread.
-pub fn stay_outside(cli: &Cli) -> Result<()> {
-    let (document, document_end) = pipe2(OFlag::O_CLOEXEC).context("pipe2 for an isolated run's document")?;
+/// `document`: the run's, written by this process once the run is over; in the run, the pipe to it.
+pub fn stay_outside(cli: &Cli, document: &mut Option<report::Opened>) -> Result<()> {
+    let (from_run, document_end) = pipe2(OFlag::O_CLOEXEC).context("pipe2 for an isolated run's document")?;
     let me = getpid();
     let passed_on = super::enter::passed_on_signals()?;
     super::enter::ensure_one_thread()?;
@@ -56,10 +48,10 @@ pub fn stay_outside(cli: &Cli) -> Result<()> {
     match unsafe { fork() }.context("fork of an isolated run")? {
         ForkResult::Parent { child } => {
             drop(document_end);
-            watch(cli, child, document, passed_on)
+            watch(cli, child, from_run, passed_on, document.take())
         }
         ForkResult::Child => {
-            drop(document);
+            drop(from_run);
             // A group of its own: a signal to the user's job reaches the run once, through the process
             // outside; if that process is killed, the run stops in order.
             setpgid(Pid::from_raw(0), Pid::from_raw(0)).context("setpgid of an isolated run")?;
@@ -67,8 +59,7 @@ pub fn stay_outside(cli: &Cli) -> Result<()> {
             if getppid() != me {
                 anyhow::bail!("the process outside the isolated run ended before the run began");
             }
-            report::hand_over(std::fs::File::from(document_end), cli);
-            INSIDE.store(true, Ordering::Relaxed);
+            *document = Some(report::hand_over(std::fs::File::from(document_end), cli));
             Ok(())
         }
     }
@@ -76,7 +67,8 @@ pub fn stay_outside(cli: &Cli) -> Result<()> {
 
 /// The process outside: waits for the run, passing stop signals on and reading its document, until it
 /// ends or its deadline has passed; then writes the document, says the verdict and exits.
-fn watch(cli: &Cli, run: Pid, document: OwnedFd, passed_on: SigSet) -> ! {
+/// `opened`: the run's document, as the user asked for it.
+fn watch(cli: &Cli, run: Pid, document: OwnedFd, passed_on: SigSet, opened: Option<report::Opened>) -> ! {
     let started = Instant::now();
     let mut deadline = cli.timeout().map(|t| started + t + STOP_GRACE);
     // How long the user held the run stopped (Ctrl-Z until `fg`).
@@ -100,7 +92,8 @@ fn watch(cli: &Cli, run: Pid, document: OwnedFd, passed_on: SigSet) -> ! {
         Err(e) => {
             let _ = kill(run, Signal::SIGKILL);
             let _ = waitpid(run, None);
-            end(cli, Err(e.context("the process outside an isolated run: signalfd")), started, held)
+            let e = e.context("the process outside an isolated run: signalfd");
+            end(cli, Err(e), started, held, opened)
         }
     };
     let _ = fcntl(&document, FcntlArg::F_SETFL(OFlag::O_NONBLOCK));
@@ -158,7 +151,7 @@ fn watch(cli: &Cli, run: Pid, document: OwnedFd, passed_on: SigSet) -> ! {
         read_some(&document, &mut got);
     }
     let ended = ended.map(|code| (code, report::document::parse(&got)));
-    end(cli, ended, started, held)
+    end(cli, ended, started, held, opened)
 }
 
 /// The signals of job control that the process outside passes on to the whole run.
@@ -201,7 +194,13 @@ fn read_some(pipe: &OwnedFd, got: &mut Vec<u8>) -> bool {
 
 /// Writes the document (the run's, or one of this process's own where the run gave none), says the
 /// verdict after it, and exits.
-fn end(cli: &Cli, ended: Result<(i32, Option<report::Document>)>, started: Instant, held: Duration) -> ! {
+fn end(
+    cli: &Cli,
+    ended: Result<(i32, Option<report::Document>)>,
+    started: Instant,
+    held: Duration,
+    opened: Option<report::Opened>,
+) -> ! {
     let (mut status, mut reason, mut code, summary, written) = match ended {
         Ok((code, Some(mut document))) => {
             // A run past its --timeout whose watchdog counted the time the user held it stopped: say so.
@@ -219,7 +218,7 @@ fn end(cli: &Cli, ended: Result<(i32, Option<report::Document>)>, started: Insta
             }
             let said = (document.status, document.reason.clone(), document.summary.clone());
             let code = u8::try_from(code).unwrap_or(crate::outcome::EXIT_FAILURE);
-            (said.0, said.1, code, said.2, report::finish_document(document))
+            (said.0, said.1, code, said.2, report::finish_document(opened, document))
         }
         Ok((code, None)) => {
             let why = match code {
@@ -234,28 +233,16 @@ fn end(cli: &Cli, ended: Result<(i32, Option<report::Document>)>, started: Insta
                 Ok(code) => code,
             };
             let status = if code > 128 { Status::Interrupted } else { Status::Failed };
-            let verdict = report::Verdict {
-                status,
-                reason: Some(&why),
-                diagnosis: None,
-                refused: None,
-                exit_status: code,
-            };
-            let written = report::finish(&verdict);
+            let written =
+                report::finish(opened, &report::Verdict::of(status, &why, code), Default::default());
             (status, Some(why), code, None, written)
         }
         Err(e) => {
             let why = format!("{e:#}");
             warn!("simple-ipc: {why}");
             let code = crate::outcome::EXIT_FAILURE;
-            let verdict = report::Verdict {
-                status: Status::Failed,
-                reason: Some(&why),
-                diagnosis: None,
-                refused: None,
-                exit_status: code,
-            };
-            let written = report::finish(&verdict);
+            let written =
+                report::finish(opened, &report::Verdict::of(Status::Failed, &why, code), Default::default());
             (Status::Failed, Some(why), code, None, written)
         }
     };
@@ -273,7 +260,8 @@ fn end(cli: &Cli, ended: Result<(i32, Option<report::Document>)>, started: Insta
         }
     }
     if cli.report_fd.is_none() && code != crate::output::READER_GONE_STATUS {
-        let line = crate::entry::verdict(status, reason.as_deref(), summary, code, started.elapsed());
+        let line =
+            crate::entry::verdict(status, reason.as_deref(), summary.as_deref(), code, started.elapsed());
         match crate::output::verdict(&line) {
             Ok(()) => {}
             // The reader went away before the last line: 141, quietly (the document was written already).

@@ -1,5 +1,6 @@
-//! The joiners still connected once a served run is over, told how the whole run ended; in a served
-//! sequence, what a run inherits from its top parent and hands back at its end.
+//! The joiners still connected once a served run is over, told how the whole run ended, and what the
+//! processes that joined said of themselves, for the document; in a served sequence, what a run inherits
+//! from its top parent and hands back at its end.
 
 use std::cell::RefCell;
 use std::os::fd::OwnedFd;
@@ -8,14 +9,22 @@ use anyhow::{Result, bail};
 
 use crate::meeting;
 use crate::peers::PeerFailed;
+use crate::outcome::Outcome;
+use crate::placement::Placement;
+use crate::report::{Found, Refused};
 use crate::wire::{self, Message, Round, RunEnd};
 
 /// The joiners still connected when the run is over, to be told how the whole run ended: a joiner's verdict
-/// is the run's, not its own part's. A server's [`Joiners`] hand their connections over as they go.
+/// is the run's, not its own part's. A server's [`Joiners`] hand their connections over as they go, and
+/// where they stand once they all have joined.
 #[derive(Default)]
 pub struct Audience {
     pub(super) told: RefCell<Vec<OwnedFd>>,
     pub(super) sequence: Option<InSequence>,
+    /// Where the processes that joined stand, once they all have (see `Joiners::say_where_they_stand`).
+    pub(super) placement: RefCell<Option<Placement>>,
+    /// A refusal that a process the run started in namespaces of its own reported (see `isolation::launch`).
+    pub(crate) refused: RefCell<Option<Refused>>,
 }
 
 /// What a run of a served sequence inherits from the sequence's top parent: the listener, the connections
@@ -38,6 +47,8 @@ impl Audience {
         let held = held.iter().map(|&fd| crate::inherit::take(fd, "held connection"));
         Ok(Self {
             told: RefCell::default(),
+            placement: RefCell::default(),
+            refused: RefCell::default(),
             sequence: Some(InSequence {
                 round,
                 listener: RefCell::new(Some(crate::inherit::take(*listener, "sequence's listener")?)),
@@ -53,16 +64,21 @@ impl Audience {
         Some((sequence.round, sequence.listener.take()?, sequence.waiting.take()))
     }
 
+    /// Hands what the run's processes said of themselves over to `found`: where they stand, if they all
+    /// joined, and a refusal one reported.
+    pub fn hand_over(&self, found: &mut Found) {
+        found.placement = self.placement.take();
+        found.refused = self.refused.take();
+    }
+
     /// Tells each joiner how the run ended, by the server's verdict `ended`; then closes its connection, or,
     /// in a served sequence, hands it back to the top parent with every other connection still open.
-    pub fn tell(self, ended: &Result<crate::outcome::Outcome>) {
+    pub fn tell(self, ended: &Outcome) {
         let mut connections = self.told.into_inner();
         let end = match ended {
-            Ok(crate::outcome::Outcome::Passed) => RunEnd::Passed,
-            Ok(crate::outcome::Outcome::Waived) => {
-                RunEnd::Waived(crate::report::waiver().unwrap_or_else(|| "waived".to_owned()))
-            }
-            Err(e) => RunEnd::Failed {
+            Outcome::Passed(_) => RunEnd::Passed,
+            Outcome::Waived(waiver) => RunEnd::Waived(waiver.to_string()),
+            Outcome::Failed(e) => RunEnd::Failed {
                 process: e.chain().find_map(|c| c.downcast_ref::<PeerFailed>()).map(|j| j.index),
                 why: format!("{e:#}"),
             },

@@ -124,7 +124,9 @@ impl Joiners<'_> {
         }
         let placement = Placement::of(Place::here(), places);
         say!("{}", placement.text().trim_end())?;
-        crate::report::note_placement(placement);
+        if let Some(audience) = self.audience {
+            audience.placement.replace(Some(placement));
+        }
         Ok(())
     }
 }

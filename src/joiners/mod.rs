@@ -89,8 +89,10 @@ pub struct Joiners<'s> {
     round: Option<Round>,
     /// `--isolate`: only processes these processes started may join (the server started them itself).
     only_started_by: Option<Vec<i32>>,
-    /// Where the joiners' connections go when these joiners do, to be told how the run ended.
+    /// Where the placement goes once every process has joined, for the run's end; and where the joiners'
+    /// connections go when these joiners do, to be told how the run ended, if they are (`tells_the_end`).
     audience: Option<&'s Audience>,
+    tells_the_end: bool,
     /// The guardian told of the socket's file (as made), which removes it if this server is killed.
     guardian: Option<(&'s Guardian, Box<MadePath>)>,
 }
@@ -126,6 +128,12 @@ impl<'s> Joiners<'s> {
 
     /// Hands the joiners' connections to `audience` at the end, to be told how the run ended.
     pub fn telling_the_end_to(mut self, audience: &'s Audience) -> Self {
+        self.tells_the_end = true;
+        self.telling_where_they_stand_to(audience)
+    }
+
+    /// Hands where the joiners stand, once they all have, to `audience`, for the run's end.
+    pub fn telling_where_they_stand_to(mut self, audience: &'s Audience) -> Self {
         self.audience = Some(audience);
         self
     }
@@ -223,6 +231,7 @@ impl<'s> Joiners<'s> {
             round: None,
             only_started_by: None,
             audience: None,
+            tells_the_end: false,
             guardian: None,
         }
     }
@@ -241,7 +250,7 @@ impl<'s> Joiners<'s> {
             let _ = self.look_at_joiners();
             std::thread::sleep(POLL);
         }
-        let Some(audience) = self.audience else { return };
+        let Some(audience) = self.audience.filter(|_| self.tells_the_end) else { return };
         for joiner in &mut self.joined {
             if let Some(connection) = joiner.connection.take() {
                 audience.told.borrow_mut().push(connection);

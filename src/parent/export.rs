@@ -13,7 +13,8 @@ use crate::driver::Driver;
 use crate::fault;
 use crate::gpu::Stream;
 use crate::guardian::Guardian;
-use crate::ipc::{ExportedBuffer, ExportedEvent, Mechanism, Missing, ProcessExports, Slice, descriptors};
+use crate::ipc::{ExportedBuffer, ExportedEvent, Mechanism, ProcessExports, Slice, descriptors};
+use crate::outcome::Waiver;
 use crate::phase::Phase;
 use crate::segment::{self, SharedState};
 use crate::signals;
@@ -105,7 +106,7 @@ impl<'d> Exporter<'_, 'd> {
         if let Some(probe) = self.mechanism.spec().probe
             && let Some(reason) = probe(driver, device)?
         {
-            return Err(Missing(reason).into());
+            return Err(Waiver(reason).into());
         }
         let mut exported = Vec::new();
         let data = self.state.data_size();

@@ -16,12 +16,12 @@ use crate::devices;
 use crate::driver::Driver;
 use crate::fault;
 use crate::gpu::DeviceMemory;
-use crate::ipc::{Event, Mechanism, Missing, platform};
+use crate::ipc::{Event, Mechanism, platform};
 use crate::joiners::Audience;
-use crate::outcome::Outcome;
+use crate::outcome::{Outcome, Waiver};
 use crate::phase::{Phase, Who};
 use crate::report::document::RunResults;
-use crate::report::{JsonFile, Results};
+use crate::report::{Found, Ran, Results};
 use crate::segment::{self, RunPlan, SharedState};
 use crate::setup;
 use crate::signals;
@@ -34,7 +34,7 @@ mod team;
 use export::{Exporter, descriptor_sockets};
 use team::Team;
 
-pub fn run(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
+pub fn run(cli: &Cli, mechanism: Mechanism) -> Result<Ran> {
     // Served, each joiner is told how the whole run ended once it is over: its verdict is the run's. A run
     // of a served sequence (`--serve --ipc all`) then hands every connection back to the sequence's top
     // parent, however it ended (waived before anyone joined, too).
@@ -42,19 +42,26 @@ pub fn run(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
         (Some(round), Some(fds)) => Audience::in_sequence(round, fds)?,
         _ => Audience::default(),
     };
-    let outcome = run_the_sample(cli, mechanism, &audience);
+    let mut found = Found::default();
+    let outcome = run_the_sample(cli, mechanism, &audience, &mut found).unwrap_or_else(Outcome::Failed);
+    audience.hand_over(&mut found);
     audience.tell(&outcome);
-    outcome
+    Ok(Ran { outcome, found })
 }
 
-fn run_the_sample(cli: &Cli, mechanism: Mechanism, audience: &Audience) -> Result<Outcome> {
+/// `found`: what the run found, for the document, however it ends.
+fn run_the_sample(
+    cli: &Cli,
+    mechanism: Mechanism,
+    audience: &Audience,
+    found: &mut Found,
+) -> Result<Outcome> {
     let started = Instant::now();
     let mut watch = Stopwatch::start(Who::Parent, Phase::CudaStart)?;
-    // Opened before anything runs: a bad path fails at once, and a FIFO can never block the end of a run.
-    let json = JsonFile::requested();
     say!("PP: lshmName = {}", segment::name_for(std::process::id()))?;
-    let Some(setup) = setup::start(|| watch.enter(Phase::DeviceSelection))? else {
-        return Ok(Outcome::Waived);
+    let setup = match setup::start(|| watch.enter(Phase::DeviceSelection), found)? {
+        Ok(setup) => setup,
+        Err(waiver) => return Ok(waiver.into()),
     };
     // Dropped in the reverse order: the guardian (which removes the driver's files for our events if we are
     // killed) outlives the exports, declared later, and the segment outlives all.
@@ -65,27 +72,25 @@ fn run_the_sample(cli: &Cli, mechanism: Mechanism, audience: &Audience) -> Resul
     let memops = cli.sync == Sync::Memops;
     // --fds pidfd: the importers fetch the descriptors themselves; asked of this kernel by trial first.
     let pidfd = cli.fds == Fds::Pidfd && mechanism.uses_descriptors();
+    let lacking =
+        |reason| Waiver(format!("No CUDA devices support IPC with --ipc {} ({reason})", mechanism.name()));
     if let Some(reason) = crate::ipc::pidfd::unsupported().filter(|_| pidfd) {
         // The kernel's lack, not the devices': said as such.
-        waive!("--ipc {} cannot run here with {reason}", mechanism.name())?;
-        return Ok(Outcome::Waived);
+        return Ok(Waiver(format!("--ipc {} cannot run here with {reason}", mechanism.name())).into());
     }
     for &device in &chosen {
         // Legacy is asked by an export, on the device's context, in `export_device`: creating the context here
         // would hold the children back.
         if let Some(reason) = mechanism.unsupported_by_attributes(driver, device)? {
-            waive!("No CUDA devices support IPC with --ipc {} ({reason})", mechanism.name())?;
-            return Ok(Outcome::Waived);
+            return Ok(lacking(reason).into());
         }
         if let Some(reason) = driver.stream_memops_unsupported(device)?.filter(|_| memops) {
-            waive!("No CUDA devices support IPC with --sync memops ({reason})")?;
-            return Ok(Outcome::Waived);
+            return Ok(Waiver(format!("No CUDA devices support IPC with --sync memops ({reason})")).into());
         }
     }
     let process_devices = devices::plan(&chosen, cli.procs_per_device as usize)?;
     if let Some(reason) = platform::waiver(driver, mechanism, &process_devices)? {
-        waive!("No CUDA devices support IPC with --ipc {} ({reason})", mechanism.name())?;
-        return Ok(Outcome::Waived);
+        return Ok(lacking(reason).into());
     }
     let n = process_devices.len();
     // Processes it did not start from its own program (`--serve`), or that run where it cannot see them
@@ -130,25 +135,23 @@ fn run_the_sample(cli: &Cli, mechanism: Mechanism, audience: &Audience) -> Resul
     let mut children;
     if cli.sequential {
         watch.enter(Phase::AllocateExport)?;
-        let Some(exported) =
-            waived_if_missing(mechanism, exporter.export_all(&mut watch, Phase::StartChildren))?
-        else {
-            return Ok(Outcome::Waived);
+        exports = match missing_waived(exporter.export_all(&mut watch, Phase::StartChildren))? {
+            Ok(exported) => exported,
+            Err(reason) => return Ok(lacking(reason).into()),
         };
-        exports = exported;
         children = Team::start(cli, &segment, n, &mut their_sockets, started, audience, &guardian)?;
     } else {
         watch.enter(Phase::StartChildren)?;
         children = Team::start(cli, &segment, n, &mut their_sockets, started, audience, &guardian)?;
         watch.enter(Phase::AllocateExport)?;
-        let Some(exported) =
-            waived_if_missing(mechanism, exporter.export_all(&mut watch, Phase::WaitChildren))?
-        else {
-            state.waive();
-            children.stop();
-            return Ok(Outcome::Waived);
+        exports = match missing_waived(exporter.export_all(&mut watch, Phase::WaitChildren))? {
+            Ok(exported) => exported,
+            Err(reason) => {
+                state.waive();
+                children.stop();
+                return Ok(lacking(reason).into());
+            }
         };
-        exports = exported;
     }
     drop(their_sockets);
 
@@ -187,12 +190,12 @@ fn run_the_sample(cli: &Cli, mechanism: Mechanism, audience: &Audience) -> Resul
     watch.enter(Phase::WaitChildren)?;
     children.wait(|| false, || {})?;
 
-    report(cli, json, state, &watch.finish(), checks_itself)?;
+    found.results = Some(report(cli, state, &watch.finish(), checks_itself)?);
     let gpus = chosen.len();
     // The parent's own check of its pipe directory: its children inherit it; joiners were told nothing.
     let mps =
         crate::placement::mps::Mps::here().under().map(|under| format!(", {under}")).unwrap_or_default();
-    crate::report::note_summary(format!(
+    let summary = format!(
         "{n} process{} on {gpus} GPU{}, {} IPC{}, {}{mps}{}: every buffer verified{}",
         if n == 1 { "" } else { "es" },
         if gpus == 1 { "" } else { "s" },
@@ -209,38 +212,24 @@ fn run_the_sample(cli: &Cli, mechanism: Mechanism, audience: &Audience) -> Resul
             (None, true) => " by its process and by the parent",
             (None, false) => "",
         }
-    ));
-    Ok(Outcome::Passed)
+    );
+    Ok(Outcome::passed(summary))
 }
 
-/// `None`, after printing the waived line, when the export found the mechanism missing on a device.
-fn waived_if_missing<T>(mechanism: Mechanism, exported: Result<T>) -> Result<Option<T>> {
-    match exported {
-        Ok(exported) => Ok(Some(exported)),
-        Err(e) => match e.downcast::<Missing>() {
-            Ok(Missing(reason)) => {
-                waive!("No CUDA devices support IPC with --ipc {} ({reason})", mechanism.name())?;
-                Ok(None)
-            }
-            Err(e) => Err(e),
-        },
+/// `Err` with the reason where the export found the mechanism missing on a device.
+fn missing_waived<T>(exported: Result<T>) -> Result<Result<T, String>> {
+    match exported.map_err(|e| e.downcast::<Waiver>()) {
+        Ok(exported) => Ok(Ok(exported)),
+        Err(Ok(Waiver(reason))) => Ok(Err(reason)),
+        Err(Err(e)) => Err(e),
     }
 }
 
-/// `--timings` and `--json`: the parent's phases and what each child left in the segment.
-fn report(
-    cli: &Cli,
-    json: Option<JsonFile>,
-    state: &SharedState,
-    parent: &Phases,
-    checked_every_buffer: bool,
-) -> Result<()> {
+/// `--timings`: the parent's phases and what each child left in the segment; and the results for `--json`.
+fn report(cli: &Cli, state: &SharedState, parent: &Phases, checked_every_buffer: bool) -> Result<Results> {
     if cli.timings {
         let children: Vec<Phases> = (0..state.process_count()).map(|i| Phases::read(state, i)).collect();
         crate::output::text(&timings::table(parent, &children))?;
     }
-    if let Some(json) = json {
-        json.write(Results::Run(RunResults::of(state, parent, checked_every_buffer)))?;
-    }
-    Ok(())
+    Ok(Results::Run(RunResults::of(state, parent, checked_every_buffer)))
 }

@@ -38,12 +38,13 @@ impl<'s> Team<'s> {
         guardian: &'s Guardian,
     ) -> Result<Self> {
         if let Some(isolation) = &cli.isolate {
-            let mut launched = isolation::Launched::prepare(isolation, guardian)?;
+            let mut launched = isolation::Launched::prepare(isolation, guardian, &audience.refused)?;
             let address = launched.address();
             let sockets = std::mem::take(their_sockets);
             let joiners = Joiners::listen(segment, address.clone(), n, sockets, started, cli.timeout())?
                 .covered_by(guardian)
-                .removing_the_socket_when_full();
+                .removing_the_socket_when_full()
+                .telling_where_they_stand_to(audience);
             launched.start(&address, n, isolation, cli.timeout, cli.quiet)?;
             let joiners = joiners.only_started_by(launched.pids());
             say!(

@@ -34,7 +34,8 @@ use anyhow::{Result, anyhow, bail};
 use cudarc::driver::result::{self, DriverError};
 use cudarc::driver::sys::{self, CUresult};
 
-use super::{CallFailed, DevicePtr, RawEvent, RawFunction, RawPool, RawStream, Unavailable};
+use super::{CallFailed, DevicePtr, RawEvent, RawFunction, RawPool, RawStream};
+use crate::outcome::Waiver;
 use streams::StreamMemops;
 
 /// The CUDA driver, initialised, with the primary contexts this process retained.
@@ -101,19 +102,17 @@ fn means_no_gpu(result: CUresult) -> bool {
 }
 
 impl CudaDriver {
-    /// Loads `libcuda` and initialises it; `Unavailable` when this machine has no usable GPU.
+    /// Loads `libcuda` and initialises it; `Waiver` when this machine has no usable GPU.
     pub fn load() -> Result<Self> {
         // `sys`: the result layer has no such test. SAFETY: only tries to dlopen the library by its usual
         // names; nothing is called through it.
         if !unsafe { sys::is_culib_present() } {
-            return Err(Unavailable("no CUDA driver library (libcuda.so) on this machine".into()).into());
+            return Err(Waiver("no CUDA driver library (libcuda.so) on this machine".into()).into());
         }
         symbols::require_all()?;
         match result::init() {
             Err(DriverError(rc)) if means_no_gpu(rc) => {
-                return Err(
-                    Unavailable(format!("the CUDA driver has no GPU to offer: {}", describe(rc))).into()
-                );
+                return Err(Waiver(format!("the CUDA driver has no GPU to offer: {}", describe(rc))).into());
             }
             other => other.named("cuInit")?,
         }

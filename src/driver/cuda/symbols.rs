@@ -15,7 +15,7 @@
 use anyhow::Result;
 use cudarc::driver::sys;
 
-use crate::driver::Unavailable;
+use crate::outcome::Waiver;
 
 /// Every symbol cudarc looks up for a call of this module, direct (`sys::cuX`) or through the `result`
 /// layer, by the name cudarc looks up (`_v2` where the 11.4 bindings call that version).
@@ -114,7 +114,7 @@ fn lacking(missing: &[&str], version: Option<i32>) -> String {
     )
 }
 
-/// `Err(Unavailable)` (the run is waived) naming each entry point the driver lacks, so that no call can reach
+/// `Err(Waiver)` (the run is waived) naming each entry point the driver lacks, so that no call can reach
 /// cudarc's panic for a missing symbol.
 pub(super) fn require_all() -> Result<()> {
     let missing = missing(present);
@@ -123,7 +123,7 @@ pub(super) fn require_all() -> Result<()> {
     }
     let version =
         (!missing.contains(&"cuDriverGetVersion")).then(super::devices::version).and_then(Result::ok);
-    Err(Unavailable(lacking(&missing, version)).into())
+    Err(Waiver(lacking(&missing, version)).into())
 }
 
 #[cfg(test)]

@@ -259,7 +259,7 @@ impl HostDriver {
                 let kept = visible_devices(list, all.len());
                 if kept.is_empty() {
                     // As the CUDA driver's cuInit: CUDA_ERROR_NO_DEVICE, which means no GPU here.
-                    return Err(super::Unavailable(format!(
+                    return Err(crate::outcome::Waiver(format!(
                         "the CUDA driver has no GPU to offer: CUDA_ERROR_NO_DEVICE (simulated: \
                          CUDA_VISIBLE_DEVICES={list:?} names none of the {} devices)",
                         all.len()
@@ -363,7 +363,7 @@ mod tests {
         assert_eq!(info.uuid, simulated_uuid(1), "device 0 here is the machine's device 1");
         assert!(!sim.supports(0, crate::driver::Capability::VirtualMemory).unwrap(), "with its defects");
         let none = HostDriver::new("ok,ok", Some("")).err().unwrap();
-        assert!(none.is::<crate::driver::Unavailable>() && none.to_string().contains("CUDA_ERROR_NO_DEVICE"));
+        assert!(none.is::<crate::outcome::Waiver>() && none.to_string().contains("CUDA_ERROR_NO_DEVICE"));
     }
 
     /// What is not freed is named when the driver goes away; freeing by the wrong call, or twice, is the
