@@ -23,6 +23,7 @@ use nix::unistd::Pid;
 
 use crate::inherit;
 use crate::output::{self, ReaderGone};
+use crate::role::{Child, Role};
 use crate::segment::{Segment, SharedState};
 use crate::signals::{self, Interrupted};
 use crate::timings::progress_of;
@@ -98,14 +99,15 @@ pub struct Children<'s> {
 }
 
 impl<'s> Children<'s> {
-    /// Starts a child for each index, with `args` before the index and the segment's descriptor, and, where
-    /// `sockets` has one for it (the first for the first index), its end of a descriptor socket. Each gets SIGKILL if the parent dies
+    /// Starts a child for each index (the benchmark's producer where `bench`, printing only its verdict where
+    /// `quiet`), with the segment's descriptor, and, where `sockets` has one for it (the first for the first index), its end of a descriptor socket. Each gets SIGKILL if the parent dies
     /// (`PR_SET_PDEATHSIG`). With a `timeout`, [`Children::wait`] stops the run once that long has passed
     /// since `started`.
     pub fn spawn(
         segment: &'s Segment,
         indices: Range<usize>,
-        args: &[&str],
+        bench: bool,
+        quiet: bool,
         sockets: &[OwnedFd],
         started: Instant,
         timeout: Option<Duration>,
@@ -118,13 +120,10 @@ impl<'s> Children<'s> {
         let fd = segment.fd();
         let first = indices.start;
         for index in indices {
-            let mut command = Command::new("/proc/self/exe");
-            command.arg0(&argv0).args(args).arg("--segment-fd").arg(fd.to_string());
             let socket = sockets.get(index - first).map(|s| s.as_raw_fd());
-            if let Some(socket) = socket {
-                command.arg("--socket-fd").arg(socket.to_string());
-            }
-            command.arg(index.to_string()).stdin(Stdio::null());
+            let child = Child { index: index as u32, segment_fd: Some(fd), socket_fd: socket, bench, quiet };
+            let mut command = Command::new("/proc/self/exe");
+            command.arg0(&argv0).args(Role::Child(child).to_args()).stdin(Stdio::null());
             // SAFETY: runs in the forked child before exec; prctl and fcntl are async-signal-safe and
             // allocate nothing.
             unsafe {

@@ -158,7 +158,7 @@ impl Guardian {
         let fd = theirs.as_raw_fd();
         let mut command = Command::new("/proc/self/exe");
         command
-            .args(["--guardian-fd", &fd.to_string()])
+            .args(crate::role::Role::Guardian { fd }.to_args())
             .env_clear()
             .stdin(Stdio::null())
             .stdout(Stdio::null())

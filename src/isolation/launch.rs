@@ -21,6 +21,7 @@ use super::{Isolation, Kind};
 use crate::guardian::{Guardian, MadePath};
 use crate::meeting::Address;
 use crate::outcome::EXIT_WAIVED;
+use crate::role::{Isolated, Joiner, Role, Timeout};
 
 /// How long a started process gets to end by itself after the run ended (it stops within 0.5 s of the
 /// server's end); then it is killed, and its init stops what it runs.
@@ -114,24 +115,23 @@ impl<'g> Launched<'g> {
         address: &Address,
         n: usize,
         isolation: &Isolation,
-        timeout: u64,
+        timeout: Timeout,
         quiet: bool,
     ) -> Result<()> {
-        let socket = address.to_string();
+        // The namespaces each enters: the run's kinds, whoever else is isolated.
+        let isolation = Isolation { kinds: isolation.kinds.clone(), joiners_only: false };
+        let joiner = Joiner { address: address.clone(), timeout, quiet, bench: false };
         for _ in 0..n {
             let (document, document_end) =
                 nix::unistd::pipe2(OFlag::O_CLOEXEC).context("pipe2 for an isolated process's document")?;
             // Read once the process has ended: what is there, without waiting for more.
             fcntl(&document, FcntlArg::F_SETFL(OFlag::O_NONBLOCK)).context("fcntl(O_NONBLOCK)")?;
             let fd = document_end.as_raw_fd();
+            let isolated = Isolated { isolation: isolation.clone(), report_fd: fd, joiner: joiner.clone() };
             let mut command = Command::new("/proc/self/exe");
             command
                 .arg0(std::env::args_os().next().unwrap_or_else(|| "simple-ipc".into()))
-                .arg("--join")
-                .arg(&socket)
-                .args(["--isolated", &isolation.kinds_arg(), "--timeout", &timeout.to_string()])
-                .args(["--report-fd", &fd.to_string()])
-                .args(quiet.then_some("--quiet"))
+                .args(Role::Isolated(isolated).to_args())
                 .stdin(Stdio::null());
             // It must not outlive this process: SIGKILL to the process outside, whose init then stops what
             // runs inside in order.

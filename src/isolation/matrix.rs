@@ -22,11 +22,11 @@
 use anyhow::{Result, bail};
 
 use super::{Isolation, Kind};
-use crate::cli::Cli;
 use crate::every_mechanism::Ending;
-use crate::ipc::Mechanism;
+use crate::ipc::{Mechanism, Sync};
 use crate::outcome::Outcome;
 use crate::report::{Document, Status};
+use crate::role::Run;
 use crate::signals;
 
 /// One kind of handle: the run that tries it.
@@ -147,9 +147,8 @@ fn classify(ending: &Ending, document: Option<&Document>) -> Cell {
     }
 }
 
-pub fn run(cli: &Cli) -> Result<Outcome> {
-    let Some(asked) = &cli.isolate else { bail!("internal error: the matrix needs --isolate") };
-    let passed_on = passed_on(std::env::args_os().skip(1));
+/// The matrix of the boundaries of `asked`, each cell a run with `run`'s options.
+pub fn run(run: &Run, asked: &Isolation) -> Result<Outcome> {
     let json = crate::report::JsonFile::requested();
     let rows = boundaries(asked);
     say!(
@@ -159,12 +158,12 @@ pub fn run(cli: &Cli) -> Result<Outcome> {
     )?;
     let mut cells: Vec<Vec<Cell>> = Vec::new();
     let bar =
-        crate::progress::Bar::start((rows.len() * COLUMNS.len()) as u64, "--ipc all --isolate", cli.quiet);
+        crate::progress::Bar::start((rows.len() * COLUMNS.len()) as u64, "--ipc all --isolate", run.quiet);
     for row in &rows {
         let mut line = Vec::new();
         for column in &COLUMNS {
             bar.doing(format!("{} / {}", row.title, column.title));
-            let cell = run_cell(&passed_on, row, column, cli.timeout())?;
+            let cell = run_cell(run, row, column)?;
             say!("  {} / {}: {}", row.title, column.title, cell.word())?;
             bar.step_done();
             line.push(cell);
@@ -224,33 +223,18 @@ pub fn run(cli: &Cli) -> Result<Outcome> {
     Ok(Outcome::Passed)
 }
 
-/// The user's arguments less those each cell sets itself.
-fn passed_on(args: impl IntoIterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
-    let own = crate::every_mechanism::passed_on(args);
-    let mut kept = Vec::new();
-    let mut args = own.into_iter();
-    while let Some(arg) = args.next() {
-        let bytes = arg.as_encoded_bytes();
-        if bytes == b"--sync" || bytes == b"--isolate" {
-            args.next();
-        } else if !(bytes.starts_with(b"--sync=") || bytes.starts_with(b"--isolate=")) {
-            kept.push(arg);
-        }
-    }
-    kept
-}
-
 /// One isolated run, its output kept (not shown: the cell says how it ended), its document read back
 /// through a pipe, stopped with this process (a signal to the matrix goes on to it at once).
-fn run_cell(
-    passed_on: &[std::ffi::OsString],
-    row: &Boundary,
-    column: &Column,
-    timeout: Option<std::time::Duration>,
-) -> Result<Cell> {
-    let extra = ["--sync", column.sync, "--isolate", &row.isolate].map(std::ffi::OsString::from);
-    let ran = crate::every_mechanism::run_one(passed_on, column.mechanism, &extra, false, timeout)?;
+fn run_cell(run: &Run, row: &Boundary, column: &Column) -> Result<Cell> {
+    let ran = crate::every_mechanism::run_one(&cell_run(run, row, column)?, column.mechanism, false)?;
     Ok(classify(&ran.ending, ran.document.as_deref()))
+}
+
+/// The options of a cell's run: the matrix's, with the cell's own ordering and isolation, its document to
+/// its pipe.
+fn cell_run(run: &Run, row: &Boundary, column: &Column) -> Result<Run> {
+    let sync = <Sync as clap::ValueEnum>::from_str(column.sync, false).map_err(anyhow::Error::msg)?;
+    Ok(Run { sync, isolate: Some(Isolation::parse(&row.isolate)?), json: None, ..run.clone() })
 }
 
 /// The cells for the `--json` document.
@@ -398,9 +382,12 @@ mod tests {
     }
 
     #[test]
-    fn each_cell_sets_its_own_ipc_sync_and_isolate() {
-        let args = ["--isolate", "pid", "--sync=memops", "--ipc", "all", "--timeout", "5", "--isolate=shm"];
-        let kept = passed_on(args.map(std::ffi::OsString::from));
-        assert_eq!(kept, ["--timeout", "5"].map(std::ffi::OsString::from));
+    fn each_cell_sets_its_own_sync_and_isolate() {
+        let matrix = Run { timeout: crate::role::Timeout(5), json: Some("m.json".into()), ..Run::default() };
+        let row = Boundary { title: "own PID namespace".into(), isolate: "pid".into() };
+        let cell = cell_run(&matrix, &row, &COLUMNS[0]).unwrap();
+        let expected =
+            Run { sync: Sync::Memops, isolate: Some(Isolation::parse("pid").unwrap()), json: None, ..matrix };
+        assert_eq!(cell, expected, "its own ordering and isolation, the matrix's other options, no --json");
     }
 }

@@ -30,7 +30,6 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid, fork, getpid, getppid, pipe2, setpgid};
 
-use crate::cli::Cli;
 use crate::report::{self, Status};
 
 /// How long past `--timeout` the run has to stop itself (its watchdog stops its processes within about a
@@ -45,9 +44,22 @@ pub fn verdict_said_outside() -> bool {
     INSIDE.load(Ordering::Relaxed)
 }
 
-/// Forks the run of `cli`, which returns from here (and then enters its namespaces); this process stays
+/// What the process outside knows of the run: its `--timeout`, and whether its document goes to a pipe
+/// (a run of the matrix), whose reader says the verdict.
+#[derive(Clone, Copy)]
+struct Outside {
+    timeout: Option<Duration>,
+    to_a_pipe: bool,
+}
+
+/// Forks the run (`asked`: its mode and options, for its document), which returns from here (and then enters its namespaces); this process stays
 /// outside and never returns (see the module's doc). Call it while this process has one thread.
-pub fn stay_outside(cli: &Cli) -> Result<()> {
+pub fn stay_outside(
+    timeout: Option<Duration>,
+    to_a_pipe: bool,
+    asked: (report::document::Mode, report::document::Options),
+) -> Result<()> {
+    let outside = Outside { timeout, to_a_pipe };
     let (document, document_end) = pipe2(OFlag::O_CLOEXEC).context("pipe2 for an isolated run's document")?;
     let me = getpid();
     let passed_on = super::enter::passed_on_signals()?;
@@ -56,7 +68,7 @@ pub fn stay_outside(cli: &Cli) -> Result<()> {
     match unsafe { fork() }.context("fork of an isolated run")? {
         ForkResult::Parent { child } => {
             drop(document_end);
-            watch(cli, child, document, passed_on)
+            watch(outside, child, document, passed_on)
         }
         ForkResult::Child => {
             drop(document);
@@ -67,7 +79,7 @@ pub fn stay_outside(cli: &Cli) -> Result<()> {
             if getppid() != me {
                 anyhow::bail!("the process outside the isolated run ended before the run began");
             }
-            report::hand_over(std::fs::File::from(document_end), cli);
+            report::hand_over(std::fs::File::from(document_end), asked);
             INSIDE.store(true, Ordering::Relaxed);
             Ok(())
         }
@@ -76,9 +88,9 @@ pub fn stay_outside(cli: &Cli) -> Result<()> {
 
 /// The process outside: waits for the run, passing stop signals on and reading its document, until it
 /// ends or its deadline has passed; then writes the document, says the verdict and exits.
-fn watch(cli: &Cli, run: Pid, document: OwnedFd, passed_on: SigSet) -> ! {
+fn watch(outside: Outside, run: Pid, document: OwnedFd, passed_on: SigSet) -> ! {
     let started = Instant::now();
-    let mut deadline = cli.timeout().map(|t| started + t + STOP_GRACE);
+    let mut deadline = outside.timeout.map(|t| started + t + STOP_GRACE);
     // How long the user held the run stopped (Ctrl-Z until `fg`).
     let mut held = Duration::ZERO;
     let mut waited = passed_on;
@@ -100,7 +112,7 @@ fn watch(cli: &Cli, run: Pid, document: OwnedFd, passed_on: SigSet) -> ! {
         Err(e) => {
             let _ = kill(run, Signal::SIGKILL);
             let _ = waitpid(run, None);
-            end(cli, Err(e.context("the process outside an isolated run: signalfd")), started, held)
+            end(outside, Err(e.context("the process outside an isolated run: signalfd")), started, held)
         }
     };
     let _ = fcntl(&document, FcntlArg::F_SETFL(OFlag::O_NONBLOCK));
@@ -118,7 +130,7 @@ fn watch(cli: &Cli, run: Pid, document: OwnedFd, passed_on: SigSet) -> ! {
         {
             let stopped = stopped_among(run);
             kill_all(run);
-            let timeout = cli.timeout().unwrap_or_default().as_secs();
+            let timeout = outside.timeout.unwrap_or_default().as_secs();
             let what = match stopped {
                 Some(who) => format!("{who} is stopped"),
                 None => "it did not stop itself".to_owned(),
@@ -158,7 +170,7 @@ fn watch(cli: &Cli, run: Pid, document: OwnedFd, passed_on: SigSet) -> ! {
         read_some(&document, &mut got);
     }
     let ended = ended.map(|code| (code, report::document::parse(&got)));
-    end(cli, ended, started, held)
+    end(outside, ended, started, held)
 }
 
 /// The signals of job control that the process outside passes on to the whole run.
@@ -201,11 +213,16 @@ fn read_some(pipe: &OwnedFd, got: &mut Vec<u8>) -> bool {
 
 /// Writes the document (the run's, or one of this process's own where the run gave none), says the
 /// verdict after it, and exits.
-fn end(cli: &Cli, ended: Result<(i32, Option<report::Document>)>, started: Instant, held: Duration) -> ! {
+fn end(
+    outside: Outside,
+    ended: Result<(i32, Option<report::Document>)>,
+    started: Instant,
+    held: Duration,
+) -> ! {
     let (mut status, mut reason, mut code, summary, written) = match ended {
         Ok((code, Some(mut document))) => {
             // A run past its --timeout whose watchdog counted the time the user held it stopped: say so.
-            let timed_out = cli.timeout().is_some_and(|t| started.elapsed() > t);
+            let timed_out = outside.timeout.is_some_and(|t| started.elapsed() > t);
             if document.status == Status::Failed && timed_out && held >= Duration::from_millis(100) {
                 let why = document.reason.take().unwrap_or_default();
                 let (first, rest) = why.split_once('\n').unwrap_or((&why, ""));
@@ -272,7 +289,7 @@ fn end(cli: &Cli, ended: Result<(i32, Option<report::Document>)>, started: Insta
             }
         }
     }
-    if cli.report_fd.is_none() && code != crate::output::READER_GONE_STATUS {
+    if !outside.to_a_pipe && code != crate::output::READER_GONE_STATUS {
         let line = crate::entry::verdict(status, reason.as_deref(), summary, code, started.elapsed());
         match crate::output::verdict(&line) {
             Ok(()) => {}

@@ -29,6 +29,11 @@ pub(super) struct InSequence {
 }
 
 impl Audience {
+    /// Whether this is the audience of a run of a served sequence (which inherited the listener).
+    pub fn is_in_sequence(&self) -> bool {
+        self.sequence.is_some()
+    }
+
     /// The audience of run `round` of a served sequence, from the descriptors `--served-fds` names: the
     /// listener, the socket back to the top parent, then the connections it holds.
     pub fn in_sequence(round: Round, fds: &[i32]) -> Result<Self> {

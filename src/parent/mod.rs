@@ -11,17 +11,17 @@ use std::time::Instant;
 
 use anyhow::Result;
 
-use crate::cli::{Cli, Fds, Sync};
 use crate::devices;
 use crate::driver::Driver;
 use crate::fault;
 use crate::gpu::DeviceMemory;
-use crate::ipc::{Event, Mechanism, Missing, platform};
+use crate::ipc::{Event, Fds, Mechanism, Missing, Sync, platform};
 use crate::joiners::Audience;
 use crate::outcome::Outcome;
 use crate::phase::{Phase, Who};
 use crate::report::document::RunResults;
 use crate::report::{JsonFile, Results};
+use crate::role::{Run, Served};
 use crate::segment::{self, RunPlan, SharedState};
 use crate::setup;
 use crate::signals;
@@ -34,20 +34,20 @@ mod team;
 use export::{Exporter, descriptor_sockets};
 use team::Team;
 
-pub fn run(cli: &Cli, mechanism: Mechanism) -> Result<Outcome> {
+pub fn run(run: &Run, mechanism: Mechanism, served: Option<&Served>) -> Result<Outcome> {
     // Served, each joiner is told how the whole run ended once it is over: its verdict is the run's. A run
     // of a served sequence (`--serve --ipc all`) then hands every connection back to the sequence's top
     // parent, however it ended (waived before anyone joined, too).
-    let audience = match (cli.serve_round, &cli.served_fds) {
-        (Some(round), Some(fds)) => Audience::in_sequence(round, fds)?,
-        _ => Audience::default(),
+    let audience = match served {
+        Some(served) => Audience::in_sequence(served.round, &served.fds)?,
+        None => Audience::default(),
     };
-    let outcome = run_the_sample(cli, mechanism, &audience);
+    let outcome = run_the_sample(run, mechanism, &audience);
     audience.tell(&outcome);
     outcome
 }
 
-fn run_the_sample(cli: &Cli, mechanism: Mechanism, audience: &Audience) -> Result<Outcome> {
+fn run_the_sample(run: &Run, mechanism: Mechanism, audience: &Audience) -> Result<Outcome> {
     let started = Instant::now();
     let mut watch = Stopwatch::start(Who::Parent, Phase::CudaStart)?;
     // Opened before anything runs: a bad path fails at once, and a FIFO can never block the end of a run.
@@ -62,9 +62,9 @@ fn run_the_sample(cli: &Cli, mechanism: Mechanism, audience: &Audience) -> Resul
     let state = segment.state();
     let driver: &dyn Driver = &*cuda;
     // Ask the devices, do not assume: a mechanism this host lacks is waived, with its reason.
-    let memops = cli.sync == Sync::Memops;
+    let memops = run.sync == Sync::Memops;
     // --fds pidfd: the importers fetch the descriptors themselves; asked of this kernel by trial first.
-    let pidfd = cli.fds == Fds::Pidfd && mechanism.uses_descriptors();
+    let pidfd = run.fds == Fds::Pidfd && mechanism.uses_descriptors();
     if let Some(reason) = crate::ipc::pidfd::unsupported().filter(|_| pidfd) {
         waive!("No CUDA devices support IPC with --ipc {} ({reason})", mechanism.name())?;
         return Ok(Outcome::Waived);
@@ -81,7 +81,7 @@ fn run_the_sample(cli: &Cli, mechanism: Mechanism, audience: &Audience) -> Resul
             return Ok(Outcome::Waived);
         }
     }
-    let process_devices = devices::plan(&chosen, cli.procs_per_device as usize)?;
+    let process_devices = devices::plan(&chosen, run.procs_per_device as usize)?;
     if let Some(reason) = platform::waiver(driver, mechanism, &process_devices)? {
         waive!("No CUDA devices support IPC with --ipc {} ({reason})", mechanism.name())?;
         return Ok(Outcome::Waived);
@@ -89,7 +89,7 @@ fn run_the_sample(cli: &Cli, mechanism: Mechanism, audience: &Audience) -> Resul
     let n = process_devices.len();
     // Processes it did not start from its own program (`--serve`), or that run where it cannot see them
     // (`--isolate`), might say anything: the parent then checks every buffer itself before it says PASSED.
-    let checks_itself = cli.serve.is_some() || cli.isolate.is_some();
+    let checks_itself = run.serve.is_some() || run.isolate.is_some();
     fault::validate_for(&fault::Targets {
         children: 0..n,
         parent: if checks_itself { Phase::PARENT_CHECKING } else { Phase::PARENT },
@@ -102,9 +102,9 @@ fn run_the_sample(cli: &Cli, mechanism: Mechanism, audience: &Audience) -> Resul
     state.describe_run(&RunPlan {
         devices: &process_devices,
         uuids: &uuids,
-        procs_per_device: cli.procs_per_device as usize,
+        procs_per_device: run.procs_per_device as usize,
         data_size: segment::data_size(driver.simulated()),
-        options: if cli.bind_numa { segment::OPTION_BIND_NUMA } else { 0 }
+        options: if run.bind_numa { segment::OPTION_BIND_NUMA } else { 0 }
             | if memops { segment::OPTION_SYNC_MEMOPS } else { 0 }
             | if pidfd { segment::OPTION_FDS_PIDFD } else { 0 },
         mechanism: mechanism.code(),
@@ -127,7 +127,7 @@ fn run_the_sample(cli: &Cli, mechanism: Mechanism, audience: &Audience) -> Resul
     // Declared before the children: dropped (events destroyed, buffers freed) after them.
     let exports;
     let mut children;
-    if cli.sequential {
+    if run.sequential {
         watch.enter(Phase::AllocateExport)?;
         let Some(exported) =
             waived_if_missing(mechanism, exporter.export_all(&mut watch, Phase::StartChildren))?
@@ -135,10 +135,10 @@ fn run_the_sample(cli: &Cli, mechanism: Mechanism, audience: &Audience) -> Resul
             return Ok(Outcome::Waived);
         };
         exports = exported;
-        children = Team::start(cli, &segment, n, &mut their_sockets, started, audience, &guardian)?;
+        children = Team::start(run, &segment, n, &mut their_sockets, started, audience, &guardian)?;
     } else {
         watch.enter(Phase::StartChildren)?;
-        children = Team::start(cli, &segment, n, &mut their_sockets, started, audience, &guardian)?;
+        children = Team::start(run, &segment, n, &mut their_sockets, started, audience, &guardian)?;
         watch.enter(Phase::AllocateExport)?;
         let Some(exported) =
             waived_if_missing(mechanism, exporter.export_all(&mut watch, Phase::WaitChildren))?
@@ -186,7 +186,7 @@ fn run_the_sample(cli: &Cli, mechanism: Mechanism, audience: &Audience) -> Resul
     watch.enter(Phase::WaitChildren)?;
     children.wait(|| false, || {})?;
 
-    report(cli, json, state, &watch.finish(), checks_itself)?;
+    report(run, json, state, &watch.finish(), checks_itself)?;
     let gpus = chosen.len();
     // The parent's own check of its pipe directory: its children inherit it; joiners were told nothing.
     let mps =
@@ -198,12 +198,12 @@ fn run_the_sample(cli: &Cli, mechanism: Mechanism, audience: &Audience) -> Resul
         mechanism.name(),
         if pidfd { " (descriptors by pidfd_getfd)" } else { "" },
         if memops { "memops" } else { "events" },
-        match (&cli.serve, &cli.isolate) {
+        match (&run.serve, &run.isolate) {
             (Some(_), _) => ", joined over the socket".to_owned(),
             (_, Some(isolation)) => format!(", isolated ({})", isolation.described()),
             _ => String::new(),
         },
-        match (&cli.serve, checks_itself) {
+        match (&run.serve, checks_itself) {
             (Some(_), _) => " by its process and by the server",
             (None, true) => " by its process and by the parent",
             (None, false) => "",
@@ -228,13 +228,13 @@ fn waived_if_missing<T>(mechanism: Mechanism, exported: Result<T>) -> Result<Opt
 
 /// `--timings` and `--json`: the parent's phases and what each child left in the segment.
 fn report(
-    cli: &Cli,
+    run: &Run,
     json: Option<JsonFile>,
     state: &SharedState,
     parent: &Phases,
     checked_every_buffer: bool,
 ) -> Result<()> {
-    if cli.timings {
+    if run.timings {
         let children: Vec<Phases> = (0..state.process_count()).map(|i| Phases::read(state, i)).collect();
         crate::output::text(&timings::table(parent, &children))?;
     }

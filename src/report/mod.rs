@@ -35,7 +35,6 @@ use std::sync::{Mutex, MutexGuard};
 
 use anyhow::{Context, Result, bail};
 
-use crate::cli::Cli;
 use crate::driver::Driver;
 use crate::ipc::diagnose::Diagnosis;
 pub use document::MatrixCell;
@@ -59,12 +58,12 @@ struct Pending {
 }
 
 impl Pending {
-    fn new(given: PathBuf, destination: Destination, cli: &Cli) -> Self {
+    fn new(given: PathBuf, destination: Destination, (mode, options): (Mode, Options)) -> Self {
         Self {
             given,
             destination,
-            mode: Mode::of(cli),
-            options: Options::of(cli),
+            mode,
+            options,
             driver: None,
             devices: Vec::new(),
             results: None,
@@ -115,13 +114,13 @@ fn standard_files() -> Vec<(u64, u64)> {
 /// The `--json` path that means standard output.
 pub const STANDARD_OUTPUT: &str = "-";
 
-/// Checks `path` for `--json` (see the module's doc) and makes it the document of this run of `cli`; `-` is
+/// Checks `path` for `--json` (see the module's doc) and makes it the document of this run (`asked`: its mode and options); `-` is
 /// standard output, and every other line of the run goes to standard error from now on. Call it before
 /// anything is written or started.
-pub fn open(path: &Path, cli: &Cli) -> Result<()> {
+pub fn open(path: &Path, asked: (Mode, Options)) -> Result<()> {
     if path.as_os_str() == STANDARD_OUTPUT {
         let stdout = crate::output::lines_to_standard_error()?;
-        *pending() = Some(Pending::new(path.to_owned(), Destination::StandardOutput(stdout), cli));
+        *pending() = Some(Pending::new(path.to_owned(), Destination::StandardOutput(stdout), asked));
         return Ok(());
     }
     let shown = path.display();
@@ -153,22 +152,22 @@ pub fn open(path: &Path, cli: &Cli) -> Result<()> {
     let dir = directory_of(&target);
     nix::unistd::access(dir, nix::unistd::AccessFlags::W_OK)
         .with_context(|| format!("--json {shown}: cannot write in {}", dir.display()))?;
-    *pending() = Some(Pending::new(path.to_owned(), Destination::File(target), cli));
+    *pending() = Some(Pending::new(path.to_owned(), Destination::File(target), asked));
     Ok(())
 }
 
-/// Makes the inherited descriptor `fd` (`--report-fd`) the document of this run of `cli`.
-pub fn open_inherited(fd: std::os::fd::RawFd, cli: &Cli) -> Result<()> {
+/// Makes the inherited descriptor `fd` (`--report-fd`) the document of this run (`asked`: its mode and options).
+pub fn open_inherited(fd: std::os::fd::RawFd, asked: (Mode, Options)) -> Result<()> {
     let pipe = std::fs::File::from(crate::inherit::take(fd, "--report-fd")?);
-    *pending() = Some(Pending::new(PathBuf::new(), Destination::Inherited(pipe), cli));
+    *pending() = Some(Pending::new(PathBuf::new(), Destination::Inherited(pipe), asked));
     Ok(())
 }
 
-/// Makes `pipe` the document of this run of `cli`, in place of any other: the run inside an isolation hands
+/// Makes `pipe` the document of this run (`asked`: its mode and options), in place of any other: the run inside an isolation hands
 /// it to the process outside, which writes it where the user asked (see `isolation::outside`). The standard
 /// output kept for `--json -` is closed here with the document it replaces: the process outside holds it.
-pub fn hand_over(pipe: std::fs::File, cli: &Cli) {
-    *pending() = Some(Pending::new(PathBuf::new(), Destination::Inherited(pipe), cli));
+pub fn hand_over(pipe: std::fs::File, asked: (Mode, Options)) {
+    *pending() = Some(Pending::new(PathBuf::new(), Destination::Inherited(pipe), asked));
 }
 
 /// Whether this run's document goes to standard output (`--json -`): then it is written before the verdict
@@ -431,7 +430,6 @@ fn write(pending: Pending, text: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
 
     fn passed() -> Verdict<'static> {
         Verdict { status: Status::Passed, reason: None, diagnosis: None, refused: None, exit_status: 0 }
@@ -440,12 +438,15 @@ mod tests {
     /// One test for the process-wide document, so that no two tests share it at once.
     #[test]
     fn a_regular_file_is_replaced_whole_and_anything_else_refused_without_blocking() {
-        let cli = Cli::try_parse_from(["simple-ipc", "--ipc", "vmm"]).unwrap();
+        let asked = || {
+            let (mode, options) = crate::role::Role::Topology.asked();
+            (mode, Options { ipc: "vmm".into(), ..options })
+        };
         let tmp = tempfile::Builder::new().prefix("simple-ipc-json-").tempdir().unwrap();
         let dir = tmp.path();
         let file = dir.join("t.json");
         std::fs::write(&file, "an old and much longer document").unwrap();
-        open(&file, &cli).unwrap();
+        open(&file, asked()).unwrap();
         JsonFile::requested().unwrap().write(Results::Mechanisms(Vec::new())).unwrap();
         assert_eq!(std::fs::read_to_string(&file).unwrap(), "an old and much longer document", "not yet");
         let diagnosis = Diagnosis::new("the cause".into(), "; what fixes it: ", "the fix".into());
@@ -468,10 +469,10 @@ mod tests {
 
         let fifo = dir.join("fifo");
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
-        let refused = open(&fifo, &cli).expect_err("a FIFO is refused");
+        let refused = open(&fifo, asked()).expect_err("a FIFO is refused");
         assert!(format!("{refused:#}").contains("is a FIFO"), "{refused:#}");
-        assert!(open(&dir.join("no/such/dir/t.json"), &cli).is_err());
-        assert!(open(dir, &cli).is_err(), "a directory is refused");
+        assert!(open(&dir.join("no/such/dir/t.json"), asked()).is_err());
+        assert!(open(dir, asked()).is_err(), "a directory is refused");
         assert!(JsonFile::requested().is_none(), "nothing refused is opened");
     }
 
