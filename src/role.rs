@@ -240,9 +240,9 @@ impl Role {
     /// What the `--json` document says the run was asked to do: its mode and its options (their defaults
     /// where this role takes none).
     pub(crate) fn asked(&self) -> (Mode, Options) {
-        let mut options = Options {
+        let defaults = Options {
             ipc: Mechanism::Legacy.name().to_owned(),
-            sync: Sync::Events.name().to_owned(),
+            sync: Sync::default().name().to_owned(),
             procs_per_device: 1,
             sequential: false,
             timings: false,
@@ -253,45 +253,40 @@ impl Role {
             serve: None,
             isolate: None,
         };
-        let of_run = |options: &mut Options, run: &Run, ipc: &str| {
-            *options = Options {
-                ipc: ipc.to_owned(),
-                sync: run.sync.name().to_owned(),
-                procs_per_device: run.procs_per_device,
-                sequential: run.sequential,
-                timings: run.timings,
-                timeout_s: run.timeout.0,
-                bind_numa: run.bind_numa,
-                serve: run.serve.as_ref().map(ToString::to_string),
-                isolate: run.isolate.as_ref().map(ToString::to_string),
-                ..options.clone()
-            }
+        let of_run = |run: &Run, ipc: &str| Options {
+            ipc: ipc.to_owned(),
+            sync: run.sync.name().to_owned(),
+            procs_per_device: run.procs_per_device,
+            sequential: run.sequential,
+            timings: run.timings,
+            timeout_s: run.timeout.0,
+            bind_numa: run.bind_numa,
+            serve: run.serve.as_ref().map(ToString::to_string),
+            isolate: run.isolate.as_ref().map(ToString::to_string),
+            ..defaults.clone()
         };
         match self {
-            Role::Sample(run, mechanism) => of_run(&mut options, run, mechanism.name()),
-            Role::MechanismRun(sub) => of_run(&mut options, &sub.run, sub.mechanism.name()),
-            Role::EveryMechanism(run) => {
-                of_run(&mut options, run, "all");
-                return (Mode::IpcAll, options);
-            }
+            Role::Sample(run, mechanism) => (Mode::Run, of_run(run, mechanism.name())),
+            Role::MechanismRun(sub) => (Mode::Run, of_run(&sub.run, sub.mechanism.name())),
+            Role::EveryMechanism(run) => (Mode::IpcAll, of_run(run, "all")),
             Role::Matrix(run, asked) => {
-                of_run(&mut options, run, "all");
-                options.isolate = Some(asked.to_string());
-                return (Mode::ContainerMatrix, options);
+                (Mode::ContainerMatrix, Options { isolate: Some(asked.to_string()), ..of_run(run, "all") })
             }
-            Role::Bench(bench) => {
-                options.ipc = bench.mechanism.map_or("all", Mechanism::name).to_owned();
-                options.timeout_s = bench.timeout.0;
-                options.bench_max_bytes = Some(bench.max_bytes);
-                options.serve = bench.serve.as_ref().map(ToString::to_string);
-                return (Mode::Bench, options);
-            }
+            Role::Bench(bench) => (
+                Mode::Bench,
+                Options {
+                    ipc: bench.mechanism.map_or("all", Mechanism::name).to_owned(),
+                    timeout_s: bench.timeout.0,
+                    bench_max_bytes: Some(bench.max_bytes),
+                    serve: bench.serve.as_ref().map(ToString::to_string),
+                    ..defaults
+                },
+            ),
             Role::Joiner(joiner) | Role::Isolated(Isolated { joiner, .. }) => {
-                options.timeout_s = joiner.timeout.0;
+                (Mode::Run, Options { timeout_s: joiner.timeout.0, ..defaults })
             }
-            Role::Topology | Role::Child(_) | Role::Guardian { .. } => {}
+            Role::Topology | Role::Child(_) | Role::Guardian { .. } => (Mode::Run, defaults),
         }
-        (Mode::Run, options)
     }
 }
 

@@ -1,6 +1,6 @@
 //! The run of one mechanism, as `--ipc all` starts it: this program again with the user's options of the
-//! run and its own mechanism (`Role::MechanismRun`), its output passed on as it comes, its result read from an inherited pipe (`--report-fd`), and
-//! stopped with the top parent (see the parent module's doc).
+//! run and its own mechanism (`Role::MechanismRun`), its output passed on as it comes, its result read from
+//! an inherited pipe (`--report-fd`), and stopped with the top parent (see the parent module's doc).
 
 use std::io::Write;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};

@@ -1,4 +1,4 @@
-//! The processes an isolated run's parent starts: this program again as `--join SOCKET --isolated KINDS`,
+//! The processes an isolated run's parent starts: this program again as `join SOCKET --isolated KINDS`,
 //! one per process of the run, meeting the parent at an abstract socket, or, where the processes have
 //! network namespaces of their own, at a socket in a private directory (mode 0700, removed with the run;
 //! the socket's file goes as soon as every process has joined). They are the parent's own:
