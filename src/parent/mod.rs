@@ -105,7 +105,10 @@ fn run_the_sample(run: &Run, mechanism: Mechanism, audience: &Audience) -> Resul
         procs_per_device: run.procs_per_device as usize,
         data_size: segment::data_size(driver.simulated()),
         options: if run.bind_numa { segment::OPTION_BIND_NUMA } else { 0 }
-            | if memops { segment::OPTION_SYNC_MEMOPS } else { 0 }
+            | match run.sync {
+                Sync::Memops => segment::OPTION_SYNC_MEMOPS,
+                Sync::Events => 0,
+            }
             | if pidfd { segment::OPTION_FDS_PIDFD } else { 0 },
         mechanism: mechanism.code(),
     });
@@ -118,7 +121,7 @@ fn run_the_sample(run: &Run, mechanism: Mechanism, audience: &Audience) -> Resul
         chosen: &chosen,
         process_devices: &process_devices,
         mechanism,
-        memops,
+        sync: run.sync,
         unwritten: checks_itself,
         sockets,
         guardian: &guardian,
@@ -197,7 +200,7 @@ fn run_the_sample(run: &Run, mechanism: Mechanism, audience: &Audience) -> Resul
         if gpus == 1 { "" } else { "s" },
         mechanism.name(),
         if pidfd { " (descriptors by pidfd_getfd)" } else { "" },
-        if memops { "memops" } else { "events" },
+        run.sync.name(),
         match (&run.serve, &run.isolate) {
             (Some(_), _) => ", joined over the socket".to_owned(),
             (_, Some(isolation)) => format!(", isolated ({})", isolation.described()),
