@@ -163,34 +163,32 @@ impl Role {
     /// The arguments that start this program in this role (after the program's name): [`INTERNAL`], then
     /// the internal role and its parameters. The user's roles are started by users: they have none.
     pub(crate) fn to_args(&self) -> Vec<OsString> {
-        let mut args: Vec<String> = vec![INTERNAL.to_owned()];
+        let mut args: Vec<String> = vec![INTERNAL.into()];
         match self {
             Role::Child(child) => {
-                args.extend(["child".to_owned(), child.index.to_string()]);
-                let fds = [("--segment-fd", child.segment_fd), ("--socket-fd", child.socket_fd)];
-                for (name, fd) in fds {
-                    args.extend(fd.map(|fd| [name.to_owned(), fd.to_string()]).into_iter().flatten());
-                }
+                args.extend(["child".into(), child.index.to_string()]);
+                valued(&mut args, "--segment-fd", child.segment_fd);
+                valued(&mut args, "--socket-fd", child.socket_fd);
                 flag(&mut args, "--bench", child.bench);
                 flag(&mut args, "--quiet", child.quiet);
             }
-            Role::Guardian { fd } => args.extend(["guardian".to_owned(), "--fd".to_owned(), fd.to_string()]),
-            Role::Isolated(isolated) => {
-                let joiner = &isolated.joiner;
-                args.extend(["join".to_owned(), joiner.address.to_string()]);
-                args.extend(["--isolated".to_owned(), isolated.isolation.kinds_arg()]);
-                args.extend(["--report-fd".to_owned(), isolated.report_fd.to_string()]);
-                args.extend(["--timeout".to_owned(), joiner.timeout.0.to_string()]);
+            Role::Guardian { fd } => args.extend(["guardian".into(), "--fd".into(), fd.to_string()]),
+            Role::Isolated(Isolated { isolation, report_fd, joiner }) => {
+                args.extend(["join".into(), joiner.address.to_string()]);
+                valued(&mut args, "--isolated", Some(isolation));
+                valued(&mut args, "--report-fd", Some(report_fd));
+                valued(&mut args, "--timeout", Some(joiner.timeout.0));
                 flag(&mut args, "--quiet", joiner.quiet);
             }
-            Role::MechanismRun(sub) => {
-                args.extend(["run".to_owned(), "--report-fd".to_owned(), sub.report_fd.to_string()]);
-                if let Some(served) = &sub.served {
-                    args.extend(["--serve-round".to_owned(), served.round.to_string()]);
-                    let fds: Vec<String> = served.fds.iter().map(ToString::to_string).collect();
-                    args.extend(["--served-fds".to_owned(), fds.join(",")]);
+            Role::MechanismRun(MechanismRun { mechanism, run, report_fd, served }) => {
+                args.push("run".into());
+                valued(&mut args, "--report-fd", Some(report_fd));
+                if let Some(Served { round, fds }) = served {
+                    valued(&mut args, "--serve-round", Some(round));
+                    let fds: Vec<String> = fds.iter().map(ToString::to_string).collect();
+                    valued(&mut args, "--served-fds", Some(fds.join(",")));
                 }
-                run_args(&mut args, &sub.run, sub.mechanism);
+                run_args(&mut args, run, *mechanism);
             }
             Role::Sample(..)
             | Role::Bench(_)
@@ -293,24 +291,26 @@ impl Role {
 /// `name` where `set`.
 fn flag(args: &mut Vec<String>, name: &str, set: bool) {
     if set {
-        args.push(name.to_owned());
+        args.push(name.into());
+    }
+}
+
+/// `name` and its value, where it has one.
+fn valued(args: &mut Vec<String>, name: &str, value: Option<impl ToString>) {
+    if let Some(value) = value {
+        args.extend([name.into(), value.to_string()]);
     }
 }
 
 /// `run`'s options as the user's parser takes them (those at their defaults left out), with `--ipc`.
 fn run_args(args: &mut Vec<String>, run: &Run, mechanism: Mechanism) {
-    args.extend(["--ipc".to_owned(), mechanism.name().to_owned()]);
-    let valued = [
-        ("--sync", (run.sync != Sync::default()).then(|| run.sync.name().to_owned())),
-        ("--fds", (run.fds == Fds::Pidfd).then(|| "pidfd".to_owned())),
-        ("--procs-per-device", (run.procs_per_device != 1).then(|| run.procs_per_device.to_string())),
-        ("--timeout", (run.timeout != Timeout::default()).then(|| run.timeout.0.to_string())),
-        ("--serve", run.serve.as_ref().map(ToString::to_string)),
-        ("--isolate", run.isolate.as_ref().map(ToString::to_string)),
-    ];
-    for (name, value) in valued {
-        args.extend(value.map(|value| [name.to_owned(), value]).into_iter().flatten());
-    }
+    valued(args, "--ipc", Some(mechanism.name()));
+    valued(args, "--sync", Some(run.sync.name()).filter(|_| run.sync != Sync::default()));
+    valued(args, "--fds", Some("pidfd").filter(|_| run.fds == Fds::Pidfd));
+    valued(args, "--procs-per-device", Some(run.procs_per_device).filter(|&n| n != 1));
+    valued(args, "--timeout", Some(run.timeout.0).filter(|_| run.timeout != Timeout::default()));
+    valued(args, "--serve", run.serve.as_ref());
+    valued(args, "--isolate", run.isolate.as_ref());
     flag(args, "--sequential", run.sequential);
     flag(args, "--bind-numa", run.bind_numa);
     flag(args, "--timings", run.timings);

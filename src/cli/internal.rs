@@ -151,7 +151,7 @@ mod tests {
             Role::Isolated(isolated("none")),
             Role::Isolated(Isolated {
                 joiner: Joiner { quiet: false, timeout: Timeout(60), ..joiner.clone() },
-                ..isolated("container,user")
+                ..isolated("joiners:container,user")
             }),
         ];
         for args in user {

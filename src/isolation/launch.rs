@@ -118,8 +118,6 @@ impl<'g> Launched<'g> {
         timeout: Timeout,
         quiet: bool,
     ) -> Result<()> {
-        // The namespaces each enters: the run's kinds, whoever else is isolated.
-        let isolation = Isolation { kinds: isolation.kinds.clone(), joiners_only: false };
         let joiner = Joiner { address: address.clone(), timeout, quiet, bench: false };
         for _ in 0..n {
             let (document, document_end) =
