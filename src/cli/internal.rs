@@ -92,8 +92,9 @@ pub(super) fn parse_from(args: impl Iterator<Item = OsString>) -> Result<Role, c
                 {
                     Role::MechanismRun(MechanismRun { mechanism, run, report_fd, served })
                 }
-                other => {
-                    let message = format!("a run of one mechanism it is not: {other:?}");
+                _ => {
+                    let message = "run takes the options of a run of one mechanism (not --ipc all, --json, \
+                                   --bench, --topology or --join; --serve-round with --serve)";
                     return Err(Internal::command().error(clap::error::ErrorKind::ArgumentConflict, message));
                 }
             }
@@ -166,6 +167,24 @@ mod tests {
         }
         assert!(roles.iter().any(|r| matches!(r, Role::MechanismRun(m) if m.run.fds == Fds::Pidfd)));
         assert!(roles.iter().any(|r| matches!(r, Role::MechanismRun(m) if m.run.sync == Sync::Memops)));
+    }
+
+    /// What no process of ours is ever given is refused, not half-read.
+    #[test]
+    fn an_internal_role_missing_its_parts_is_refused() {
+        for bad in [
+            &["run", "--report-fd", "5", "--ipc", "all"][..],
+            &["run", "--report-fd", "5", "--json", "x.json"],
+            &["run", "--report-fd", "5", "--serve-round", "1/2", "--served-fds", "3,4"],
+            &["run", "--ipc", "vmm"],
+            &["child", "32"],
+            &["guardian"],
+            &["join", "@s", "--report-fd", "5", "--timeout", "1"],
+            &["nothing"],
+            &[],
+        ] {
+            assert!(parse_from(bad.iter().map(OsString::from)).is_err(), "{bad:?} must be refused");
+        }
     }
 
     /// Every user option of a run reaches a run of one mechanism: each is set in some case above, so a new
