@@ -70,6 +70,11 @@ enum Sub {
     },
 }
 
+/// The usage line of the internal parser.
+pub(super) fn usage() -> String {
+    Internal::command().render_usage().to_string()
+}
+
 /// Parses the arguments after `@internal`.
 pub(super) fn parse_from(args: impl Iterator<Item = OsString>) -> Result<Role, clap::Error> {
     let args = std::iter::once(OsString::from("simple-ipc @internal")).chain(args);
@@ -112,7 +117,7 @@ mod tests {
         let args = role.to_args();
         assert_eq!(args.first().map(|a| a.to_str()), Some(Some(crate::role::INTERNAL)), "{args:?}");
         super::super::parse_from([&[OsString::from("simple-ipc")], &args[..]].concat())
-            .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+            .unwrap_or_else(|e| panic!("{args:?}: {e:?}"))
     }
 
     /// The user's options of a run: `args` as a user gives them.
@@ -252,7 +257,7 @@ mod tests {
         ] {
             let e = user::parse_from(std::iter::once("simple-ipc").chain(args.iter().copied()))
                 .expect_err("a usage error");
-            assert_eq!(super::super::usage_exit_code(&e), 1);
+            assert!(e.use_stderr(), "{args:?}: a usage error, which exits 1");
             let said = e.render().to_string();
             assert!(!said.contains("-- --"), "{args:?}: {said}");
             for word in internal.iter().filter(|w| !args.iter().any(|a| a.contains(*w))) {

@@ -9,7 +9,7 @@ fn run(args: &[&str]) -> Option<Role> {
     match parse_from(std::iter::once("simple-ipc").chain(args.iter().copied())) {
         Ok(role) => Some(role),
         Err(e) => {
-            assert_eq!(super::usage_exit_code(&e), 1, "usage errors exit 1: {e}");
+            assert!(e.use_stderr(), "usage errors exit 1 (see usage_exit_code): {e}");
             None
         }
     }
