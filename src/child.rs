@@ -18,7 +18,7 @@ use crate::gpu::host_buffer::{self, HostBuffer};
 use crate::gpu::kernel::SimpleKernel;
 use crate::inherit;
 use crate::ipc::diagnose::Exporter;
-use crate::ipc::{Mechanism, OpenedBuffer, OpenedEvent, Slice, descriptors, pidfd};
+use crate::ipc::{Mechanism, OpenedBuffer, OpenedEvent, Slice, Sync, descriptors, pidfd};
 use crate::numa::{self, Sysfs};
 use crate::phase::{Phase, Who};
 use crate::segment::{self, Segment};
@@ -104,7 +104,8 @@ pub fn take_part(
         }
         None => (0..n).map(|_| None).collect(),
     };
-    let memops = state.options.load(Ordering::Relaxed) & segment::OPTION_SYNC_MEMOPS != 0;
+    let sync = state.sync();
+    let memops = sync == Sync::Memops;
     // With --sync memops, each buffer has its flag after the data.
     let allocated = if memops { size + segment::FLAG_BYTES } else { size };
     let mut buffers = Vec::with_capacity(n);
@@ -130,11 +131,13 @@ pub fn take_part(
 
     // The round-robin: at step i, write buffer (i + index) % n, after its last writer, then tell the next one.
     watch.enter(Phase::RoundRobin)?;
-    let handover = if memops {
-        let flags = buffers.iter().map(|b| Slice::of(b, size, segment::FLAG_BYTES)).collect::<Result<_>>()?;
-        Handover::Flags(flags)
-    } else {
-        Handover::Events(&events)
+    let handover = match sync {
+        Sync::Memops => {
+            let flags =
+                buffers.iter().map(|b| Slice::of(b, size, segment::FLAG_BYTES)).collect::<Result<_>>()?;
+            Handover::Flags(flags)
+        }
+        Sync::Events => Handover::Events(&events),
     };
     let barrier = state.barrier(n);
     if fault::lies(Who::Child(index)) {

@@ -12,6 +12,7 @@ use nix::sys::signal::Signal;
 
 use crate::peers::{PeerFailed, Peers};
 use crate::relaunch::{Ended, OnDrop, Process, Relaunch};
+use crate::role::{Child, Role};
 use crate::segment::{Segment, SharedState};
 use crate::timings::progress_of;
 
@@ -48,14 +49,15 @@ pub struct Children<'s> {
 }
 
 impl<'s> Children<'s> {
-    /// Starts a child for each index, with `args` before the index and the segment's descriptor, and, where
-    /// `sockets` has one for it (the first for the first index), its end of a descriptor socket. Each gets
-    /// SIGKILL if the parent dies (`PR_SET_PDEATHSIG`). With a `timeout`, `peers::wait` stops the run once
-    /// that long has passed since `started`.
+    /// Starts a child for each index (the benchmark's producer where `bench`, printing only its verdict where
+    /// `quiet`), with the segment's descriptor, and, where `sockets` has one for it (the first for the first
+    /// index), its end of a descriptor socket. Each gets SIGKILL if the parent dies (`PR_SET_PDEATHSIG`).
+    /// With a `timeout`, `peers::wait` stops the run once that long has passed since `started`.
     pub fn spawn(
         segment: &'s Segment,
         indices: Range<usize>,
-        args: &[&str],
+        bench: bool,
+        quiet: bool,
         sockets: &[OwnedFd],
         started: Instant,
         timeout: Option<Duration>,
@@ -67,13 +69,15 @@ impl<'s> Children<'s> {
         let fd = segment.fd();
         let first = indices.start;
         for index in indices {
+            let socket = sockets.get(index - first).map(AsRawFd::as_raw_fd);
+            let child = Child { index: index as u32, segment_fd: Some(fd), socket_fd: socket, bench, quiet };
             let mut start = Relaunch::new(format!("process {index}"));
-            start.args(args).args(["--segment-fd", &fd.to_string()]).keep(fd);
-            if let Some(socket) = sockets.get(index - first).map(AsRawFd::as_raw_fd) {
-                start.args(["--socket-fd", &socket.to_string()]).keep(socket);
+            start.args(Role::Child(child).to_args()).keep(fd);
+            if let Some(socket) = socket {
+                start.keep(socket);
             }
             // Stopped by the abort flag in the segment (see `stop`), then killed.
-            start.args([index.to_string()]).death_signal(Signal::SIGKILL);
+            start.death_signal(Signal::SIGKILL);
             start.on_drop(OnDrop::Stop { signal: None, grace: GRACE });
             // On error, `children` is dropped here and stops the ones already started.
             children.running.push(Running { index, process: start.spawn()? });

@@ -7,10 +7,11 @@ use std::process::ExitCode;
 use nix::sys::signal::{SigHandler, Signal, signal};
 
 use crate::ipc::diagnose::Diagnosis;
-use crate::ipc::{Mechanism, memops_refusal};
+use crate::ipc::{Mechanism, Sync, memops_refusal};
 use crate::outcome::{EXIT_FAILURE, EXIT_SUCCESS, EXIT_WAIVED, Outcome};
 use crate::output::{READER_GONE_STATUS, ReaderGone};
 use crate::report::{self, Status};
+use crate::role::{Role, Run, Served};
 use crate::signals::Interrupted;
 use crate::{
     bench, child, cli, devices, driver, every_mechanism, fault, guardian, join, parent, signals, topology,
@@ -45,23 +46,25 @@ pub fn main() -> ExitCode {
         std::process::exit(i32::from(EXIT_FAILURE));
     }));
     devices::prefer_fast_context_creation();
-    let cli = match cli::parse() {
-        Ok(cli) => cli,
+    let role = match cli::parse() {
+        Ok(role) => role,
         Err(usage) => {
             cli::print_usage_error(&usage);
             return ExitCode::from(cli::usage_exit_code(&usage));
         }
     };
-    let who = match cli.child {
-        Some(index) => format!("Process {index}"),
-        None => "simple-ipc".to_owned(),
+    let who = match &role {
+        Role::Child(child) => format!("Process {}", child.index),
+        _ => "simple-ipc".to_owned(),
     };
     // The run's --json document: its path is checked before anything runs (a path that cannot take it is a
     // usage error), and it is written once the verdict is known, whatever it is.
-    // `--ipc all` hands each of its runs a pipe for the document instead (`--report-fd`).
-    let opened = match (cli.child, cli.guardian_fd, &cli.json, cli.report_fd) {
-        (None, None, _, Some(fd)) => report::open_inherited(fd, &cli).map(Some),
-        (None, None, Some(path), None) => report::open(path, &cli).map(Some),
+    // `--ipc all` hands each of its runs a pipe for the document instead.
+    let asked = role.asked();
+    let by_pidfd = role.by_pidfd();
+    let opened = match (role.report_fd(), role.json()) {
+        (Some(fd), _) => report::open_inherited(fd, asked.clone()).map(Some),
+        (None, Some(path)) => report::open(path, asked.clone()).map(Some),
         _ => Ok(None),
     };
     let mut document = match opened {
@@ -71,15 +74,14 @@ pub fn main() -> ExitCode {
             return ExitCode::from(EXIT_FAILURE);
         }
     };
-    if cli.quiet {
+    if role.quiet() {
         crate::output::be_quiet();
     }
     // A role a user starts ends with a verdict line (said here, or by the process outside its isolation),
     // which says why a waived run was waived: once, not also on the line before.
-    let ends_with_a_verdict =
-        cli.child.is_none() && cli.isolated.is_none() && cli.guardian_fd.is_none() && cli.report_fd.is_none();
+    let ends_with_a_verdict = role.started_by_a_user();
     let started = std::time::Instant::now();
-    let (outcome, mut found) = match run(&cli, &mut document) {
+    let (outcome, mut found) = match run(role, &mut document) {
         Ok(report::Ran { outcome, found }) => (outcome, found),
         Err(e) => (Outcome::Failed(e), report::Found::default()),
     };
@@ -115,12 +117,11 @@ pub fn main() -> ExitCode {
     let refused = failure.and_then(|e| {
         report::Refused::of(e).or_else(|| e.downcast_ref::<crate::peers::PeerFailed>()?.refused.clone())
     });
-    let (ipc, sync) = (cli.ipc.name(), if cli.sync == cli::Sync::Memops { "memops" } else { "events" });
-    let by_pidfd = cli.fds == cli::Fds::Pidfd;
+    let (ipc, sync) = (&asked.1.ipc, &asked.1.sync);
     if let Some(placement) = &mut found.placement
         && let text = report::forecast_against_outcome(
             placement,
-            &ipc,
+            ipc,
             sync,
             by_pidfd,
             status == Status::Passed,
@@ -277,62 +278,71 @@ fn this_program() -> String {
     if name.chars().all(plain) { name } else { format!("'{}'", name.replace('\'', r"'\''")) }
 }
 
-/// Runs the role of `cli`; `document`: the run's, which the run inside an isolation hands over to the
-/// process outside.
-fn run(cli: &cli::Cli, document: &mut Option<report::Opened>) -> anyhow::Result<report::Ran> {
+/// Runs `role`; `document`: the run's, which the run inside an isolation hands over to the process
+/// outside.
+fn run(role: Role, document: &mut Option<report::Opened>) -> anyhow::Result<report::Ran> {
     // Unlike the original, an ARM host is not waived as a whole: GH200 and GB200 hosts have CUDA IPC, and
     // each device is asked for each mechanism by trial, as on x86-64.
     // First of all, while this process has one thread: the namespaces of an isolated run's process.
-    let all = cli.ipc == cli::IpcArg::All;
-    match (&cli.isolated, &cli.isolate) {
-        (Some(isolation), _) => crate::isolation::enter(isolation)?,
-        (None, Some(isolation)) if !all && isolation.includes_parent() => {
+    let isolate = match &role {
+        Role::Sample(run, _) => run.isolate.as_ref().map(|isolation| (run, isolation, false)),
+        Role::MechanismRun(sub) => sub.run.isolate.as_ref().map(|isolation| (&sub.run, isolation, true)),
+        _ => None,
+    };
+    match (&role, isolate) {
+        (Role::Isolated(isolated), _) => crate::isolation::enter(&isolated.isolation)?,
+        (_, Some((run, isolation, to_a_pipe))) if isolation.includes_parent() => {
             // The process the user started stays in the user's namespaces; the run goes on in a child.
-            crate::isolation::stay_outside(cli, document)?;
+            crate::isolation::stay_outside(run.timeout.limit(), to_a_pipe, role.asked(), document)?;
             crate::isolation::enter(isolation)?
         }
         _ => {}
     }
     signals::install()?;
-    if let Some(fd) = cli.guardian_fd {
-        return guardian::watch(fd).map(|()| Outcome::Passed(None).into());
+    if !matches!(role, Role::Guardian { .. }) {
+        fault::validate_env()?;
     }
-    fault::validate_env()?;
-    if cli.child.is_none() && cli.join.is_none() && driver::host::requested() {
+    let joins = matches!(role, Role::Child(_) | Role::Joiner(_) | Role::Isolated(_) | Role::Guardian { .. });
+    if !joins && driver::host::requested() {
         say!(
             "SIMULATED GPUs ({}): a test of the process protocol in host memory, not of a GPU",
             driver::host::SIMULATE_ENV
         )?;
     }
-    if let Some(address) = &cli.join {
-        return join::run(address, cli.timeout(), cli.isolated.is_some(), cli.bench).map(report::Ran::from);
-    }
-    match cli.child {
-        Some(index) if cli.bench => bench::run_producer(index as usize, cli.segment_fd, cli.socket_fd)
-            .map(|()| Outcome::Passed(None).into()),
-        Some(index) => {
-            child::run(index as usize, cli.segment_fd, cli.socket_fd).map(|()| Outcome::Passed(None).into())
+    match role {
+        Role::Guardian { fd } => guardian::watch(fd).map(|()| Outcome::Passed(None).into()),
+        Role::Joiner(joiner) => join::run(&joiner, false).map(report::Ran::from),
+        Role::Isolated(isolated) => join::run(&isolated.joiner, true).map(report::Ran::from),
+        Role::Child(child) if child.bench => {
+            bench::run_producer(child.index as usize, child.segment_fd, child.socket_fd)
+                .map(|()| Outcome::Passed(None).into())
         }
-        None if cli.bench => match Mechanism::from_name(&cli.ipc.name()) {
-            Some(mechanism) => bench::run_consumer(cli, mechanism),
+        Role::Child(child) => child::run(child.index as usize, child.segment_fd, child.socket_fd)
+            .map(|()| Outcome::Passed(None).into()),
+        Role::Bench(bench) => match bench.mechanism {
+            Some(mechanism) => bench::run_consumer(&bench, mechanism),
             None => {
                 anyhow::bail!("--bench measures one mechanism at a time: give --ipc {}", either(|_| true))
             }
         },
-        None if cli.topology => {
+        Role::Topology => {
             fault::validate_for(&fault::Targets::NONE)?;
             topology::run().map(report::Ran::from)
         }
-        None => match Mechanism::from_name(&cli.ipc.name()) {
-            Some(mechanism) if cli.sync == cli::Sync::Memops && mechanism.spec().refuses_memops.is_some() => {
-                let orderable = either(|m| m.spec().refuses_memops.is_none());
-                anyhow::bail!("{}; use --ipc {orderable}", memops_refusal(mechanism))
-            }
-            Some(mechanism) => parent::run(cli, mechanism),
-            None if cli.isolate.is_some() => crate::isolation::run_matrix(cli),
-            None => every_mechanism::run(cli),
-        },
+        Role::Sample(run, mechanism) => sample(&run, mechanism, None),
+        Role::MechanismRun(sub) => sample(&sub.run, sub.mechanism, sub.served.as_ref()),
+        Role::Matrix(run, asked) => crate::isolation::run_matrix(&run, &asked),
+        Role::EveryMechanism(run) => every_mechanism::run(&run),
     }
+}
+
+/// The sample's run of `mechanism`, which memops cannot order where its memory refuses them.
+fn sample(run: &Run, mechanism: Mechanism, served: Option<&Served>) -> anyhow::Result<report::Ran> {
+    if run.sync == Sync::Memops && mechanism.spec().refuses_memops.is_some() {
+        let orderable = either(|m| m.spec().refuses_memops.is_none());
+        anyhow::bail!("{}; use --ipc {orderable}", memops_refusal(mechanism))
+    }
+    parent::run(run, mechanism, served)
 }
 
 /// The mechanisms that `keep` keeps, for a message: `legacy, vmm or fabric`.

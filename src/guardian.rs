@@ -1,5 +1,5 @@
-//! What outlives a killed run: a small process the parent starts (this program again, with the hidden role
-//! `--guardian-fd FD`) that removes the files the CUDA driver made in `/dev/shm` for the run's interprocess
+//! What outlives a killed run: a small process the parent starts (this program again, in the internal role
+//! `guardian --fd FD`) that removes the files the CUDA driver made in `/dev/shm` for the run's interprocess
 //! events once the parent is gone, however it went (even `kill -9` of the whole process group). The driver
 //! removes them only when their exporter exits normally, and the parent removes their names once every
 //! child has opened the events (see `ipc::events`); the guardian is for the ways out that run no code.
@@ -168,7 +168,7 @@ impl Guardian {
                 .context("socketpair for the guardian")?;
         let fd = theirs.as_raw_fd();
         let process = Relaunch::new("the guardian")
-            .args(["--guardian-fd", &fd.to_string()])
+            .args(crate::role::Role::Guardian { fd }.to_args())
             .give(theirs)
             .new_session()
             .env_clear()

@@ -15,6 +15,7 @@ use crate::child;
 use crate::meeting::{self, Address};
 use crate::outcome::{Outcome, Waiver};
 use crate::phase::{Phase, Who};
+use crate::role::Joiner;
 use crate::segment;
 use crate::signals;
 use crate::timings::Stopwatch;
@@ -46,19 +47,14 @@ enum Answer {
 /// all`), each run after it that it is admitted to, over the same connection, until the sequence's top
 /// parent says how every run ended; fails if any of them failed. `timeout` bounds the whole of it.
 /// `started_by_server`: the server started this process (`--isolate`).
-/// `bench`: the user said `--bench`, and the run must be the benchmark.
-pub fn run(
-    address: &str,
-    timeout: Option<Duration>,
-    started_by_server: bool,
-    bench: bool,
-) -> Result<Outcome> {
-    let address = Address::parse(address).with_context(|| format!("--join {address}"))?;
+/// `joiner.bench`: the user said `--bench`, and the run must be the benchmark.
+pub fn run(joiner: &Joiner, started_by_server: bool) -> Result<Outcome> {
+    let (address, timeout, bench) = (&joiner.address, joiner.timeout.limit(), joiner.bench);
     let deadline = timeout.and_then(|t| Instant::now().checked_add(t).map(|at| (at, t)));
-    let connection = connect_to(&address, started_by_server, timeout)?;
+    let connection = connect_to(address, started_by_server, timeout)?;
     let mut took_part: Vec<(Round, Result<()>)> = Vec::new();
     let ends = loop {
-        match take_part_once(&address, &connection, deadline, bench, started_by_server)? {
+        match take_part_once(address, &connection, deadline, bench, started_by_server)? {
             Answer::TookPart(ended, None, _) => return ended.map(|()| Outcome::Passed(None)),
             Answer::TookPart(ended, Some(round), end) => {
                 // A run waived once this process had joined is waived, as the sequence's table says.
@@ -77,7 +73,7 @@ pub fn run(
             Answer::SequenceEnded(ends) => break ends,
         }
     };
-    the_sequences_verdict(&address, took_part, &ends)
+    the_sequences_verdict(address, took_part, &ends)
 }
 
 /// A joiner's verdict on a served sequence: it fails if any run failed (naming each, with this process's

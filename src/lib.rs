@@ -42,6 +42,7 @@ pub(crate) mod proc_stat;
 pub(crate) mod progress;
 pub(crate) mod relaunch;
 pub(crate) mod report;
+pub(crate) mod role;
 pub mod segment;
 pub(crate) mod setup;
 pub(crate) mod signals;

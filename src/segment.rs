@@ -159,6 +159,14 @@ impl SharedState {
         (uuid != [0; 16]).then_some(uuid)
     }
 
+    /// How the round-robin is ordered (`--sync`), as the parent wrote it.
+    pub(crate) fn sync(&self) -> crate::ipc::Sync {
+        match self.options.load(Ordering::Relaxed) & OPTION_SYNC_MEMOPS {
+            0 => crate::ipc::Sync::Events,
+            _ => crate::ipc::Sync::Memops,
+        }
+    }
+
     /// Writes who runs where, before any child starts.
     pub fn describe_run(&self, run: &RunPlan) {
         self.nprocesses.store(run.devices.len() as u64, Ordering::Relaxed);

@@ -22,8 +22,32 @@ fn usage_errors_exit_1_with_usage_help() {
         assert_eq!(out.status.code(), Some(1), "{args:?} must exit 1 (clap's 2 would read as waived)");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains("Usage:"), "{args:?}: no usage help in {err:?}");
-        // The child's hidden index stays out of the user's way: no tip to pass an option as a value.
+        // No tip to pass an option as a value: the user's parser takes no positional argument.
         assert!(!err.contains("-- --"), "{args:?}: {err:?}");
+    }
+}
+
+/// What this program gives the processes it starts is no option of the user's: a usage error that names
+/// none of the internal roles.
+#[test]
+fn internal_arguments_are_no_options_of_the_users() {
+    for args in [
+        &["--segment-fd", "5", "0"][..],
+        &["--guardian-fd", "3"],
+        &["--ipc", "vmm", "--report-fd", "5"],
+        &["--join", "@s", "--isolated", "pid"],
+        &["--serve", "@s", "--serve-round", "1/2", "--served-fds", "3,4"],
+        &["child", "0"],
+        &["--quiet", "@internal", "guardian", "--fd", "3"],
+    ] {
+        let out = Command::new(bin()).args(args).env_remove(SIMULATE).output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", text(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("unexpected argument") && err.contains("Usage:"), "{args:?}: {err}");
+        for word in ["internal", "guardian", "segment", "report-fd", "isolated", "served", "-- --"] {
+            let typed = args.iter().any(|arg| arg.contains(word));
+            assert!(typed || !err.contains(word), "{args:?}: the error names {word}: {err}");
+        }
     }
 }
 
@@ -34,6 +58,11 @@ fn help_and_version_exit_0() {
     let help = String::from_utf8_lossy(&out.stdout);
     assert!(help.contains("--procs-per-device") && help.contains("2 waived"), "{help}");
     assert!(!help.contains("CHILD"), "the child index is not for users: {help}");
+    for internal in
+        ["--segment-fd", "--socket-fd", "--guardian-fd", "--report-fd", "--isolated", "--serve-round"]
+    {
+        assert!(!help.contains(internal), "{internal} is not for users: {help}");
+    }
     let version = Command::new(bin()).arg("--version").output().unwrap();
     assert_eq!(version.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&version.stdout).starts_with("simple-ipc "));

@@ -149,7 +149,7 @@ fn a_guardian_typed_by_hand_removes_nothing() {
     let _decoy = common::removed_at_end(&decoy);
     let (read, _write) = nix::unistd::pipe().unwrap();
     let mut command = Command::new(bin());
-    command.args(["--guardian-fd", "3"]);
+    command.args(["@internal", "guardian", "--fd", "3"]);
     let read = std::os::fd::AsRawFd::as_raw_fd(&read);
     // SAFETY: (test) dup2 in the forked child before exec.
     unsafe {
@@ -188,7 +188,7 @@ fn a_parent_killed_while_it_makes_an_event_file_leaves_that_file_to_the_guardian
     )
     .unwrap();
     let mut command = Command::new(bin());
-    command.args(["--guardian-fd", "3"]).stdin(Stdio::null());
+    command.args(["@internal", "guardian", "--fd", "3"]).stdin(Stdio::null());
     let fd = theirs.as_raw_fd();
     // SAFETY: (test) dup2 in the forked child before exec.
     unsafe {

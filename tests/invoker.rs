@@ -171,7 +171,7 @@ fn the_reader_going_away_ends_the_run_with_141_quietly() {
     }
 }
 
-/// The pid of child `index` of the run led by `parent` (its last argument is the index).
+/// The pid of child `index` of the run led by `parent` (its arguments: `@internal child INDEX ...`).
 fn child_pid(parent: u32, index: usize) -> u32 {
     let pids = common::descendants(parent);
     *pids
@@ -179,7 +179,7 @@ fn child_pid(parent: u32, index: usize) -> u32 {
         .find(|pid| {
             let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
             let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).filter(|a| !a.is_empty()).collect();
-            args.contains(&&b"--segment-fd"[..]) && args.last() == Some(&index.to_string().as_bytes())
+            args.windows(2).any(|pair| pair == [&b"child"[..], index.to_string().as_bytes()])
         })
         .unwrap_or_else(|| panic!("no child {index} among {pids:?}"))
 }

@@ -805,7 +805,7 @@ fn isolation_kinds_are_checked_as_typed() {
         (&["--isolate", "docker"][..], "'docker' is no kind of namespace"),
         (&["--isolate", "pid", "--serve", "@x"], "cannot be used with"),
         (&["--isolate", "pid", "--bench"], "cannot be used with"),
-        (&["--isolated", "pid"], "--join"),
+        (&["--isolated", "pid"], "unexpected argument '--isolated'"),
     ] {
         let (_, out) = run(&tmp, args);
         assert_eq!(out.status.code(), Some(1), "{args:?}: {}", text(&out));

@@ -57,7 +57,7 @@ fn segment_bytes(n: u64, forge: impl FnOnce(&SharedState)) -> Vec<u8> {
 /// Runs child `index` with `segment` as its inherited descriptor (or with none).
 fn child(index: &str, segment: Option<&OwnedFd>) -> (Option<i32>, String) {
     let mut command = std::process::Command::new(bin());
-    command.env(SIMULATE, "ok").env_remove(FAULT);
+    command.args(["@internal", "child", index]).env(SIMULATE, "ok").env_remove(FAULT);
     if let Some(fd) = segment.map(|fd| fd.as_raw_fd()) {
         command.arg("--segment-fd").arg(fd.to_string());
         // SAFETY: (test) between fork and exec; fcntl is async-signal-safe.
@@ -68,7 +68,7 @@ fn child(index: &str, segment: Option<&OwnedFd>) -> (Option<i32>, String) {
             });
         }
     }
-    let out = command.arg(index).output().unwrap();
+    let out = command.output().unwrap();
     (out.status.code(), text(&out))
 }
 
@@ -140,12 +140,16 @@ fn child_refuses_every_segment_it_cannot_trust() {
     let (code, out) = child("0", Some(&read));
     assert_eq!(code, Some(1), "a pipe: {out}");
     let mut command = std::process::Command::new(bin());
-    let out =
-        command.args(["--segment-fd", "977", "0"]).env(SIMULATE, "ok").env_remove(FAULT).output().unwrap();
+    let out = command
+        .args(["@internal", "child", "0", "--segment-fd", "977"])
+        .env(SIMULATE, "ok")
+        .env_remove(FAULT)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1), "a descriptor that is not open: {}", text(&out));
     assert!(text(&out).contains("fstat"), "{}", text(&out));
     let out = std::process::Command::new(bin())
-        .args(["--segment-fd", "1", "0"])
+        .args(["@internal", "child", "0", "--segment-fd", "1"])
         .env(SIMULATE, "ok")
         .output()
         .unwrap();

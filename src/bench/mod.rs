@@ -33,7 +33,6 @@ use self::report::{Figures, TestResult, mps_note};
 use crate::attach;
 use crate::barrier::StopCheck;
 use crate::children::Children;
-use crate::cli::Cli;
 use crate::devices;
 use crate::driver::{self, Driver};
 use crate::fault;
@@ -43,13 +42,13 @@ use crate::ipc::{
     DeviceBuffer, ExportedBuffer, ExportedEvent, Mechanism, OpenedBuffer, OpenedEvent, descriptors,
 };
 use crate::joiners::{Audience, Joiners};
-use crate::meeting::Address;
 use crate::outcome::{Outcome, Waiver};
 use crate::phase::Phase;
 use crate::phase::Who;
 use crate::progress;
 use crate::report::document::BenchResults;
 use crate::report::{Found, Ran, Results};
+use crate::role::Bench;
 use crate::segment::{self, RunPlan};
 use crate::setup;
 use crate::signals;
@@ -63,18 +62,18 @@ const DATA_SLOT: usize = 0;
 const FLAGS_SLOT: usize = 1;
 
 /// The consumer: the parent's side of `--bench`; it measures, prints and writes the JSON.
-pub fn run_consumer(cli: &Cli, mechanism: Mechanism) -> Result<Ran> {
+pub fn run_consumer(bench: &Bench, mechanism: Mechanism) -> Result<Ran> {
     // Served, the producer is told how the whole benchmark ended: its verdict is the run's.
     let audience = Audience::default();
     let mut found = Found::default();
-    let outcome = consume(cli, mechanism, &audience, &mut found).unwrap_or_else(Outcome::Failed);
+    let outcome = consume(bench, mechanism, &audience, &mut found).unwrap_or_else(Outcome::Failed);
     audience.hand_over(&mut found);
     audience.tell(&outcome);
     Ok(Ran { outcome, found })
 }
 
 /// `found`: what the benchmark found, for the document, however it ends.
-fn consume(cli: &Cli, mechanism: Mechanism, audience: &Audience, found: &mut Found) -> Result<Outcome> {
+fn consume(bench: &Bench, mechanism: Mechanism, audience: &Audience, found: &mut Found) -> Result<Outcome> {
     let started = Instant::now();
     fault::validate_for(&fault::Targets {
         children: PRODUCER..PRODUCER + 1,
@@ -100,7 +99,7 @@ fn consume(cli: &Cli, mechanism: Mechanism, audience: &Audience, found: &mut Fou
     let memops_missing =
         chosen.iter().find_map(|&d| driver.stream_memops_unsupported(d).transpose()).transpose()?;
     let pairs: Vec<(i32, i32)> = chosen.iter().flat_map(|&p| chosen.iter().map(move |&c| (p, c))).collect();
-    let max = cli.bench_max_bytes as usize;
+    let max = bench.max_bytes as usize;
     let first_uuid = driver.device_info(chosen[0])?.uuid;
     state.describe_run(&RunPlan {
         uuids: &[first_uuid, first_uuid],
@@ -125,22 +124,28 @@ fn consume(cli: &Cli, mechanism: Mechanism, audience: &Audience, found: &mut Fou
         false => (None, Vec::new()),
     };
     // The producer: this program's child, or, with --serve, the process that joins at the socket.
-    let producer = match &cli.serve {
+    let producer = match &bench.serve {
         None => Producer::Child(Children::spawn(
             &setup.segment,
             PRODUCER..PRODUCER + 1,
-            if cli.quiet { &["--bench", "--quiet"] } else { &["--bench"] },
+            true,
+            bench.quiet,
             &their_socket,
             started,
-            cli.timeout(),
+            bench.timeout.limit(),
         )?),
         Some(address) => {
-            let address = Address::parse(address).with_context(|| format!("--serve {address}"))?;
-            let joiners =
-                Joiners::listen(&setup.segment, address.clone(), 2, their_socket, started, cli.timeout())?
-                    .covered_by(&setup.guardian)
-                    .starting_at_index(PRODUCER)
-                    .telling_the_end_to(audience);
+            let joiners = Joiners::listen(
+                &setup.segment,
+                address.clone(),
+                2,
+                their_socket,
+                started,
+                bench.timeout.limit(),
+            )?
+            .covered_by(&setup.guardian)
+            .starting_at_index(PRODUCER)
+            .telling_the_end_to(audience);
             say!("Serving the benchmark at {address}: waiting for its producer to join (--join {address})")?;
             Producer::Joined(std::cell::RefCell::new(joiners))
         }
@@ -167,7 +172,7 @@ fn consume(cli: &Cli, mechanism: Mechanism, audience: &Audience, found: &mut Fou
         // By UUID too: a producer that joined from another container may number the GPUs otherwise.
         state.place(PRODUCER, producer, &driver.device_info(producer)?.uuid);
         rendezvous.meet(Step::PairAnnounced, &stop)?;
-        let bar = bar.get_or_insert_with(|| progress::Bar::start(steps as u64, "--bench", cli.quiet));
+        let bar = bar.get_or_insert_with(|| progress::Bar::start(steps as u64, "--bench", bench.quiet));
         let doing = |what: &str| {
             let of = pairs.len();
             bar.doing(format!("pair {}/{of}, GPU {producer} to GPU {consumer}: {what}", pair + 1));

@@ -7,7 +7,6 @@
 //! listener and removes the socket file it made. The user's `--timeout` bounds the whole sequence: each run
 //! is given what is left of it.
 
-use std::ffi::OsString;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
@@ -20,7 +19,8 @@ use crate::guardian::{Guardian, MadePath};
 use crate::ipc::Mechanism;
 use crate::joiners;
 use crate::meeting::{self, Address};
-use crate::wire::{self, Heard, Message, RunEnd};
+use crate::role::{Run, Served, Timeout};
+use crate::wire::{self, Heard, Message, Round, RunEnd};
 
 /// Connections still waiting at the listener that the top parent tells at the end, at most.
 const MOST_AT_THE_END: usize = 256;
@@ -42,8 +42,8 @@ pub(crate) struct Sequence {
 }
 
 impl Sequence {
-    pub(crate) fn open(address: &str, runs: u32, timeout: Option<Duration>) -> Result<Self> {
-        let address = Address::parse(address).with_context(|| format!("--serve {address}"))?;
+    pub(crate) fn open(address: &Address, runs: u32, timeout: Option<Duration>) -> Result<Self> {
+        let address = address.clone();
         let (listener, made) = joiners::bind_at(&address)?;
         let deadline = timeout.map(|t| (Instant::now() + t, t));
         let guardian = match (&address, made) {
@@ -65,7 +65,7 @@ impl Sequence {
 
     /// Runs `mechanism` as the next run of the sequence, with the listener and the connections held, and
     /// takes back the connections it hands back at its end.
-    pub(crate) fn run(&mut self, passed_on: &[OsString], mechanism: Mechanism) -> Result<Row> {
+    pub(crate) fn run(&mut self, run: &Run, mechanism: Mechanism) -> Result<Row> {
         let number = self.ends.len() as u32 + 1;
         let left = self.deadline.map(|(at, _)| at.saturating_duration_since(Instant::now()));
         if let (Some(left), Some((_, timeout))) = (left, self.deadline)
@@ -80,19 +80,12 @@ impl Sequence {
         let mut given =
             vec![self.listener.try_clone().context("dup of the sequence's listener")?, their_back];
         given.append(&mut self.held);
-        let fds: Vec<String> = given.iter().map(|fd| fd.as_raw_fd().to_string()).collect();
+        let fds = given.iter().map(AsRawFd::as_raw_fd).collect();
+        let served = Served { round: Round { number, of: self.runs }, fds };
+        // What is left of the sequence's --timeout.
         let seconds = left.map_or(0, |left| left.as_secs_f64().ceil() as u64);
-        let extra = [
-            "--serve-round".into(),
-            format!("{number}/{}", self.runs),
-            "--served-fds".into(),
-            fds.join(","),
-            "--timeout".into(),
-            seconds.to_string(),
-        ]
-        .map(OsString::from);
-        let limit = Some(std::time::Duration::from_secs(seconds));
-        let row = sub_run::run_one_inheriting(passed_on, mechanism, &extra, true, limit, given)?;
+        let run = Run { timeout: Timeout(seconds), ..run.clone() };
+        let row = sub_run::run_one_inheriting(&run, mechanism, Some(served), true, given)?;
         while let Ok(Heard::Said(Message::HandBack, connections)) = wire::hear(&back, 0) {
             self.held.extend(connections);
         }

@@ -1,8 +1,7 @@
-//! The run of one mechanism, as `--ipc all` starts it: this program again with the user's options and its
-//! own `--ipc`, its output passed on as it comes, its result read from an inherited pipe (`--report-fd`), and
-//! stopped with the top parent (see the parent module's doc).
+//! The run of one mechanism, as `--ipc all` starts it: this program again with the user's options of the
+//! run and its own mechanism (`Role::MechanismRun`), its output passed on as it comes, its result read from
+//! an inherited pipe (`--report-fd`), and stopped with the top parent (see the parent module's doc).
 
-use std::ffi::OsString;
 use std::io::Write;
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::{Duration, Instant};
@@ -15,6 +14,7 @@ use nix::sys::signal::Signal;
 use super::{Ending, Row, table};
 use crate::ipc::Mechanism;
 use crate::relaunch::{Ended, OnDrop, Process, Relaunch, Streams};
+use crate::role::{MechanismRun, Role, Run, Served};
 use crate::signals::{self, Interrupted};
 
 /// How often the top parent looks at the run of one mechanism while it waits for output.
@@ -30,38 +30,31 @@ const STOP_GRACE: Duration = Duration::from_secs(1);
 /// cannot keep its own watchdog.
 const PAST_ITS_TIMEOUT: Duration = Duration::from_secs(6);
 
-/// Runs this program with the user's options and `--ipc <mechanism>`; passes its output on as it comes
+/// Runs this program as the run of `mechanism` with `run`'s options; passes its output on as it comes
 /// (where `echo`; otherwise it is kept only) and reads its result (its `--json` document, parsed back) from
 /// a pipe it inherits (`--report-fd`): no file. How it ended, and why, is what its document says (with its
-/// exit status); nothing it printed is read. `extra`: what this run is given besides (its place in a
-/// served sequence, or the matrix's `--sync` and `--isolate`). `timeout`: the run's own `--timeout`, past
-/// which (and a grace) this process stops it.
-pub(crate) fn run_one(
-    passed_on: &[OsString],
-    mechanism: Mechanism,
-    extra: &[OsString],
-    echo: bool,
-    timeout: Option<Duration>,
-) -> Result<Row> {
-    run_one_inheriting(passed_on, mechanism, extra, echo, timeout, Vec::new())
+/// exit status); nothing it printed is read. Past the run's own `--timeout` (and a grace), this process
+/// stops it.
+pub(crate) fn run_one(run: &Run, mechanism: Mechanism, echo: bool) -> Result<Row> {
+    run_one_inheriting(run, mechanism, None, echo, Vec::new())
 }
 
-/// [`run_one`], the run inheriting the descriptors `given` too (which `extra` names), closed here once it
-/// has started: a run of a served sequence is then their only holder.
+/// [`run_one`], the run one of a served sequence (`served`), inheriting the descriptors `given` too
+/// (which `served` names), closed here once it has started: the run is then their only holder.
 pub(crate) fn run_one_inheriting(
-    passed_on: &[OsString],
+    run: &Run,
     mechanism: Mechanism,
-    extra: &[OsString],
+    served: Option<Served>,
     echo: bool,
-    timeout: Option<Duration>,
     given: Vec<OwnedFd>,
 ) -> Result<Row> {
+    let timeout = run.timeout.limit();
     let mut launch = Relaunch::new(format!("the run of --ipc {}", mechanism.name()));
     let fd = launch.report_pipe()?;
     launch
-        .args(passed_on)
-        .args(["--ipc", mechanism.name(), "--report-fd", &fd.to_string()])
-        .args(extra)
+        .args(
+            Role::MechanismRun(MechanismRun { mechanism, run: run.clone(), report_fd: fd, served }).to_args(),
+        )
         .streams(Streams::Piped)
         // The run must not outlive the top parent: SIGTERM, which it handles as an orderly stop.
         .death_signal(Signal::SIGTERM)

@@ -41,6 +41,37 @@ pub enum Mechanism {
     Fabric,
 }
 
+/// `--sync`: how the round-robin hands a buffer from one writer to the next (the segment carries it as its
+/// `OPTION_SYNC_MEMOPS` bit, decoded by `SharedState::sync`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Sync {
+    /// `cudaStreamWaitEvent` on the buffer's interprocess event, `cudaEventRecord` after the kernel.
+    #[default]
+    Events,
+    /// `cuStreamWaitValue32` on the buffer's flag before the kernel, `cuStreamWriteValue32` after it.
+    Memops,
+}
+
+impl Sync {
+    /// `events` or `memops`, as `--sync` takes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Sync::Events => "events",
+            Sync::Memops => "memops",
+        }
+    }
+}
+
+/// `--fds`: how the descriptors of vmm and pool buffers reach the importers.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Fds {
+    /// Over a Unix socket, with SCM_RIGHTS.
+    #[default]
+    Socket,
+    /// Fetched by each importer with `pidfd_open` and `pidfd_getfd`.
+    Pidfd,
+}
+
 /// One mechanism: its facts, and how it exports a buffer and opens another process's.
 pub struct Spec {
     pub name: &'static str,

@@ -1,4 +1,4 @@
-//! The processes an isolated run's parent starts: this program again as `--join SOCKET --isolated KINDS`,
+//! The processes an isolated run's parent starts: this program again as `join SOCKET --isolated KINDS`,
 //! one per process of the run, meeting the parent at an abstract socket, or, where the processes have
 //! network namespaces of their own, at a socket in a private directory (mode 0700, removed with the run;
 //! the socket's file goes as soon as every process has joined). They are the parent's own:
@@ -18,9 +18,10 @@ use super::{Isolation, Kind};
 use crate::guardian::{Guardian, MadePath};
 use crate::meeting::Address;
 use crate::outcome::EXIT_WAIVED;
-use crate::relaunch::{Ended, OnDrop, Process, Relaunch};
 use crate::outcome::Waiver;
+use crate::relaunch::{Ended, OnDrop, Process, Relaunch};
 use crate::report::Refused;
+use crate::role::{Isolated, Joiner, Role, Timeout};
 
 /// How long a started process gets to end by itself after the run ended (it stops within 0.5 s of the
 /// server's end); then it is killed, and its init stops what it runs.
@@ -120,18 +121,15 @@ impl<'g> Launched<'g> {
         address: &Address,
         n: usize,
         isolation: &Isolation,
-        timeout: u64,
+        timeout: Timeout,
         quiet: bool,
     ) -> Result<()> {
-        let socket = address.to_string();
+        let joiner = Joiner { address: address.clone(), timeout, quiet, bench: false };
         for _ in 0..n {
             let mut start = Relaunch::new("an isolated process");
             let fd = start.report_pipe()?;
-            start
-                .args(["--join", &socket])
-                .args(["--isolated", &isolation.kinds_arg(), "--timeout", &timeout.to_string()])
-                .args(["--report-fd", &fd.to_string()])
-                .args(quiet.then_some("--quiet"));
+            let isolated = Isolated { isolation: isolation.clone(), report_fd: fd, joiner: joiner.clone() };
+            start.args(Role::Isolated(isolated).to_args());
             // It must not outlive this process: SIGKILL to the process outside, whose init then stops what
             // runs inside in order. Once the run has ended, it gets a grace to end by itself (it stops
             // within 0.5 s of the server's end), then SIGKILL to it and to what it started.

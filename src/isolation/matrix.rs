@@ -24,13 +24,15 @@
 //! (then nothing else can be read from the table); 2 if every run was waived; 0 otherwise: a boundary
 //! that the driver refuses is a fact of the host, which the table reports.
 
-use anyhow::{Result, anyhow, bail};
+use anyhow::{Result, anyhow};
 
+use super::Isolation;
 use super::axes::{Boundary, COLUMNS, Column, boundaries};
-use crate::cli::Cli;
 use crate::every_mechanism::Ending;
+use crate::ipc::{Fds, Sync};
 use crate::outcome::{Outcome, Waiver};
 use crate::report::{Document, Ran, Results, Status};
+use crate::role::Run;
 use crate::signals;
 
 /// How one cell's run ended.
@@ -103,9 +105,8 @@ fn classify(ending: &Ending, document: Option<&Document>) -> Cell {
     }
 }
 
-pub fn run(cli: &Cli) -> Result<Ran> {
-    let Some(asked) = &cli.isolate else { bail!("internal error: the matrix needs --isolate") };
-    let passed_on = passed_on(std::env::args_os().skip(1));
+/// The matrix of the boundaries of `asked`, each cell a run with `run`'s options.
+pub fn run(run: &Run, asked: &Isolation) -> Result<Ran> {
     let rows = boundaries(asked);
     say!(
         "The container matrix ({} boundaries by {} kinds of handle, each an isolated run of its own)",
@@ -114,12 +115,12 @@ pub fn run(cli: &Cli) -> Result<Ran> {
     )?;
     let mut cells: Vec<Vec<Cell>> = Vec::new();
     let bar =
-        crate::progress::Bar::start((rows.len() * COLUMNS.len()) as u64, "--ipc all --isolate", cli.quiet);
+        crate::progress::Bar::start((rows.len() * COLUMNS.len()) as u64, "--ipc all --isolate", run.quiet);
     for row in &rows {
         let mut line = Vec::new();
         for column in &COLUMNS {
             bar.doing(format!("{} / {}", row.title, column.title));
-            let cell = run_cell(&passed_on, row, column, cli.timeout())?;
+            let cell = run_cell(run, row, column)?;
             say!("  {} / {}: {}", row.title, column.title, cell.word())?;
             bar.step_done();
             line.push(cell);
@@ -181,38 +182,19 @@ fn outcome(rows: &[Boundary], cells: &[Vec<Cell>]) -> Outcome {
     ))
 }
 
-/// The user's arguments less those each cell sets itself.
-fn passed_on(args: impl IntoIterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
-    let own = crate::every_mechanism::passed_on(args);
-    let mut kept = Vec::new();
-    let mut args = own.into_iter();
-    while let Some(arg) = args.next() {
-        let bytes = arg.as_encoded_bytes();
-        if bytes == b"--sync" || bytes == b"--isolate" || bytes == b"--fds" {
-            args.next();
-        } else if !(bytes.starts_with(b"--sync=")
-            || bytes.starts_with(b"--isolate=")
-            || bytes.starts_with(b"--fds="))
-        {
-            kept.push(arg);
-        }
-    }
-    kept
-}
-
 /// One isolated run, its output kept (not shown: the cell says how it ended), its document read back
 /// through a pipe, stopped with this process (a signal to the matrix goes on to it at once).
-fn run_cell(
-    passed_on: &[std::ffi::OsString],
-    row: &Boundary,
-    column: &Column,
-    timeout: Option<std::time::Duration>,
-) -> Result<Cell> {
-    let mut extra = vec!["--sync", column.sync, "--isolate", &row.isolate];
-    extra.extend(if column.by_pidfd { ["--fds", "pidfd"].as_slice() } else { &[] });
-    let extra: Vec<std::ffi::OsString> = extra.into_iter().map(Into::into).collect();
-    let ran = crate::every_mechanism::run_one(passed_on, column.mechanism, &extra, false, timeout)?;
+fn run_cell(run: &Run, row: &Boundary, column: &Column) -> Result<Cell> {
+    let ran = crate::every_mechanism::run_one(&cell_run(run, row, column)?, column.mechanism, false)?;
     Ok(classify(&ran.ending, ran.document.as_deref()))
+}
+
+/// The options of a cell's run: the matrix's, with the cell's own ordering, isolation and way of moving
+/// descriptors, its document to its pipe.
+fn cell_run(run: &Run, row: &Boundary, column: &Column) -> Result<Run> {
+    let sync = <Sync as clap::ValueEnum>::from_str(column.sync, false).map_err(anyhow::Error::msg)?;
+    let fds = if column.by_pidfd { Fds::Pidfd } else { Fds::Socket };
+    Ok(Run { sync, fds, isolate: Some(Isolation::parse(&row.isolate)?), json: None, ..run.clone() })
 }
 
 /// The cells for the `--json` document.
@@ -361,19 +343,18 @@ mod tests {
     }
 
     #[test]
-    fn each_cell_sets_its_own_ipc_sync_and_isolate() {
-        let args = [
-            "--isolate",
-            "pid",
-            "--sync=memops",
-            "--ipc",
-            "all",
-            "--timeout",
-            "5",
-            "--isolate=shm",
-            "--fds=pidfd",
-        ];
-        let kept = passed_on(args.map(std::ffi::OsString::from));
-        assert_eq!(kept, ["--timeout", "5"].map(std::ffi::OsString::from));
+    fn each_cell_sets_its_own_sync_isolate_and_fds() {
+        let matrix = Run { timeout: crate::role::Timeout(5), json: Some("m.json".into()), ..Run::default() };
+        let row = Boundary { title: "own PID namespace".into(), isolate: "pid".into() };
+        let cell = cell_run(&matrix, &row, &COLUMNS[0]).unwrap();
+        let expected = Run {
+            sync: Sync::Memops,
+            isolate: Some(Isolation::parse("pid").unwrap()),
+            json: None,
+            ..matrix.clone()
+        };
+        assert_eq!(cell, expected, "its own ordering and isolation, the matrix's other options, no --json");
+        let by_pidfd = COLUMNS.iter().find(|c| c.by_pidfd).unwrap();
+        assert_eq!(cell_run(&matrix, &row, by_pidfd).unwrap().fds, Fds::Pidfd, "the kernel's column");
     }
 }

@@ -1,8 +1,9 @@
 //! `--isolate`: the container matrix on one machine. The run's processes meet over the socket protocol of
 //! `--serve`/`--join`, each in fresh namespaces of the kinds asked for, as processes in containers would:
 //! the parent enters its own (unless only the joiners are isolated) and serves the run at a socket in a
-//! private directory; each other process is this program again, started by the parent with `--join` and
-//! the hidden `--isolated`, which enters its namespaces before it does anything else.
+//! private directory; each other process is this program again, started by the parent in the internal
+//! role `join SOCKET --isolated KINDS` (`role::Isolated`), which enters its namespaces before it does
+//! anything else.
 //!
 //! Where the parent enters namespaces, it does so in a child: the process the user started stays outside,
 //! in the user's namespaces, stops the run at its deadline, writes its `--json` document and says its

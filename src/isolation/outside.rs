@@ -29,17 +29,31 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid, fork, getpid, getppid, pipe2, setpgid};
 
-use crate::cli::Cli;
 use crate::report::{self, Status};
 
 /// How long past `--timeout` the run has to stop itself (its watchdog stops its processes within about a
 /// second and a half) before the process outside stops it.
 const STOP_GRACE: Duration = Duration::from_secs(4);
 
-/// Forks the run of `cli`, which returns from here (and then enters its namespaces); this process stays
-/// outside and never returns (see the module's doc). Call it while this process has one thread.
+/// What the process outside knows of the run: its `--timeout`, and whether its document goes to a pipe
+/// (a run of the matrix), whose reader says the verdict.
+#[derive(Clone, Copy)]
+struct Outside {
+    timeout: Option<Duration>,
+    to_a_pipe: bool,
+}
+
+/// Forks the run (`asked`: its mode and options, for its document), which returns from here (and then
+/// enters its namespaces); this process stays outside and never returns (see the module's doc). Call it
+/// while this process has one thread.
 /// `document`: the run's, written by this process once the run is over; in the run, the pipe to it.
-pub fn stay_outside(cli: &Cli, document: &mut Option<report::Opened>) -> Result<()> {
+pub fn stay_outside(
+    timeout: Option<Duration>,
+    to_a_pipe: bool,
+    asked: (report::document::Mode, report::document::Options),
+    document: &mut Option<report::Opened>,
+) -> Result<()> {
+    let outside = Outside { timeout, to_a_pipe };
     let (from_run, document_end) = pipe2(OFlag::O_CLOEXEC).context("pipe2 for an isolated run's document")?;
     let me = getpid();
     let passed_on = super::enter::passed_on_signals()?;
@@ -48,7 +62,7 @@ pub fn stay_outside(cli: &Cli, document: &mut Option<report::Opened>) -> Result<
     match unsafe { fork() }.context("fork of an isolated run")? {
         ForkResult::Parent { child } => {
             drop(document_end);
-            watch(cli, child, from_run, passed_on, document.take())
+            watch(outside, child, from_run, passed_on, document.take())
         }
         ForkResult::Child => {
             drop(from_run);
@@ -59,7 +73,7 @@ pub fn stay_outside(cli: &Cli, document: &mut Option<report::Opened>) -> Result<
             if getppid() != me {
                 anyhow::bail!("the process outside the isolated run ended before the run began");
             }
-            *document = Some(report::hand_over(std::fs::File::from(document_end), cli));
+            *document = Some(report::hand_over(std::fs::File::from(document_end), asked));
             Ok(())
         }
     }
@@ -68,9 +82,15 @@ pub fn stay_outside(cli: &Cli, document: &mut Option<report::Opened>) -> Result<
 /// The process outside: waits for the run, passing stop signals on and reading its document, until it
 /// ends or its deadline has passed; then writes the document, says the verdict and exits.
 /// `opened`: the run's document, as the user asked for it.
-fn watch(cli: &Cli, run: Pid, document: OwnedFd, passed_on: SigSet, opened: Option<report::Opened>) -> ! {
+fn watch(
+    outside: Outside,
+    run: Pid,
+    document: OwnedFd,
+    passed_on: SigSet,
+    opened: Option<report::Opened>,
+) -> ! {
     let started = Instant::now();
-    let mut deadline = cli.timeout().map(|t| started + t + STOP_GRACE);
+    let mut deadline = outside.timeout.map(|t| started + t + STOP_GRACE);
     // How long the user held the run stopped (Ctrl-Z until `fg`).
     let mut held = Duration::ZERO;
     let mut waited = passed_on;
@@ -93,7 +113,7 @@ fn watch(cli: &Cli, run: Pid, document: OwnedFd, passed_on: SigSet, opened: Opti
             let _ = kill(run, Signal::SIGKILL);
             let _ = waitpid(run, None);
             let e = e.context("the process outside an isolated run: signalfd");
-            end(cli, Err(e), started, held, opened)
+            end(outside, Err(e), started, held, opened)
         }
     };
     let _ = fcntl(&document, FcntlArg::F_SETFL(OFlag::O_NONBLOCK));
@@ -111,7 +131,7 @@ fn watch(cli: &Cli, run: Pid, document: OwnedFd, passed_on: SigSet, opened: Opti
         {
             let stopped = stopped_among(run);
             kill_all(run);
-            let timeout = cli.timeout().unwrap_or_default().as_secs();
+            let timeout = outside.timeout.unwrap_or_default().as_secs();
             let what = match stopped {
                 Some(who) => format!("{who} is stopped"),
                 None => "it did not stop itself".to_owned(),
@@ -151,7 +171,7 @@ fn watch(cli: &Cli, run: Pid, document: OwnedFd, passed_on: SigSet, opened: Opti
         read_some(&document, &mut got);
     }
     let ended = ended.map(|code| (code, report::document::parse(&got)));
-    end(cli, ended, started, held, opened)
+    end(outside, ended, started, held, opened)
 }
 
 /// The signals of job control that the process outside passes on to the whole run.
@@ -195,7 +215,7 @@ fn read_some(pipe: &OwnedFd, got: &mut Vec<u8>) -> bool {
 /// Writes the document (the run's, or one of this process's own where the run gave none), says the
 /// verdict after it, and exits.
 fn end(
-    cli: &Cli,
+    outside: Outside,
     ended: Result<(i32, Option<report::Document>)>,
     started: Instant,
     held: Duration,
@@ -204,7 +224,7 @@ fn end(
     let (mut status, mut reason, mut code, summary, written) = match ended {
         Ok((code, Some(mut document))) => {
             // A run past its --timeout whose watchdog counted the time the user held it stopped: say so.
-            let timed_out = cli.timeout().is_some_and(|t| started.elapsed() > t);
+            let timed_out = outside.timeout.is_some_and(|t| started.elapsed() > t);
             if document.status == Status::Failed && timed_out && held >= Duration::from_millis(100) {
                 let why = document.reason.take().unwrap_or_default();
                 let (first, rest) = why.split_once('\n').unwrap_or((&why, ""));
@@ -259,7 +279,7 @@ fn end(
             }
         }
     }
-    if cli.report_fd.is_none() && code != crate::output::READER_GONE_STATUS {
+    if !outside.to_a_pipe && code != crate::output::READER_GONE_STATUS {
         let line =
             crate::entry::verdict(status, reason.as_deref(), summary.as_deref(), code, started.elapsed());
         match crate::output::verdict(&line) {

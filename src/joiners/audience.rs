@@ -8,8 +8,8 @@ use std::os::fd::OwnedFd;
 use anyhow::{Result, bail};
 
 use crate::meeting;
-use crate::peers::PeerFailed;
 use crate::outcome::Outcome;
+use crate::peers::PeerFailed;
 use crate::placement::Placement;
 use crate::report::{Found, Refused};
 use crate::wire::{self, Message, Round, RunEnd};
@@ -38,6 +38,11 @@ pub(super) struct InSequence {
 }
 
 impl Audience {
+    /// Whether this is the audience of a run of a served sequence (which inherited the listener).
+    pub fn is_in_sequence(&self) -> bool {
+        self.sequence.is_some()
+    }
+
     /// The audience of run `round` of a served sequence, from the descriptors `--served-fds` names: the
     /// listener, the socket back to the top parent, then the connections it holds.
     pub fn in_sequence(round: Round, fds: &[i32]) -> Result<Self> {

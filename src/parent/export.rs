@@ -13,7 +13,7 @@ use crate::driver::Driver;
 use crate::fault;
 use crate::gpu::Stream;
 use crate::guardian::Guardian;
-use crate::ipc::{ExportedBuffer, ExportedEvent, Mechanism, ProcessExports, Slice, descriptors};
+use crate::ipc::{ExportedBuffer, ExportedEvent, Mechanism, ProcessExports, Slice, Sync, descriptors};
 use crate::outcome::Waiver;
 use crate::phase::Phase;
 use crate::segment::{self, SharedState};
@@ -39,8 +39,8 @@ pub(super) struct Exporter<'a, 'd> {
     pub(super) chosen: &'a [i32],
     pub(super) process_devices: &'a [i32],
     pub(super) mechanism: Mechanism,
-    /// `--sync memops`: each buffer has a flag after its data, zeroed before the children may use it.
-    pub(super) memops: bool,
+    /// `--sync`; with memops, each buffer has a flag after its data, zeroed before the children may use it.
+    pub(super) sync: Sync,
     /// Each buffer's data is filled with [`verify::UNWRITTEN`] first, for the parent's own check.
     pub(super) unwritten: bool,
     /// The parent's end of each child's descriptor socket (vmm and pool only).
@@ -110,21 +110,22 @@ impl<'d> Exporter<'_, 'd> {
         }
         let mut exported = Vec::new();
         let data = self.state.data_size();
-        let flag = if self.memops { segment::FLAG_BYTES } else { 0 };
+        let memops = self.sync == Sync::Memops;
+        let flag = if memops { segment::FLAG_BYTES } else { 0 };
         let stream =
-            if self.memops || self.unwritten { Some(Stream::non_blocking(driver, device)?) } else { None };
+            if memops || self.unwritten { Some(Stream::non_blocking(driver, device)?) } else { None };
         for (index, _) in self.process_devices.iter().enumerate().filter(|(_, d)| **d == device) {
             // --sync memops orders the round-robin without interprocess events: it makes none.
-            let event = match self.memops {
-                true => None,
-                false => Some(
+            let event = match self.sync {
+                Sync::Memops => None,
+                Sync::Events => Some(
                     self.guardian.covering(|| ExportedEvent::create(driver, device), ExportedEvent::file)?,
                 ),
             };
             let buffer = ExportedBuffer::allocate(driver, self.mechanism, device, data + flag)
                 .with_context(|| format!("the {} buffer of process {index}", self.mechanism.name()))?;
             if let Some(stream) = &stream {
-                if self.memops {
+                if memops {
                     stream.fill(&Slice::of(&buffer, data, flag)?, 0, flag)?; // no write done yet
                 }
                 if self.unwritten {

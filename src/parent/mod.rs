@@ -11,17 +11,17 @@ use std::time::Instant;
 
 use anyhow::Result;
 
-use crate::cli::{Cli, Fds, Sync};
 use crate::devices;
 use crate::driver::Driver;
 use crate::fault;
 use crate::gpu::DeviceMemory;
-use crate::ipc::{Event, Mechanism, platform};
+use crate::ipc::{Event, Fds, Mechanism, Sync, platform};
 use crate::joiners::Audience;
 use crate::outcome::{Outcome, Waiver};
 use crate::phase::{Phase, Who};
 use crate::report::document::RunResults;
 use crate::report::{Found, Ran, Results};
+use crate::role::{Run, Served};
 use crate::segment::{self, RunPlan, SharedState};
 use crate::setup;
 use crate::signals;
@@ -34,16 +34,16 @@ mod team;
 use export::{Exporter, descriptor_sockets};
 use team::Team;
 
-pub fn run(cli: &Cli, mechanism: Mechanism) -> Result<Ran> {
+pub fn run(run: &Run, mechanism: Mechanism, served: Option<&Served>) -> Result<Ran> {
     // Served, each joiner is told how the whole run ended once it is over: its verdict is the run's. A run
     // of a served sequence (`--serve --ipc all`) then hands every connection back to the sequence's top
     // parent, however it ended (waived before anyone joined, too).
-    let audience = match (cli.serve_round, &cli.served_fds) {
-        (Some(round), Some(fds)) => Audience::in_sequence(round, fds)?,
-        _ => Audience::default(),
+    let audience = match served {
+        Some(served) => Audience::in_sequence(served.round, &served.fds)?,
+        None => Audience::default(),
     };
     let mut found = Found::default();
-    let outcome = run_the_sample(cli, mechanism, &audience, &mut found).unwrap_or_else(Outcome::Failed);
+    let outcome = run_the_sample(run, mechanism, &audience, &mut found).unwrap_or_else(Outcome::Failed);
     audience.hand_over(&mut found);
     audience.tell(&outcome);
     Ok(Ran { outcome, found })
@@ -51,7 +51,7 @@ pub fn run(cli: &Cli, mechanism: Mechanism) -> Result<Ran> {
 
 /// `found`: what the run found, for the document, however it ends.
 fn run_the_sample(
-    cli: &Cli,
+    run: &Run,
     mechanism: Mechanism,
     audience: &Audience,
     found: &mut Found,
@@ -69,9 +69,9 @@ fn run_the_sample(
     let state = segment.state();
     let driver: &dyn Driver = &*cuda;
     // Ask the devices, do not assume: a mechanism this host lacks is waived, with its reason.
-    let memops = cli.sync == Sync::Memops;
+    let memops = run.sync == Sync::Memops;
     // --fds pidfd: the importers fetch the descriptors themselves; asked of this kernel by trial first.
-    let pidfd = cli.fds == Fds::Pidfd && mechanism.uses_descriptors();
+    let pidfd = run.fds == Fds::Pidfd && mechanism.uses_descriptors();
     let lacking =
         |reason| Waiver(format!("No CUDA devices support IPC with --ipc {} ({reason})", mechanism.name()));
     if let Some(reason) = crate::ipc::pidfd::unsupported().filter(|_| pidfd) {
@@ -88,14 +88,14 @@ fn run_the_sample(
             return Ok(Waiver(format!("No CUDA devices support IPC with --sync memops ({reason})")).into());
         }
     }
-    let process_devices = devices::plan(&chosen, cli.procs_per_device as usize)?;
+    let process_devices = devices::plan(&chosen, run.procs_per_device as usize)?;
     if let Some(reason) = platform::waiver(driver, mechanism, &process_devices)? {
         return Ok(lacking(reason).into());
     }
     let n = process_devices.len();
     // Processes it did not start from its own program (`--serve`), or that run where it cannot see them
     // (`--isolate`), might say anything: the parent then checks every buffer itself before it says PASSED.
-    let checks_itself = cli.serve.is_some() || cli.isolate.is_some();
+    let checks_itself = run.serve.is_some() || run.isolate.is_some();
     fault::validate_for(&fault::Targets {
         children: 0..n,
         parent: if checks_itself { Phase::PARENT_CHECKING } else { Phase::PARENT },
@@ -108,10 +108,13 @@ fn run_the_sample(
     state.describe_run(&RunPlan {
         devices: &process_devices,
         uuids: &uuids,
-        procs_per_device: cli.procs_per_device as usize,
+        procs_per_device: run.procs_per_device as usize,
         data_size: segment::data_size(driver.simulated()),
-        options: if cli.bind_numa { segment::OPTION_BIND_NUMA } else { 0 }
-            | if memops { segment::OPTION_SYNC_MEMOPS } else { 0 }
+        options: if run.bind_numa { segment::OPTION_BIND_NUMA } else { 0 }
+            | match run.sync {
+                Sync::Memops => segment::OPTION_SYNC_MEMOPS,
+                Sync::Events => 0,
+            }
             | if pidfd { segment::OPTION_FDS_PIDFD } else { 0 },
         mechanism: mechanism.code(),
     });
@@ -124,7 +127,7 @@ fn run_the_sample(
         chosen: &chosen,
         process_devices: &process_devices,
         mechanism,
-        memops,
+        sync: run.sync,
         unwritten: checks_itself,
         sockets,
         guardian: &guardian,
@@ -133,16 +136,16 @@ fn run_the_sample(
     // Declared before the children: dropped (events destroyed, buffers freed) after them.
     let exports;
     let mut children;
-    if cli.sequential {
+    if run.sequential {
         watch.enter(Phase::AllocateExport)?;
         exports = match missing_waived(exporter.export_all(&mut watch, Phase::StartChildren))? {
             Ok(exported) => exported,
             Err(reason) => return Ok(lacking(reason).into()),
         };
-        children = Team::start(cli, &segment, n, &mut their_sockets, started, audience, &guardian)?;
+        children = Team::start(run, &segment, n, &mut their_sockets, started, audience, &guardian)?;
     } else {
         watch.enter(Phase::StartChildren)?;
-        children = Team::start(cli, &segment, n, &mut their_sockets, started, audience, &guardian)?;
+        children = Team::start(run, &segment, n, &mut their_sockets, started, audience, &guardian)?;
         watch.enter(Phase::AllocateExport)?;
         exports = match missing_waived(exporter.export_all(&mut watch, Phase::WaitChildren))? {
             Ok(exported) => exported,
@@ -190,7 +193,7 @@ fn run_the_sample(
     watch.enter(Phase::WaitChildren)?;
     children.wait(|| false, || {})?;
 
-    found.results = Some(report(cli, state, &watch.finish(), checks_itself)?);
+    found.results = Some(report(run, state, &watch.finish(), checks_itself)?);
     let gpus = chosen.len();
     // The parent's own check of its pipe directory: its children inherit it; joiners were told nothing.
     let mps =
@@ -201,13 +204,13 @@ fn run_the_sample(
         if gpus == 1 { "" } else { "s" },
         mechanism.name(),
         if pidfd { " (descriptors by pidfd_getfd)" } else { "" },
-        if memops { "memops" } else { "events" },
-        match (&cli.serve, &cli.isolate) {
+        run.sync.name(),
+        match (&run.serve, &run.isolate) {
             (Some(_), _) => ", joined over the socket".to_owned(),
             (_, Some(isolation)) => format!(", isolated ({})", isolation.described()),
             _ => String::new(),
         },
-        match (&cli.serve, checks_itself) {
+        match (&run.serve, checks_itself) {
             (Some(_), _) => " by its process and by the server",
             (None, true) => " by its process and by the parent",
             (None, false) => "",
@@ -226,8 +229,8 @@ fn missing_waived<T>(exported: Result<T>) -> Result<Result<T, String>> {
 }
 
 /// `--timings`: the parent's phases and what each child left in the segment; and the results for `--json`.
-fn report(cli: &Cli, state: &SharedState, parent: &Phases, checked_every_buffer: bool) -> Result<Results> {
-    if cli.timings {
+fn report(run: &Run, state: &SharedState, parent: &Phases, checked_every_buffer: bool) -> Result<Results> {
+    if run.timings {
         let children: Vec<Phases> = (0..state.process_count()).map(|i| Phases::read(state, i)).collect();
         crate::output::text(&timings::table(parent, &children))?;
     }

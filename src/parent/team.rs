@@ -4,15 +4,14 @@
 use std::os::fd::OwnedFd;
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 use crate::children::Children;
-use crate::cli::Cli;
 use crate::guardian::Guardian;
 use crate::isolation;
 use crate::joiners::{Audience, Joiners};
-use crate::meeting::Address;
 use crate::peers;
+use crate::role::Run;
 use crate::segment::{Segment, SharedState};
 
 /// The run's other processes: the children this parent starts, the processes that join it (`--serve`), or
@@ -29,7 +28,7 @@ impl<'s> Team<'s> {
     /// end of its descriptor socket from `their_sockets` when it joins, and is told how the run ended by
     /// `audience`).
     pub(super) fn start(
-        cli: &Cli,
+        run: &Run,
         segment: &'s Segment,
         n: usize,
         their_sockets: &mut Vec<OwnedFd>,
@@ -37,32 +36,31 @@ impl<'s> Team<'s> {
         audience: &'s Audience,
         guardian: &'s Guardian,
     ) -> Result<Self> {
-        if let Some(isolation) = &cli.isolate {
+        let timeout = run.timeout.limit();
+        if let Some(isolation) = &run.isolate {
             let mut launched = isolation::Launched::prepare(isolation, guardian, &audience.refused)?;
             let address = launched.address();
             let sockets = std::mem::take(their_sockets);
-            let joiners = Joiners::listen(segment, address.clone(), n, sockets, started, cli.timeout())?
+            let joiners = Joiners::listen(segment, address.clone(), n, sockets, started, timeout)?
                 .covered_by(guardian)
                 .removing_the_socket_when_full()
                 .telling_where_they_stand_to(audience);
-            launched.start(&address, n, isolation, cli.timeout, cli.quiet)?;
+            launched.start(&address, n, isolation, run.timeout, run.quiet)?;
             let joiners = joiners.only_started_by(launched.pids());
             say!(
                 "Isolated ({isolation}): {n} processes started in namespaces of their own join at {address}"
             )?;
             return Ok(Team::Isolated(joiners, launched));
         }
-        let Some(address) = &cli.serve else {
+        let Some(address) = &run.serve else {
             // --quiet reaches the children: they print nothing either.
-            let args: &[&str] = if cli.quiet { &["--quiet"] } else { &[] };
-            let children = Children::spawn(segment, 0..n, args, their_sockets, started, cli.timeout())?;
+            let children = Children::spawn(segment, 0..n, false, run.quiet, their_sockets, started, timeout)?;
             return Ok(Team::Started(children));
         };
-        let address = Address::parse(address).with_context(|| format!("--serve {address}"))?;
         let sockets = std::mem::take(their_sockets);
-        let joiners = match cli.serve_round {
-            Some(_) => Joiners::in_sequence(segment, audience, n, sockets, started, cli.timeout())?,
-            None => Joiners::listen(segment, address.clone(), n, sockets, started, cli.timeout())?
+        let joiners = match audience.is_in_sequence() {
+            true => Joiners::in_sequence(segment, audience, n, sockets, started, timeout)?,
+            false => Joiners::listen(segment, address.clone(), n, sockets, started, timeout)?
                 .covered_by(guardian)
                 .telling_the_end_to(audience),
         };

@@ -32,7 +32,6 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use destination::Destination;
 
-use crate::cli::Cli;
 use crate::driver::Driver;
 use crate::ipc::diagnose::Diagnosis;
 use crate::outcome::Outcome;
@@ -52,8 +51,8 @@ pub struct Opened {
 }
 
 impl Opened {
-    fn new(given: PathBuf, destination: Destination, cli: &Cli) -> Self {
-        Self { given, destination, mode: Mode::of(cli), options: Options::of(cli) }
+    fn new(given: PathBuf, destination: Destination, (mode, options): (Mode, Options)) -> Self {
+        Self { given, destination, mode, options }
     }
 
     /// True in the run inside an isolation, whose process outside writes the document and says the verdict.
@@ -111,24 +110,24 @@ impl From<Outcome> for Ran {
     }
 }
 
-/// Checks `path` for `--json` (see the module's doc) as the document of this run of `cli`; `-` is standard
+/// Checks `path` for `--json` (see the module's doc) as the document of this run (`asked`: its mode and options); `-` is standard
 /// output, and every other line of the run goes to standard error from now on. Call it before anything is
 /// written or started.
-pub fn open(path: &Path, cli: &Cli) -> Result<Opened> {
-    Ok(Opened::new(path.to_owned(), Destination::checked(path)?, cli))
+pub fn open(path: &Path, asked: (Mode, Options)) -> Result<Opened> {
+    Ok(Opened::new(path.to_owned(), Destination::checked(path)?, asked))
 }
 
-/// The inherited descriptor `fd` (`--report-fd`) as the document of this run of `cli`.
-pub fn open_inherited(fd: std::os::fd::RawFd, cli: &Cli) -> Result<Opened> {
+/// The inherited descriptor `fd` (`--report-fd`) as the document of this run (`asked`: its mode and options).
+pub fn open_inherited(fd: std::os::fd::RawFd, asked: (Mode, Options)) -> Result<Opened> {
     let pipe = std::fs::File::from(crate::inherit::take(fd, "--report-fd")?);
-    Ok(Opened::new(PathBuf::new(), Destination::Inherited(pipe), cli))
+    Ok(Opened::new(PathBuf::new(), Destination::Inherited(pipe), asked))
 }
 
-/// `pipe` as the document of this run of `cli`, in place of any other: the run inside an isolation hands it
+/// `pipe` as the document of this run (`asked`: its mode and options), in place of any other: the run inside an isolation hands it
 /// to the process outside, which writes it where the user asked (see `isolation::outside`). The standard
 /// output kept for `--json -` is closed with the document it replaces: the process outside holds it.
-pub fn hand_over(pipe: std::fs::File, cli: &Cli) -> Opened {
-    Opened::new(PathBuf::new(), Destination::Outside(pipe), cli)
+pub fn hand_over(pipe: std::fs::File, asked: (Mode, Options)) -> Opened {
+    Opened::new(PathBuf::new(), Destination::Outside(pipe), asked)
 }
 
 impl Found {
@@ -269,16 +268,18 @@ pub fn finish_document(opened: Option<Opened>, document: Document) -> Result<()>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
 
     #[test]
     fn a_regular_file_is_replaced_whole_and_anything_else_refused_without_blocking() {
-        let cli = Cli::try_parse_from(["simple-ipc", "--ipc", "vmm"]).unwrap();
+        let asked = || {
+            let (mode, options) = crate::role::Role::Topology.asked();
+            (mode, Options { ipc: "vmm".into(), ..options })
+        };
         let tmp = tempfile::Builder::new().prefix("simple-ipc-json-").tempdir().unwrap();
         let dir = tmp.path();
         let file = dir.join("t.json");
         std::fs::write(&file, "an old and much longer document").unwrap();
-        let opened = open(&file, &cli).unwrap();
+        let opened = open(&file, asked()).unwrap();
         assert_eq!(std::fs::read_to_string(&file).unwrap(), "an old and much longer document", "not yet");
         let diagnosis = Diagnosis::new("the cause".into(), "; what fixes it: ", "the fix".into());
         let failed = Verdict { diagnosis: Some(&diagnosis), ..Verdict::of(Status::Failed, "x", 1) };
@@ -293,10 +294,10 @@ mod tests {
 
         let fifo = dir.join("fifo");
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
-        let Err(refused) = open(&fifo, &cli) else { panic!("a FIFO is refused") };
+        let Err(refused) = open(&fifo, asked()) else { panic!("a FIFO is refused") };
         assert!(format!("{refused:#}").contains("is a FIFO"), "{refused:#}");
-        assert!(open(&dir.join("no/such/dir/t.json"), &cli).is_err());
-        assert!(open(dir, &cli).is_err(), "a directory is refused");
+        assert!(open(&dir.join("no/such/dir/t.json"), asked()).is_err());
+        assert!(open(dir, asked()).is_err(), "a directory is refused");
     }
 
     #[test]

@@ -192,14 +192,14 @@ pub fn descendants(pid: u32) -> Vec<u32> {
     found
 }
 
-/// The guardian the run of parent `pid` started (the child whose command line has `--guardian-fd`), once it
+/// The guardian the run of parent `pid` started (the child whose command line has `guardian`), once it
 /// is there (up to 5 s).
 pub fn guardian_of(pid: u32) -> Option<u32> {
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(5) {
         let found = descendants(pid).into_iter().find(|child| {
             std::fs::read(format!("/proc/{child}/cmdline"))
-                .is_ok_and(|cmdline| cmdline.split(|&b| b == 0).any(|arg| arg == b"--guardian-fd"))
+                .is_ok_and(|cmdline| cmdline.split(|&b| b == 0).any(|arg| arg == b"guardian"))
         });
         if found.is_some() {
             return found;

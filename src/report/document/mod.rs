@@ -13,7 +13,6 @@ pub use run::{ChildResult, ParentResult, PhaseTimes};
 
 use serde::{Deserialize, Serialize};
 
-use crate::cli::{Cli, Sync};
 use crate::driver::{DeviceInfo, uuid_text};
 
 /// The whole document.
@@ -112,17 +111,6 @@ pub enum Mode {
     ContainerMatrix,
 }
 
-impl Mode {
-    pub fn of(cli: &Cli) -> Self {
-        match (cli.bench, cli.ipc) {
-            (true, _) => Mode::Bench,
-            (false, crate::cli::IpcArg::All) if cli.isolate.is_some() => Mode::ContainerMatrix,
-            (false, crate::cli::IpcArg::All) => Mode::IpcAll,
-            (false, _) => Mode::Run,
-        }
-    }
-}
-
 /// The CUDA driver the run loaded.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DriverFacts {
@@ -182,31 +170,6 @@ pub struct Options {
     /// `--isolate KINDS`.
     #[serde(default)]
     pub isolate: Option<String>,
-}
-
-impl Options {
-    pub fn of(cli: &Cli) -> Self {
-        Self {
-            ipc: cli.ipc.name(),
-            sync: sync_name(cli.sync).to_owned(),
-            procs_per_device: cli.procs_per_device,
-            sequential: cli.sequential,
-            timings: cli.timings,
-            timeout_s: cli.timeout,
-            bind_numa: cli.bind_numa,
-            quiet: cli.quiet,
-            bench_max_bytes: cli.bench.then_some(cli.bench_max_bytes),
-            serve: cli.serve.clone(),
-            isolate: cli.isolate.as_ref().map(ToString::to_string),
-        }
-    }
-}
-
-fn sync_name(sync: Sync) -> &'static str {
-    match sync {
-        Sync::Events => "events",
-        Sync::Memops => "memops",
-    }
 }
 
 /// One mechanism's run under `--ipc all`.

@@ -1,12 +1,15 @@
-//! The command line. Users run the parent with options; the parent starts each child with its index.
+//! The user's command line: its options, and the role they make this process.
 //! A usage error exits 1, not clap's 2, which a test harness would read as "waived". An option that would do
 //! nothing in the mode chosen (`--bench-max-bytes` without `--bench`, `--timeout` with `--topology`) is a
 //! usage error too, so that nobody believes it took effect.
 
 use std::path::PathBuf;
 
-use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, ValueEnum};
 
+use crate::ipc::{Fds, Mechanism, Sync};
+use crate::meeting::Address;
+use crate::role::{Bench, Joiner, Role, Run, Timeout};
 use crate::segment::MAX_PROCESSES;
 
 /// The smallest and largest `--bench-max-bytes`: the benchmark's first size, and the most one copy takes.
@@ -52,28 +55,14 @@ const BENCHMARK: &str = "The benchmark";
                   Without a GPU, SIMPLE_IPC_SIMULATE_GPUS=ok,ok runs the whole protocol on simulated GPUs in \
                   host memory."
 )]
-pub struct Cli {
-    /// Child index, given by the parent when it starts its children (not for users).
-    #[arg(hide = true, value_parser = clap::value_parser!(u32).range(0..MAX_PROCESSES as i64))]
-    pub child: Option<u32>,
+struct Cli {
+    #[command(flatten)]
+    options: Options,
+}
 
-    /// The guardian's role: the socket its parent tells it the run's driver files over (not for users).
-    #[arg(long, hide = true, conflicts_with = "child", value_name = "FD")]
-    pub guardian_fd: Option<i32>,
-
-    /// A child's end of the socket its descriptors come over, for vmm and pool (not for users).
-    #[arg(long, hide = true, requires = "child", value_name = "FD")]
-    pub socket_fd: Option<i32>,
-
-    /// The descriptor of the parent's segment, which a child inherits (not for users).
-    #[arg(long, hide = true, requires = "child", value_name = "FD")]
-    pub segment_fd: Option<i32>,
-
-    /// A run of one mechanism for `--ipc all`: the inherited pipe its `--json` document goes into (not for
-    /// users).
-    #[arg(long, hide = true, conflicts_with = "json", value_name = "FD")]
-    pub report_fd: Option<i32>,
-
+/// The user's options, which a run of one mechanism that this program starts takes too (see `internal`).
+#[derive(Args, Debug, Clone, PartialEq, Eq)]
+pub(super) struct Options {
     // The run.
     /// Processes per chosen GPU (at most 32 in all).
     ///
@@ -140,18 +129,18 @@ pub struct Cli {
     /// waits for as many as the GPUs it chooses times --procs-per-device, and says how many as it starts.
     /// With --ipc all, one run per mechanism, which the joiners follow in turn; with --bench, the
     /// benchmark, whose producer joins.
-    #[arg(long, value_name = "SOCKET", help_heading = CONTAINERS,
+    #[arg(long, value_name = "SOCKET", value_parser = parse_address, help_heading = CONTAINERS,
           conflicts_with_all = ["topology", "join", "sequential"])]
-    pub serve: Option<String>,
+    pub serve: Option<Address>,
 
     /// Join the run served at SOCKET as one of its processes.
     ///
     /// The index, the segment and the descriptors come from the server, and everything else is a child's
     /// (or, where the server runs --bench, the producer's); of the other options it takes --timeout,
     /// --quiet and --bench (then the run must be the benchmark).
-    #[arg(long, value_name = "SOCKET", help_heading = CONTAINERS, conflicts_with_all = ["topology", "serve",
-          "sequential", "timings", "json", "procs_per_device", "bind_numa", "sync", "ipc", "child", "fds"])]
-    pub join: Option<String>,
+    #[arg(long, value_name = "SOCKET", value_parser = parse_address, help_heading = CONTAINERS, conflicts_with_all = ["topology", "serve",
+          "sequential", "timings", "json", "procs_per_device", "bind_numa", "sync", "ipc", "fds"])]
+    pub join: Option<Address>,
 
     /// Run the processes in namespaces of their own, as in containers (with --ipc all: the matrix).
     ///
@@ -161,25 +150,8 @@ pub struct Cli {
     /// `joiners:KINDS` leaves the parent where it is. With --ipc all: the table of every boundary of KINDS
     /// by every kind of handle (each cell a run whose --ipc and --sync the table sets).
     #[arg(long, value_name = "KINDS", value_parser = crate::isolation::parse_arg, help_heading = CONTAINERS,
-          conflicts_with_all = ["bench", "topology", "serve", "join", "sequential", "child"])]
+          conflicts_with_all = ["bench", "topology", "serve", "join", "sequential"])]
     pub isolate: Option<crate::isolation::Isolation>,
-
-    /// The namespaces this process enters before anything else (a process an --isolate run starts; not
-    /// for users).
-    #[arg(long, hide = true, value_name = "KINDS", value_parser = crate::isolation::parse_arg,
-          requires = "join", conflicts_with = "isolate")]
-    pub isolated: Option<crate::isolation::Isolation>,
-
-    /// This served run's place in a sequence (`--serve SOCKET --ipc all` gives each mechanism's run its own:
-    /// K/M), which it tells its joiners (not for users).
-    #[arg(long, hide = true, value_name = "K/M", value_parser = crate::wire::Round::parse,
-          requires = "served_fds")]
-    pub serve_round: Option<crate::wire::Round>,
-
-    /// What a run of a served sequence inherits from its top parent: the sequence's listener, the socket the
-    /// connections go back over, then the connections it holds (not for users).
-    #[arg(long, hide = true, value_name = "FD,...", value_delimiter = ',', requires_all = ["serve", "serve_round"])]
-    pub served_fds: Option<Vec<i32>>,
 
     // Output.
     /// Write one JSON document to FILE however the run ends.
@@ -256,27 +228,9 @@ fn parse_size(text: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("{text} is more bytes than this program can count"))
 }
 
-/// `--sync`: how the round-robin hands a buffer from one writer to the next.
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Sync {
-    /// `cudaStreamWaitEvent` on the buffer's interprocess event, `cudaEventRecord` after the kernel.
-    Events,
-    /// `cuStreamWaitValue32` on the buffer's flag before the kernel, `cuStreamWriteValue32` after it.
-    Memops,
-}
-
-/// `--fds`: how the descriptors of vmm and pool buffers reach the importers.
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Fds {
-    /// Over a Unix socket, with SCM_RIGHTS.
-    Socket,
-    /// Fetched by each importer with `pidfd_open` and `pidfd_getfd`.
-    Pidfd,
-}
-
 /// `--ipc`: one mechanism, or all of them.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum IpcArg {
+pub(crate) enum IpcArg {
     Legacy,
     Vmm,
     Pool,
@@ -286,29 +240,59 @@ pub enum IpcArg {
 
 impl IpcArg {
     /// The name as typed (`legacy`, `vmm`, `pool`, `all`): the mechanisms' own names (see `ipc::Spec`).
-    pub fn name(self) -> String {
+    pub(crate) fn name(self) -> String {
         self.to_possible_value().map(|value| value.get_name().to_owned()).unwrap_or_default()
     }
 }
 
-impl Cli {
-    /// The watchdog's limit, `None` for `--timeout 0`.
-    pub fn timeout(&self) -> Option<std::time::Duration> {
-        (self.timeout > 0).then(|| std::time::Duration::from_secs(self.timeout))
+/// clap's parser for `--serve` and `--join`.
+pub(super) fn parse_address(text: &str) -> Result<Address, String> {
+    Address::parse(text).map_err(|e| e.to_string())
+}
+
+impl Options {
+    /// What a process given these options is.
+    pub(super) fn role(self) -> Role {
+        let timeout = Timeout(self.timeout);
+        let mechanism = Mechanism::from_name(&self.ipc.name());
+        if let Some(address) = self.join {
+            return Role::Joiner(Joiner { address, timeout, quiet: self.quiet, bench: self.bench });
+        }
+        if self.topology {
+            return Role::Topology;
+        }
+        if self.bench {
+            let (max_bytes, quiet, serve, json) = (self.bench_max_bytes, self.quiet, self.serve, self.json);
+            return Role::Bench(Bench { mechanism, max_bytes, timeout, quiet, serve, json });
+        }
+        let mut run = Run {
+            sync: self.sync,
+            fds: self.fds,
+            procs_per_device: self.procs_per_device,
+            sequential: self.sequential,
+            bind_numa: self.bind_numa,
+            timings: self.timings,
+            timeout,
+            quiet: self.quiet,
+            serve: self.serve,
+            isolate: self.isolate,
+            json: self.json,
+        };
+        match (mechanism, run.isolate.take()) {
+            (Some(mechanism), isolate) => Role::Sample(Run { isolate, ..run }, mechanism),
+            (None, Some(isolation)) => Role::Matrix(run, isolation),
+            (None, None) => Role::EveryMechanism(run),
+        }
     }
 }
 
-/// Parses this process's arguments; on `Err`, print the error and exit with [`usage_exit_code`].
-pub fn parse() -> Result<Cli, clap::Error> {
-    parse_from(std::env::args_os())
-}
-
-/// Parses `args` (the program's name first), with the rules clap's own cannot hold.
-fn parse_from(
+/// Parses `args` (the program's name first) as a user's command line, with the rules clap's own cannot
+/// hold.
+pub(super) fn parse_from(
     args: impl IntoIterator<Item = impl Into<std::ffi::OsString> + Clone>,
-) -> Result<Cli, clap::Error> {
+) -> Result<Role, clap::Error> {
     let matches = Cli::command().try_get_matches_from(args)?;
-    let cli = Cli::from_arg_matches(&matches)?;
+    let cli = Cli::from_arg_matches(&matches)?.options;
     // `requires = "bench"` would not do: clap lets a requirement go unmet where the required argument
     // conflicts with one given (`--sequential --bench-max-bytes 8K`), and every mode but --bench does.
     let given = |id: &str| matches.value_source(id) == Some(clap::parser::ValueSource::CommandLine);
@@ -316,8 +300,8 @@ fn parse_from(
         let message = "--bench-max-bytes sets the largest buffer of --bench, and --bench is not given";
         return Err(Cli::command().error(clap::error::ErrorKind::MissingRequiredArgument, message));
     }
-    // Legacy and fabric handles have no descriptors (a run of `--ipc all` is given the sequence's options).
-    if given("fds") && matches!(cli.ipc, IpcArg::Legacy | IpcArg::Fabric) && cli.report_fd.is_none() {
+    // Legacy and fabric handles have no descriptors.
+    if given("fds") && matches!(cli.ipc, IpcArg::Legacy | IpcArg::Fabric) {
         let message = format!(
             "--fds sets how vmm and pool descriptors travel, and --ipc {} has none (use --ipc vmm, pool or all)",
             cli.ipc.name()
@@ -330,142 +314,17 @@ fn parse_from(
                        sets the ordering of each of its runs itself";
         return Err(Cli::command().error(clap::error::ErrorKind::ArgumentConflict, message));
     }
-    Ok(cli)
+    Ok(cli.role())
 }
 
-/// 0 for `--help` and `--version`, 1 for a usage error (never clap's 2, which means "waived" here).
-pub fn usage_exit_code(e: &clap::Error) -> u8 {
-    u8::from(e.use_stderr())
+/// The usage line of the user's parser.
+pub(super) fn usage() -> String {
+    Cli::command().render_usage().to_string()
 }
 
-/// Prints what clap has to say; a usage error always comes with the usage line.
-pub fn print_usage_error(e: &clap::Error) {
-    if !e.use_stderr() {
-        let _ = e.print(); // --help, --version
-        return;
-    }
-    // clap's tip to pass an option "as a value, use '-- --bogus'" is about the child's hidden index, which
-    // users never type: an unknown option is an unknown option.
-    let rendered = e.render().to_string();
-    let kept: Vec<&str> = rendered.lines().filter(|l| !l.contains("as a value, use '--")).collect();
-    let mut text = kept.join("\n").replace("\n\n\n", "\n\n");
-    if !text.contains("Usage:") {
-        text.push_str(&format!("\n\n{}", Cli::command().render_usage()));
-    }
-    warn!("{}", text.trim_end());
-}
-
+/// The user's options that `--help` shows (their long names), for tests.
+/// The user's options that `--help` shows (their long names), for tests.
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn run(args: &[&str]) -> Option<Cli> {
-        match parse_from(std::iter::once("simple-ipc").chain(args.iter().copied())) {
-            Ok(cli) => Some(cli),
-            Err(e) => {
-                assert_eq!(usage_exit_code(&e), 1, "usage errors exit 1: {e}");
-                None
-            }
-        }
-    }
-
-    #[test]
-    fn roles_and_options() {
-        let parent = run(&[]).unwrap();
-        assert_eq!((parent.child, parent.procs_per_device, parent.sequential), (None, 1, false));
-        assert_eq!(run(&["7"]).unwrap().child, Some(7));
-        assert_eq!(run(&["--procs-per-device", "4"]).unwrap().procs_per_device, 4);
-        assert_eq!(run(&["--segment-fd", "5", "3"]).unwrap().segment_fd, Some(5));
-        assert_eq!(run(&["--ipc", "vmm", "--report-fd", "5"]).unwrap().report_fd, Some(5));
-        assert_eq!(parent.ipc, IpcArg::Legacy, "the original's mechanism by default");
-        assert_eq!(run(&["--ipc", "pool"]).unwrap().ipc.name(), "pool");
-        assert_eq!(run(&["--ipc", "all"]).unwrap().ipc, IpcArg::All);
-        assert_eq!(parent.sync, Sync::Events, "the original's ordering by default");
-        assert_eq!(run(&["--sync", "memops"]).unwrap().sync, Sync::Memops);
-        assert_eq!(parent.fds, Fds::Socket, "descriptors over the socket by default");
-        assert_eq!(run(&["--ipc", "pool", "--fds", "pidfd"]).unwrap().fds, Fds::Pidfd);
-        assert!(
-            run(&["--ipc", "legacy", "--fds", "pidfd", "--report-fd", "5"]).is_some(),
-            "a run of --ipc all"
-        );
-        assert_eq!(parent.timeout(), Some(std::time::Duration::from_secs(60)), "a generous default");
-        assert_eq!(run(&["--timeout", "0"]).unwrap().timeout(), None, "0 turns the watchdog off");
-        for bad in [
-            &["32"][..],
-            &["-1"],
-            &["x"],
-            &["99999999999"],
-            &["--procs-per-device", "0"],
-            &["--nope"],
-            &["1", "2"],
-            &["--bench", "--topology"],
-            &["--bench", "--sequential"],
-            &["--topology", "--procs-per-device", "2"],
-            &["--segment-fd", "3"],
-            &["--timeout", "-1"],
-            &["--ipc", "cuda"],
-            &["--ipc"],
-            &["--sync", "spin"],
-            &["--report-fd", "5", "--json", "x.json"],
-        ] {
-            assert!(run(bad).is_none(), "{bad:?} must be a usage error");
-        }
-    }
-
-    /// An option that would do nothing in the mode chosen is refused, not ignored; defaults never count.
-    #[test]
-    fn options_that_do_nothing_in_a_mode_are_refused() {
-        for idle in [
-            &["--bench-max-bytes", "8KiB"][..],
-            &["--topology", "--ipc", "vmm"],
-            &["--topology", "--sync", "memops"],
-            &["--topology", "--timeout", "5"],
-            &["--topology", "--quiet"],
-            &["--timings", "--quiet"],
-            &["--bench", "--sync", "events"],
-            &["--bench", "--procs-per-device", "2"],
-            &["--join", "s", "--ipc", "vmm"],
-            &["--join", "s", "--procs-per-device", "2"],
-            &["--join", "s", "--json", "x.json"],
-            &["--join", "s", "--bench-max-bytes", "8KiB"],
-            &["--sequential", "--bench-max-bytes", "8KiB"],
-            &["--topology", "--bench-max-bytes", "8KiB"],
-            &["--ipc", "all", "--bench-max-bytes", "8KiB"],
-            &["--serve", "s", "--sequential"],
-            &["--ipc", "all", "--isolate", "pid", "--sync", "memops"],
-            &["--fds", "pidfd"],
-            &["--ipc", "fabric", "--fds", "socket"],
-            &["--join", "s", "--fds", "pidfd"],
-        ] {
-            assert!(run(idle).is_none(), "{idle:?} must be a usage error");
-        }
-        assert!(
-            run(&["--topology"]).unwrap().topology,
-            "the defaults of --ipc, --sync, --timeout do not count"
-        );
-        let join = run(&["--join", "s", "--timeout", "5", "--quiet"]).unwrap();
-        assert_eq!((join.timeout, join.quiet), (5, true), "a joiner takes --timeout and --quiet");
-        assert!(
-            run(&["--ipc", "vmm", "--isolate", "pid", "--sync", "memops"]).is_some(),
-            "one mechanism: --sync counts"
-        );
-    }
-
-    #[test]
-    fn bench_sizes_take_units() {
-        let max = |args: &[&str]| run(&[&["--bench"], args].concat()).map(|cli| cli.bench_max_bytes);
-        assert_eq!(max(&[]), Some(1 << 30), "1 GiB by default");
-        assert_eq!(max(&["--bench-max-bytes", "4096"]), Some(4096));
-        assert_eq!(max(&["--bench-max-bytes", "256MiB"]), Some(256 << 20));
-        assert_eq!(max(&["--bench-max-bytes=64K"]), Some(64 << 10));
-        assert_eq!(max(&["--bench-max-bytes", "8kib"]), Some(8 << 10));
-        assert_eq!(max(&["--bench-max-bytes", "1G"]), Some(1 << 30));
-        assert_eq!(max(&["--bench-max-bytes", "1 GiB"]), Some(1 << 30));
-        assert_eq!(max(&["--bench-max-bytes", "2047M"]), Some(2047 << 20));
-        for bad in
-            ["4095", "2GiB", "3K", "256MB", "MiB", "1.5GiB", "-1", "99999999999999999999", "9999999999G"]
-        {
-            assert_eq!(max(&["--bench-max-bytes", bad]), None, "{bad} must be refused");
-        }
-    }
+pub(super) fn long_options() -> Vec<String> {
+    Cli::command().get_arguments().filter_map(|arg| arg.get_long().map(str::to_owned)).collect()
 }

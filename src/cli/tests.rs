@@ -1,0 +1,135 @@
+//! The user's parser: the roles and options it gives, and the usage errors it makes.
+
+use super::user::*;
+use crate::ipc::{Fds, Mechanism, Sync};
+use crate::meeting::Address;
+use crate::role::{Role, Run, Timeout};
+
+fn run(args: &[&str]) -> Option<Role> {
+    match parse_from(std::iter::once("simple-ipc").chain(args.iter().copied())) {
+        Ok(role) => Some(role),
+        Err(e) => {
+            assert!(e.use_stderr(), "usage errors exit 1 (see usage_exit_code): {e}");
+            None
+        }
+    }
+}
+
+/// The options of the run of `args`, which must be the sample's.
+fn sample(args: &[&str]) -> Run {
+    match run(args) {
+        Some(Role::Sample(run, _)) => run,
+        other => panic!("{args:?} is {other:?}"),
+    }
+}
+
+/// What the document would say `args` asked for.
+fn asked(args: &[&str]) -> crate::report::document::Options {
+    run(args).unwrap_or_else(|| panic!("{args:?} is a usage error")).asked().1
+}
+
+#[test]
+fn roles_and_options() {
+    let parent = sample(&[]);
+    assert_eq!((parent.procs_per_device, parent.sequential), (1, false));
+    assert_eq!(run(&[]), Some(Role::Sample(parent.clone(), Mechanism::Legacy)), "the original's mechanism");
+    assert_eq!(sample(&["--procs-per-device", "4"]).procs_per_device, 4);
+    assert_eq!(asked(&["--ipc", "pool"]).ipc, "pool");
+    assert!(matches!(run(&["--ipc", "all"]), Some(Role::EveryMechanism(_))));
+    assert!(matches!(run(&["--ipc", "all", "--isolate", "pid"]), Some(Role::Matrix(..))));
+    assert!(matches!(run(&["--topology"]), Some(Role::Topology)));
+    assert_eq!(parent.sync, Sync::Events, "the original's ordering by default");
+    assert_eq!(sample(&["--sync", "memops"]).sync, Sync::Memops);
+    assert_eq!(parent.fds, Fds::Socket, "descriptors over the socket by default");
+    assert_eq!(sample(&["--ipc", "pool", "--fds", "pidfd"]).fds, Fds::Pidfd);
+    assert_eq!(parent.timeout.limit(), Some(std::time::Duration::from_secs(60)), "a generous default");
+    assert_eq!(sample(&["--timeout", "0"]).timeout.limit(), None, "0 turns the watchdog off");
+    let serve = sample(&["--serve", "@there"]).serve;
+    assert_eq!(serve, Some(Address::Abstract("there".into())), "the address is parsed once, here");
+    for bad in [
+        &["32"][..],
+        &["7"],
+        &["-1"],
+        &["x"],
+        &["99999999999"],
+        &["--procs-per-device", "0"],
+        &["--nope"],
+        &["1", "2"],
+        &["--bench", "--topology"],
+        &["--bench", "--sequential"],
+        &["--topology", "--procs-per-device", "2"],
+        &["--segment-fd", "3"],
+        &["--segment-fd", "5", "3"],
+        &["--ipc", "vmm", "--report-fd", "5"],
+        &["--timeout", "-1"],
+        &["--ipc", "cuda"],
+        &["--ipc"],
+        &["--sync", "spin"],
+        &["--report-fd", "5", "--json", "x.json"],
+        &["--serve", ""],
+        &["--join", "@"],
+    ] {
+        assert!(run(bad).is_none(), "{bad:?} must be a usage error");
+    }
+}
+
+/// An option that would do nothing in the mode chosen is refused, not ignored; defaults never count.
+#[test]
+fn options_that_do_nothing_in_a_mode_are_refused() {
+    for idle in [
+        &["--bench-max-bytes", "8KiB"][..],
+        &["--topology", "--ipc", "vmm"],
+        &["--topology", "--sync", "memops"],
+        &["--topology", "--timeout", "5"],
+        &["--topology", "--quiet"],
+        &["--timings", "--quiet"],
+        &["--bench", "--sync", "events"],
+        &["--bench", "--procs-per-device", "2"],
+        &["--join", "s", "--ipc", "vmm"],
+        &["--join", "s", "--procs-per-device", "2"],
+        &["--join", "s", "--json", "x.json"],
+        &["--join", "s", "--bench-max-bytes", "8KiB"],
+        &["--sequential", "--bench-max-bytes", "8KiB"],
+        &["--topology", "--bench-max-bytes", "8KiB"],
+        &["--ipc", "all", "--bench-max-bytes", "8KiB"],
+        &["--serve", "s", "--sequential"],
+        &["--ipc", "all", "--isolate", "pid", "--sync", "memops"],
+        &["--fds", "pidfd"],
+        &["--ipc", "fabric", "--fds", "socket"],
+        &["--join", "s", "--fds", "pidfd"],
+    ] {
+        assert!(run(idle).is_none(), "{idle:?} must be a usage error");
+    }
+    assert_eq!(
+        run(&["--topology"]),
+        Some(Role::Topology),
+        "the defaults of --ipc, --sync, --timeout do not count"
+    );
+    let Some(Role::Joiner(join)) = run(&["--join", "s", "--timeout", "5", "--quiet"]) else {
+        panic!("--join is a joiner")
+    };
+    assert_eq!((join.timeout, join.quiet), (Timeout(5), true), "a joiner takes --timeout and --quiet");
+    assert!(
+        run(&["--ipc", "vmm", "--isolate", "pid", "--sync", "memops"]).is_some(),
+        "one mechanism: --sync counts"
+    );
+}
+
+#[test]
+fn bench_sizes_take_units() {
+    let max = |args: &[&str]| match run(&[&["--bench"], args].concat()) {
+        Some(Role::Bench(bench)) => Some(bench.max_bytes),
+        _ => None,
+    };
+    assert_eq!(max(&[]), Some(1 << 30), "1 GiB by default");
+    assert_eq!(max(&["--bench-max-bytes", "4096"]), Some(4096));
+    assert_eq!(max(&["--bench-max-bytes", "256MiB"]), Some(256 << 20));
+    assert_eq!(max(&["--bench-max-bytes=64K"]), Some(64 << 10));
+    assert_eq!(max(&["--bench-max-bytes", "8kib"]), Some(8 << 10));
+    assert_eq!(max(&["--bench-max-bytes", "1G"]), Some(1 << 30));
+    assert_eq!(max(&["--bench-max-bytes", "1 GiB"]), Some(1 << 30));
+    assert_eq!(max(&["--bench-max-bytes", "2047M"]), Some(2047 << 20));
+    for bad in ["4095", "2GiB", "3K", "256MB", "MiB", "1.5GiB", "-1", "99999999999999999999", "9999999999G"] {
+        assert_eq!(max(&["--bench-max-bytes", bad]), None, "{bad} must be refused");
+    }
+}
