@@ -18,13 +18,14 @@ use crate::gpu::host_buffer::{self, HostBuffer};
 use crate::gpu::kernel::SimpleKernel;
 use crate::inherit;
 use crate::ipc::diagnose::Exporter;
-use crate::ipc::{Mechanism, OpenedBuffer, OpenedEvent, Slice, Sync, descriptors, pidfd};
+use crate::ipc::{Mechanism, OpenedBuffer, OpenedEvent, Slice, Sync, pidfd};
 use crate::numa::{self, Sysfs};
 use crate::phase::{Phase, Who};
 use crate::segment::{self, Segment};
 use crate::stop::StopCheck;
 use crate::timings::Stopwatch;
 use crate::verify::{expected_byte, find_mismatches};
+use crate::wire::descriptors;
 
 /// A child the parent started: its index, and the segment and descriptor socket it inherited.
 pub fn run(index: usize, segment_fd: Option<i32>, socket_fd: Option<i32>) -> Result<()> {

@@ -9,10 +9,11 @@ use nix::sys::signal::{SigHandler, Signal, signal};
 use crate::ipc::diagnose::Diagnosis;
 use crate::ipc::{Mechanism, Sync, memops_refusal};
 use crate::outcome::{EXIT_FAILURE, EXIT_SUCCESS, EXIT_WAIVED, Outcome};
-use crate::output::{READER_GONE_STATUS, ReaderGone};
+use crate::output::READER_GONE_STATUS;
 use crate::report::{self, Status};
 use crate::role::{Role, Run, Served};
 use crate::signals::Interrupted;
+use crate::verdict::{self, is_reader_gone, reader_gone};
 use crate::{
     bench, child, cli, devices, driver, every_mechanism, fault, guardian, join, parent, signals, topology,
 };
@@ -136,7 +137,7 @@ pub fn main() -> ExitCode {
     // error, so that the line can say whether the document reached its reader.
     let document_first = document.as_ref().is_some_and(report::Opened::to_standard_output);
     if says_verdict && !document_first {
-        let line = verdict(status, reason.as_deref(), summary, code, started.elapsed());
+        let line = verdict::line(status, reason.as_deref(), summary, code, started.elapsed());
         match crate::output::verdict(&line) {
             Ok(()) => {}
             // The reader went away before the last line (`--topology | head -1`): 141, quietly, as when it
@@ -173,7 +174,7 @@ pub fn main() -> ExitCode {
             Some(why) if status == Status::Passed => (Status::Failed, Some(why.as_str())),
             _ => (status, reason.as_deref()),
         };
-        let line = verdict(status, reason, summary, code, started.elapsed());
+        let line = verdict::line(status, reason, summary, code, started.elapsed());
         match crate::output::verdict(&line) {
             Ok(()) => {}
             // The reader of the lines went away before the last one (the document was written already).
@@ -216,66 +217,6 @@ fn ended_by(who: &str, e: &anyhow::Error) -> (Status, Option<String>, u8) {
             }
         }
     }
-}
-
-/// Whether `cause` is the reader of standard output gone: [`ReaderGone`], or a run of `--ipc all` stopped
-/// because of it (`Interrupted(SIGPIPE)`: SIGPIPE is ignored, so no signal of that name stops a run).
-pub(crate) fn is_reader_gone(cause: &(dyn std::error::Error + 'static)) -> bool {
-    cause.is::<ReaderGone>() || cause.downcast_ref::<Interrupted>().is_some_and(|i| i.0 == Signal::SIGPIPE)
-}
-
-/// How a run whose reader went away ends: interrupted, with [`ReaderGone`]'s reason, status 141.
-pub(crate) fn reader_gone() -> (Status, Option<String>, u8) {
-    (Status::Interrupted, Some(ReaderGone.to_string()), READER_GONE_STATUS)
-}
-
-/// The verdict line: `PASSED: <what the run did> in <seconds> s`, or `FAILED`, `WAIVED` or `STOPPED` with the
-/// exit status and the reason (its first line).
-pub(crate) fn verdict(
-    status: Status,
-    reason: Option<&str>,
-    summary: Option<&str>,
-    code: u8,
-    took: std::time::Duration,
-) -> String {
-    let reason = reason.and_then(|r| r.lines().next()).unwrap_or("");
-    match status {
-        Status::Passed => {
-            let what = summary.unwrap_or("the run ended well");
-            format!("PASSED: {what} in {:.2} s", took.as_secs_f64())
-        }
-        Status::Failed => format!("FAILED (exit {code}): {reason}"),
-        Status::Waived => {
-            // A mechanism this host lacks is not a host without IPC: the others may work. A run that is
-            // simulated already needs no hint to simulate.
-            let next = if reason.contains(" with --ipc ") || reason.contains(" with --sync ") {
-                Some("--ipc all tries every mechanism".to_owned())
-            } else if crate::driver::host::requested() {
-                None
-            } else {
-                Some(format!(
-                    "To see the protocol run without a GPU: {}=ok,ok {}",
-                    crate::driver::host::SIMULATE_ENV,
-                    this_program()
-                ))
-            };
-            let said = format!("WAIVED (exit {code}, not a failure: nothing here to test): {reason}.");
-            match next {
-                Some(next) => format!("{said} {next}"),
-                None => said,
-            }
-        }
-        Status::Interrupted => format!("STOPPED (exit {code}): {reason}"),
-    }
-}
-
-/// This program as it was started (its `argv[0]`, as given: `target/release/simple-ipc`, or `simple-ipc`
-/// from PATH), quoted for a shell where it needs it, so that a hint to run it again can be pasted.
-fn this_program() -> String {
-    let started = std::env::args_os().next().map(|arg0| arg0.to_string_lossy().into_owned());
-    let name = started.filter(|name| !name.is_empty()).unwrap_or_else(|| "simple-ipc".to_owned());
-    let plain = |c: char| c.is_ascii_alphanumeric() || "/._-+:@%,=".contains(c);
-    if name.chars().all(plain) { name } else { format!("'{}'", name.replace('\'', r"'\''")) }
 }
 
 /// Runs `role`; `document`: the run's, which the run inside an isolation hands over to the process
@@ -331,7 +272,7 @@ fn run(role: Role, document: &mut Option<report::Opened>) -> anyhow::Result<repo
         }
         Role::Sample(run, mechanism) => sample(&run, mechanism, None),
         Role::MechanismRun(sub) => sample(&sub.run, sub.mechanism, sub.served.as_ref()),
-        Role::Matrix(run, asked) => crate::isolation::run_matrix(&run, &asked),
+        Role::Matrix(run, asked) => crate::matrix::run(&run, &asked),
         Role::EveryMechanism(run) => every_mechanism::run(&run),
     }
 }

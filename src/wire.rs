@@ -380,5 +380,6 @@ fn hear_once(socket: BorrowedFd, wait_ms: u16, after_reset: bool) -> Result<Hear
     Ok(Heard::Said(Message::decode(&buffer[..bytes])?, owned))
 }
 
+pub(crate) mod descriptors;
 #[cfg(test)]
 mod tests;

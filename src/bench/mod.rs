@@ -38,9 +38,7 @@ use crate::driver::{self, Driver};
 use crate::fault;
 use crate::gpu::Stream;
 use crate::ipc::diagnose::Exporter;
-use crate::ipc::{
-    DeviceBuffer, ExportedBuffer, ExportedEvent, Mechanism, OpenedBuffer, OpenedEvent, descriptors,
-};
+use crate::ipc::{DeviceBuffer, ExportedBuffer, ExportedEvent, Mechanism, OpenedBuffer, OpenedEvent};
 use crate::joiners::{Audience, Joiners};
 use crate::outcome::{Outcome, Waiver};
 use crate::phase::Phase;
@@ -53,6 +51,7 @@ use crate::segment::{self, RunPlan};
 use crate::setup;
 use crate::signals;
 use crate::timings::Stopwatch;
+use crate::wire::descriptors;
 
 /// The consumer is process 0 (the parent), the producer process 1 (its child).
 const CONSUMER: usize = 0;

@@ -12,9 +12,6 @@ mod internal;
 mod tests;
 mod user;
 
-#[cfg(test)]
-pub(crate) use user::IpcArg;
-
 /// A usage error (or `--help`, `--version`), with the usage line of the parser that made it.
 #[derive(Debug)]
 pub(crate) struct Usage {

@@ -133,3 +133,17 @@ fn bench_sizes_take_units() {
         assert_eq!(max(&["--bench-max-bytes", bad]), None, "{bad} must be refused");
     }
 }
+
+/// `--ipc`'s values are the mechanisms' names, and `all`.
+#[test]
+fn every_ipc_value_but_all_names_a_mechanism() {
+    use clap::ValueEnum;
+    let named: Vec<Option<Mechanism>> =
+        IpcArg::value_variants().iter().map(|v| Mechanism::from_name(&v.name())).collect();
+    let mechanisms = Mechanism::ALL.map(Some);
+    assert_eq!(named, [&mechanisms[..], &[None]].concat());
+    assert_eq!(named[3], Some(Mechanism::Fabric));
+    for mechanism in Mechanism::ALL {
+        assert_eq!(Mechanism::from_code(mechanism.code()), Some(mechanism));
+    }
+}

@@ -308,7 +308,7 @@ pub(super) fn parse_from(
         );
         return Err(Cli::command().error(clap::error::ErrorKind::ArgumentConflict, message));
     }
-    // The container matrix sets each of its runs' ordering itself (see `isolation::matrix`).
+    // The container matrix sets each of its runs' ordering itself (see `matrix`).
     if given("sync") && cli.isolate.is_some() && cli.ipc == IpcArg::All {
         let message = "the argument '--sync' cannot be used with '--ipc all --isolate': the container matrix \
                        sets the ordering of each of its runs itself";

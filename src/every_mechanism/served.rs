@@ -76,7 +76,7 @@ impl Sequence {
             say!("{why}")?;
             return Ok(self.ended(Row { mechanism, ending: Ending::Failed(why), ..Row::not_run(mechanism) }));
         }
-        let (back, their_back) = crate::ipc::descriptors::pair()?;
+        let (back, their_back) = crate::wire::descriptors::pair()?;
         let mut given =
             vec![self.listener.try_clone().context("dup of the sequence's listener")?, their_back];
         given.append(&mut self.held);

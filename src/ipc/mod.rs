@@ -12,7 +12,6 @@
 //! for all four; the device memory owners below them are in `gpu`. Where CUDA IPC cannot work at all (MIG
 //! across GPU instances, legacy on WSL2), [`platform`] says so.
 
-pub mod descriptors;
 pub mod diagnose;
 pub mod events;
 pub mod fabric;
@@ -261,23 +260,4 @@ unsafe impl DeviceMemory for OpenedBuffer<'_> {
 pub struct ProcessExports<'d> {
     pub event: Option<ExportedEvent<'d>>,
     pub buffer: ExportedBuffer<'d>,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use clap::ValueEnum;
-
-    /// `--ipc`'s values are the mechanisms' names, and `all`.
-    #[test]
-    fn every_ipc_value_but_all_names_a_mechanism() {
-        let named: Vec<Option<Mechanism>> =
-            crate::cli::IpcArg::value_variants().iter().map(|v| Mechanism::from_name(&v.name())).collect();
-        let mechanisms = Mechanism::ALL.map(Some);
-        assert_eq!(named, [&mechanisms[..], &[None]].concat());
-        assert_eq!(named[3], Some(Mechanism::Fabric));
-        for mechanism in Mechanism::ALL {
-            assert_eq!(Mechanism::from_code(mechanism.code()), Some(mechanism));
-        }
-    }
 }

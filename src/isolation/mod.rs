@@ -17,15 +17,10 @@ use std::fmt;
 
 use anyhow::{Result, bail};
 
-mod axes;
 mod enter;
-mod launch;
-mod matrix;
 mod outside;
 
 pub use enter::enter;
-pub use launch::Launched;
-pub use matrix::run as run_matrix;
 pub use outside::stay_outside;
 
 /// One kind of namespace a process can be given of its own.

@@ -267,7 +267,7 @@ fn end(
         }
     };
     if let Err(e) = written {
-        if e.chain().any(crate::entry::is_reader_gone) {
+        if e.chain().any(crate::verdict::is_reader_gone) {
             // `--json - | head -c 10`: 141, and nothing more said, as for a C program killed by SIGPIPE.
             code = crate::output::READER_GONE_STATUS;
         } else {
@@ -281,11 +281,13 @@ fn end(
     }
     if !outside.to_a_pipe && code != crate::output::READER_GONE_STATUS {
         let line =
-            crate::entry::verdict(status, reason.as_deref(), summary.as_deref(), code, started.elapsed());
+            crate::verdict::line(status, reason.as_deref(), summary.as_deref(), code, started.elapsed());
         match crate::output::verdict(&line) {
             Ok(()) => {}
             // The reader went away before the last line: 141, quietly (the document was written already).
-            Err(e) if e.chain().any(crate::entry::is_reader_gone) => code = crate::output::READER_GONE_STATUS,
+            Err(e) if e.chain().any(crate::verdict::is_reader_gone) => {
+                code = crate::output::READER_GONE_STATUS
+            }
             Err(e) => warn!("simple-ipc: {e:#}"),
         }
     }

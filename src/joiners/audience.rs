@@ -23,7 +23,7 @@ pub struct Audience {
     pub(super) sequence: Option<InSequence>,
     /// Where the processes that joined stand, once they all have (see `Joiners::say_where_they_stand`).
     pub(super) placement: RefCell<Option<Placement>>,
-    /// A refusal that a process the run started in namespaces of its own reported (see `isolation::launch`).
+    /// A refusal that a process the run started in namespaces of its own reported (see `parent::isolated`).
     pub(crate) refused: RefCell<Option<Refused>>,
 }
 

@@ -13,13 +13,14 @@ use crate::driver::Driver;
 use crate::fault;
 use crate::gpu::Stream;
 use crate::guardian::Guardian;
-use crate::ipc::{ExportedBuffer, ExportedEvent, Mechanism, ProcessExports, Slice, Sync, descriptors};
+use crate::ipc::{ExportedBuffer, ExportedEvent, Mechanism, ProcessExports, Slice, Sync};
 use crate::outcome::Waiver;
 use crate::phase::Phase;
 use crate::segment::{self, SharedState};
 use crate::signals;
 use crate::timings::Stopwatch;
 use crate::verify;
+use crate::wire::descriptors;
 
 /// The exports of some processes, with their indices.
 type Indexed<'d> = Vec<(usize, ProcessExports<'d>)>;

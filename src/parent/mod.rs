@@ -29,6 +29,7 @@ use crate::timings::{self, Phases, Stopwatch};
 use crate::verify;
 
 mod export;
+mod isolated;
 mod team;
 
 use export::{Exporter, descriptor_sockets};

@@ -6,9 +6,9 @@ use std::time::Instant;
 
 use anyhow::Result;
 
+use super::isolated;
 use crate::children::Children;
 use crate::guardian::Guardian;
-use crate::isolation;
 use crate::joiners::{Audience, Joiners};
 use crate::peers;
 use crate::role::Run;
@@ -20,7 +20,7 @@ pub(super) enum Team<'s> {
     Started(Children<'s>),
     Joined(Joiners<'s>),
     /// Dropped in this order: the joiners' connections close, then the processes end.
-    Isolated(Joiners<'s>, isolation::Launched<'s>),
+    Isolated(Joiners<'s>, isolated::Launched<'s>),
 }
 
 impl<'s> Team<'s> {
@@ -38,7 +38,7 @@ impl<'s> Team<'s> {
     ) -> Result<Self> {
         let timeout = run.timeout.limit();
         if let Some(isolation) = &run.isolate {
-            let mut launched = isolation::Launched::prepare(isolation, guardian, &audience.refused)?;
+            let mut launched = isolated::Launched::prepare(isolation, guardian, &audience.refused)?;
             let address = launched.address();
             let sockets = std::mem::take(their_sockets);
             let joiners = Joiners::listen(segment, address.clone(), n, sockets, started, timeout)?

@@ -93,7 +93,7 @@ pub struct Found {
     driver: Option<DriverFacts>,
     devices: Vec<Device>,
     /// A refusal that a process which joined this run reported in its own document (see
-    /// `isolation::launch`).
+    /// `parent::isolated`).
     pub refused: Option<Refused>,
 }
 

@@ -12,9 +12,10 @@ use std::os::fd::{BorrowedFd, OwnedFd};
 use anyhow::{Context, Result, bail, ensure};
 use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
 
+use super::{Heard, Message};
 use crate::fault::DescriptorFault;
 use crate::stop::StopCheck;
-use crate::wire::{self, Heard, Message};
+use crate::wire;
 
 /// How long a child waits on the socket, in milliseconds, before it looks at its stop check again.
 const SLICE_MS: u16 = 10;

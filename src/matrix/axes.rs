@@ -2,8 +2,8 @@
 //! handle and the run that tries it alone, and its rows, each a boundary between the exporter and the
 //! importers, made of the namespaces a container may give a process of its own.
 
-use super::{Isolation, Kind};
 use crate::ipc::Mechanism;
+use crate::isolation::{Isolation, Kind};
 
 /// One kind of handle: the run that tries it (`--ipc`, `--sync`, and `--fds pidfd` where the importers
 /// fetch the descriptor with `pidfd_getfd` instead of receiving it over the socket).

@@ -14,8 +14,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use nix::sys::signal::Signal;
 
-use super::{Isolation, Kind};
 use crate::guardian::{Guardian, MadePath};
+use crate::isolation::{Isolation, Kind};
 use crate::meeting::Address;
 use crate::outcome::EXIT_WAIVED;
 use crate::outcome::Waiver;

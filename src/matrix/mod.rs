@@ -24,16 +24,18 @@
 //! (then nothing else can be read from the table); 2 if every run was waived; 0 otherwise: a boundary
 //! that the driver refuses is a fact of the host, which the table reports.
 
+mod axes;
+
 use anyhow::{Result, anyhow};
 
-use super::Isolation;
-use super::axes::{Boundary, COLUMNS, Column, boundaries};
 use crate::every_mechanism::Ending;
 use crate::ipc::{Fds, Sync};
+use crate::isolation::Isolation;
 use crate::outcome::{Outcome, Waiver};
 use crate::report::{Document, Ran, Results, Status};
 use crate::role::Run;
 use crate::signals;
+use axes::{Boundary, COLUMNS, Column, boundaries};
 
 /// How one cell's run ended.
 #[derive(Clone, Debug, PartialEq)]

@@ -1,0 +1,69 @@
+//! The verdict line, the last a run a user started prints: `PASSED: <what it did> in <seconds> s`, or
+//! `FAILED`, `WAIVED` or `STOPPED` with the exit status and the reason; and how a run whose reader went
+//! away ends (141, quietly). Said by `entry` or, for an isolated run, by the process outside it.
+
+use nix::sys::signal::Signal;
+
+use crate::output::{READER_GONE_STATUS, ReaderGone};
+use crate::report::Status;
+use crate::signals::Interrupted;
+
+/// Whether `cause` is the reader of standard output gone: [`ReaderGone`], or a run of `--ipc all` stopped
+/// because of it (`Interrupted(SIGPIPE)`: SIGPIPE is ignored, so no signal of that name stops a run).
+pub(crate) fn is_reader_gone(cause: &(dyn std::error::Error + 'static)) -> bool {
+    cause.is::<ReaderGone>() || cause.downcast_ref::<Interrupted>().is_some_and(|i| i.0 == Signal::SIGPIPE)
+}
+
+/// How a run whose reader went away ends: interrupted, with [`ReaderGone`]'s reason, status 141.
+pub(crate) fn reader_gone() -> (Status, Option<String>, u8) {
+    (Status::Interrupted, Some(ReaderGone.to_string()), READER_GONE_STATUS)
+}
+
+/// The verdict line: `PASSED: <what the run did> in <seconds> s`, or `FAILED`, `WAIVED` or `STOPPED` with the
+/// exit status and the reason (its first line).
+pub(crate) fn line(
+    status: Status,
+    reason: Option<&str>,
+    summary: Option<&str>,
+    code: u8,
+    took: std::time::Duration,
+) -> String {
+    let reason = reason.and_then(|r| r.lines().next()).unwrap_or("");
+    match status {
+        Status::Passed => {
+            let what = summary.unwrap_or("the run ended well");
+            format!("PASSED: {what} in {:.2} s", took.as_secs_f64())
+        }
+        Status::Failed => format!("FAILED (exit {code}): {reason}"),
+        Status::Waived => {
+            // A mechanism this host lacks is not a host without IPC: the others may work. A run that is
+            // simulated already needs no hint to simulate.
+            let next = if reason.contains(" with --ipc ") || reason.contains(" with --sync ") {
+                Some("--ipc all tries every mechanism".to_owned())
+            } else if crate::driver::host::requested() {
+                None
+            } else {
+                Some(format!(
+                    "To see the protocol run without a GPU: {}=ok,ok {}",
+                    crate::driver::host::SIMULATE_ENV,
+                    this_program()
+                ))
+            };
+            let said = format!("WAIVED (exit {code}, not a failure: nothing here to test): {reason}.");
+            match next {
+                Some(next) => format!("{said} {next}"),
+                None => said,
+            }
+        }
+        Status::Interrupted => format!("STOPPED (exit {code}): {reason}"),
+    }
+}
+
+/// This program as it was started (its `argv[0]`, as given: `target/release/simple-ipc`, or `simple-ipc`
+/// from PATH), quoted for a shell where it needs it, so that a hint to run it again can be pasted.
+fn this_program() -> String {
+    let started = std::env::args_os().next().map(|arg0| arg0.to_string_lossy().into_owned());
+    let name = started.filter(|name| !name.is_empty()).unwrap_or_else(|| "simple-ipc".to_owned());
+    let plain = |c: char| c.is_ascii_alphanumeric() || "/._-+:@%,=".contains(c);
+    if name.chars().all(plain) { name } else { format!("'{}'", name.replace('\'', r"'\''")) }
+}
