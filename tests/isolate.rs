@@ -1002,3 +1002,43 @@ fn ctrl_z_stops_the_whole_isolated_run_and_fg_continues_it() {
         assert_eq!(tmp.entries(), Vec::<String>::new(), "{isolate}: no socket directory is left");
     }
 }
+
+/// Under an MPS daemon (here a listener where NVIDIA's daemon listens: a `SOCK_SEQPACKET` socket named
+/// `control` in the pipe directory), the matrix says, after its table, whether each boundary's importers
+/// were the daemon's clients, as each process found for itself, and its verdict says it ran under MPS.
+/// A pipe directory that the isolated processes can see (under TMPDIR, which no boundary of the matrix
+/// hides) makes every importer a client.
+#[test]
+fn the_matrix_under_mps_says_whose_clients_the_importers_were() {
+    use nix::sys::socket::{AddressFamily, Backlog, SockFlag, SockType, UnixAddr, bind, listen, socket};
+    use std::os::fd::AsRawFd;
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    if !namespaces_here("the_matrix_under_mps_says_whose_clients_the_importers_were") {
+        return;
+    }
+    let tmp = Tmp::new("matrix-mps");
+    let pipe = tmp.path().join("mps");
+    std::fs::create_dir(&pipe).unwrap();
+    let daemon = socket(AddressFamily::Unix, SockType::SeqPacket, SockFlag::SOCK_CLOEXEC, None).unwrap();
+    bind(daemon.as_raw_fd(), &UnixAddr::new(&pipe.join("control")).unwrap()).unwrap();
+    listen(&daemon, Backlog::new(64).unwrap()).unwrap();
+    let mut command = isolated(&tmp, &["--ipc", "all", "--isolate", "pid,shm"]);
+    let out = command.env("CUDA_MPS_PIPE_DIRECTORY", &pipe).output().unwrap();
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    let under =
+        format!("Under MPS (the daemon of {}): the importers of each boundary's runs", pipe.display());
+    assert!(said.contains(&under), "{said}");
+    for row in ["same namespaces", "own PID namespaces, the same pid number", "own /dev/shm"] {
+        let line = said.lines().find(|l| l.trim_start().starts_with(row) && l.contains("clients"));
+        assert!(line.is_some_and(|l| l.contains("its clients (") && !l.contains("not")), "{row}: {said}");
+    }
+    let verdict = String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or_default().to_owned();
+    assert!(verdict.contains(&format!("under MPS (the daemon of {})", pipe.display())), "{verdict}");
+    // Without the daemon (nothing listens there any more), nothing of MPS is said.
+    drop(daemon);
+    let mut command = isolated(&tmp, &["--ipc", "all", "--isolate", "pid"]);
+    let out = command.env("CUDA_MPS_PIPE_DIRECTORY", &pipe).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(!text(&out).contains("MPS"), "no daemon, no word of MPS: {}", text(&out));
+}

@@ -25,6 +25,7 @@
 //! that the driver refuses is a fact of the host, which the table reports.
 
 mod axes;
+mod mps;
 
 use anyhow::{Result, anyhow};
 
@@ -115,30 +116,46 @@ pub fn run(run: &Run, asked: &Isolation) -> Result<Ran> {
         rows.len(),
         COLUMNS.len()
     )?;
+    // Under MPS, whether each run's importers were the daemon's clients (see `mps`).
+    let daemon = crate::placement::mps::Mps::here();
     let mut cells: Vec<Vec<Cell>> = Vec::new();
+    let mut clients: Vec<Vec<Option<mps::Clients>>> = Vec::new();
     let bar =
         crate::progress::Bar::start((rows.len() * COLUMNS.len()) as u64, "--ipc all --isolate", run.quiet);
     for row in &rows {
-        let mut line = Vec::new();
+        let (mut line, mut said) = (Vec::new(), Vec::new());
         for column in &COLUMNS {
             bar.doing(format!("{} / {}", row.title, column.title));
-            let cell = run_cell(run, row, column)?;
+            let (cell, importers) = run_cell(run, row, column)?;
+            said.push(importers);
             say!("  {} / {}: {}", row.title, column.title, cell.word())?;
             bar.step_done();
             line.push(cell);
             signals::check()?;
         }
         cells.push(line);
+        clients.push(said);
     }
     drop(bar);
     crate::output::text(&table(&rows, &cells))?;
+    let titles: Vec<&str> = rows.iter().map(|r| r.title.as_str()).collect();
+    if let Some(text) = mps::lines(&daemon, &titles, &mps::per_row(&clients)) {
+        crate::output::text(&text)?;
+    }
     if !nix::unistd::geteuid().is_root() {
         // (The matrix's own process enters no namespace: it is still the user who started it.)
         say!(
             "(Not root: every isolated run here is in a user namespace of its own too, which the kernel needs.)"
         )?;
     }
-    Ok(Ran::with(outcome(&rows, &cells), Results::Matrix(document(&rows, &cells))))
+    let outcome = match outcome(&rows, &cells) {
+        Outcome::Passed(Some(summary)) => match daemon.under() {
+            Some(under) => Outcome::passed(format!("{summary}, {under}")),
+            None => Outcome::passed(summary),
+        },
+        other => other,
+    };
+    Ok(Ran::with(outcome, Results::Matrix(document(&rows, &cells))))
 }
 
 /// Passed with what the matrix found; waived where every run was; failed where a run failed for another
@@ -186,9 +203,11 @@ fn outcome(rows: &[Boundary], cells: &[Vec<Cell>]) -> Outcome {
 
 /// One isolated run, its output kept (not shown: the cell says how it ended), its document read back
 /// through a pipe, stopped with this process (a signal to the matrix goes on to it at once).
-fn run_cell(run: &Run, row: &Boundary, column: &Column) -> Result<Cell> {
+/// With how many of its importers were an MPS daemon's clients, where it said.
+fn run_cell(run: &Run, row: &Boundary, column: &Column) -> Result<(Cell, Option<mps::Clients>)> {
     let ran = crate::every_mechanism::run_one(&cell_run(run, row, column)?, column.mechanism, false)?;
-    Ok(classify(&ran.ending, ran.document.as_deref()))
+    let document = ran.document.as_deref();
+    Ok((classify(&ran.ending, document), mps::Clients::of_run(document)))
 }
 
 /// The options of a cell's run: the matrix's, with the cell's own ordering, isolation and way of moving

@@ -1,0 +1,87 @@
+//! The matrix under MPS: where this process finds a daemon (see `placement::mps`), whether the importers of
+//! each boundary's runs were its clients, as each said of itself in its place (`Place::mps`), beside the
+//! table. A process whose pipe directory is not the daemon's (a mount namespace that hides it) runs
+//! without MPS and says nothing of it: this says which.
+
+use crate::placement::mps::Mps;
+use crate::report::Document;
+
+/// How many of a run's importers (the processes that joined it) were the daemon's clients.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Clients {
+    pub clients: usize,
+    pub of: usize,
+}
+
+impl Clients {
+    /// What a cell's run said of its importers, where it said where they stand.
+    pub(super) fn of_run(document: Option<&Document>) -> Option<Self> {
+        let placement = document?.placement.as_ref()?;
+        let of = placement.processes.len();
+        let clients = placement.processes.iter().filter(|p| p.place.mps.client).count();
+        Some(Self { clients, of })
+    }
+
+    fn add(self, other: Self) -> Self {
+        Self { clients: self.clients + other.clients, of: self.of + other.of }
+    }
+}
+
+/// The rows' clients, summed over each row's runs (`None` where no run said).
+pub(super) fn per_row(cells: &[Vec<Option<Clients>>]) -> Vec<Option<Clients>> {
+    cells.iter().map(|line| line.iter().flatten().copied().reduce(Clients::add)).collect()
+}
+
+/// The lines after the table where `daemon` is a daemon this process is a client of: each row, and
+/// whether its importers were clients too; `None` without a daemon.
+pub(super) fn lines(daemon: &Mps, rows: &[&str], clients: &[Option<Clients>]) -> Option<String> {
+    if !daemon.client {
+        return None;
+    }
+    let width = rows.iter().map(|r| r.len()).max().unwrap_or(0);
+    let mut text = format!(
+        "Under MPS (the daemon of {}): the importers of each boundary's runs\n",
+        daemon.pipe_directory
+    );
+    for (row, clients) in rows.iter().zip(clients) {
+        let said = match clients {
+            None => "not known (no run said where its processes stand)".to_owned(),
+            Some(Clients { of: 0, .. }) => "none joined".to_owned(),
+            Some(Clients { clients, of }) if clients == of => format!("its clients ({clients} of {of})"),
+            Some(Clients { clients: 0, of }) => {
+                format!("not its clients (0 of {of}): they ran without MPS (is the pipe directory shared?)")
+            }
+            Some(Clients { clients, of }) => format!("{clients} of {of} its clients, the others without MPS"),
+        };
+        text.push_str(&format!("  {row:<width$}  {said}\n"));
+    }
+    Some(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn daemon(client: bool) -> Mps {
+        Mps { pipe_directory: "/tmp/mps".into(), from_env: true, client }
+    }
+
+    #[test]
+    fn each_row_says_whether_its_importers_were_the_daemons_clients() {
+        let cells = vec![
+            vec![Some(Clients { clients: 2, of: 2 }), None, Some(Clients { clients: 2, of: 2 })],
+            vec![Some(Clients { clients: 0, of: 2 })],
+            vec![Some(Clients { clients: 1, of: 2 }), Some(Clients { clients: 0, of: 2 })],
+            vec![None],
+        ];
+        let rows = per_row(&cells);
+        assert_eq!(rows[0], Some(Clients { clients: 4, of: 4 }), "summed over the row's runs");
+        let text = lines(&daemon(true), &["same", "hidden", "some", "unsaid"], &rows).unwrap();
+        assert!(text.starts_with("\nUnder MPS (the daemon of /tmp/mps): "), "after the table: {text}");
+        assert!(text.contains("same    its clients (4 of 4)"), "{text}");
+        assert!(text.contains("hidden  not its clients (0 of 2): they ran without MPS"), "{text}");
+        assert!(text.contains("some    1 of 4 its clients"), "{text}");
+        assert!(text.contains("unsaid  not known"), "{text}");
+        assert_eq!(lines(&daemon(false), &["same"], &rows), None, "no daemon: nothing said");
+    }
+}
