@@ -40,7 +40,7 @@ pub(super) fn lines(daemon: &Mps, rows: &[&str], clients: &[Option<Clients>]) ->
     }
     let width = rows.iter().map(|r| r.len()).max().unwrap_or(0);
     let mut text = format!(
-        "Under MPS (the daemon of {}): the importers of each boundary's runs\n",
+        "\nUnder MPS (the daemon of {}): the importers of each boundary's runs\n",
         daemon.pipe_directory
     );
     for (row, clients) in rows.iter().zip(clients) {
