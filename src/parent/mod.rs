@@ -69,30 +69,13 @@ fn run_the_sample(
     let setup::Setup { segment, guardian, cuda, chosen } = setup;
     let state = segment.state();
     let driver: &dyn Driver = &*cuda;
-    // Ask the devices, do not assume: a mechanism this host lacks is waived, with its reason.
-    let memops = run.sync == Sync::Memops;
-    // --fds pidfd: the importers fetch the descriptors themselves; asked of this kernel by trial first.
+    // Ask the devices and the kernel, do not assume: a mechanism this host lacks is waived, with its reason.
+    let process_devices = match ask_the_host(run, mechanism, driver, &chosen)? {
+        Ok(process_devices) => process_devices,
+        Err(waiver) => return Ok(waiver.into()),
+    };
+    // --fds pidfd: the importers fetch the descriptors themselves.
     let pidfd = run.fds == Fds::Pidfd && mechanism.uses_descriptors();
-    let lacking =
-        |reason| Waiver(format!("No CUDA devices support IPC with --ipc {} ({reason})", mechanism.name()));
-    if let Some(reason) = crate::ipc::pidfd::unsupported().filter(|_| pidfd) {
-        // The kernel's lack, not the devices': said as such.
-        return Ok(Waiver(format!("--ipc {} cannot run here with {reason}", mechanism.name())).into());
-    }
-    for &device in &chosen {
-        // Legacy is asked by an export, on the device's context, in `export_device`: creating the context here
-        // would hold the children back.
-        if let Some(reason) = mechanism.unsupported_by_attributes(driver, device)? {
-            return Ok(lacking(reason).into());
-        }
-        if let Some(reason) = driver.stream_memops_unsupported(device)?.filter(|_| memops) {
-            return Ok(Waiver(format!("No CUDA devices support IPC with --sync memops ({reason})")).into());
-        }
-    }
-    let process_devices = devices::plan(&chosen, run.procs_per_device as usize)?;
-    if let Some(reason) = platform::waiver(driver, mechanism, &process_devices)? {
-        return Ok(lacking(reason).into());
-    }
     let n = process_devices.len();
     // Processes it did not start from its own program (`--serve`), or that run where it cannot see them
     // (`--isolate`), might say anything: the parent then checks every buffer itself before it says PASSED.
@@ -141,7 +124,7 @@ fn run_the_sample(
         watch.enter(Phase::AllocateExport)?;
         exports = match missing_waived(exporter.export_all(&mut watch, Phase::StartChildren))? {
             Ok(exported) => exported,
-            Err(reason) => return Ok(lacking(reason).into()),
+            Err(reason) => return Ok(lacking(mechanism, reason).into()),
         };
         children = Team::start(run, &segment, n, &mut their_sockets, started, audience, &guardian)?;
     } else {
@@ -153,7 +136,7 @@ fn run_the_sample(
             Err(reason) => {
                 state.waive();
                 children.stop();
-                return Ok(lacking(reason).into());
+                return Ok(lacking(mechanism, reason).into());
             }
         };
     }
@@ -227,6 +210,43 @@ fn missing_waived<T>(exported: Result<T>) -> Result<Result<T, String>> {
         Err(Ok(Waiver(reason))) => Ok(Err(reason)),
         Err(Err(e)) => Err(e),
     }
+}
+
+/// The device of each process, or why this host cannot run `mechanism` as `run` asks: the kernel's
+/// `pidfd_getfd` for `--fds pidfd`, each chosen device's attributes for the mechanism and for `--sync
+/// memops`, then the platform (MIG instances, WSL2). Legacy is asked by an export, on the device's
+/// context, in `export_device`: creating the context here would hold the children back.
+fn ask_the_host(
+    run: &Run,
+    mechanism: Mechanism,
+    driver: &dyn Driver,
+    chosen: &[i32],
+) -> Result<std::result::Result<Vec<i32>, Waiver>> {
+    if run.fds == Fds::Pidfd
+        && mechanism.uses_descriptors()
+        && let Some(reason) = crate::ipc::pidfd::unsupported()
+    {
+        // The kernel's lack, not the devices': said as such.
+        return Ok(Err(Waiver(format!("--ipc {} cannot run here with {reason}", mechanism.name()))));
+    }
+    for &device in chosen {
+        if let Some(reason) = mechanism.unsupported_by_attributes(driver, device)? {
+            return Ok(Err(lacking(mechanism, reason)));
+        }
+        if let Some(reason) = driver.stream_memops_unsupported(device)?.filter(|_| run.sync == Sync::Memops) {
+            return Ok(Err(Waiver(format!("No CUDA devices support IPC with --sync memops ({reason})"))));
+        }
+    }
+    let process_devices = devices::plan(chosen, run.procs_per_device as usize)?;
+    Ok(match platform::waiver(driver, mechanism, &process_devices)? {
+        Some(reason) => Err(lacking(mechanism, reason)),
+        None => Ok(process_devices),
+    })
+}
+
+/// `mechanism` waived: these devices lack it, for `reason`.
+fn lacking(mechanism: Mechanism, reason: String) -> Waiver {
+    Waiver(format!("No CUDA devices support IPC with --ipc {} ({reason})", mechanism.name()))
 }
 
 /// `--timings`: the parent's phases and what each child left in the segment; and the results for `--json`.
