@@ -21,12 +21,9 @@ const MAX_LISTED: usize = 256;
 const PATH_MAX: usize = 4096;
 /// Bytes of a [`MadePath`] before its path.
 const PATH_HEAD: usize = 33;
-/// The longest note: a kind byte and a `Making` list of [`MAX_LISTED`] records, or the longest path.
-const MAX_NOTE: usize = 1 + if MAX_LISTED * RECORD_BYTES > PATH_HEAD + PATH_MAX {
-    MAX_LISTED * RECORD_BYTES
-} else {
-    PATH_HEAD + PATH_MAX
-};
+/// The longest note: a kind byte and a `Making` list of [`MAX_LISTED`] records (a path's is shorter).
+const MAX_NOTE: usize = 1 + MAX_LISTED * RECORD_BYTES;
+const _: () = assert!(PATH_HEAD + PATH_MAX < MAX_LISTED * RECORD_BYTES);
 
 /// What a parent tells its guardian.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -65,17 +62,9 @@ impl Note {
                     return None;
                 }
                 let kind = if matches!(self, Self::Path(_)) { b'P' } else { b'G' };
-                let words = [made.dev.to_le_bytes(), made.ino.to_le_bytes()];
-                let mut bytes = vec![kind];
-                bytes.extend(
-                    words
-                        .into_iter()
-                        .chain([made.ctime.0.to_le_bytes(), made.ctime.1.to_le_bytes()])
-                        .flatten(),
-                );
-                bytes.push(u8::from(made.dir));
-                bytes.extend_from_slice(path);
-                bytes
+                let (dev, ino) = (made.dev.to_le_bytes(), made.ino.to_le_bytes());
+                let ctime = [made.ctime.0.to_le_bytes(), made.ctime.1.to_le_bytes()].concat();
+                [&[kind][..], &dev, &ino, &ctime, &[u8::from(made.dir)], path].concat()
             }
         })
     }
@@ -96,19 +85,12 @@ impl Note {
                 let word = |at: usize| -> Option<[u8; 8]> { body.get(at..at + 8)?.try_into().ok() };
                 let path = body.get(PATH_HEAD..).filter(|p| !p.is_empty() && p.len() <= PATH_MAX)?;
                 let path = std::path::PathBuf::from(std::ffi::OsStr::from_bytes(path));
-                let dir = match body.get(PATH_HEAD - 1)? {
-                    0 => false,
-                    1 => true,
-                    _ => return None,
-                };
+                let dir = *body.get(PATH_HEAD - 1)?;
                 let (dev, ino) = (u64::from_le_bytes(word(0)?), u64::from_le_bytes(word(8)?));
                 let ctime = (i64::from_le_bytes(word(16)?), i64::from_le_bytes(word(24)?));
-                let made = MadePath { dev, ino, dir, ctime, path };
-                made.path.is_absolute().then_some(if kind == b'P' {
-                    Self::Path(made)
-                } else {
-                    Self::Forget(made)
-                })
+                let is: fn(MadePath) -> Self = if kind == b'P' { Self::Path } else { Self::Forget };
+                (dir <= 1 && path.is_absolute())
+                    .then(|| is(MadePath { dev, ino, dir: dir == 1, ctime, path }))
             }
             _ => None,
         }

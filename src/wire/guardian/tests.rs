@@ -79,6 +79,8 @@ fn cut_or_lengthened_notes_are_none() {
         let paths = matches!(note, Note::Path(_) | Note::Forget(_)) && bytes.len() < 1 + PATH_HEAD + PATH_MAX;
         assert!(Note::decode(&longer).is_none() || paths, "{note:?} and a byte");
     }
+    let too_many = [&b"M"[..], &file(5).to_record().repeat(MAX_LISTED + 1)].concat();
+    assert_eq!(Note::decode(&too_many), None, "a list over MAX_LISTED");
     for kind in *b"FMDPG" {
         let over = [&[kind][..], &[b'/'; MAX_NOTE]].concat();
         assert_eq!(Note::decode(&over), None, "{} bytes of kind {}", over.len(), kind as char);
