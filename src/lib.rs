@@ -31,6 +31,7 @@ pub(crate) mod ipc;
 pub(crate) mod isolation;
 pub(crate) mod join;
 pub(crate) mod joiners;
+pub(crate) mod made_path;
 pub(crate) mod matrix;
 pub(crate) mod meeting;
 pub(crate) mod numa;

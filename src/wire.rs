@@ -1,7 +1,8 @@
 //! The one wire between processes of this program over `SOCK_SEQPACKET` sockets (each message whole): the
 //! typed [`Message`], its `encode` and `decode`, and the one place that sends and receives it with the
 //! descriptors beside it (`SCM_RIGHTS`, as nix's `ControlMessage` carries them), owning each received one at
-//! once. The guardian's socket is not on it (see `guardian`).
+//! once; and [`guardian::Note`], what a parent tells its guardian, which is never answered and carries no
+//! descriptors (see there).
 //!
 //! A message is an 8-byte ASCII tag, which names it and the layout of its body (a new layout takes a new
 //! tag): the numbers and typed facts as JSON; the texts of a refusal, of a joiner's end and of a sequence's
@@ -381,5 +382,6 @@ fn hear_once(socket: BorrowedFd, wait_ms: u16, after_reset: bool) -> Result<Hear
 }
 
 pub(crate) mod descriptors;
+pub(crate) mod guardian;
 #[cfg(test)]
 mod tests;

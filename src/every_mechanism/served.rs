@@ -15,9 +15,10 @@ use nix::errno::Errno;
 use nix::sys::socket::{SockFlag, accept4, getsockopt, sockopt::PeerCredentials};
 
 use super::{Ending, Row, sub_run};
-use crate::guardian::{Guardian, MadePath};
+use crate::guardian::Guardian;
 use crate::ipc::Mechanism;
 use crate::joiners;
+use crate::made_path::MadePath;
 use crate::meeting::{self, Address};
 use crate::role::{Run, Served, Timeout};
 use crate::wire::{self, Heard, Message, Round, RunEnd};

@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use crate::guardian::{Guardian, MadePath};
+use crate::guardian::Guardian;
+use crate::made_path::MadePath;
 use crate::meeting::Address;
 use crate::peers::{PeerFailed, Peers};
 use crate::placement::Place;

@@ -14,8 +14,9 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use nix::sys::signal::Signal;
 
-use crate::guardian::{Guardian, MadePath};
+use crate::guardian::Guardian;
 use crate::isolation::{Isolation, Kind};
+use crate::made_path::MadePath;
 use crate::meeting::Address;
 use crate::outcome::EXIT_WAIVED;
 use crate::outcome::Waiver;

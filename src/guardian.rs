@@ -3,7 +3,7 @@
 //! events once the parent is gone, however it went (even `kill -9` of the whole process group). The driver
 //! removes them only when their exporter exits normally, and the parent removes their names once every
 //! child has opened the events (see `ipc::events`); the guardian is for the ways out that run no code.
-//! It removes the socket file and private directory of a served or isolated run too ([`MadePath`]): the
+//! It removes the socket file and private directory of a served or isolated run too (`made_path`): the
 //! parent tells it of each once made (path, device, inode), and that it removed it itself, if it did.
 //!
 //! - It acts on what its parent told it and on nothing else: each file as the exporter maps it (name,
@@ -19,9 +19,8 @@
 //! It is started by exec, so it is safe whatever threads the parent has (a tool such as compute-sanitizer
 //! injects some), and with an empty environment, so that no such tool follows it: it makes no CUDA call.
 //!
-//! Its socket is not on `wire`: its messages carry no descriptors and no text to print, are the fixed
-//! records `driver_files` defines (a kind byte before each), are sent without blocking and never answered,
-//! and its reader never fails: it keeps what it can read until end of file and ignores the rest.
+//! What the parent tells it is a typed [`Note`] of `wire::guardian`: sent without blocking and never
+//! answered, read until end of file by a reader that never fails (what is not a note is skipped).
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::time::Duration;
@@ -30,43 +29,17 @@ use anyhow::{Context, Result, bail};
 use nix::errno::Errno;
 use nix::sys::signal::{SigHandler, Signal, signal};
 use nix::sys::socket::{
-    AddressFamily, MsgFlags, SockFlag, SockType, recv, send, socketpair, sockopt::PeerCredentials,
-    sockopt::SockType as SocketType,
+    AddressFamily, SockFlag, SockType, socketpair, sockopt::PeerCredentials, sockopt::SockType as SocketType,
 };
 
 use crate::driver_files::{self, EventFile};
+use crate::made_path::MadePath;
 use crate::relaunch::{OnDrop, Process, Relaunch, Streams};
-
-mod made_path;
-pub use made_path::MadePath;
+use crate::wire::{self, guardian::Note};
 
 /// How long the parent waits, on its way out, for the guardian to end; past it the guardian is left to
 /// finish on its own (a stopped one does its work once it is continued).
 const REAP_WITHIN: Duration = Duration::from_millis(100);
-
-/// What a message to the guardian says; a record of a file (`driver_files::RECORD_BYTES`) follows.
-#[derive(Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-enum Message {
-    /// Remove this file at the end, if it is still that file.
-    File = b'F',
-    /// An event file is about to be made; the records that follow are the names of the driver's shape with
-    /// the parent's pid number that exist now (the parent looks, so that what it makes next is not among them).
-    Making = b'M',
-    /// The event file announced by `Making` is this one (an empty record: none was made).
-    Made = b'D',
-    /// Remove this path at the end (a [`MadePath`] follows), if it is still what was made.
-    Path = b'P',
-    /// The parent removed this path itself (a [`MadePath`] follows): the guardian forgets it.
-    PathGone = b'G',
-}
-
-const MESSAGE_BYTES: usize = 1 + driver_files::RECORD_BYTES;
-/// The most records a `Making` message lists; with more, the guardian removes nothing it was not told of.
-const MAX_LISTED: usize = 256;
-/// The longest path a [`MadePath`] message carries (Linux's `PATH_MAX`); a longer one is cut, names nothing
-/// made, and is left alone.
-const PATH_MAX: usize = 4096;
 
 /// The parent's handle on its guardian: its end of the socket the guardian reads, and the process (waited
 /// for [`REAP_WITHIN`] once the socket is closed, then left to finish).
@@ -99,7 +72,7 @@ impl Guardian {
     /// run: a guardian that is gone or not reading is said once, as a warning.
     pub fn cover(&self, files: &[EventFile]) {
         for file in files {
-            self.tell(Message::File, &file.to_record());
+            self.tell(&Note::File(file.clone()));
         }
     }
 
@@ -111,58 +84,26 @@ impl Guardian {
         make: impl FnOnce() -> Result<T>,
         file_of: impl Fn(&T) -> Option<&EventFile>,
     ) -> Result<T> {
-        let existing = driver_files::named_by_pid(std::process::id());
-        let mut message = vec![Message::Making as u8];
-        match existing {
-            Some(existing) if existing.len() <= MAX_LISTED => {
-                message.extend(existing.iter().flat_map(EventFile::to_record));
-            }
-            // Too many to list, or not known: the guardian will not guess.
-            _ => message.push(b'!'),
-        }
-        self.send(&message);
+        self.tell(&Note::Making(driver_files::named_by_pid(std::process::id())));
         let made = make();
-        let record = made
-            .as_ref()
-            .ok()
-            .and_then(&file_of)
-            .map_or([0; driver_files::RECORD_BYTES], EventFile::to_record);
-        self.tell(Message::Made, &record);
+        self.tell(&Note::Made(made.as_ref().ok().and_then(&file_of).cloned()));
         made
     }
 
     /// Has the guardian remove `made` (a socket file or directory the run made), should the run end
     /// without removing it. Never fails the run, as [`cover`](Self::cover).
     pub fn cover_path(&self, made: &MadePath) {
-        let message = made.to_message(Message::Path);
-        if message.len() <= 34 + PATH_MAX {
-            self.send(&message);
-        }
+        self.tell(&Note::Path(made.clone()));
     }
 
     /// Tells the guardian that the run removed `made` itself: it is not to be looked at again (its name may
     /// be another's by then).
     pub fn forget_path(&self, made: &MadePath) {
-        self.send(&made.to_message(Message::PathGone));
+        self.tell(&Note::Forget(made.clone()));
     }
 
-    fn tell(&self, kind: Message, record: &[u8; driver_files::RECORD_BYTES]) {
-        let mut message = [0u8; MESSAGE_BYTES];
-        message[0] = kind as u8;
-        message[1..].copy_from_slice(record);
-        self.send(&message);
-    }
-
-    fn send(&self, message: &[u8]) {
-        let Some(socket) = &self.socket else { return };
-        let flags = MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT;
-        let sent = loop {
-            match send(socket.as_raw_fd(), message, flags) {
-                Err(Errno::EINTR) => continue,
-                other => break other,
-            }
-        };
-        if let Err(e) = sent {
+    fn tell(&self, note: &Note) {
+        if let Some(Err(e)) = self.socket.as_ref().map(|socket| wire::guardian::tell(socket, note)) {
             self.say_lost(e);
         }
     }
@@ -214,40 +155,21 @@ pub fn watch(fd: RawFd) -> Result<()> {
     let mut making = 0usize;
     // What existed before the oldest making still under way; `None`: not known (nothing is guessed).
     let mut before_making: Option<Vec<EventFile>> = None;
-    let mut message = vec![0u8; (2 + MAX_LISTED * driver_files::RECORD_BYTES).max(64 + PATH_MAX)];
-    loop {
-        let n = match recv(socket.as_raw_fd(), &mut message, MsgFlags::empty()) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(Errno::EINTR) => continue,
-            Err(_) => break,
-        };
-        let records = || {
-            message[1..n].chunks_exact(driver_files::RECORD_BYTES).map(|chunk| {
-                let mut record = [0u8; driver_files::RECORD_BYTES];
-                record.copy_from_slice(chunk);
-                EventFile::from_record(&record)
-            })
-        };
-        match message[0] {
-            b'M' => {
+    for note in wire::guardian::notes(&socket) {
+        match note {
+            Note::File(file) => files.push(file),
+            Note::Making(listed) => {
                 if making == 0 {
-                    let listed = (n - 1) % driver_files::RECORD_BYTES == 0;
-                    before_making = listed.then(|| records().flatten().collect());
+                    before_making = listed;
                 }
                 making += 1;
             }
-            b'D' => {
+            Note::Made(file) => {
                 making = making.saturating_sub(1);
-                files.extend(records().flatten());
+                files.extend(file);
             }
-            b'P' => paths.extend(MadePath::from_message(&message[1..n])),
-            b'G' => {
-                if let Some(gone) = MadePath::from_message(&message[1..n]) {
-                    paths.retain(|p| *p != gone);
-                }
-            }
-            _ => files.extend(records().flatten()),
+            Note::Path(made) => paths.push(made),
+            Note::Forget(gone) => paths.retain(|p| *p != gone),
         }
     }
     if making > 0

@@ -1,7 +1,6 @@
 //! What the guardian removes besides the driver's files: a socket file or directory the run made, known by
-//! the identity it had when made, and removed only while it is still that very file.
-
-use super::Message;
+//! the identity it had when made, and removed only while it is still that very file. (How the parent tells
+//! the guardian of one is `wire::guardian`.)
 
 /// A socket file or directory the run made (a served run's socket, an isolated run's private directory),
 /// with the identity it had when made: the guardian removes a path only while it is still that very file,
@@ -34,33 +33,6 @@ impl MadePath {
             ino: meta.ino(),
             dir,
             ctime: if dir { (0, 0) } else { (meta.ctime(), meta.ctime_nsec()) },
-        })
-    }
-
-    pub(super) fn to_message(&self, kind: Message) -> Vec<u8> {
-        use std::os::unix::ffi::OsStrExt;
-        let mut message = vec![kind as u8];
-        message.extend(self.dev.to_le_bytes());
-        message.extend(self.ino.to_le_bytes());
-        message.extend(self.ctime.0.to_le_bytes());
-        message.extend(self.ctime.1.to_le_bytes());
-        message.push(u8::from(self.dir));
-        message.extend(self.path.as_os_str().as_bytes());
-        message
-    }
-
-    pub(super) fn from_message(body: &[u8]) -> Option<Self> {
-        use std::os::unix::ffi::OsStrExt;
-        let word = |at: usize| Some(u64::from_le_bytes(body.get(at..at + 8)?.try_into().ok()?));
-        let signed = |at: usize| Some(i64::from_le_bytes(body.get(at..at + 8)?.try_into().ok()?));
-        let path = body.get(33..).filter(|p| !p.is_empty())?;
-        let path = std::path::PathBuf::from(std::ffi::OsStr::from_bytes(path));
-        path.is_absolute().then_some(Self {
-            dev: word(0)?,
-            ino: word(8)?,
-            ctime: (signed(16)?, signed(24)?),
-            dir: *body.get(32)? == 1,
-            path,
         })
     }
 
