@@ -310,3 +310,19 @@ fn an_internal_role_given_one_descriptor_twice_refuses_it() {
         assert!(!socket.exists(), "--served-fds {fds}: the socket's path was made");
     }
 }
+
+/// A `--timeout` too long for a deadline (`u64::MAX` seconds, as a user types for "never") is a watchdog that
+/// does not fire, in every mode that derives a deadline from it: not a panic on adding it to the clock.
+#[test]
+fn a_timeout_too_long_for_the_clock_is_one_that_does_not_fire() {
+    let never = u64::MAX.to_string();
+    for args in [
+        &["--timeout", &never][..],
+        &["--ipc", "all", "--timeout", &never],
+        &["--bench", "--bench-max-bytes", "16K", "--timeout", &never],
+    ] {
+        let out = run(simulated("ok,ok").args(args).arg("-q"));
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", text(&out));
+        assert!(!text(&out).contains("internal error"), "{args:?}: {}", text(&out));
+    }
+}
