@@ -147,7 +147,8 @@ fn a_timeout_too_long_for_the_clock_serves_and_leaves_nothing() {
     for ipc in ["legacy", "all"] {
         let (_dir, socket) = socket_path(&format!("never-{ipc}"));
         let server = Running::start("ok", &["--serve", &socket, "--ipc", ipc, "--timeout", &never], None);
-        let joiner = Running::start("ok", &["--join", &socket, "--timeout", &never], None);
+        // Its own limit finite, so that a failing server leaves no joiner waiting for ever.
+        let joiner = Running::start("ok", &["--join", &socket, "--timeout", "20"], None);
         let (code, out, _) = server.end(LIMIT);
         assert_eq!(code, Some(0), "{ipc}: the server: {out}");
         let (code, out, _) = joiner.end(LIMIT);
