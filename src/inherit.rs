@@ -16,12 +16,19 @@ pub fn keep_across_exec(fd: RawFd) -> std::io::Result<()> {
 }
 
 /// Takes ownership of descriptor `fd`, which the parent let this process inherit (`what` it is, for
-/// messages), after checking that it is open and not a standard descriptor; it is inherited no further.
+/// messages), after checking that it is open, not a standard descriptor, and inherited: an inherited one is
+/// not close-on-exec until it is taken, so one taken already (a number given twice on a command line typed
+/// by hand), or one this process opened itself, is refused rather than owned twice and closed twice (which
+/// Rust's IO safety answers with an abort). It is inherited no further.
 pub fn take(fd: RawFd, what: &str) -> Result<OwnedFd> {
     ensure!(fd > 2, "descriptor {fd} is not the {what} (it is standard input, output or error)");
     // SAFETY: only asks whether the number is an open descriptor; nothing is owned or closed.
     let open = fcntl(unsafe { BorrowedFd::borrow_raw(fd) }, FcntlArg::F_GETFD);
-    open.with_context(|| format!("fstat({what} descriptor {fd}): it is not open"))?;
+    let flags = open.with_context(|| format!("fstat({what} descriptor {fd}): it is not open"))?;
+    ensure!(
+        !FdFlag::from_bits_truncate(flags).contains(FdFlag::FD_CLOEXEC),
+        "descriptor {fd} is not the {what}: it is given twice, or was not inherited (it is close-on-exec)"
+    );
     // SAFETY: the descriptor is open (checked) and was given to this process to own: the parent let it
     // through exec for this process alone.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };

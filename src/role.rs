@@ -48,9 +48,13 @@ pub(crate) enum Role {
 pub(crate) struct Timeout(pub u64);
 
 impl Timeout {
-    /// The limit, `None` for `--timeout 0`.
+    /// The longest limit: about a century, past which a deadline is as good as none. A longer one (a user's
+    /// `u64::MAX` for "never") is this, since the clock cannot be given more: `Instant + Duration` panics.
+    const LONGEST_S: u64 = 100 * 365 * 24 * 3600;
+
+    /// The limit, `None` for `--timeout 0`; at most [`LONGEST_S`](Self::LONGEST_S) seconds.
     pub(crate) fn limit(self) -> Option<Duration> {
-        (self.0 > 0).then(|| Duration::from_secs(self.0))
+        (self.0 > 0).then(|| Duration::from_secs(self.0.min(Self::LONGEST_S)))
     }
 }
 

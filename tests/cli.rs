@@ -270,3 +270,59 @@ fn help_groups_the_options_and_h_is_short() {
         }
     }
 }
+
+/// An internal role typed by hand with one descriptor given for two things (`--served-fds 6,6`, or the
+/// `--report-fd` again among them) is refused with exit 1: the second owner of one number would close it
+/// twice, which Rust's IO safety answers with an abort (134).
+#[test]
+fn an_internal_role_given_one_descriptor_twice_refuses_it() {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let dir = common::scratch("twice");
+    let report = std::fs::File::create(dir.path().join("report")).unwrap();
+    let served = std::fs::File::open("/dev/null").unwrap();
+    let socket = dir.path().join("run.sock");
+    for fds in ["6,6", "5,6", "6,7,6"] {
+        let (report, served) = (report.as_raw_fd(), served.as_raw_fd());
+        let mut command = std::process::Command::new(bin());
+        command
+            .args(["@internal", "run", "--report-fd", "5", "--serve"])
+            .arg(&socket)
+            .args(["--serve-round", "1/1", "--served-fds", fds, "--timeout", "2", "-q"])
+            .env(SIMULATE, "ok,ok")
+            .env_remove(FAULT)
+            .stdin(std::process::Stdio::null());
+        // SAFETY: dup2 between fork and exec, of descriptors this test holds open.
+        unsafe {
+            command.pre_exec(move || {
+                for (from, to) in [(report, 5), (served, 6), (served, 7)] {
+                    if nix::libc::dup2(from, to) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
+        }
+        let out = command.output().unwrap();
+        let said = text(&out);
+        assert_eq!(out.status.code(), Some(1), "--served-fds {fds}: refused, not aborted: {said}");
+        assert!(said.contains("given twice"), "--served-fds {fds}: {said}");
+        assert!(!socket.exists(), "--served-fds {fds}: the socket's path was made");
+    }
+}
+
+/// A `--timeout` too long for a deadline (`u64::MAX` seconds, as a user types for "never") is a watchdog that
+/// does not fire, in every mode that derives a deadline from it: not a panic on adding it to the clock.
+#[test]
+fn a_timeout_too_long_for_the_clock_is_one_that_does_not_fire() {
+    let never = u64::MAX.to_string();
+    for args in [
+        &["--timeout", &never][..],
+        &["--ipc", "all", "--timeout", &never],
+        &["--bench", "--bench-max-bytes", "16K", "--timeout", &never],
+    ] {
+        let out = run(simulated("ok,ok").args(args).arg("-q"));
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", text(&out));
+        assert!(!text(&out).contains("internal error"), "{args:?}: {}", text(&out));
+    }
+}

@@ -192,16 +192,21 @@ fn layout_round_trips_between_processes() {
     // SAFETY: (test) the forked child only reads the segment, then leaves with _exit.
     match unsafe { nix::unistd::fork() }.unwrap() {
         nix::unistd::ForkResult::Child => {
-            let ok = segment::Segment::open_inherited(created.fd()).is_ok_and(|opened| {
-                let s = opened.state();
-                s.process_count() == 3
-                    && (0..3).map(|i| s.device_of(i)).eq([3, 3, 5])
-                    && s.data_size() == 1 << 20
-                    && s.run_state() == segment::RunState::Ready
-                    && (0..3).all(|i| s.mem_handles[i].load() == [i as u8 + 1; 64])
-                    && (0..3).all(|i| s.event_handles[i].load() == [i as u8 + 101; 64])
-                    && opened.state().opened.fetch_add(1, Ordering::AcqRel) == 0
-            });
+            // As a child started by exec inherits it: not close-on-exec (which `open_inherited` checks).
+            // SAFETY: (test) the descriptor is the segment's, open in this forked copy.
+            let fd = unsafe { BorrowedFd::borrow_raw(created.fd()) };
+            let inherited = fcntl(fd, FcntlArg::F_SETFD(FdFlag::empty())).is_ok();
+            let ok = inherited
+                && segment::Segment::open_inherited(created.fd()).is_ok_and(|opened| {
+                    let s = opened.state();
+                    s.process_count() == 3
+                        && (0..3).map(|i| s.device_of(i)).eq([3, 3, 5])
+                        && s.data_size() == 1 << 20
+                        && s.run_state() == segment::RunState::Ready
+                        && (0..3).all(|i| s.mem_handles[i].load() == [i as u8 + 1; 64])
+                        && (0..3).all(|i| s.event_handles[i].load() == [i as u8 + 101; 64])
+                        && opened.state().opened.fetch_add(1, Ordering::AcqRel) == 0
+                });
             // SAFETY: (test) ends the forked child without running the test harness's atexit handlers.
             unsafe { nix::libc::_exit(if ok { 0 } else { 1 }) }
         }

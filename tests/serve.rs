@@ -139,6 +139,24 @@ fn a_served_run_passes_with_every_mechanism() {
     }
 }
 
+/// A server and its joiners given a `--timeout` too long for a deadline (`u64::MAX` seconds) pass, and
+/// leave no socket: a panic on adding it to the clock had left the socket file behind.
+#[test]
+fn a_timeout_too_long_for_the_clock_serves_and_leaves_nothing() {
+    let never = u64::MAX.to_string();
+    for ipc in ["legacy", "all"] {
+        let (_dir, socket) = socket_path(&format!("never-{ipc}"));
+        let server = Running::start("ok", &["--serve", &socket, "--ipc", ipc, "--timeout", &never], None);
+        // Its own limit finite, so that a failing server leaves no joiner waiting for ever.
+        let joiner = Running::start("ok", &["--join", &socket, "--timeout", "20"], None);
+        let (code, out, _) = server.end(LIMIT);
+        assert_eq!(code, Some(0), "{ipc}: the server: {out}");
+        let (code, out, _) = joiner.end(LIMIT);
+        assert_eq!(code, Some(0), "{ipc}: the joiner: {out}");
+        assert!(!std::path::Path::new(&socket).exists(), "{ipc}: {socket} was left");
+    }
+}
+
 /// `--serve --ipc all` is a sequence of runs, one per mechanism, and the joiners follow it from one to the
 /// next: each takes part in every run, is told of the waived one, and ends when the last has; so does the
 /// server, with its table. The same with --sync memops, where pool is waived without a run.
