@@ -50,6 +50,18 @@ one "daemon in its own PID namespace" "$bin" --procs-per-device 2
 echo quit | nvidia-cuda-mps-control; wait "$daemon" 2>/dev/null
 nvidia-cuda-mps-control -d || { echo "nvidia-cuda-mps-control -d failed"; exit 1; }
 for _ in $(seq 100); do [ -S "$mps/pipe/control" ] && break; sleep 0.05; done
+# A `control` socket that is no daemon (it accepts and closes at once): does the client trust it?
+fake=$(mktemp -d /tmp/simple-ipc-fake-mps-XXXXXX)
+python3 -c "
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET); s.bind(sys.argv[1] + '/control'); s.listen(64)
+while True:
+    c, _ = s.accept(); c.close()
+" "$fake" &
+impostor=$!
+for _ in $(seq 100); do [ -S "$fake/control" ] && break; sleep 0.05; done
+CUDA_MPS_PIPE_DIRECTORY="$fake" one "a control socket that is no daemon" env CUDA_MPS_PIPE_DIRECTORY="$fake" "$bin" --procs-per-device 2
+kill "$impostor"; wait "$impostor" 2>/dev/null; rm -rf "$fake"
 start=$(date +%s.%N)
 one "matrix: --ipc all --isolate container,user" "$bin" --ipc all --isolate container,user
 echo "matrix took $(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s under MPS; its table:"
