@@ -93,6 +93,33 @@ impl MadePath {
 mod tests {
     use super::*;
 
+    /// What the parent tells the guardian is what it reads back: every field of a socket's and of a
+    /// directory's, after the message's kind; a path that is not absolute, none or a short body names nothing.
+    #[test]
+    fn a_made_path_crosses_to_the_guardian_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("s");
+        let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        let file = dir.path().join("f");
+        std::fs::write(&file, b"").unwrap();
+        assert_eq!(MadePath::of(&file), None, "neither a socket nor a directory");
+        assert_eq!(MadePath::of(&dir.path().join("absent")), None);
+        let made_socket = MadePath::of(&socket).unwrap();
+        let made_dir = MadePath::of(dir.path()).unwrap();
+        assert!(!made_socket.dir && made_socket.ctime != (0, 0), "{made_socket:?}");
+        assert!(made_dir.dir && made_dir.ctime == (0, 0), "{made_dir:?}");
+        for (made, kind) in [(&made_socket, Message::Path), (&made_dir, Message::PathGone)] {
+            let message = made.to_message(kind);
+            assert_eq!(message[0], kind as u8);
+            assert_eq!(MadePath::from_message(&message[1..]).as_ref(), Some(made), "{message:?}");
+        }
+        let message = made_socket.to_message(Message::Path);
+        assert_eq!(MadePath::from_message(&message[1..34]), None, "no path");
+        assert_eq!(MadePath::from_message(&message[1..20]), None, "cut short");
+        let relative = MadePath { path: "s".into(), ..made_socket.clone() };
+        assert_eq!(MadePath::from_message(&relative.to_message(Message::Path)[1..]), None, "not absolute");
+    }
+
     /// The removal takes only what was made: a socket bound again at the path, a directory that holds
     /// something, or the name reached through a directory swapped for a symbolic link stay.
     #[test]
