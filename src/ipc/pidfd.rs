@@ -317,6 +317,8 @@ mod tests {
         let diagnosis = error.downcast_ref::<Diagnosis>().expect("a diagnosis");
         assert!(diagnosis.cause.contains("not visible from here"), "{diagnosis:?}");
         assert!(diagnosis.fix.contains("--pid=container:NAME") && diagnosis.fix.contains("--fds socket"));
+        let closed = format!("{:#}", fetch(std::process::id(), i32::MAX - 1, 0).unwrap_err());
+        assert!(closed.contains("pidfd_getfd") && closed.contains("EBADF"), "no such descriptor: {closed}");
         let far = format!("{:#}", fetch(i32::MAX as u32 - 1, 3, 1).unwrap_err());
         assert!(far.contains("ESRCH") && far.contains("shareProcessNamespace: true"), "{far}");
     }
