@@ -104,6 +104,8 @@ mod tests {
             );
         }
         let no_gpu = line(Status::Waived, Some("no GPU\nat all"), None, 2);
+        // The hint runs this program again as it was started: here, this test binary.
+        let this_test_binary = std::env::args().next().unwrap();
         if crate::driver::host::requested() {
             assert_eq!(no_gpu, format!("{waived}: no GPU."), "simulated already: no hint");
         } else {
@@ -111,7 +113,7 @@ mod tests {
                 "To see the protocol run without a GPU: {}=ok,ok ",
                 crate::driver::host::SIMULATE_ENV
             );
-            assert_eq!(no_gpu, format!("{waived}: no GPU. {hint}{}", this_program()));
+            assert_eq!(no_gpu, format!("{waived}: no GPU. {hint}{}", quoted(this_test_binary)));
         }
     }
 
