@@ -65,6 +65,33 @@ impl MadePath {
 mod tests {
     use super::*;
 
+    /// What the parent tells the guardian is what it reads back: every field of a socket's and of a
+    /// directory's, after the message's kind; a path that is not absolute, none or a short body names nothing.
+    #[test]
+    fn a_made_path_crosses_to_the_guardian_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("s");
+        let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        let file = dir.path().join("f");
+        std::fs::write(&file, b"").unwrap();
+        assert_eq!(MadePath::of(&file), None, "neither a socket nor a directory");
+        assert_eq!(MadePath::of(&dir.path().join("absent")), None);
+        let made_socket = MadePath::of(&socket).unwrap();
+        let made_dir = MadePath::of(dir.path()).unwrap();
+        assert!(!made_socket.dir && made_socket.ctime != (0, 0), "{made_socket:?}");
+        assert!(made_dir.dir && made_dir.ctime == (0, 0), "{made_dir:?}");
+        use crate::wire::guardian::Note;
+        for note in [Note::Path(made_socket.clone()), Note::Forget(made_dir.clone())] {
+            let bytes = note.encode().unwrap();
+            assert_eq!(Note::decode(&bytes).as_ref(), Some(&note), "{bytes:?}");
+        }
+        let bytes = Note::Path(made_socket.clone()).encode().unwrap();
+        assert_eq!(Note::decode(&bytes[..34]), None, "no path");
+        assert_eq!(Note::decode(&bytes[..20]), None, "cut short");
+        let relative = MadePath { path: "s".into(), ..made_socket.clone() };
+        assert_eq!(Note::decode(&Note::Path(relative).encode().unwrap()), None, "not absolute");
+    }
+
     /// The removal takes only what was made: a socket bound again at the path, a directory that holds
     /// something, or the name reached through a directory swapped for a symbolic link stay.
     #[test]

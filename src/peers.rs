@@ -122,3 +122,65 @@ pub(crate) fn wait<P: Peers>(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Peers that end well after `looks` looks, or one that fails at its last.
+    struct Fake {
+        looks: usize,
+        failing: Option<PeerFailed>,
+        stopped: Vec<Option<usize>>,
+    }
+
+    impl Peers for Fake {
+        const STOPPED: &'static str = "every fake stopped";
+        fn all_ended(&self) -> bool {
+            self.looks == 0
+        }
+        fn check_deadline(&self) -> Result<()> {
+            Ok(())
+        }
+        fn look(&mut self) -> Result<Option<PeerFailed>> {
+            self.looks -= 1;
+            Ok(if self.looks == 0 { self.failing.take() } else { None })
+        }
+        fn stop(&mut self, failed: Option<usize>) {
+            self.stopped.push(failed);
+        }
+    }
+
+    #[test]
+    fn the_wait_ends_when_every_peer_has_and_at_the_first_failure_stops_the_others() {
+        let mut well = Fake { looks: 3, failing: None, stopped: vec![] };
+        let mut ticks = 0;
+        wait(&mut well, || false, || ticks += 1, || None).unwrap();
+        assert_eq!(
+            (well.looks, ticks, well.stopped.len()),
+            (0, 3, 0),
+            "looked until all ended, none stopped"
+        );
+
+        let mut enough = Fake { looks: 3, failing: None, stopped: vec![] };
+        wait(&mut enough, || true, || {}, || None).unwrap();
+        assert_eq!(enough.looks, 3, "enough before any look");
+
+        // Killed by SIGKILL, or by SIGPIPE while the run's output still has its reader: a failure of its own.
+        assert!(!output::reader_gone(), "this test's output has its reader");
+        for by in [None, Some(Signal::SIGKILL), Some(Signal::SIGPIPE)] {
+            let failing = PeerFailed { by, ..PeerFailed::new(2, "exit 1".into()) };
+            let mut one = Fake { looks: 2, failing: Some(failing), stopped: vec![] };
+            let error = wait(&mut one, || false, || {}, || None).unwrap_err();
+            assert_eq!(error.to_string(), "Process 2 failed! (exit 1)");
+            assert!(error.is::<PeerFailed>(), "{by:?}: {error:?}");
+            assert_eq!(one.stopped, [Some(2)], "the others stopped because of process 2");
+        }
+
+        let mut early = Fake { looks: 3, failing: None, stopped: vec![] };
+        let error =
+            wait(&mut early, || false, || {}, || Some(anyhow::anyhow!("the guardian ended"))).unwrap_err();
+        assert_eq!(error.to_string(), "the guardian ended");
+        assert_eq!(early.stopped, [None]);
+    }
+}

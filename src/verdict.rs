@@ -63,7 +63,66 @@ pub(crate) fn line(
 /// from PATH), quoted for a shell where it needs it, so that a hint to run it again can be pasted.
 fn this_program() -> String {
     let started = std::env::args_os().next().map(|arg0| arg0.to_string_lossy().into_owned());
-    let name = started.filter(|name| !name.is_empty()).unwrap_or_else(|| "simple-ipc".to_owned());
+    quoted(started.filter(|name| !name.is_empty()).unwrap_or_else(|| "simple-ipc".to_owned()))
+}
+
+/// `name`, quoted for a shell where it needs it.
+fn quoted(name: String) -> String {
     let plain = |c: char| c.is_ascii_alphanumeric() || "/._-+:@%,=".contains(c);
     if name.chars().all(plain) { name } else { format!("'{}'", name.replace('\'', r"'\''")) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn the_reader_gone_is_its_error_or_a_run_stopped_by_sigpipe() {
+        assert!(is_reader_gone(&ReaderGone));
+        assert!(is_reader_gone(&Interrupted(Signal::SIGPIPE)));
+        assert!(!is_reader_gone(&Interrupted(Signal::SIGTERM)), "a stop signal is not the reader gone");
+        assert!(!is_reader_gone(&*anyhow::anyhow!("a socket closed")));
+        let (status, reason, code) = reader_gone();
+        assert_eq!((status, reason, code), (Status::Interrupted, Some(ReaderGone.to_string()), 141));
+    }
+
+    #[test]
+    fn each_verdict_says_its_status_exit_and_the_first_line_of_its_reason() {
+        let took = Duration::from_millis(1234);
+        let line = |status, reason, summary, code| line(status, reason, summary, code, took);
+        assert_eq!(line(Status::Passed, None, Some("2 processes"), 0), "PASSED: 2 processes in 1.23 s");
+        assert_eq!(line(Status::Passed, None, None, 0), "PASSED: the run ended well in 1.23 s");
+        assert_eq!(line(Status::Failed, Some("it broke\nat 3"), None, 1), "FAILED (exit 1): it broke");
+        assert_eq!(line(Status::Failed, None, None, 1), "FAILED (exit 1): ");
+        assert_eq!(line(Status::Interrupted, Some("SIGTERM"), None, 143), "STOPPED (exit 143): SIGTERM");
+        let waived = "WAIVED (exit 2, not a failure: nothing here to test)";
+        for missing in ["no pidfd with --ipc vmm", "no memops with --sync memops"] {
+            assert_eq!(
+                line(Status::Waived, Some(missing), None, 2),
+                format!("{waived}: {missing}. --ipc all tries every mechanism")
+            );
+        }
+        let no_gpu = line(Status::Waived, Some("no GPU\nat all"), None, 2);
+        // The hint runs this program again as it was started: here, this test binary.
+        let this_test_binary = std::env::args().next().unwrap();
+        if crate::driver::host::requested() {
+            assert_eq!(no_gpu, format!("{waived}: no GPU."), "simulated already: no hint");
+        } else {
+            let hint = format!(
+                "To see the protocol run without a GPU: {}=ok,ok ",
+                crate::driver::host::SIMULATE_ENV
+            );
+            assert_eq!(no_gpu, format!("{waived}: no GPU. {hint}{}", quoted(this_test_binary)));
+        }
+    }
+
+    #[test]
+    fn the_program_is_quoted_for_a_shell_where_it_needs_it() {
+        assert_eq!(quoted("target/release/simple-ipc".into()), "target/release/simple-ipc");
+        assert_eq!(quoted("/a_b.c-d+e:f@g%h,i=j".into()), "/a_b.c-d+e:f@g%h,i=j");
+        assert_eq!(quoted("my dir/simple-ipc".into()), "'my dir/simple-ipc'");
+        assert_eq!(quoted("it's".into()), r"'it'\''s'");
+        assert_eq!(quoted("$HOME/x".into()), "'$HOME/x'");
+    }
 }

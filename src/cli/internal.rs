@@ -174,6 +174,13 @@ mod tests {
         assert!(roles.iter().any(|r| matches!(r, Role::MechanismRun(m) if m.run.sync == Sync::Memops)));
     }
 
+    /// A usage error of the internal parser comes with its own usage line, not the user's.
+    #[test]
+    fn the_internal_usage_line_is_the_internal_parsers() {
+        let usage = usage();
+        assert!(usage.starts_with("Usage: ") && usage.contains("@internal"), "{usage}");
+    }
+
     /// What no process of ours is ever given is refused, not half-read.
     #[test]
     fn an_internal_role_missing_its_parts_is_refused() {

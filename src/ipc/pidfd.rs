@@ -317,6 +317,8 @@ mod tests {
         let diagnosis = error.downcast_ref::<Diagnosis>().expect("a diagnosis");
         assert!(diagnosis.cause.contains("not visible from here"), "{diagnosis:?}");
         assert!(diagnosis.fix.contains("--pid=container:NAME") && diagnosis.fix.contains("--fds socket"));
+        let closed = format!("{:#}", fetch(std::process::id(), i32::MAX - 1, 0).unwrap_err());
+        assert!(closed.contains("pidfd_getfd") && closed.contains("EBADF"), "no such descriptor: {closed}");
         let far = format!("{:#}", fetch(i32::MAX as u32 - 1, 3, 1).unwrap_err());
         assert!(far.contains("ESRCH") && far.contains("shareProcessNamespace: true"), "{far}");
     }
@@ -349,6 +351,53 @@ mod tests {
         assert_eq!(found, [Obstacle::OwnUserNamespace]);
         let fix = ptrace_refused(&found).fix;
         assert!(fix.contains("--userns=host") && fix.contains("hostUsers: true"), "{fix}");
+    }
+
+    /// Exactly what this process fails, each condition by itself: an exporter of the same uid and
+    /// capabilities (this process) leaves only the missing capability; another uid, Yama's scope 2 or 3, a
+    /// filter and an exporter whose status cannot be read each add theirs, and the capability overrides all
+    /// but scope 3.
+    #[test]
+    fn each_obstacle_is_named_only_where_it_stands() {
+        let me = std::process::id();
+        let mut here = Place::here();
+        (here.ptrace_scope, here.seccomp, here.in_user_namespace) = (None, None, false);
+        here.capabilities.sys_ptrace = false;
+        assert_eq!(obstacles(me, &here), [Obstacle::NoCapSysPtrace], "{here:?}");
+        let uid = here.uid;
+        let other = Place { uid: uid + 1, ptrace_scope: Some(2), seccomp: Some(0), ..here.clone() };
+        let expected = [
+            Obstacle::OtherUid { exporter: uid, importer: uid + 1 },
+            Obstacle::YamaScope { scope: 2 },
+            Obstacle::NoCapSysPtrace,
+        ];
+        assert_eq!(obstacles(me, &other), expected);
+        let nobody = obstacles(i32::MAX as u32 - 1, &here);
+        assert_eq!(nobody, [Obstacle::NoCapSysPtrace, Obstacle::ExporterUnreadable]);
+        here.capabilities.sys_ptrace = true;
+        assert_eq!(obstacles(me, &here), [], "the capability overrides the rest");
+        let closed = Place { ptrace_scope: Some(3), uid: uid + 1, seccomp: Some(2), ..here.clone() };
+        assert_eq!(
+            obstacles(me, &closed),
+            [Obstacle::YamaScope { scope: 3 }],
+            "scope 3 whatever the capability"
+        );
+        let said = Obstacle::YamaScope { scope: 3 }.to_string();
+        assert!(said.contains("ptrace_scope is 3: no process may"), "{said}");
+        let said = Obstacle::YamaScope { scope: 2 }.to_string();
+        assert!(said.contains("ptrace_scope is 2: only with CAP_SYS_PTRACE"), "{said}");
+    }
+
+    /// An exporter two generations below the peer is found too (a served sequence's run, started by a
+    /// process the top parent started).
+    #[test]
+    fn the_exporter_is_found_generations_below_the_peer() {
+        let me = std::process::id();
+        let parent = std::os::unix::process::parent_id();
+        let grandparent = crate::proc_stat::read(parent as i32).expect("the parent's stat").parent as u32;
+        if grandparent > 1 {
+            assert_eq!(exporter_seen_from(grandparent, me).unwrap(), me);
+        }
     }
 
     /// The exporter is the connection's peer, or a process below it whose pid is the one it published.

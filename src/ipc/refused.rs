@@ -92,3 +92,50 @@ impl Refused {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::driver::CallFailed;
+    use crate::placement::RefusedBy;
+
+    fn failed(call: &str, code: u32, beyond_the_simulation: bool) -> anyhow::Error {
+        let failed = CallFailed { call: call.into(), code, text: "words".into(), beyond_the_simulation };
+        anyhow::Error::new(failed).context("opening the buffer of process 1")
+    }
+
+    /// A driver call that opens another's handle is a refusal, typed from its error and the diagnosis over
+    /// it: which call, the code's name (a number the driver has no name for by its number), whether it was
+    /// the event's, and who refused.
+    #[test]
+    fn a_refusal_is_the_driver_call_that_opened_anothers_handle() {
+        let fix = "one IPC namespace";
+        let diagnosed = failed("cuIpcOpenEventHandle", 205, false).context(Diagnosis::new(
+            "another IPC namespace".into(),
+            ": ",
+            fix.into(),
+        ));
+        let refused = Refused::of(&diagnosed).expect("a refusal");
+        assert_eq!(
+            refused,
+            Refused {
+                call: "cuIpcOpenEventHandle".into(),
+                code: 205,
+                error: "CUDA_ERROR_MAP_FAILED".into(),
+                event: true,
+                fix: Some(fix.into()),
+                beyond_the_simulation: false,
+                pidfd: None,
+            }
+        );
+        assert_eq!(refused.by(), RefusedBy::Driver);
+        let memory = Refused::of(&failed("cuIpcOpenMemHandle", 999, true)).expect("a refusal");
+        assert_eq!((memory.error.as_str(), memory.event, &memory.fix), ("CUDA_ERROR_UNKNOWN", false, &None));
+        assert_eq!(memory.by(), RefusedBy::BeyondTheSimulation);
+        let unnamed = Refused::of(&failed("cuMemPoolImportPointer", 4242, false)).expect("a refusal");
+        assert_eq!(unnamed.error, "CUresult 4242");
+        assert_eq!(Refused::of(&failed("cuMemAlloc", 2, false)), None, "not a call that opens a handle");
+        let kernel = Refused { pidfd: Some(PidfdRefusal::NoSuchCall), beyond_the_simulation: true, ..memory };
+        assert_eq!(kernel.by(), RefusedBy::Kernel);
+    }
+}

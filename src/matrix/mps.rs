@@ -66,6 +66,40 @@ mod tests {
         Mps { pipe_directory: "/tmp/mps".into(), from_env: true, client }
     }
 
+    /// A run's importers are counted from its document: those that said they were the daemon's clients, of
+    /// all that joined; a run that said nothing of where they stand counts as not known.
+    #[test]
+    fn a_runs_clients_are_its_importers_that_said_so() {
+        // (A process's placement is built as its document says it, from this process's place.)
+        let placement = |clients: &[bool]| -> crate::placement::Placement {
+            let place = |client: bool| {
+                let mut place = crate::placement::Place::here();
+                place.mps.client = client;
+                serde_json::to_value(place).unwrap()
+            };
+            let processes: Vec<_> = clients
+                .iter()
+                .enumerate()
+                .map(|(index, &client)| {
+                    let place = place(client);
+                    serde_json::json!({"index": index, "place": place, "shares": [], "forecast": [], "libraries": []})
+                })
+                .collect();
+            serde_json::from_value(serde_json::json!({"server": place(false), "processes": processes}))
+                .unwrap()
+        };
+        let mut document = crate::report::document::example();
+        document.placement = None;
+        assert_eq!(Clients::of_run(Some(&document)), None, "no placement: not known");
+        assert_eq!(Clients::of_run(None), None, "no document");
+        document.placement = Some(placement(&[true, false, true]));
+        assert_eq!(Clients::of_run(Some(&document)), Some(Clients { clients: 2, of: 3 }));
+        let rows = per_row(&[vec![Some(Clients { clients: 3, of: 3 }), Some(Clients { clients: 3, of: 3 })]]);
+        assert_eq!(rows, [Some(Clients { clients: 6, of: 6 })], "summed, not multiplied");
+        let text = lines(&daemon(true), &["none"], &[Some(Clients { clients: 0, of: 0 })]).unwrap();
+        assert!(text.contains("none  none joined"), "{text}");
+    }
+
     #[test]
     fn each_row_says_whether_its_importers_were_the_daemons_clients() {
         let cells = vec![

@@ -19,7 +19,7 @@ fn a_process_that_ignores_sigterm_is_killed_and_reaped_when_its_handle_goes() {
     let (ready, ready_end) = nix::unistd::pipe2(OFlag::O_CLOEXEC).unwrap();
     let fd = ready_end.as_raw_fd();
     let grace = Duration::from_millis(150);
-    let mut launch = sh("trap '' TERM; echo >&$1; exec sleep 30");
+    let mut launch = sh("trap '' TERM; echo >/proc/self/fd/$1; exec sleep 30");
     let mut process = launch
         .args([fd.to_string()])
         .give(ready_end)
@@ -65,7 +65,7 @@ fn its_result_is_read_from_its_pipe_and_not_from_what_it_printed() {
     written.reason = Some("through the pipe".into());
     let mut printed = written.clone();
     printed.reason = Some("printed".into());
-    let mut launch = sh(r#"printf '%s' "$1"; printf '%s' "$2" >&$3"#);
+    let mut launch = sh(r#"printf '%s' "$1"; printf '%s' "$2" >/proc/self/fd/$3"#);
     let fd = launch.report_pipe().unwrap();
     let text = |d: &crate::report::Document| crate::report::document::text(d).unwrap();
     let mut process = launch
@@ -119,4 +119,151 @@ fn it_gets_its_death_signal_when_the_thread_that_started_it_ends() {
     let start = Instant::now();
     assert_eq!(process.wait(), Ended::Killed(Signal::SIGKILL));
     assert!(start.elapsed() < Duration::from_secs(4), "it lived on past its parent");
+}
+
+/// Whether `pid` has ended: gone from `/proc`, or a zombie its new parent has not reaped yet.
+fn ended(pid: Pid) -> bool {
+    crate::proc_stat::read(pid.as_raw()).is_none_or(|stat| stat.state == 'Z')
+}
+
+/// Waits up to `within` for `done`.
+fn within(within: Duration, done: impl Fn() -> bool) -> bool {
+    let start = Instant::now();
+    while !done() {
+        if start.elapsed() > within {
+            return false;
+        }
+        std::thread::sleep(LOOK);
+    }
+    true
+}
+
+/// What `script` printed on its standard output, once it ended.
+fn printed(mut launch: Relaunch) -> String {
+    let mut process = launch.streams(Streams::Piped).spawn().unwrap();
+    let (stdout, _) = process.take_output();
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut std::fs::File::from(stdout.unwrap()), &mut out).unwrap();
+    assert_eq!(process.wait(), Ended::Exited(0));
+    out
+}
+
+#[test]
+fn a_new_session_is_its_own_and_otherwise_it_stays_in_ours() {
+    use nix::unistd::getsid;
+    let own = sh("exec sleep 30").new_session().spawn().unwrap();
+    assert_eq!(getsid(Some(own.pid())).unwrap(), own.pid(), "a session of its own");
+    let ours = sh("exec sleep 30").spawn().unwrap();
+    assert_eq!(getsid(Some(ours.pid())).unwrap(), getsid(None).unwrap(), "this process's session");
+}
+
+#[test]
+fn its_environment_is_cleared_or_loses_what_is_removed() {
+    let env = || {
+        let mut launch = Relaunch::of("/usr/bin/env", "env");
+        launch.args(["-0"]);
+        launch
+    };
+    let (key, _) = std::env::vars_os().next().expect("a variable in this process's environment");
+    let key = key.into_string().unwrap();
+    let has = |out: &str| out.split('\0').any(|var| var.starts_with(&format!("{key}=")));
+    assert!(has(&printed(env())), "{key} is inherited");
+    let mut removed = env();
+    removed.env_remove(&key);
+    let out = printed(removed);
+    assert!(!has(&out) && !out.is_empty(), "{key} removed, the rest kept: {out:?}");
+    let mut cleared = env();
+    cleared.env_clear();
+    assert_eq!(printed(cleared), "", "nothing inherited");
+}
+
+#[test]
+fn what_it_started_is_killed_with_it_only_where_asked() {
+    for tree in [true, false] {
+        let (ready, ready_end) = nix::unistd::pipe2(OFlag::O_CLOEXEC).unwrap();
+        let fd = ready_end.as_raw_fd();
+        let mut launch = sh("trap '' TERM; sleep 30 & echo $! >/proc/self/fd/$1; wait");
+        launch.args([fd.to_string()]).give(ready_end);
+        launch.on_drop(OnDrop::Stop { signal: None, grace: Duration::ZERO });
+        if tree {
+            launch.killing_what_it_started();
+        }
+        let process = launch.spawn().unwrap();
+        // (Its sleep holds the pipe too: one read, not to the end.)
+        let mut said = [0u8; 32];
+        let n = nix::unistd::read(ready.as_fd(), &mut said).unwrap();
+        let sleep = Pid::from_raw(std::str::from_utf8(&said[..n]).unwrap().trim().parse().unwrap());
+        drop(process);
+        let gone = within(Duration::from_millis(if tree { 2000 } else { 200 }), || ended(sleep));
+        if !gone || !tree {
+            let _ = kill(sleep, Signal::SIGKILL);
+        }
+        assert_eq!(gone, tree, "killing what it started: {tree}; its sleep (pid {sleep}) ended: {gone}");
+    }
+}
+
+#[test]
+fn a_process_stopped_by_a_signal_is_seen_stopped() {
+    let mut launch = sh("exec sleep 30");
+    let process = launch
+        .on_drop(OnDrop::Stop { signal: Some(Signal::SIGTERM), grace: Duration::ZERO })
+        .spawn()
+        .unwrap();
+    assert!(!process.is_stopped(), "running");
+    process.signal(Signal::SIGSTOP);
+    assert!(within(Duration::from_secs(2), || process.is_stopped()), "stopped by SIGSTOP");
+}
+
+#[test]
+fn a_status_another_reaped_is_lost_and_said_so() {
+    let mut process = sh("exit 0").spawn().unwrap();
+    assert_eq!(Ended::of(waitpid(process.pid(), None)), Some(Ended::Exited(0)));
+    assert_eq!(process.try_wait(), Some(Ended::Lost(Errno::ECHILD)));
+    assert_eq!(process.wait(), Ended::Lost(Errno::ECHILD));
+}
+
+#[test]
+fn a_result_longer_than_the_pipe_is_read_while_it_runs() {
+    const LONG: usize = 1 << 20;
+    let mut launch = sh(r#"head -c "$2" /dev/zero >/proc/self/fd/$1"#);
+    let fd = launch.report_pipe().unwrap();
+    let mut process = launch.args([fd.to_string(), LONG.to_string()]).spawn().unwrap();
+    let start = Instant::now();
+    let ended = loop {
+        process.read_report().unwrap();
+        if let Some(ended) = process.try_wait() {
+            break Some(ended);
+        }
+        if start.elapsed() > Duration::from_secs(5) {
+            break None;
+        }
+        std::thread::sleep(LOOK);
+    };
+    assert_eq!(ended, Some(Ended::Exited(0)), "it could write all of it");
+    process.read_report().unwrap();
+    let report = process.report.as_ref().unwrap();
+    assert_eq!(report.got.len(), LONG);
+    assert!(report.fd.is_none(), "read to its end: the pipe's other end is its alone, closed here");
+}
+
+#[test]
+fn one_left_on_drop_that_ends_within_its_while_is_reaped() {
+    let process =
+        sh("exec sleep 0.1").on_drop(OnDrop::Leave { within: Duration::from_secs(5) }).spawn().unwrap();
+    let pid = process.pid();
+    let start = Instant::now();
+    drop(process);
+    let reaped = !in_proc(pid);
+    if !reaped {
+        let _ = waitpid(pid, Some(WaitPidFlag::WNOHANG)); // (still ours: its pid is no other's yet)
+    }
+    assert!(reaped, "process {pid} was left a zombie");
+    assert!(start.elapsed() >= Duration::from_millis(100), "it was waited for");
+}
+
+#[test]
+fn one_that_ends_on_its_stop_signal_was_not_killed() {
+    let mut process = sh("exec sleep 30").spawn().unwrap();
+    assert_eq!(stop_all([&mut process]), [false]);
+    assert_eq!(process.try_wait(), Some(Ended::Killed(Signal::SIGTERM)));
 }
