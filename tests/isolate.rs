@@ -1003,15 +1003,14 @@ fn ctrl_z_stops_the_whole_isolated_run_and_fg_continues_it() {
     }
 }
 
-/// Under an MPS daemon (here a listener where NVIDIA's daemon listens: a `SOCK_SEQPACKET` socket named
-/// `control` in the pipe directory), the matrix says, after its table, whether each boundary's importers
-/// were the daemon's clients, as each process found for itself, and its verdict says it ran under MPS.
-/// A pipe directory that the isolated processes can see (under TMPDIR, which no boundary of the matrix
-/// hides) makes every importer a client.
+/// Under an MPS daemon (here a stand-in: a copy of python3 named `nvidia-cuda-mps-control`, listening on a
+/// `SOCK_SEQPACKET` socket named `control` in the pipe directory, as NVIDIA's daemon does), the matrix says,
+/// after its table, whether each boundary's importers were the daemon's clients, as each process found for
+/// itself, and its verdict says it ran under MPS. A pipe directory that the isolated processes can see
+/// (under TMPDIR, which no boundary of the matrix hides) makes every importer a client. Another program's
+/// socket there (this test's own) makes no client: nothing of MPS is said.
 #[test]
 fn the_matrix_under_mps_says_whose_clients_the_importers_were() {
-    use nix::sys::socket::{AddressFamily, Backlog, SockFlag, SockType, UnixAddr, bind, listen, socket};
-    use std::os::fd::AsRawFd;
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     if !namespaces_here("the_matrix_under_mps_says_whose_clients_the_importers_were") {
         return;
@@ -1019,11 +1018,11 @@ fn the_matrix_under_mps_says_whose_clients_the_importers_were() {
     let tmp = Tmp::new("matrix-mps");
     let pipe = tmp.path().join("mps");
     std::fs::create_dir(&pipe).unwrap();
-    let daemon = socket(AddressFamily::Unix, SockType::SeqPacket, SockFlag::SOCK_CLOEXEC, None).unwrap();
-    bind(daemon.as_raw_fd(), &UnixAddr::new(&pipe.join("control")).unwrap()).unwrap();
-    listen(&daemon, Backlog::new(64).unwrap()).unwrap();
+    let mut daemon = common::stand_in_mps_daemon(&pipe, tmp.path());
     let mut command = isolated(&tmp, &["--ipc", "all", "--isolate", "pid,shm"]);
     let out = command.env("CUDA_MPS_PIPE_DIRECTORY", &pipe).output().unwrap();
+    let _ = daemon.kill();
+    let _ = daemon.wait();
     let said = text(&out);
     assert_eq!(out.status.code(), Some(0), "{said}");
     let under =
@@ -1035,10 +1034,12 @@ fn the_matrix_under_mps_says_whose_clients_the_importers_were() {
     }
     let verdict = String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or_default().to_owned();
     assert!(verdict.contains(&format!("under MPS (the daemon of {})", pipe.display())), "{verdict}");
-    // Without the daemon (nothing listens there any more), nothing of MPS is said.
-    drop(daemon);
+    // Another program's socket where the daemon's would be: no client, nothing of MPS said.
+    std::fs::remove_file(pipe.join("control")).unwrap();
+    let impostor = std::os::unix::net::UnixListener::bind(pipe.join("control")).unwrap();
     let mut command = isolated(&tmp, &["--ipc", "all", "--isolate", "pid"]);
     let out = command.env("CUDA_MPS_PIPE_DIRECTORY", &pipe).output().unwrap();
+    drop(impostor);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    assert!(!text(&out).contains("MPS"), "no daemon, no word of MPS: {}", text(&out));
+    assert!(!text(&out).contains("under MPS") && !text(&out).contains("Under MPS"), "{}", text(&out));
 }

@@ -291,7 +291,8 @@ fn ipc_all_shows_fabric_waived_and_passes() {
 fn a_run_under_mps_says_so() {
     let dir = common::scratch("mps");
     let control = dir.path().join("control");
-    let listener = std::os::unix::net::UnixListener::bind(&control).unwrap();
+    let programs = common::scratch("mps-program");
+    let mut daemon = common::stand_in_mps_daemon(dir.path(), programs.path());
     let shown = dir.path().display().to_string();
     let out = run(simulated("ok").env("CUDA_MPS_PIPE_DIRECTORY", dir.path()));
     let all = text(&out);
@@ -311,6 +312,20 @@ fn a_run_under_mps_says_so() {
     assert!(
         said.contains("why the figures are what they are: one GPU under MPS: both processes are clients of one daemon and share its context's time slice, so no context switch is paid"),
         "{said}"
+    );
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    // Another program's socket where the daemon's would be is named, and makes no client.
+    std::fs::remove_file(&control).unwrap();
+    let listener = std::os::unix::net::UnixListener::bind(&control).unwrap();
+    let out = run(simulated("ok").env("CUDA_MPS_PIPE_DIRECTORY", dir.path()));
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    assert!(!all.contains("under MPS"), "{all}");
+    let named = format!("MPS: the control socket in {shown} is ");
+    assert!(
+        all.contains(&named) && all.contains("not NVIDIA's control daemon: this run was no MPS client"),
+        "{all}"
     );
     drop(listener);
     // The socket is left, as by a daemon that was killed: no daemon, no MPS.

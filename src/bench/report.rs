@@ -205,8 +205,12 @@ mod tests {
         assert_eq!(human(64 << 20), "64 MiB");
         assert_eq!(human(1 << 30), "1 GiB");
         let shown = "/run/mps".to_owned();
-        let mut mps =
-            crate::placement::mps::Mps { pipe_directory: shown.clone(), from_env: true, client: false };
+        let mut mps = crate::placement::mps::Mps {
+            pipe_directory: shown.clone(),
+            from_env: true,
+            client: false,
+            answered: None,
+        };
         assert_eq!(mps_note_for(&mps), format!("MPS: no control daemon at {shown}"));
         mps.client = true;
         assert_eq!(

@@ -63,7 +63,7 @@ mod tests {
     use super::*;
 
     fn daemon(client: bool) -> Mps {
-        Mps { pipe_directory: "/tmp/mps".into(), from_env: true, client }
+        Mps { pipe_directory: "/tmp/mps".into(), from_env: true, client, answered: None }
     }
 
     /// A run's importers are counted from its document: those that said they were the daemon's clients, of

@@ -180,8 +180,11 @@ fn run_the_sample(
     found.results = Some(report(run, state, &watch.finish(), checks_itself)?);
     let gpus = chosen.len();
     // The parent's own check of its pipe directory: its children inherit it; joiners were told nothing.
-    let mps =
-        crate::placement::mps::Mps::here().under().map(|under| format!(", {under}")).unwrap_or_default();
+    let mps = crate::placement::mps::Mps::here();
+    if let (false, Some(what)) = (mps.client, &mps.answered) {
+        say!("MPS: the control socket in {} is {what}: this run was no MPS client", mps.pipe_directory)?;
+    }
+    let mps = mps.under().map(|under| format!(", {under}")).unwrap_or_default();
     let summary = format!(
         "{n} process{} on {gpus} GPU{}, {} IPC{}, {}{mps}{}: every buffer verified{}",
         if n == 1 { "" } else { "es" },

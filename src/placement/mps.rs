@@ -5,12 +5,18 @@
 //!
 //! The check is a non-blocking `connect` of each kind of socket (the daemon's is `SOCK_SEQPACKET`, seen on
 //! the H200 host with driver 580), closed at once: it never waits, and a daemon whose backlog is full
-//! (`EAGAIN`) is a daemon.
+//! (`EAGAIN`) is a daemon. A socket that answers is not taken on its word: the process that listens (its
+//! credentials, `SO_PEERCRED`) must be NVIDIA's control daemon, `nvidia-cuda-mps-control` by its
+//! executable (or, where that cannot be read, its name). Measured on the H200 host: CUDA runs without MPS,
+//! silently, beside a `control` socket of another program, so such a socket makes no client here either.
+//! A daemon whose process this PID namespace cannot see (pid 0) is taken as one, and said so.
 
 use std::os::unix::fs::FileTypeExt;
 
 use nix::errno::Errno;
-use nix::sys::socket::{AddressFamily, SockFlag, SockType, UnixAddr, connect, socket};
+use nix::sys::socket::{
+    AddressFamily, SockFlag, SockType, UnixAddr, connect, getsockopt, socket, sockopt::PeerCredentials,
+};
 use serde::{Deserialize, Serialize};
 
 /// The variable that names the pipe directory.
@@ -27,6 +33,10 @@ pub struct Mps {
     pub from_env: bool,
     /// A daemon's `control` socket there accepts a connection: it is an MPS client.
     pub client: bool,
+    /// What answered at the `control` socket where it was not NVIDIA's daemon, or a daemon this PID
+    /// namespace cannot see: in words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answered: Option<String>,
 }
 
 impl Mps {
@@ -36,54 +46,145 @@ impl Mps {
         let pipe_directory = from_env
             .as_ref()
             .map_or_else(|| DEFAULT_PIPE_DIRECTORY.to_owned(), |d| d.to_string_lossy().into_owned());
-        let client = control_accepts(&std::path::Path::new(&pipe_directory).join("control"));
-        Self { pipe_directory, from_env: from_env.is_some(), client }
+        let (client, answered) = match control_answer(&std::path::Path::new(&pipe_directory).join("control"))
+        {
+            Answer::Nothing => (false, None),
+            Answer::Daemon => (true, None),
+            Answer::Unseen => (true, Some("a process this PID namespace cannot see".to_owned())),
+            Answer::Other(what) => (false, Some(format!("{what}, not NVIDIA's control daemon"))),
+        };
+        Self { pipe_directory, from_env: from_env.is_some(), client, answered }
     }
 
     /// In words, for the verdict line and `--bench`: `under MPS (the daemon of /tmp/nvidia-mps)`, or `None`.
     pub fn under(&self) -> Option<String> {
-        self.client.then(|| format!("under MPS (the daemon of {})", self.pipe_directory))
+        let unseen = self.answered.as_ref().map(|what| format!(", {what}")).unwrap_or_default();
+        self.client.then(|| format!("under MPS (the daemon of {}{unseen})", self.pipe_directory))
     }
 }
 
-/// Whether the socket at `path` accepts a connection, without waiting.
-fn control_accepts(path: &std::path::Path) -> bool {
+/// What answered at a `control` socket.
+#[derive(Debug, PartialEq, Eq)]
+enum Answer {
+    /// No socket, or nothing listens on it.
+    Nothing,
+    /// NVIDIA's control daemon (or one whose backlog is full, which answers no credentials).
+    Daemon,
+    /// A listener whose process this PID namespace cannot see.
+    Unseen,
+    /// Another program: its name and pid.
+    Other(String),
+}
+
+/// The executable NVIDIA's control daemon runs.
+const DAEMON: &str = "nvidia-cuda-mps-control";
+
+/// What answers at the socket at `path`, without waiting.
+fn control_answer(path: &std::path::Path) -> Answer {
     if !std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket()) {
-        return false;
+        return Answer::Nothing;
     }
-    let Ok(address) = UnixAddr::new(path) else { return false };
+    let Ok(address) = UnixAddr::new(path) else { return Answer::Nothing };
     let flags = SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC;
     // Whichever kind of socket the daemon listens on: a connect of another kind is EPROTOTYPE.
-    [SockType::Stream, SockType::SeqPacket, SockType::Datagram].into_iter().any(|kind| {
-        let Ok(probe) = socket(AddressFamily::Unix, kind, flags, None) else { return false };
+    for kind in [SockType::Stream, SockType::SeqPacket, SockType::Datagram] {
+        let Ok(probe) = socket(AddressFamily::Unix, kind, flags, None) else { continue };
         // The socket closes when `probe` is dropped.
-        matches!(connect(std::os::fd::AsRawFd::as_raw_fd(&probe), &address), Ok(()) | Err(Errno::EAGAIN))
-    })
+        match connect(std::os::fd::AsRawFd::as_raw_fd(&probe), &address) {
+            Ok(()) => {}
+            Err(Errno::EAGAIN) => return Answer::Daemon,
+            Err(_) => continue,
+        }
+        let Ok(peer) = getsockopt(&probe, PeerCredentials) else { return Answer::Unseen };
+        return match peer.pid() {
+            0 => Answer::Unseen,
+            pid => match program_of(pid) {
+                Some(name) if name == DAEMON || (name.len() == 15 && DAEMON.starts_with(&name)) => {
+                    Answer::Daemon
+                }
+                Some(name) => Answer::Other(format!("{name} (pid {pid})")),
+                None => Answer::Other(format!("pid {pid}, which has gone")),
+            },
+        };
+    }
+    Answer::Nothing
+}
+
+/// The program process `pid` runs: its executable's name, or, where that cannot be read (another user's
+/// process), its name as the kernel keeps it (15 bytes at most).
+fn program_of(pid: i32) -> Option<String> {
+    if let Ok(exe) = std::fs::read_link(format!("/proc/{pid}/exe")) {
+        let name = exe.file_name()?.to_string_lossy().into_owned();
+        return Some(name.strip_suffix(" (deleted)").map(str::to_owned).unwrap_or(name));
+    }
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+    Some(comm.trim_end().to_owned())
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    /// A daemon is a `control` socket that accepts; a socket nothing listens on, or a file, is none.
+    /// NVIDIA's control daemon as far as this check can tell: a copy of python3 named
+    /// `nvidia-cuda-mps-control` that listens on a `SOCK_SEQPACKET` socket `control` in `dir` (as the
+    /// daemon does on the H200 host) until it is killed. Needs python3.
+    pub(crate) fn stand_in_daemon(dir: &std::path::Path) -> std::process::Child {
+        let python = std::process::Command::new("python3")
+            .args(["-c", "import os, sys; print(os.path.realpath(sys.executable))"])
+            .output()
+            .expect("python3, for a stand-in of NVIDIA's daemon");
+        let copy = dir.join(DAEMON);
+        std::fs::copy(String::from_utf8_lossy(&python.stdout).trim(), &copy).unwrap();
+        let script = "import socket, sys, time\n\
+                      s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)\n\
+                      s.bind(sys.argv[1]); s.listen(64); print('ready', flush=True)\n\
+                      while True: time.sleep(1)\n";
+        let mut child = std::process::Command::new(&copy)
+            .args(["-c", script])
+            .arg(dir.join("control"))
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut ready = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut ready)
+            .unwrap();
+        assert_eq!(ready.trim(), "ready");
+        child
+    }
+
+    /// A daemon is a `control` socket that accepts, where NVIDIA's daemon listens; a socket nothing listens
+    /// on, or a file, is none, and another program's socket (here this test's own) is named, not trusted.
     #[test]
-    fn a_daemon_is_a_control_socket_that_accepts() {
+    fn a_daemon_is_nvidias_control_socket_that_accepts() {
         let dir = tempfile::tempdir().unwrap();
         let control = dir.path().join("control");
-        assert!(!control_accepts(&control), "nothing there");
+        assert_eq!(control_answer(&control), Answer::Nothing, "nothing there");
         std::fs::write(&control, b"").unwrap();
-        assert!(!control_accepts(&control), "a file");
+        assert_eq!(control_answer(&control), Answer::Nothing, "a file");
         std::fs::remove_file(&control).unwrap();
         let listener = std::os::unix::net::UnixListener::bind(&control).unwrap();
-        assert!(control_accepts(&control), "a listening socket");
+        let me = program_of(std::process::id() as i32).unwrap();
+        let impostor = Answer::Other(format!("{me} (pid {})", std::process::id()));
+        assert_eq!(control_answer(&control), impostor, "another program's socket");
         drop(listener);
-        assert!(!control_accepts(&control), "a socket left by a daemon that is gone");
-        // NVIDIA's daemon (driver 580, the H200 host) listens on a SOCK_SEQPACKET socket.
+        assert_eq!(control_answer(&control), Answer::Nothing, "a socket left by a daemon that is gone");
         std::fs::remove_file(&control).unwrap();
-        let daemon = socket(AddressFamily::Unix, SockType::SeqPacket, SockFlag::SOCK_CLOEXEC, None).unwrap();
-        nix::sys::socket::bind(std::os::fd::AsRawFd::as_raw_fd(&daemon), &UnixAddr::new(&control).unwrap())
-            .unwrap();
-        nix::sys::socket::listen(&daemon, nix::sys::socket::Backlog::new(4).unwrap()).unwrap();
-        assert!(control_accepts(&control), "a daemon's SOCK_SEQPACKET control socket");
+        let mut daemon = stand_in_daemon(dir.path());
+        assert_eq!(control_answer(&control), Answer::Daemon, "NVIDIA's, on a SOCK_SEQPACKET socket");
+        let _ = daemon.kill();
+        let _ = daemon.wait();
+        let mps =
+            Mps { answered: Some("python3 (pid 9), not NVIDIA's control daemon".into()), ..here_at(&dir) };
+        assert_eq!(mps.under(), None, "no client of another program");
+    }
+
+    /// `Mps::here` for the pipe directory `dir`.
+    fn here_at(dir: &tempfile::TempDir) -> Mps {
+        Mps {
+            pipe_directory: dir.path().display().to_string(),
+            from_env: true,
+            client: false,
+            answered: None,
+        }
     }
 }

@@ -164,6 +164,7 @@ pub(crate) mod tests {
                 pipe_directory: "/tmp/nvidia-mps".into(),
                 from_env: false,
                 client: false,
+                answered: None,
             },
         }
     }

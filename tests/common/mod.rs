@@ -285,3 +285,32 @@ pub fn at_socket(args: &[String], socket: &Path) -> Vec<String> {
     }
     args
 }
+
+/// A stand-in for NVIDIA's MPS control daemon as simple-ipc can tell it: a copy of python3 named
+/// `nvidia-cuda-mps-control` that listens on a `SOCK_SEQPACKET` socket named `control` in `dir` (as the
+/// daemon does on the H200 host, driver 580) until it is killed. Needs python3 (CI has it).
+#[allow(dead_code)]
+pub fn stand_in_mps_daemon(dir: &std::path::Path, program_dir: &std::path::Path) -> std::process::Child {
+    let python = Command::new("python3")
+        .args(["-c", "import os, sys; print(os.path.realpath(sys.executable))"])
+        .output()
+        .expect("python3, for a stand-in of NVIDIA's daemon");
+    let program = program_dir.join("nvidia-cuda-mps-control");
+    std::fs::copy(String::from_utf8_lossy(&python.stdout).trim(), &program).unwrap();
+    let script = "import socket, sys, time\n\
+                  s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)\n\
+                  s.bind(sys.argv[1]); s.listen(64); print('ready', flush=True)\n\
+                  while True: time.sleep(1)\n";
+    let mut daemon = Command::new(&program)
+        .args(["-c", script])
+        .arg(dir.join("control"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut ready = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(daemon.stdout.take().unwrap()), &mut ready)
+        .unwrap();
+    assert_eq!(ready.trim(), "ready", "the stand-in daemon listens");
+    daemon
+}
