@@ -18,7 +18,7 @@ struct Shared {
 impl Shared {
     fn new() -> Self {
         // MAP_SHARED, so that forked processes see each other's writes (map_anon would be private).
-        let fd = memfd_create(c"barrier-test", MFdFlags::empty()).unwrap();
+        let fd = memfd_create(c"barrier-test", MFdFlags::MFD_CLOEXEC).unwrap();
         let file = std::fs::File::from(fd);
         file.set_len((size_of::<SharedState>() + 64) as u64).unwrap();
         // SAFETY: (test) nobody truncates the memfd while it is mapped.

@@ -277,7 +277,6 @@ fn help_groups_the_options_and_h_is_short() {
 #[test]
 fn an_internal_role_given_one_descriptor_twice_refuses_it() {
     use std::os::fd::AsRawFd;
-    use std::os::unix::process::CommandExt;
     let dir = common::scratch("twice");
     let report = std::fs::File::create(dir.path().join("report")).unwrap();
     let served = std::fs::File::open("/dev/null").unwrap();
@@ -292,17 +291,7 @@ fn an_internal_role_given_one_descriptor_twice_refuses_it() {
             .env(SIMULATE, "ok,ok")
             .env_remove(FAULT)
             .stdin(std::process::Stdio::null());
-        // SAFETY: dup2 between fork and exec, of descriptors this test holds open.
-        unsafe {
-            command.pre_exec(move || {
-                for (from, to) in [(report, 5), (served, 6), (served, 7)] {
-                    if nix::libc::dup2(from, to) < 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                }
-                Ok(())
-            });
-        }
+        common::with_fds(&mut command, &[(report, 5), (served, 6), (served, 7)]);
         let out = command.output().unwrap();
         let said = text(&out);
         assert_eq!(out.status.code(), Some(1), "--served-fds {fds}: refused, not aborted: {said}");

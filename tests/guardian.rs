@@ -147,17 +147,11 @@ fn a_guardian_typed_by_hand_removes_nothing() {
     let decoy = format!("/dev/shm/cuda.shm.0.{me:x}.777");
     std::fs::write(&decoy, b"mine").unwrap();
     let _decoy = common::removed_at_end(&decoy);
-    let (read, _write) = nix::unistd::pipe().unwrap();
+    let (read, _write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
     let mut command = Command::new(bin());
     command.args(["@internal", "guardian", "--fd", "3"]);
     let read = std::os::fd::AsRawFd::as_raw_fd(&read);
-    // SAFETY: (test) dup2 in the forked child before exec.
-    unsafe {
-        command.pre_exec(move || match nix::libc::dup2(read, 3) {
-            3 => Ok(()),
-            _ => Err(std::io::Error::last_os_error()),
-        })
-    };
+    common::with_fds(&mut command, &[(read, 3)]);
     let (_, out) = run_with_pid(&mut command);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(text(&out).contains("not a socket"), "{}", text(&out));
@@ -184,19 +178,13 @@ fn a_parent_killed_while_it_makes_an_event_file_leaves_that_file_to_the_guardian
         nix::sys::socket::AddressFamily::Unix,
         nix::sys::socket::SockType::SeqPacket,
         None,
-        nix::sys::socket::SockFlag::empty(),
+        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
     )
     .unwrap();
     let mut command = Command::new(bin());
     command.args(["@internal", "guardian", "--fd", "3"]).stdin(Stdio::null());
     let fd = theirs.as_raw_fd();
-    // SAFETY: (test) dup2 in the forked child before exec.
-    unsafe {
-        command.pre_exec(move || match nix::libc::dup2(fd, 3) {
-            3 => Ok(()),
-            _ => Err(std::io::Error::last_os_error()),
-        })
-    };
+    common::with_fds(&mut command, &[(fd, 3)]);
     let mut guardian = command.spawn().unwrap();
     drop(theirs);
     // `Making`, listing the one file of this pid number there now (as `Guardian::covering` does).
@@ -323,7 +311,10 @@ fn a_killed_server_leaves_no_socket_file_and_takes_no_other() {
 fn a_stale_socket_of_another_user_is_not_taken() {
     use std::os::unix::fs::MetadataExt;
     if !nix::unistd::geteuid().is_root() {
-        eprintln!("SKIPPED a_stale_socket_of_another_user_is_not_taken: needs root to make another's file");
+        common::skipped(
+            "root",
+            "a_stale_socket_of_another_user_is_not_taken: needs root to make another's file",
+        );
         return;
     }
     let nobody = nix::unistd::User::from_name("nobody").unwrap().expect("user nobody exists");

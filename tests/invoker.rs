@@ -221,7 +221,7 @@ fn a_child_stopped_with_the_group_is_not_a_failed_child() {
 fn a_non_blocking_stdout_with_a_slow_reader_loses_nothing() {
     use nix::fcntl::{FcntlArg, OFlag, fcntl};
     use std::io::Read;
-    let (read, write) = nix::unistd::pipe().unwrap();
+    let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
     fcntl(&write, FcntlArg::F_SETPIPE_SZ(4096)).unwrap();
     fcntl(&write, FcntlArg::F_SETFL(OFlag::O_NONBLOCK)).unwrap();
     let ours = write.try_clone().unwrap();
@@ -446,4 +446,20 @@ fn every_mechanism_with_its_reader_gone_gives_the_single_runs_reason() {
         assert_eq!(document["status"], "interrupted");
         assert!(wait_group_gone(pid, Duration::from_secs(3)).is_some(), "a process of the run is left");
     }
+}
+
+/// Descriptors 3..9 left open by the invoker (as shells, IDEs, CI runners and `make -j` leave them) stay in
+/// the process the user started: no process that the run starts by exec (its children, its guardian) has
+/// one, so none holds the invoker's pipe open past the run or takes one for its own.
+#[test]
+fn descriptors_the_invoker_left_open_reach_no_process_of_the_run() {
+    let left_open = common::LeftOpen::new();
+    let mut command = simulated("ok");
+    left_open.give_to(&mut command);
+    let run = start_hanging(command, 3);
+    let (started, held) = left_open.held_by_what_started(run.id());
+    group_signal(run.id(), Signal::SIGTERM);
+    run.wait_with_output().unwrap();
+    assert!(started >= 4, "the 3 children and the guardian, started by exec: {started}");
+    assert_eq!(held, Vec::<String>::new(), "processes of the run hold the invoker's descriptors");
 }

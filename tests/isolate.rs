@@ -698,8 +698,8 @@ fn a_stranger_at_an_isolated_runs_socket_is_refused() {
                     if fields[5] != "01" || !tried.insert(name.to_owned()) {
                         continue;
                     }
-                    let fd =
-                        socket(AddressFamily::Unix, SockType::SeqPacket, SockFlag::empty(), None).unwrap();
+                    let fd = socket(AddressFamily::Unix, SockType::SeqPacket, SockFlag::SOCK_CLOEXEC, None)
+                        .unwrap();
                     let address = UnixAddr::new_abstract(format!("simple-ipc-2-{name}").as_bytes()).unwrap();
                     if connect(std::os::fd::AsRawFd::as_raw_fd(&fd), &address).is_ok() {
                         let _ = send(std::os::fd::AsRawFd::as_raw_fd(&fd), b"SIPCHELO", MsgFlags::empty());

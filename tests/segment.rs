@@ -136,7 +136,7 @@ fn child_refuses_every_segment_it_cannot_trust() {
 
     // Descriptors that are not a segment.
     // A pipe: not sealed, not a segment.
-    let (read, _write) = nix::unistd::pipe().unwrap();
+    let (read, _write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
     let (code, out) = child("0", Some(&read));
     assert_eq!(code, Some(1), "a pipe: {out}");
     let mut command = std::process::Command::new(bin());

@@ -1046,7 +1046,7 @@ impl Drop for Flood {
 #[test]
 fn a_flood_from_another_uid_neither_holds_a_sequence_open_nor_keeps_joiners_out() {
     if !nix::unistd::geteuid().is_root() {
-        eprintln!("SKIPPED a_flood_from_another_uid_neither_holds_a_sequence_open: not root");
+        common::skipped("root", "a_flood_from_another_uid_neither_holds_a_sequence_open: not root");
         return;
     }
     let name = format!("simple-ipc-test-flood-{}", std::process::id());
@@ -1055,7 +1055,10 @@ fn a_flood_from_another_uid_neither_holds_a_sequence_open_nor_keeps_joiners_out(
     let server =
         serve("no-legacy-ipc", &socket, &["--ipc", "all", "--procs-per-device", "2", "--timeout", "5"]);
     let Some(flood) = Flood::start(&name) else {
-        eprintln!("SKIPPED a_flood_from_another_uid_neither_holds_a_sequence_open: no python3 for nobody");
+        common::skipped(
+            "python3",
+            "a_flood_from_another_uid_neither_holds_a_sequence_open: no python3 for nobody",
+        );
         return;
     };
     std::thread::sleep(Duration::from_millis(300));

@@ -185,7 +185,7 @@ impl Relaunch {
     pub(crate) fn spawn(&mut self) -> Result<Process> {
         let (death, session, kept) = (self.death, self.session, self.kept.clone());
         let parent = nix::unistd::getpid();
-        // SAFETY: runs in the forked child before exec; setsid, prctl, getppid and fcntl are
+        // SAFETY: runs in the forked child before exec; setsid, prctl, getppid, close_range and fcntl are
         // async-signal-safe, and nothing here allocates (`kept` is the closure's own, only read).
         unsafe {
             self.command.pre_exec(move || {
@@ -198,7 +198,7 @@ impl Relaunch {
                         return Err(std::io::Error::from_raw_os_error(nix::libc::ESRCH)); // died before it
                     }
                 }
-                kept.iter().try_for_each(|&fd| crate::inherit::keep_across_exec(fd))
+                crate::inherit::only_these_across_exec(&kept)
             });
         }
         let program = self.command.get_program().to_string_lossy().into_owned();

@@ -1,7 +1,7 @@
 //! The module's own tests: each starts `sh` with the policies under test.
 
 use super::*;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, FromRawFd};
 
 fn sh(script: &str) -> Relaunch {
     let mut launch = Relaunch::of("/bin/sh", "a shell");
@@ -84,6 +84,20 @@ fn its_result_is_read_from_its_pipe_and_not_from_what_it_printed() {
     let mut process = silent.spawn().unwrap();
     process.wait();
     assert_eq!(process.document(), None, "no document written, none read");
+}
+
+/// A descriptor this process has without close-on-exec, as one the invoker left open (a shell's fd 3..9),
+/// reaches no program it starts: only those kept do.
+#[test]
+fn a_descriptor_left_open_by_the_invoker_is_not_inherited() {
+    let (read, _write) = nix::unistd::pipe2(OFlag::O_CLOEXEC).unwrap();
+    // A read end (harmless if another test's child, started meanwhile, got it) without close-on-exec.
+    let left_open = fcntl(&read, FcntlArg::F_DUPFD(10)).unwrap();
+    // SAFETY: (test) F_DUPFD just made this descriptor, owned by nothing else.
+    let left_open = unsafe { OwnedFd::from_raw_fd(left_open) };
+    let mut process =
+        sh("! test -e /proc/self/fd/$1").args([left_open.as_raw_fd().to_string()]).spawn().unwrap();
+    assert_eq!(process.wait(), Ended::Exited(0), "fd {} was inherited", left_open.as_raw_fd());
 }
 
 #[test]

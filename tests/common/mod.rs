@@ -42,6 +42,83 @@ pub fn simulated(gpus: &str) -> Command {
     command
 }
 
+/// Makes `command`'s child hold each `(source, target)` descriptor of this process at `target`, and
+/// nothing else of the test's beyond what it inherits anyway. Robust wherever the test runs: every source
+/// is first copied above the targets (so that a source that already is some target, as under a shell that
+/// left 3..9 open, is neither overwritten by an earlier `dup2` nor left close-on-exec by `dup2(n, n)`, which
+/// does nothing), then `dup2`ed to its target, which clears close-on-exec on the copy.
+pub fn with_fds(command: &mut Command, fds: &[(std::os::fd::RawFd, std::os::fd::RawFd)]) {
+    const ABOVE: std::os::fd::RawFd = 100;
+    assert!(fds.len() <= 16, "with_fds: at most 16 descriptors");
+    let fds = fds.to_vec();
+    // SAFETY: (test) between fork and exec, only fcntl and dup2, which are async-signal-safe, on
+    // descriptors this test holds open; nothing is allocated (the copies go in a fixed array).
+    unsafe {
+        command.pre_exec(move || {
+            let mut copies = [0; 16];
+            for (copy, &(source, _)) in copies.iter_mut().zip(&fds) {
+                *copy = nix::libc::fcntl(source, nix::libc::F_DUPFD_CLOEXEC, ABOVE);
+                if *copy < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            for (&copy, &(_, target)) in copies.iter().zip(&fds) {
+                if nix::libc::dup2(copy, target) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Pipes at descriptors 3..9 of a command, as an invoker leaves them open, and a look at who holds them.
+pub struct LeftOpen {
+    pipes: Vec<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)>,
+}
+
+impl LeftOpen {
+    pub fn new() -> Self {
+        let pipes = (3..10).map(|_| nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap()).collect();
+        Self { pipes }
+    }
+
+    /// `command` gets the write ends at 3..9.
+    pub fn give_to(&self, command: &mut Command) {
+        use std::os::fd::AsRawFd;
+        let at: Vec<_> = self.pipes.iter().zip(3..10).map(|((_, write), n)| (write.as_raw_fd(), n)).collect();
+        with_fds(command, &at);
+    }
+
+    /// How many processes below `pid` this program started by exec (those whose command line has
+    /// `@internal`), and each `PID: fd N` among them that is one of these pipes.
+    pub fn held_by_what_started(&self, pid: u32) -> (usize, Vec<String>) {
+        let ours: Vec<String> = self
+            .pipes
+            .iter()
+            .map(|(read, _)| format!("pipe:[{}]", nix::sys::stat::fstat(read).unwrap().st_ino))
+            .collect();
+        let started: Vec<u32> = descendants(pid)
+            .into_iter()
+            .filter(|pid| {
+                std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|line| line.split(|&b| b == 0).any(|arg| arg == b"@internal"))
+            })
+            .collect();
+        let mut held = Vec::new();
+        for pid in &started {
+            for fd in std::fs::read_dir(format!("/proc/{pid}/fd")).into_iter().flatten().flatten() {
+                let target =
+                    std::fs::read_link(fd.path()).map(|t| t.display().to_string()).unwrap_or_default();
+                if ours.contains(&target) {
+                    held.push(format!("{pid}: fd {}", fd.file_name().to_string_lossy()));
+                }
+            }
+        }
+        (started.len(), held)
+    }
+}
+
 pub fn run(command: &mut Command) -> Output {
     command.stdin(Stdio::null()).output().expect("the binary starts")
 }

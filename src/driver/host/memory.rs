@@ -45,7 +45,7 @@ impl Mapping {
     }
 
     fn create(bytes: usize) -> Result<Arc<Self>> {
-        let fd = memfd_create(c"simple-ipc-simulated", MFdFlags::empty()).context("memfd_create")?;
+        let fd = memfd_create(c"simple-ipc-simulated", MFdFlags::MFD_CLOEXEC).context("memfd_create")?;
         let file = File::from(fd);
         file.set_len(bytes as u64).context("sizing simulated device memory")?;
         Self::new(file, bytes)
