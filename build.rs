@@ -71,8 +71,18 @@ fn revision() -> String {
         return given.trim().to_owned();
     }
     let root = env::var_os("CARGO_MANIFEST_DIR").map(PathBuf::from).unwrap_or_default();
+    // GIT_OPTIONAL_LOCKS=0: `git status` would otherwise refresh the stat data of the index and write
+    // .git/index, which this script watches (below), so that the build after a fresh clone would find the index
+    // changed and build the crate again for nothing. A git older than 2.15 ignores the variable, where the
+    // option `--no-optional-locks` would fail every command.
     let git = |args: &[&str]| -> Option<String> {
-        let out = Command::new("git").arg("-C").arg(&root).args(args).output().ok()?;
+        let out = Command::new("git")
+            .arg("-C")
+            .arg(&root)
+            .env("GIT_OPTIONAL_LOCKS", "0")
+            .args(args)
+            .output()
+            .ok()?;
         let text = String::from_utf8(out.stdout).ok()?;
         out.status.success().then(|| text.trim().to_owned())
     };
@@ -85,16 +95,24 @@ fn revision() -> String {
     let Some(rev) = git(&["rev-parse", "--short", "HEAD"]).filter(|r| ours && !r.is_empty()) else {
         return "unknown".to_owned();
     };
-    // Built again when HEAD moves, the index changes or what is built changes, so that `-dirty` holds.
-    for path in ["HEAD", "index", "packed-refs"] {
-        if let Some(file) = git(&["rev-parse", "--git-path", path]) {
-            println!("cargo:rerun-if-changed={}", root.join(file).display());
-        }
-    }
+    // Built again when HEAD moves, the index changes or what is built changes, so that `-dirty` holds. Only
+    // paths that exist are watched: cargo counts a missing one as changed, and would run this script and build
+    // the crate again on every build (a repository may have no packed-refs, nor reftable). A branch whose ref
+    // is only in packed-refs has no file of its own: its directory is watched instead, since a commit writes
+    // the file there.
+    let git_path = |path: &str| git(&["rev-parse", "--git-path", path]).map(|file| root.join(file));
+    let mut watched: Vec<PathBuf> =
+        ["HEAD", "index", "packed-refs", "reftable"].into_iter().filter_map(git_path).collect();
     if let Some(reference) = git(&["symbolic-ref", "-q", "HEAD"])
-        && let Some(file) = git(&["rev-parse", "--git-path", &reference])
+        && let (Some(file), Some(refs)) = (git_path(&reference), git_path("refs"))
     {
-        println!("cargo:rerun-if-changed={}", root.join(file).display());
+        // Never above refs/: the git directory itself would be scanned whole, objects and all.
+        watched.extend(
+            file.ancestors().take_while(|p| p.starts_with(&refs)).find(|p| p.exists()).map(Path::to_path_buf),
+        );
+    }
+    for path in watched.iter().filter(|p| p.exists()) {
+        println!("cargo:rerun-if-changed={}", path.display());
     }
     for built in ["src", "build.rs", "Cargo.toml", "Cargo.lock"] {
         println!("cargo:rerun-if-changed={built}");

@@ -315,3 +315,157 @@ fn a_timeout_too_long_for_the_clock_is_one_that_does_not_fire() {
         assert!(!text(&out).contains("internal error"), "{args:?}: {}", text(&out));
     }
 }
+
+/// The last of a repeated option wins (issue 28): `--ipc vmm --ipc pool` runs pool, and a flag given twice
+/// (`-q -q`) is the flag, as an alias that gives it and a user who gives it again expect.
+#[test]
+fn a_repeated_option_is_the_last_one_given() {
+    let out = run(simulated("ok,ok").args(["--ipc", "vmm", "--ipc", "pool", "-q", "-q"]));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout.lines().count(), 1, "-q -q: the verdict alone: {stdout}");
+    assert!(stdout.starts_with("PASSED: 2 processes on 2 GPUs, pool IPC"), "{stdout}");
+    let out = run(simulated("ok,ok").args(["--timeout", "0", "--timeout", "7", "--quiet", "--quiet"]));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+}
+
+/// `simple-ipc 0`, how NVIDIA's simpleIPC started its children, is a usage error that says so, and that
+/// this program starts its children itself.
+#[test]
+fn the_originals_child_invocation_says_what_it_is() {
+    let out = Command::new(bin()).arg("0").env_remove(SIMULATE).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("`0` is how NVIDIA's simpleIPC started its children"), "{err}");
+    assert!(err.contains("this program starts its own children itself: run it without arguments"), "{err}");
+    assert!(err.contains("Usage:") && out.stdout.is_empty(), "{}", text(&out));
+}
+
+/// `--timeout -1` is an invalid value, said with what a value is, not an unexpected argument `-1`.
+#[test]
+fn a_negative_timeout_is_an_invalid_value() {
+    let out = Command::new(bin()).args(["--timeout", "-1"]).env_remove(SIMULATE).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("invalid value '-1' for '--timeout <SECONDS>': a number of seconds, 0 for none"),
+        "{err}"
+    );
+    assert!(!err.contains("unexpected argument"), "{err}");
+}
+
+/// Every driver call `--help` names (`cuX`) is one the program makes (quoted in src/driver/cuda), and a
+/// runtime call of the original's (`cudaX`) is named only beside its driver call here (`cuX`).
+#[test]
+fn help_names_the_driver_calls_made() {
+    let out = Command::new(bin()).arg("--help").env("COLUMNS", "200").output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    let driver_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/driver/cuda");
+    let driver: String = std::fs::read_dir(&driver_dir)
+        .unwrap()
+        .map(|entry| std::fs::read_to_string(entry.unwrap().path()).unwrap())
+        .collect();
+    let words: Vec<&str> =
+        help.split(|c: char| !c.is_ascii_alphanumeric()).filter(|w| w.starts_with("cu")).collect();
+    let calls: Vec<&str> =
+        words.iter().copied().filter(|w| w[2..].starts_with(|c: char| c.is_ascii_uppercase())).collect();
+    for call in ["cuStreamWaitEvent", "cuEventRecord", "cuStreamWaitValue32", "cuIpcGetMemHandle"] {
+        assert!(calls.contains(&call), "--help names {call}: {help}");
+    }
+    for call in &calls {
+        // As src/driver/cuda quotes each symbol it looks up and each call its errors name (`_v2` where the
+        // 11.4 bindings call that version).
+        let quoted = [format!("\"{call}\""), format!("\"{call}_v2\"")];
+        assert!(
+            quoted.iter().any(|q| driver.contains(q.as_str())),
+            "--help names {call}, which src/driver/cuda never calls"
+        );
+    }
+    let runtime: Vec<&str> = words.iter().copied().filter(|w| w.starts_with("cuda") && w.len() > 4).collect();
+    assert!(runtime.contains(&"cudaStreamWaitEvent"), "the original's call, for comparison: {help}");
+    for call in runtime {
+        let ours = format!("cu{}", &call[4..]);
+        assert!(calls.contains(&ours.as_str()), "--help names the original's {call} without {ours}: {help}");
+    }
+}
+
+/// The long options `--help` shows.
+fn long_options() -> Vec<String> {
+    let out = Command::new(bin()).arg("--help").output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout).into_owned();
+    let options: Vec<String> = help
+        .lines()
+        // An option's own line, `      --name` or `  -q, --name`, not prose that mentions one.
+        .filter_map(|line| {
+            line.strip_prefix("      --").or_else(|| line.strip_prefix("  -")?.get(3..)?.strip_prefix("--"))
+        })
+        .filter_map(|rest| rest.split([' ', '<', '=']).next().map(str::to_owned))
+        .collect();
+    assert!(options.len() > 15 && options.iter().any(|o| o == "generate"), "{help}");
+    options
+}
+
+/// `--generate man` is a man page in roff made from the parser (its `.TH` the first request after the
+/// preamble that defines `\*(Aq`), naming every long option; groff, where installed, reads it without a
+/// warning.
+#[test]
+fn generate_man_is_a_man_page_of_every_option() {
+    let out = Command::new(bin()).args(["--generate", "man"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let man = String::from_utf8_lossy(&out.stdout);
+    let first = man.lines().find(|l| !l.starts_with(".ie \\n(.g .ds Aq") && !l.starts_with(".el .ds Aq"));
+    assert!(first.is_some_and(|l| l.starts_with(".TH simple-ipc 1 ")), "{man}");
+    assert!(man.contains("\n.SH NAME\n") && man.contains("\n.SH OPTIONS\n"), "{man}");
+    for option in long_options() {
+        let roff = format!("\\-\\-{}", option.replace('-', "\\-"));
+        assert!(man.contains(&roff), "the man page lacks --{option}: {man}");
+    }
+    match std::process::Command::new("groff")
+        .args(["-man", "-ww", "-z"])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+    {
+        Ok(mut groff) => {
+            use std::io::Write;
+            groff.stdin.take().unwrap().write_all(&out.stdout).unwrap();
+            let checked = groff.wait_with_output().unwrap();
+            let said = String::from_utf8_lossy(&checked.stderr);
+            assert!(checked.status.success() && said.is_empty(), "groff: {said}");
+        }
+        Err(e) => eprintln!("generate_man_is_a_man_page_of_every_option: no groff to check the roff ({e})"),
+    }
+}
+
+/// Each shell's completions name every long option (bash's and zsh's as `--name`, fish's as `-l name`).
+#[test]
+fn generated_completions_name_every_option() {
+    let options = long_options();
+    for (what, form) in [("completions-bash", "--"), ("completions-zsh", "--"), ("completions-fish", "-l ")] {
+        let out = Command::new(bin()).args(["--generate", what]).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{what}: {}", text(&out));
+        let script = String::from_utf8_lossy(&out.stdout);
+        assert!(script.contains("simple-ipc"), "{what}: {script}");
+        for option in &options {
+            assert!(script.contains(&format!("{form}{option}")), "{what} lacks --{option}: {script}");
+        }
+    }
+}
+
+/// `--generate` to a reader that has gone ends as every output of the program does: 141, nothing said,
+/// no panic (clap_complete's own writer would panic on the broken pipe).
+#[test]
+fn generate_to_a_closed_pipe_is_141_quietly() {
+    for what in ["man", "completions-bash"] {
+        let (read, write) = nix::unistd::pipe().unwrap();
+        drop(read);
+        let out = std::process::Command::new(bin())
+            .args(["--generate", what])
+            .stdout(std::process::Stdio::from(write))
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(141), "{what}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(out.stderr.is_empty(), "{what}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}

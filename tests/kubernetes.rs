@@ -1,13 +1,17 @@
 //! The Kubernetes examples (`examples/*.yaml`, shown by docs/kubernetes.md) are manifests that run the program
 //! as it takes it: each parses as Kubernetes objects; each file of pods holds one served run (a server and the
 //! joiners it waits for: its GPUs × `--procs-per-device`, at a socket both sides mount), which passes on
-//! simulated GPUs with the containers' own arguments; every pod-spec field that a fix of the program names is
-//! in an example; and the document and the examples name each other. No cluster runs here: what a cluster
-//! would do with them is not tested.
+//! simulated GPUs with the containers' own arguments, or checks that run alone (the fleet's DaemonSet), which
+//! pass there with their `--json -` document alone on standard output; every container uses the node's copy
+//! of the image; all the files can be applied at once (names, hostPaths and the joiners' affinity are each
+//! example's own); the joiners' scripts give up waiting for the socket; every pod-spec field that a fix of the
+//! program names is in an example; and the document and the examples name each other. No cluster runs here:
+//! what a cluster would do with them is not tested (scripts/validate-kubernetes.sh checks them against the
+//! API's schemas).
 
 mod common;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -56,10 +60,11 @@ fn examples() -> Vec<Example> {
 }
 
 /// The kinds the examples may hold, with the API group version of each.
-const KINDS: [(&str, &str); 6] = [
+const KINDS: [(&str, &str); 7] = [
     ("Pod", "v1"),
     ("ConfigMap", "v1"),
     ("Deployment", "apps/v1"),
+    ("DaemonSet", "apps/v1"),
     ("Job", "batch/v1"),
     ("ResourceClaim", "resource.k8s.io/v1"),
     ("ResourceClaimTemplate", "resource.k8s.io/v1"),
@@ -69,21 +74,42 @@ fn str_at<'a>(value: &'a Value, key: &str) -> Option<&'a str> {
     value.get(key).and_then(Value::as_str)
 }
 
-/// The pod spec of a Pod, or of a Deployment's or Job's template.
+/// The pod spec of a Pod, or of a Deployment's, DaemonSet's or Job's template.
 fn pod_spec(document: &Value) -> Option<&Value> {
     match str_at(document, "kind")? {
         "Pod" => document.get("spec"),
-        "Deployment" | "Job" => document.get("spec")?.get("template")?.get("spec"),
+        "Deployment" | "DaemonSet" | "Job" => document.get("spec")?.get("template")?.get("spec"),
         _ => None,
     }
 }
 
-/// What a container runs of the program: the arguments of one `simple-ipc` invocation and how many
-/// processes run it.
+/// The labels of a Pod, or of a Deployment's, DaemonSet's or Job's pods.
+fn pod_labels(document: &Value) -> Option<&Value> {
+    match str_at(document, "kind")? {
+        "Pod" => document.get("metadata")?.get("labels"),
+        "Deployment" | "DaemonSet" | "Job" => {
+            document.get("spec")?.get("template")?.get("metadata")?.get("labels")
+        }
+        _ => None,
+    }
+}
+
+/// Every container of a pod spec, its init containers included, with its name.
+fn containers_of(spec: &Value) -> Vec<&Value> {
+    ["initContainers", "containers"]
+        .iter()
+        .filter_map(|key| spec.get(key).and_then(Value::as_sequence))
+        .flatten()
+        .collect()
+}
+
+/// What a container runs of the program: the arguments of one `simple-ipc` invocation, how many
+/// processes run it, and the shell's redirections of its output (`2>FILE`).
 #[derive(Debug, Clone)]
 struct Invocation {
     args: Vec<String>,
     processes: u32,
+    redirections: Vec<String>,
 }
 
 fn strings(value: Option<&Value>) -> Vec<String> {
@@ -107,9 +133,9 @@ fn invocations(name: &str, container: &Value) -> Vec<Invocation> {
     let words: Vec<String> = command.iter().chain(&args).cloned().collect();
     match words.first().map(String::as_str) {
         None => panic!("{name}: a container that runs nothing"),
-        _ if command.is_empty() => vec![Invocation { args, processes: 1 }],
+        _ if command.is_empty() => vec![Invocation { args, processes: 1, redirections: Vec::new() }],
         Some("simple-ipc" | "/usr/local/bin/simple-ipc") => {
-            vec![Invocation { args: words[1..].to_vec(), processes: 1 }]
+            vec![Invocation { args: words[1..].to_vec(), processes: 1, redirections: Vec::new() }]
         }
         Some("sh" | "/bin/sh" | "bash") => {
             assert_eq!(words.get(1).map(String::as_str), Some("-c"), "{name}: sh -c SCRIPT: {words:?}");
@@ -127,7 +153,12 @@ fn invocations(name: &str, container: &Value) -> Vec<Invocation> {
                 .filter_map(|line| line.strip_prefix("simple-ipc "))
                 .map(|rest| {
                     let rest = rest.split(['&', ';', '#']).next().unwrap_or("");
-                    Invocation { args: rest.split_whitespace().map(str::to_owned).collect(), processes }
+                    // `2>/tmp/log`, `>FILE`: the shell's, not the program's.
+                    let (redirections, args): (Vec<String>, Vec<String>) =
+                        rest.split_whitespace().map(str::to_owned).partition(|word| {
+                            word.trim_start_matches(|c: char| c.is_ascii_digit()).starts_with(['>', '<'])
+                        });
+                    Invocation { args, processes, redirections }
                 })
                 .collect();
             assert_eq!(found.len(), 1, "{name}: one simple-ipc line in the script:\n{script}");
@@ -193,12 +224,27 @@ struct ServedRun {
     joiners: Vec<Invocation>,
 }
 
-/// Checks what every object of an example must be, and returns the served run its pods hold, if it has pods.
-fn served_run(example: &Example, entry_point: &[String]) -> Option<ServedRun> {
+/// A run of the program on its own, neither served nor joining (the fleet's check on each node): its
+/// arguments, its GPUs, and its container's.
+struct AloneRun {
+    at: String,
+    invocation: Invocation,
+    gpus: u32,
+}
+
+/// What an example's pods run: one served run, or runs that each stand alone.
+enum Run {
+    Served(ServedRun),
+    Alone(Vec<AloneRun>),
+}
+
+/// Checks what every object of an example must be, and returns what its pods run, if it has pods.
+fn run_of(example: &Example, entry_point: &[String]) -> Option<Run> {
     let name = &example.name;
     assert!(!example.documents.is_empty(), "{name}: no manifest");
     let mut server: Option<(Vec<String>, u32, String)> = None;
     let mut joiners: Vec<(Invocation, Option<String>)> = Vec::new();
+    let mut alone: Vec<AloneRun> = Vec::new();
     let mut pods = 0;
     for (index, document) in example.documents.iter().enumerate() {
         let kind = str_at(document, "kind").unwrap_or_else(|| panic!("{name}: a document without kind"));
@@ -216,6 +262,11 @@ fn served_run(example: &Example, entry_point: &[String]) -> Option<ServedRun> {
         }
         let Some(spec) = pod_spec(document) else { continue };
         pods += 1;
+        if kind == "DaemonSet" {
+            // Its pods restart whatever ends: Always is the only policy the API takes for them.
+            let policy = str_at(spec, "restartPolicy").unwrap_or("Always");
+            assert_eq!(policy, "Always", "{name}: a DaemonSet's pods restart their containers");
+        }
         let containers = spec.get("containers").and_then(Value::as_sequence);
         let containers = containers.unwrap_or_else(|| panic!("{name}: a pod without containers"));
         assert!(!containers.is_empty(), "{name}: a pod without containers");
@@ -235,17 +286,25 @@ fn served_run(example: &Example, entry_point: &[String]) -> Option<ServedRun> {
                     let volume = mounted_at(index, spec, container, socket)
                         .unwrap_or_else(|| panic!("{at}: the socket {socket} is on no volume"));
                     server = Some((args.clone(), gpus, volume));
-                } else {
-                    let socket = value_of(&args, "--join")
-                        .unwrap_or_else(|| panic!("{at}: neither --serve nor --join"));
+                } else if let Some(socket) = value_of(&args, "--join") {
                     let volume = mounted_at(index, spec, container, socket);
-                    joiners.push((Invocation { args, processes: invocation.processes }, volume));
+                    joiners.push((Invocation { args, ..invocation }, volume));
+                } else {
+                    alone.push(AloneRun {
+                        at: at.clone(),
+                        invocation: Invocation { args, ..invocation },
+                        gpus,
+                    });
                 }
             }
         }
     }
     if pods == 0 {
         return None;
+    }
+    if !alone.is_empty() {
+        assert!(server.is_none() && joiners.is_empty(), "{name}: a served run and runs alone in one file");
+        return Some(Run::Alone(alone));
     }
     let (server, gpus, volume) = server.unwrap_or_else(|| panic!("{name}: pods but no server"));
     assert!(!joiners.is_empty(), "{name}: a server but no joiner");
@@ -258,7 +317,7 @@ fn served_run(example: &Example, entry_point: &[String]) -> Option<ServedRun> {
             "{name}: the joiners see the server's socket on its volume"
         );
     }
-    Some(ServedRun { server, gpus, joiners: joiners.into_iter().map(|(j, _)| j).collect() })
+    Some(Run::Served(ServedRun { server, gpus, joiners: joiners.into_iter().map(|(j, _)| j).collect() }))
 }
 
 /// Waits for `child` to end, for at most `limit`; stops it with SIGKILL past that.
@@ -369,21 +428,53 @@ fn entry_point() -> Vec<String> {
     entry
 }
 
+/// Runs a run that stands alone on simulated GPUs (as many as its container is given): it passes, and where
+/// it writes its `--json -` document, as the fleet's check does for `kubectl logs | jq`, its standard output
+/// is that document alone, and its container's script sends its other lines (standard error) elsewhere, or
+/// the log would mix them into the document.
+fn run_alone(name: &str, run: &AloneRun) {
+    let at = &run.at;
+    let simulated = vec!["ok"; run.gpus as usize].join(",");
+    let mut check = Command::new(bin());
+    check.args(&run.invocation.args).env(SIMULATE, &simulated).env_remove(FAULT);
+    let out = common::run(&mut check);
+    assert_eq!(out.status.code(), Some(0), "{name}: {at}: {}", text(&out));
+    if value_of(&run.invocation.args, "--json") == Some("-") {
+        let document: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!("{at}: standard output is not the document alone: {e}: {}", text(&out))
+        });
+        assert_eq!(document["status"], "passed", "{at}: {document}");
+        let elsewhere = run.invocation.redirections.iter().any(|r| r.starts_with("2>") && r != "2>&1");
+        assert!(elsewhere, "{at}: --json - with standard error in the log too: {:?}", run.invocation);
+    }
+}
+
 /// Every example parses as Kubernetes objects, and each one's pods hold a served run of the program that
-/// passes on simulated GPUs with the containers' own arguments and as many joiners as the server waits for.
+/// passes on simulated GPUs with the containers' own arguments and as many joiners as the server waits for,
+/// or runs that stand alone and pass there (the fleet's check).
 #[test]
 fn each_example_is_a_served_run_the_program_takes() {
     let entry = entry_point();
     let examples = examples();
     assert!(examples.len() >= 6, "examples/: {} files", examples.len());
-    let mut runs = 0;
+    let (mut served, mut alone) = (0, 0);
     for example in &examples {
-        if let Some(run) = served_run(example, &entry) {
-            run_served(&example.name, &run);
-            runs += 1;
+        match run_of(example, &entry) {
+            Some(Run::Served(run)) => {
+                run_served(&example.name, &run);
+                served += 1;
+            }
+            Some(Run::Alone(runs)) => {
+                for run in &runs {
+                    run_alone(&example.name, run);
+                }
+                alone += 1;
+            }
+            None => {}
         }
     }
-    assert!(runs >= 5, "{runs} examples with a served run");
+    assert!(served >= 5, "{served} examples with a served run");
+    assert!(alone >= 1, "{alone} examples with a run alone (the fleet's)");
 }
 
 /// The texts of the fixes in Kubernetes' words: each `kubernetes:` string of the forecasts' fixes
@@ -661,4 +752,225 @@ fn the_document_and_the_examples_name_each_other() {
         "README's \"In containers\" links docs/kubernetes.md"
     );
     assert!(read("docs/placement.md").contains("(kubernetes.md)"), "docs/placement.md links kubernetes.md");
+}
+
+/// An example's name: its file's, without `.yaml`.
+fn stem(file: &str) -> &str {
+    file.trim_end_matches(".yaml").trim_end_matches(".yml")
+}
+
+/// Every container, init containers too, says how the node gets its image, and uses the node's copy where
+/// the image is tagged `:latest`: with no policy, Kubernetes gives such an image `Always`, and the kubelet
+/// pulls it from its registry (Docker Hub, for `simple-ipc:latest`) even where it was loaded on the node.
+/// docs/kubernetes.md says how to load the image on a node, or push it, and which policy goes with each.
+#[test]
+fn every_container_uses_the_nodes_copy_of_the_image() {
+    let mut containers = 0;
+    for example in examples() {
+        for spec in example.documents.iter().filter_map(pod_spec) {
+            for container in containers_of(spec) {
+                containers += 1;
+                let at = format!("{}: container {}", example.name, str_at(container, "name").unwrap_or("?"));
+                let image = str_at(container, "image").unwrap_or_else(|| panic!("{at}: no image"));
+                let policy = str_at(container, "imagePullPolicy").unwrap_or_else(|| {
+                    panic!("{at}: no imagePullPolicy, so {image} gets Always where it is tagged :latest")
+                });
+                assert!(
+                    ["Always", "IfNotPresent", "Never"].contains(&policy),
+                    "{at}: imagePullPolicy {policy}"
+                );
+                // The last path component's tag: `registry:5000/simple-ipc` has none (latest); a digest is not it.
+                let last = image.rsplit('/').next().unwrap_or(image);
+                let latest =
+                    !last.contains('@') && last.split_once(':').is_none_or(|(_, tag)| tag == "latest");
+                assert!(
+                    !(latest && policy == "Always"),
+                    "{at}: {image} with imagePullPolicy Always is pulled even where the node has it"
+                );
+            }
+        }
+    }
+    assert!(containers >= 14, "{containers} containers in the examples");
+    let doc = read("docs/kubernetes.md");
+    for says in [
+        "imagePullPolicy: IfNotPresent",
+        "imagePullPolicy: Never",
+        "imagePullPolicy: Always",
+        "kind load docker-image",
+        "minikube image load",
+        "k3s ctr images import",
+        "docker push",
+    ] {
+        assert!(doc.contains(says), "docs/kubernetes.md does not say how the image reaches a node: {says}");
+    }
+}
+
+/// All the examples can be applied at once: no two objects of one kind share a name in one namespace, each
+/// file's pods carry its name as `app.kubernetes.io/instance`, a `hostPath` is `/run/simple-ipc/` and its
+/// file's name (so no two examples meet at one socket), and a pod's affinity to other pods selects pods of its
+/// own file only: else a joiner could be put beside another example's server, on a node where its own
+/// `hostPath` holds no socket.
+#[test]
+fn the_examples_can_be_applied_together() {
+    let examples = examples();
+    let mut objects: BTreeMap<(String, String, String), Vec<String>> = BTreeMap::new();
+    let mut host_paths: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut pods: Vec<(&str, &Value)> = Vec::new();
+    for example in &examples {
+        let file = example.name.as_str();
+        for document in &example.documents {
+            let kind = str_at(document, "kind").unwrap_or("").to_owned();
+            let metadata = document.get("metadata");
+            let namespace = metadata.and_then(|m| str_at(m, "namespace")).unwrap_or("default").to_owned();
+            let name = metadata.and_then(|m| str_at(m, "name")).unwrap_or("").to_owned();
+            objects.entry((kind.clone(), namespace, name)).or_default().push(file.to_owned());
+            let Some(spec) = pod_spec(document) else { continue };
+            let labels =
+                pod_labels(document).unwrap_or_else(|| panic!("{file}: a {kind} whose pods have no labels"));
+            let instance = str_at(labels, "app.kubernetes.io/instance");
+            assert_eq!(instance, Some(stem(file)), "{file}: its pods' label app.kubernetes.io/instance");
+            pods.push((file, labels));
+            if kind == "DaemonSet" {
+                let selector = at_path(document, "spec.selector.matchLabels").and_then(Value::as_mapping);
+                let selector = selector.unwrap_or_else(|| panic!("{file}: a DaemonSet without matchLabels"));
+                assert!(
+                    selector.iter().all(|(k, v)| labels.get(k) == Some(v)),
+                    "{file}: its selector, its pods"
+                );
+            }
+            for volume in spec.get("volumes").and_then(Value::as_sequence).into_iter().flatten() {
+                if let Some(path) = volume.get("hostPath").and_then(|h| str_at(h, "path")) {
+                    assert_eq!(
+                        path,
+                        format!("/run/simple-ipc/{}", stem(file)),
+                        "{file}: a hostPath of its own"
+                    );
+                    host_paths.entry(path.to_owned()).or_default().insert(file.to_owned());
+                }
+            }
+        }
+    }
+    let twice: Vec<String> = objects
+        .iter()
+        .filter(|(_, files)| files.len() > 1)
+        .map(|((kind, namespace, name), files)| format!("{kind} {namespace}/{name}: {files:?}"))
+        .collect();
+    assert!(twice.is_empty(), "objects of one name in several places:\n{}", twice.join("\n"));
+    let shared: Vec<_> = host_paths.iter().filter(|(_, files)| files.len() > 1).collect();
+    assert!(shared.is_empty(), "hostPaths of several examples: {shared:?}");
+    assert!(host_paths.len() >= 3, "the examples of two pods, each with its hostPath: {host_paths:?}");
+    let mut selectors = 0;
+    for example in &examples {
+        for spec in example.documents.iter().filter_map(pod_spec) {
+            let Some(affinity) = spec.get("affinity") else { continue };
+            for selector in every_value(affinity).into_iter().filter_map(|v| v.get("labelSelector")) {
+                selectors += 1;
+                let at = format!("{}: the pod affinity {selector:?}", example.name);
+                assert!(
+                    selector.get("matchExpressions").is_none(),
+                    "{at}: matchExpressions are not checked here"
+                );
+                let wanted = selector.get("matchLabels").and_then(Value::as_mapping);
+                let wanted = wanted.unwrap_or_else(|| panic!("{at}: no matchLabels"));
+                let selects =
+                    |labels: &Value| wanted.iter().all(|(key, value)| labels.get(key) == Some(value));
+                let files: BTreeSet<&str> =
+                    pods.iter().filter(|(_, labels)| selects(labels)).map(|(file, _)| *file).collect();
+                assert_eq!(files, BTreeSet::from([example.name.as_str()]), "{at}: the pods it selects");
+            }
+        }
+    }
+    assert!(selectors >= 2, "{selectors} pod affinities in the examples");
+}
+
+/// Writes an executable file of the test's own.
+fn executable(path: &Path, contents: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, contents).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+}
+
+/// Each joiners' script (`sh -c`) waits for the server's socket, but not for ever: run with stand-ins for the
+/// program and for `sleep` (which notes each second and returns at once), where no socket comes it gives up
+/// within 300 s (no longer than the examples' servers wait for their joiners, `--timeout 300`) with exit
+/// status 1, naming the socket, and starts no joiner; where the socket is there, it starts its joiners at once,
+/// and exits 0 if they all pass and 1 if one fails.
+#[test]
+fn every_joiners_wait_for_the_socket_is_bounded() {
+    let dir = common::scratch("kubernetes-wait");
+    let stand_ins = dir.path().join("bin");
+    std::fs::create_dir(&stand_ins).expect("a directory of the test's own");
+    executable(&stand_ins.join("sleep"), "#!/bin/sh\necho \"$*\" >>\"$RECORD/slept\"\n");
+    executable(
+        &stand_ins.join("simple-ipc"),
+        "#!/bin/sh\necho \"$*\" >>\"$RECORD/joined\"\nexit \"$JOINER_STATUS\"\n",
+    );
+    let path = format!("{}:{}", stand_ins.display(), std::env::var("PATH").unwrap_or_default());
+    let mut scripts = 0;
+    for example in examples() {
+        for spec in example.documents.iter().filter_map(pod_spec) {
+            for container in containers_of(spec) {
+                let container_name = str_at(container, "name").unwrap_or("?");
+                let at = format!("{}: container {container_name}", example.name);
+                let words: Vec<String> = strings(container.get("command"))
+                    .into_iter()
+                    .chain(strings(container.get("args")))
+                    .collect();
+                if words.first().map(String::as_str) != Some("sh") {
+                    continue; // the image's entry point with its args: a server
+                }
+                let script = &words[2];
+                let invocation = invocations(&at, container).remove(0);
+                let Some(socket) = value_of(&invocation.args, "--join") else { continue };
+                scripts += 1;
+                // The script, run with the socket moved to `record`: its status, its standard error, the seconds
+                // it slept and the joiners it started. (A short name: a socket's path has at most 107 bytes.)
+                let run = |case: &str, listening: bool, joiner_status: u8| {
+                    let record = dir.path().join(format!("{scripts}-{case}"));
+                    std::fs::create_dir(&record).expect("a directory of the test's own");
+                    let here = record.join("run.sock");
+                    let _listener =
+                        listening.then(|| std::os::unix::net::UnixListener::bind(&here).expect("bind"));
+                    let mut sh = Command::new("sh");
+                    sh.arg("-c")
+                        .arg(script.replace(socket, &here.display().to_string()))
+                        .env("PATH", &path)
+                        .env("RECORD", &record)
+                        .env("JOINER_STATUS", joiner_status.to_string())
+                        .stdin(Stdio::null())
+                        .stdout(Stdio::null())
+                        .stderr(Stdio::piped());
+                    if let Some(joiners) = env_of(container, "JOINERS") {
+                        sh.env("JOINERS", joiners);
+                    }
+                    let mut child = sh.spawn().expect("sh starts");
+                    let status = ended_within(&mut child, Duration::from_secs(30));
+                    let mut said = String::new();
+                    if let Some(mut stderr) = child.stderr.take() {
+                        let _ = std::io::Read::read_to_string(&mut stderr, &mut said);
+                    }
+                    let lines = |file: &str| -> Vec<String> {
+                        let text = std::fs::read_to_string(record.join(file)).unwrap_or_default();
+                        text.lines().map(str::to_owned).collect()
+                    };
+                    let status =
+                        status.unwrap_or_else(|| panic!("{at}: {case}: the script did not end in 30 s"));
+                    (status.code(), said, lines("slept").len(), lines("joined"), here)
+                };
+                let (status, said, slept, joined, here) = run("none", false, 0);
+                assert_eq!(status, Some(1), "{at}: no server: {said}");
+                assert!((1..=300).contains(&slept), "{at}: it waited {slept} s for the socket");
+                assert!(said.contains(&here.display().to_string()), "{at}: the socket is named: {said:?}");
+                assert!(joined.is_empty(), "{at}: joiners started without a socket: {joined:?}");
+                let (status, said, slept, joined, here) = run("ok", true, 0);
+                assert_eq!(status, Some(0), "{at}: {said}");
+                assert_eq!(slept, 0, "{at}: it slept with the socket there");
+                let expected = vec![format!("--join {}", here.display()); invocation.processes as usize];
+                assert_eq!(joined, expected, "{at}: the joiners it starts");
+                let (status, said, _, _, _) = run("fail", true, 1);
+                assert_eq!(status, Some(1), "{at}: a joiner failed: {said}");
+            }
+        }
+    }
+    assert!(scripts >= 8, "{scripts} joiners' scripts in the examples");
 }

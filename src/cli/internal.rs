@@ -123,7 +123,9 @@ mod tests {
     /// The user's options of a run: `args` as a user gives them.
     fn run_of(args: &[&str]) -> Run {
         match user::parse_from(std::iter::once("simple-ipc").chain(args.iter().copied())) {
-            Ok(Role::Sample(run, _) | Role::EveryMechanism(run) | Role::Matrix(run, _)) => run,
+            Ok(user::Asked::Role(
+                Role::Sample(run, _) | Role::EveryMechanism(run) | Role::Matrix(run, _),
+            )) => run,
             other => panic!("{args:?}: {other:?}"),
         }
     }
@@ -199,6 +201,25 @@ mod tests {
         }
     }
 
+    /// The internal parser stays strict where the user's takes the last of a repeated option: only this
+    /// program writes its arguments, once each (`Role::to_args`), so a repeat is a defect there, or an
+    /// argument typed by hand, and a second descriptor number silently winning would leave the first one
+    /// open and unowned.
+    #[test]
+    fn an_internal_option_given_twice_is_refused() {
+        for twice in [
+            &["child", "0", "--quiet", "--quiet"][..],
+            &["child", "0", "--segment-fd", "5", "--segment-fd", "6"],
+            &["guardian", "--fd", "3", "--fd", "4"],
+            &["run", "--report-fd", "5", "--report-fd", "6"],
+            &["run", "--report-fd", "5", "--ipc", "vmm", "--ipc", "pool"],
+        ] {
+            let e = parse_from(twice.iter().map(OsString::from)).expect_err("a usage error");
+            assert!(e.to_string().contains("cannot be used multiple times"), "{twice:?}: {e}");
+        }
+        assert!(parse_from(["child", "0", "--quiet"].iter().map(OsString::from)).is_ok(), "once is fine");
+    }
+
     /// Every user option of a run reaches a run of one mechanism: each is set in some case above, so a new
     /// option of the run fails here until `role::run_args` writes it.
     #[test]
@@ -219,7 +240,8 @@ mod tests {
         for long in user::long_options() {
             // What a run of one mechanism is never given: its document goes to its pipe, and the other modes'
             // options are theirs.
-            let not_a_run = ["help", "version", "json", "join", "topology", "bench", "bench-max-bytes"];
+            let not_a_run =
+                ["help", "version", "generate", "json", "join", "topology", "bench", "bench-max-bytes"];
             assert!(
                 not_a_run.contains(&long.as_str()) || written.contains(&long),
                 "--{long} is never written"

@@ -3,23 +3,46 @@
 //! (`internal`), which no user's `--help` or usage error knows of. A usage error exits 1, not clap's 2,
 //! which a test harness would read as "waived".
 
+use std::cell::Cell;
 use std::ffi::OsString;
 
+use crate::outcome::{EXIT_FAILURE, EXIT_SUCCESS};
+use crate::output::{READER_GONE_STATUS, ReaderGone};
 use crate::role::{INTERNAL, Role};
 
+mod generate;
 mod internal;
 #[cfg(test)]
 mod tests;
 mod user;
+mod values;
 
-/// A usage error (or `--help`, `--version`), with the usage line of the parser that made it.
+/// What the command line has to say instead of a role: a usage error, `--help` or `--version` (clap's), or
+/// `--generate`'s text. [`print_usage_error`] prints it, then [`usage_exit_code`] says how to exit.
 #[derive(Debug)]
 pub(crate) struct Usage {
-    error: clap::Error,
-    usage: fn() -> String,
+    said: Said,
+    /// `--generate`'s exit status, which depends on whether its text could be written: set by
+    /// [`print_usage_error`], and a failure until then (nothing was written).
+    generated: Cell<u8>,
 }
 
-/// Parses this process's arguments; on `Err`, print the error and exit with [`usage_exit_code`].
+#[derive(Debug)]
+enum Said {
+    /// clap's error (or `--help`, `--version`), with the usage line of the parser that made it.
+    Clap { error: clap::Error, usage: fn() -> String },
+    /// `--generate`: completions or the man page, for standard output.
+    Generate(generate::What),
+}
+
+impl Usage {
+    fn clap(error: clap::Error, usage: fn() -> String) -> Usage {
+        Usage { said: Said::Clap { error, usage }, generated: Cell::new(EXIT_FAILURE) }
+    }
+}
+
+/// Parses this process's arguments; on `Err`, call [`print_usage_error`], then exit with
+/// [`usage_exit_code`].
 pub(crate) fn parse() -> Result<Role, Usage> {
     parse_from(std::env::args_os().collect())
 }
@@ -27,26 +50,59 @@ pub(crate) fn parse() -> Result<Role, Usage> {
 /// Parses `args` (the program's name first).
 fn parse_from(args: Vec<OsString>) -> Result<Role, Usage> {
     match args.get(1) {
-        Some(first) if first == INTERNAL => internal::parse_from(args.into_iter().skip(2))
-            .map_err(|error| Usage { error, usage: internal::usage }),
-        _ => user::parse_from(args).map_err(|error| Usage { error, usage: user::usage }),
+        Some(first) if first == INTERNAL => {
+            internal::parse_from(args.into_iter().skip(2)).map_err(|e| Usage::clap(e, internal::usage))
+        }
+        _ => match user::parse_from(args) {
+            Ok(user::Asked::Role(role)) => Ok(role),
+            Ok(user::Asked::Generate(what)) => {
+                Err(Usage { said: Said::Generate(what), generated: Cell::new(EXIT_FAILURE) })
+            }
+            Err(e) => Err(Usage::clap(e, user::usage)),
+        },
     }
 }
 
-/// 0 for `--help` and `--version`, 1 for a usage error (never clap's 2, which means "waived" here).
+/// 0 for `--help` and `--version`, 1 for a usage error (never clap's 2, which means "waived" here);
+/// `--generate`'s status once [`print_usage_error`] has written it (0, 141 where the reader went away, 1
+/// where it could not be written).
 pub(crate) fn usage_exit_code(e: &Usage) -> u8 {
-    u8::from(e.error.use_stderr())
+    match &e.said {
+        Said::Clap { error, .. } => u8::from(error.use_stderr()),
+        Said::Generate(_) => e.generated.get(),
+    }
 }
 
-/// Prints what clap has to say; a usage error always comes with the usage line.
+/// Prints what clap has to say (a usage error always comes with the usage line), or `--generate`'s text.
 pub(crate) fn print_usage_error(e: &Usage) {
-    if !e.error.use_stderr() {
-        let _ = e.error.print(); // --help, --version
+    let (error, usage) = match &e.said {
+        Said::Clap { error, usage } => (error, usage),
+        Said::Generate(what) => {
+            e.generated.set(write_generated(*what));
+            return;
+        }
+    };
+    if !error.use_stderr() {
+        let _ = error.print(); // --help, --version
         return;
     }
-    let mut text = e.error.render().to_string().trim_end().to_owned();
+    let mut text = error.render().to_string().trim_end().to_owned();
     if !text.contains("Usage:") {
-        text.push_str(&format!("\n\n{}", (e.usage)()));
+        text.push_str(&format!("\n\n{}", usage()));
     }
     warn!("{}", text.trim_end());
+}
+
+/// Writes `--generate`'s text on standard output: the exit status, as for any other output of the program
+/// (a reader gone is 141 and says nothing more; another error is said, and fails).
+fn write_generated(what: generate::What) -> u8 {
+    let written = generate::render(what, user::command()).and_then(|text| crate::output::text(&text));
+    match written {
+        Ok(()) => EXIT_SUCCESS,
+        Err(e) if e.is::<ReaderGone>() => READER_GONE_STATUS,
+        Err(e) => {
+            warn!("simple-ipc: --generate: {e:#}");
+            EXIT_FAILURE
+        }
+    }
 }

@@ -7,7 +7,8 @@ use crate::role::{Role, Run, Timeout};
 
 fn run(args: &[&str]) -> Option<Role> {
     match parse_from(std::iter::once("simple-ipc").chain(args.iter().copied())) {
-        Ok(role) => Some(role),
+        Ok(Asked::Role(role)) => Some(role),
+        Ok(Asked::Generate(what)) => panic!("{args:?} is --generate {what:?}"),
         Err(e) => {
             assert!(e.use_stderr(), "usage errors exit 1 (see usage_exit_code): {e}");
             None
@@ -146,4 +147,105 @@ fn every_ipc_value_but_all_names_a_mechanism() {
     for mechanism in Mechanism::ALL {
         assert_eq!(Mechanism::from_code(mechanism.code()), Some(mechanism));
     }
+}
+
+/// The last of a repeated option wins, as with rg, fd and cargo: a wrapper's option can be given again.
+#[test]
+fn a_repeated_option_is_the_last_one() {
+    assert_eq!(asked(&["--ipc", "vmm", "--ipc", "pool"]).ipc, "pool");
+    assert!(matches!(run(&["--ipc", "all", "--ipc", "vmm"]), Some(Role::Sample(_, Mechanism::Vmm))));
+    assert_eq!(sample(&["--timeout", "5", "--timeout", "7"]).timeout, Timeout(7));
+    assert!(sample(&["-q", "-q"]).quiet, "a flag given twice");
+    assert!(sample(&["--quiet", "-q", "--quiet"]).quiet);
+    assert_eq!(sample(&["--procs-per-device=2", "--procs-per-device", "3"]).procs_per_device, 3);
+    // The rules between options see the last value: --fds with vmm, then legacy, has no descriptors.
+    assert!(run(&["--ipc", "vmm", "--ipc", "legacy", "--fds", "pidfd"]).is_none());
+}
+
+/// The rendered usage error of `args`.
+fn refusal(args: &[&str]) -> String {
+    match parse_from(std::iter::once("simple-ipc").chain(args.iter().copied())) {
+        Err(e) => {
+            assert!(e.use_stderr(), "{args:?}: a usage error, which exits 1");
+            e.render().to_string()
+        }
+        Ok(asked) => panic!("{args:?} is {asked:?}"),
+    }
+}
+
+/// A negative number is a value that is wrong, said so, not an unexpected argument.
+#[test]
+fn a_negative_number_is_an_invalid_value() {
+    let said = refusal(&["--timeout", "-1"]);
+    assert!(
+        said.contains("invalid value '-1' for '--timeout <SECONDS>': a number of seconds, 0 for none"),
+        "{said}"
+    );
+    let said = refusal(&["--timeout", "99999999999999999999"]);
+    assert!(said.contains("more seconds than this program can count"), "{said}");
+    let said = refusal(&["--procs-per-device", "-1"]);
+    assert!(said.contains("invalid value '-1' for '--procs-per-device <N>'"), "{said}");
+    let said = refusal(&["--bench", "--bench-max-bytes", "-1"]);
+    assert!(said.contains("invalid value '-1' for '--bench-max-bytes <SIZE>'"), "{said}");
+    // A flag after the option is still a flag, not its value.
+    assert!(refusal(&["--timeout", "-q"]).contains("a value is required for '--timeout <SECONDS>'"));
+}
+
+/// `simple-ipc 0`, the original's child, says what it is and that the parent starts its children.
+#[test]
+fn the_originals_child_argument_says_what_it_is() {
+    for args in [&["0"][..], &["3"], &["1", "2"], &["-q", "0"]] {
+        let said = refusal(args);
+        let index = args.iter().find(|a| a.bytes().all(|b| b.is_ascii_digit())).copied().unwrap_or("?");
+        assert!(
+            said.contains(&format!("`{index}` is how NVIDIA's simpleIPC started its children")),
+            "{said}"
+        );
+        assert!(said.contains("this program starts its own children itself"), "{said}");
+    }
+    // Any other stray argument is clap's.
+    let said = refusal(&["abc"]);
+    assert!(said.contains("unexpected argument 'abc'") && !said.contains("simpleIPC"), "{said}");
+}
+
+/// `--generate` asks for a text, alone.
+#[test]
+fn generate_is_asked_alone() {
+    use super::generate::What;
+    let generated =
+        |args: &[&str]| match parse_from(std::iter::once("simple-ipc").chain(args.iter().copied())) {
+            Ok(Asked::Generate(what)) => Some(what),
+            _ => None,
+        };
+    assert_eq!(generated(&["--generate", "man"]), Some(What::Man));
+    assert_eq!(generated(&["--generate", "completions-bash"]), Some(What::CompletionsBash));
+    assert_eq!(generated(&["--generate=completions-zsh"]), Some(What::CompletionsZsh));
+    assert_eq!(generated(&["--generate", "completions-fish"]), Some(What::CompletionsFish));
+    for bad in
+        [&["--generate", "man", "--quiet"][..], &["--ipc", "vmm", "--generate", "man"], &["--generate", "ps"]]
+    {
+        assert!(refusal(bad).contains("--generate"), "{bad:?}");
+    }
+}
+
+/// Each text `--generate` makes, made: the man page and every shell's completions name the options.
+#[test]
+fn every_generated_text_names_the_options() {
+    use super::generate::{What, render};
+    use clap::ValueEnum;
+    for what in What::value_variants() {
+        let text = render(*what, command()).unwrap_or_else(|e| panic!("{what:?}: {e:#}"));
+        let option = match what {
+            What::Man => "\\-\\-procs\\-per\\-device",
+            What::CompletionsFish => "-l procs-per-device",
+            _ => "--procs-per-device",
+        };
+        assert!(text.contains(option), "{what:?}: {text}");
+    }
+    let man = render(What::Man, command()).unwrap_or_default();
+    assert!(man.contains("\n.SH \"EXIT STATUS\"\n") && !man.contains(".SH EXTRA"), "{man}");
+    assert!(
+        man.contains(&format!(".TH simple-ipc 1  \"simple-ipc {}\"", env!("CARGO_PKG_VERSION"))),
+        "{man}"
+    );
 }

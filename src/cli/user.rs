@@ -5,16 +5,16 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, CommandFactory, FromArgMatches, Parser, ValueEnum};
+use clap::error::{ContextKind, ContextValue, ErrorKind};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, ValueEnum, ValueHint};
+
+use super::generate;
+use super::values::{SyncParser, parse_bench_size, parse_seconds};
 
 use crate::ipc::{Fds, Mechanism, Sync};
 use crate::meeting::Address;
 use crate::role::{Bench, Joiner, Role, Run, Timeout};
 use crate::segment::MAX_PROCESSES;
-
-/// The smallest and largest `--bench-max-bytes`: the benchmark's first size, and the most one copy takes.
-const BENCH_MIN_BYTES: u64 = 4096;
-const BENCH_MAX_BYTES: u64 = i32::MAX as u64;
 
 /// `--version`: this program's version, the git revision it was built from, and what its kernel needs.
 const VERSION: &str = concat!(
@@ -37,6 +37,10 @@ const BENCHMARK: &str = "The benchmark";
 #[command(
     name = "simple-ipc",
     version = VERSION,
+    // The last of a repeated option wins (`--ipc vmm --ipc pool` is pool, `-q -q` is quiet), as with rg, fd
+    // and cargo: a shell alias or a wrapper script that gives an option leaves its user free to give it
+    // again. (The internal parser stays strict: see `internal`.)
+    args_override_self = true,
     about = "CUDA inter-process communication on one node, as NVIDIA's sample simpleIPC does it.",
     long_about = "CUDA inter-process communication on one node, as NVIDIA's sample simpleIPC does it: one \
                   process per chosen GPU (or more: --procs-per-device) shares a GPU buffer with the others \
@@ -58,6 +62,14 @@ const BENCHMARK: &str = "The benchmark";
 struct Cli {
     #[command(flatten)]
     options: Options,
+
+    /// Print shell completions or the man page, made from this parser, then exit.
+    ///
+    /// Alone: no run. Each value says where its text goes, as in `simple-ipc --generate man >
+    /// ~/.local/share/man/man1/simple-ipc.1`.
+    // In --help only: -h stays the options of a run.
+    #[arg(long, value_enum, value_name = "WHAT", exclusive = true, hide_short_help = true)]
+    generate: Option<generate::What>,
 }
 
 /// The user's options, which a run of one mechanism that this program starts takes too (see `internal`).
@@ -67,7 +79,9 @@ pub(super) struct Options {
     /// Processes per chosen GPU (at most 32 in all).
     ///
     /// Each has a buffer of its own, and all take part in one round-robin.
-    #[arg(long, value_name = "N", default_value_t = 1, help_heading = RUN,
+    // Negative numbers are values, so that `-1` reaches the value parser, which says what is wrong with it
+    // (clap would call it an unexpected argument); so for --timeout and --bench-max-bytes.
+    #[arg(long, value_name = "N", default_value_t = 1, help_heading = RUN, allow_negative_numbers = true,
           value_parser = clap::value_parser!(u32).range(1..=MAX_PROCESSES as i64))]
     pub procs_per_device: u32,
 
@@ -80,7 +94,8 @@ pub(super) struct Options {
     /// The watchdog: stop the run after this many seconds and exit 1; 0: never.
     ///
     /// Past it, the run stops and names each process that had not finished, and where it was.
-    #[arg(long, value_name = "SECONDS", default_value_t = 60, help_heading = RUN)]
+    #[arg(long, value_name = "SECONDS", default_value_t = 60, help_heading = RUN,
+          allow_negative_numbers = true, value_parser = parse_seconds)]
     pub timeout: u64,
 
     /// Pin each child (or joiner) to the CPUs of its GPU's NUMA node.
@@ -99,9 +114,13 @@ pub(super) struct Options {
     // The mechanism.
     /// How the buffers are shared; all: each mechanism in a run of its own, then a table.
     ///
-    /// legacy: CUDA IPC handles (the original's); vmm, pool: virtual memory management allocations or
-    /// memory pool allocations, shared as file descriptors over a Unix socket; fabric: fabric handles (they
-    /// need an IMEX channel).
+    /// legacy: CUDA IPC handles, the original's (its cudaIpcGetMemHandle and cudaIpcOpenMemHandle, here
+    /// cuIpcGetMemHandle and cuIpcOpenMemHandle); vmm: virtual memory management allocations (cuMemCreate)
+    /// exported as file descriptors (cuMemExportToShareableHandle); pool: allocations from a memory pool
+    /// (cuMemAllocFromPoolAsync), the pool exported as a file descriptor (cuMemPoolExportToShareableHandle)
+    /// and each allocation with cuMemPoolExportPointer; vmm's and pool's descriptors travel as --fds says;
+    /// fabric: fabric handles (cuMemCreate, then cuMemExportToShareableHandle of a fabric handle), which need
+    /// an IMEX channel.
     #[arg(long, value_enum, value_name = "MECHANISM", default_value_t = IpcArg::Legacy, help_heading = MECHANISM)]
     pub ipc: IpcArg,
 
@@ -110,7 +129,8 @@ pub(super) struct Options {
     /// events: interprocess events (the original's); memops: stream memory operations on a flag after each
     /// buffer, in IPC-mapped device memory. Pool memory refuses memops: --ipc pool is refused with them,
     /// and --ipc all waives pool.
-    #[arg(long, value_enum, value_name = "HOW", default_value_t = Sync::Events, help_heading = MECHANISM)]
+    #[arg(long, value_enum, value_name = "HOW", default_value_t = Sync::Events, help_heading = MECHANISM,
+          value_parser = SyncParser)]
     pub sync: Sync,
 
     /// How vmm and pool descriptors reach the other processes: over a Unix socket, or fetched with pidfd_getfd.
@@ -130,7 +150,7 @@ pub(super) struct Options {
     /// With --ipc all, one run per mechanism, which the joiners follow in turn; with --bench, the
     /// benchmark, whose producer joins.
     #[arg(long, value_name = "SOCKET", value_parser = parse_address, help_heading = CONTAINERS,
-          conflicts_with_all = ["topology", "join", "sequential"])]
+          value_hint = ValueHint::FilePath, conflicts_with_all = ["topology", "join", "sequential"])]
     pub serve: Option<Address>,
 
     /// Join the run served at SOCKET as one of its processes.
@@ -138,7 +158,8 @@ pub(super) struct Options {
     /// The index, the segment and the descriptors come from the server, and everything else is a child's
     /// (or, where the server runs --bench, the producer's); of the other options it takes --timeout,
     /// --quiet and --bench (then the run must be the benchmark).
-    #[arg(long, value_name = "SOCKET", value_parser = parse_address, help_heading = CONTAINERS, conflicts_with_all = ["topology", "serve",
+    #[arg(long, value_name = "SOCKET", value_parser = parse_address, help_heading = CONTAINERS,
+          value_hint = ValueHint::FilePath, conflicts_with_all = ["topology", "serve",
           "sequential", "timings", "json", "procs_per_device", "bind_numa", "sync", "ipc", "fds"])]
     pub join: Option<Address>,
 
@@ -160,7 +181,7 @@ pub(super) struct Options {
     /// phase timings of a run, the figures of --bench, the table of --ipc all). FILE is a regular file or a
     /// new one; an existing one is replaced whole once the run has ended. `-`: the document alone on
     /// standard output, and every other line on standard error.
-    #[arg(long, value_name = "FILE", help_heading = OUTPUT)]
+    #[arg(long, value_name = "FILE", help_heading = OUTPUT, value_hint = ValueHint::FilePath)]
     pub json: Option<PathBuf>,
 
     /// Print nothing on standard output but the verdict line.
@@ -189,43 +210,8 @@ pub(super) struct Options {
     ///
     /// Bytes, or with a unit, K or KiB, M or MiB, G or GiB (powers of 1024), as in 256MiB.
     #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = parse_bench_size,
-          help_heading = BENCHMARK)]
+          help_heading = BENCHMARK, allow_negative_numbers = true)]
     pub bench_max_bytes: u64,
-}
-
-/// `--bench-max-bytes`: a count of bytes, plain or with a unit (K, KiB, M, MiB, G, GiB: powers of 1024, in
-/// any case, a space before the unit allowed), within the benchmark's range.
-fn parse_bench_size(text: &str) -> Result<u64, String> {
-    let bytes = parse_size(text)?;
-    if !(BENCH_MIN_BYTES..=BENCH_MAX_BYTES).contains(&bytes) {
-        return Err(format!(
-            "{bytes} bytes is not from 4KiB (4096) to 2GiB less one byte ({BENCH_MAX_BYTES})"
-        ));
-    }
-    Ok(bytes)
-}
-
-/// A count of bytes: digits, then optionally a unit K, KiB, M, MiB, G or GiB (powers of 1024, in any case).
-fn parse_size(text: &str) -> Result<u64, String> {
-    let text = text.trim();
-    let digits = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-    let (number, unit) = text.split_at(digits);
-    let how = "give bytes, or a number with K, KiB, M, MiB, G or GiB (powers of 1024), as in 256MiB";
-    if number.is_empty() {
-        return Err(format!("no number: {how}"));
-    }
-    let shift = match unit.trim_start().to_ascii_lowercase().as_str() {
-        "" | "b" => 0,
-        "k" | "kib" => 10,
-        "m" | "mib" => 20,
-        "g" | "gib" => 30,
-        other => return Err(format!("unknown unit '{other}': {how}")),
-    };
-    number
-        .parse::<u64>()
-        .ok()
-        .and_then(|n| n.checked_mul(1u64 << shift))
-        .ok_or_else(|| format!("{text} is more bytes than this program can count"))
 }
 
 /// `--ipc`: one mechanism, or all of them.
@@ -286,13 +272,26 @@ impl Options {
     }
 }
 
+/// What a user's command line asks for.
+#[derive(Debug)]
+pub(super) enum Asked {
+    /// A process of this program: the sample, the benchmark, the topology, a joiner...
+    Role(Role),
+    /// `--generate`: completions or the man page, made from this parser (see `generate`).
+    Generate(generate::What),
+}
+
 /// Parses `args` (the program's name first) as a user's command line, with the rules clap's own cannot
 /// hold.
 pub(super) fn parse_from(
     args: impl IntoIterator<Item = impl Into<std::ffi::OsString> + Clone>,
-) -> Result<Role, clap::Error> {
-    let matches = Cli::command().try_get_matches_from(args)?;
-    let cli = Cli::from_arg_matches(&matches)?.options;
+) -> Result<Asked, clap::Error> {
+    let matches = Cli::command().try_get_matches_from(args).map_err(a_child_index_is_no_argument)?;
+    let cli = Cli::from_arg_matches(&matches)?;
+    if let Some(what) = cli.generate {
+        return Ok(Asked::Generate(what));
+    }
+    let cli = cli.options;
     // `requires = "bench"` would not do: clap lets a requirement go unmet where the required argument
     // conflicts with one given (`--sequential --bench-max-bytes 8K`), and every mode but --bench does.
     let given = |id: &str| matches.value_source(id) == Some(clap::parser::ValueSource::CommandLine);
@@ -314,7 +313,27 @@ pub(super) fn parse_from(
                        sets the ordering of each of its runs itself";
         return Err(Cli::command().error(clap::error::ErrorKind::ArgumentConflict, message));
     }
-    Ok(cli.role())
+    Ok(Asked::Role(cli.role()))
+}
+
+/// clap's "unexpected argument '0'", where the argument is a number, says what it was: NVIDIA's simpleIPC
+/// starts each child as itself again with the child's index (`simpleIPC 0`), and someone who knows the
+/// original may type that; here the parent starts its children itself, with arguments of its own.
+fn a_child_index_is_no_argument(e: clap::Error) -> clap::Error {
+    let index = match (e.kind(), e.get(ContextKind::InvalidArg)) {
+        (ErrorKind::UnknownArgument, Some(ContextValue::String(arg)))
+            if !arg.is_empty() && arg.bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            arg.clone()
+        }
+        _ => return e,
+    };
+    let message = format!(
+        "unexpected argument '{index}': `{index}` is how NVIDIA's simpleIPC started its children (the parent \
+         ran itself again with a child's index); this program starts its own children itself: run it \
+         without arguments, or with the options of --help"
+    );
+    Cli::command().error(ErrorKind::UnknownArgument, message)
 }
 
 /// The usage line of the user's parser.
@@ -322,7 +341,11 @@ pub(super) fn usage() -> String {
     Cli::command().render_usage().to_string()
 }
 
-/// The user's options that `--help` shows (their long names), for tests.
+/// The user's parser, which `--generate` makes its completions and man page of.
+pub(super) fn command() -> clap::Command {
+    Cli::command()
+}
+
 /// The user's options that `--help` shows (their long names), for tests.
 #[cfg(test)]
 pub(super) fn long_options() -> Vec<String> {
