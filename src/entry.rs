@@ -207,6 +207,16 @@ fn ended_by(who: &str, e: &anyhow::Error) -> (Status, Option<String>, u8) {
         e if e.chain().any(|cause| cause.is::<crate::attach::RunWaived>()) => {
             (Status::Waived, Some(e.to_string()), EXIT_WAIVED)
         }
+        // The simulation was asked what it does not model: a limit of this test's, not a failure of CUDA
+        // IPC, and waived as the container matrix's cells are ("not simulated").
+        e if let Some(what) = beyond_the_simulation(e) => {
+            warn!("{who}: {e:#}");
+            let why = format!(
+                "not simulated: {what} is beyond what the simulated GPUs model (the line above says why); \
+                 on GPUs, the CUDA driver decides"
+            );
+            (Status::Waived, Some(why), EXIT_WAIVED)
+        }
         e => {
             warn!("{who}: {e:#}");
             match e.chain().find_map(|cause| cause.downcast_ref::<Interrupted>()) {
@@ -217,6 +227,18 @@ fn ended_by(who: &str, e: &anyhow::Error) -> (Status, Option<String>, u8) {
             }
         }
     }
+}
+
+/// The call the simulation answered beyond what it models, where that ended the run: in this process
+/// (the driver's typed error) or in a process of the run (its refusal, sent over the wire).
+fn beyond_the_simulation(e: &anyhow::Error) -> Option<String> {
+    let here = e.chain().find_map(|cause| cause.downcast_ref::<driver::CallFailed>());
+    if let Some(failed) = here.filter(|failed| failed.beyond_the_simulation) {
+        return Some(failed.call.clone());
+    }
+    let peer = e.chain().find_map(|cause| cause.downcast_ref::<crate::peers::PeerFailed>())?;
+    let refused = peer.refused.as_ref().filter(|refused| refused.beyond_the_simulation)?;
+    Some(format!("{} in process {}", refused.call, peer.index))
 }
 
 /// Runs `role`; `document`: the run's, which the run inside an isolation hands over to the process

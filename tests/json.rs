@@ -111,19 +111,19 @@ fn a_waived_run_says_why_and_lists_the_devices_it_could_not_use() {
     assert_eq!(doc["devices"][0]["chosen"], false, "{doc}");
     assert!(doc.get("run").is_none(), "{doc}");
 
-    let mut vmm = simulated("ok,no-vmm");
+    let mut vmm = simulated("no-vmm,no-vmm");
     vmm.args(["--ipc", "vmm"]);
     let doc = document_of("waived-vmm", vmm, 2);
     let (word, reason) = status(&doc);
     assert_eq!(word, "waived", "{doc}");
-    let expected = "No CUDA devices support IPC with --ipc vmm (device 1";
+    let expected = "No CUDA devices support IPC with --ipc vmm (device 0";
     assert!(reason.is_some_and(|r| r.starts_with(expected)), "{doc}");
 }
 
 /// `--ipc all`: a row per mechanism, each with the document its run wrote, read back as data.
 #[test]
 fn ipc_all_has_each_runs_document() {
-    let mut command = simulated("ok,no-vmm");
+    let mut command = simulated("no-vmm,no-vmm");
     command.args(["--ipc", "all", "--procs-per-device", "2"]);
     let doc = document_of("all", command, 0);
     assert_eq!((status(&doc), doc["mode"].as_str()), (("passed", None), Some("ipc_all")), "{doc}");
@@ -327,7 +327,7 @@ fn json_dash_an_interrupted_run_writes_its_document_on_standard_output() {
 /// tables, all on standard error.
 #[test]
 fn json_dash_ipc_all_and_bench_put_their_tables_on_standard_error() {
-    let mut all = simulated("ok,no-vmm");
+    let mut all = simulated("no-vmm,no-vmm");
     all.args(["--ipc", "all"]);
     let out = to_stdout("all", all);
     let (doc, stderr) = the_document_alone("--ipc all", &out, 0, "PASSED: every mechanism");
@@ -473,16 +473,16 @@ fn json_dash_into_head_ends_with_141_and_nothing_else() {
 /// alike, of `--ipc all` and of each of its runs; what a run found before it failed reaches its document.
 #[test]
 fn the_outcome_reaches_the_line_and_the_document() {
-    let mut vmm = simulated("ok,no-vmm");
+    let mut vmm = simulated("no-vmm,no-vmm");
     vmm.args(["--ipc", "vmm"]);
     let out = to_stdout("waived-once", vmm);
     let (doc, stderr) = the_document_alone("waived", &out, 2, "WAIVED (exit 2");
     let reason = doc["reason"].as_str().unwrap_or_default();
-    assert!(reason.starts_with("No CUDA devices support IPC with --ipc vmm (device 1"), "{doc}");
+    assert!(reason.starts_with("No CUDA devices support IPC with --ipc vmm (device 0"), "{doc}");
     assert!(stderr.lines().last().is_some_and(|line| line.contains(reason)), "{stderr}");
     assert_eq!(stderr.matches("No CUDA devices support IPC").count(), 1, "said once: {stderr}");
 
-    let mut all = simulated("ok,no-vmm");
+    let mut all = simulated("no-vmm,no-vmm");
     all.args(["--ipc", "all"]);
     let out = to_stdout("summaries", all);
     let (doc, stderr) = the_document_alone("--ipc all", &out, 0, "PASSED: every mechanism");
@@ -493,7 +493,7 @@ fn the_outcome_reaches_the_line_and_the_document() {
     let said = legacy["summary"].as_str().unwrap_or_default();
     assert!(said.starts_with("2 processes on 2 GPUs, legacy IPC, events"), "the run's own: {legacy}");
     let vmm = &doc["mechanisms"][1];
-    assert!(vmm["reason"].as_str().is_some_and(|r| r.contains("--ipc vmm (device 1")), "{vmm}");
+    assert!(vmm["reason"].as_str().is_some_and(|r| r.contains("--ipc vmm (device 0")), "{vmm}");
     // The run of vmm, which says no verdict, says its waiver once; the table says it again.
     assert_eq!(stderr.matches("No CUDA devices support IPC with --ipc vmm").count(), 2, "{stderr}");
 

@@ -87,33 +87,54 @@ fn descriptors_that_do_not_come_as_the_segment_says_fail_the_run() {
     }
 }
 
-/// A mechanism a device lacks is waived with its reason (exit 2), never failed.
+/// A mechanism that no device has is waived with the reason (exit 2), never failed; a device that lacks
+/// it is skipped with its reason, as the original's filter skips one, and the run goes on on the others.
 #[test]
 fn a_mechanism_the_device_lacks_is_waived_with_the_reason() {
     for (device, mechanism, reason) in [
         ("no-vmm", "vmm", "CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED"),
         ("no-pools", "pool", "CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED"),
-        ("no-legacy-ipc", "legacy", "cannot export a legacy IPC handle, as on WSL and Tegra"),
     ] {
-        let out = run(simulated(&format!("ok,{device}")).args(["--ipc", mechanism]));
+        let out = run(simulated(&format!("{device},{device}")).args(["--ipc", mechanism]));
         let all = text(&out);
         assert_eq!(out.status.code(), Some(2), "{device}: {all}");
         assert!(
-            all.contains(&format!("No CUDA devices support IPC with --ipc {mechanism} (device 1")),
+            all.contains(&format!("No CUDA devices support IPC with --ipc {mechanism} (device 0")),
             "{all}"
         );
         assert!(all.contains(reason), "{device}: {all}");
+        let out = run(simulated(&format!("ok,{device}")).args(["--ipc", mechanism]));
+        let all = text(&out);
+        assert_eq!(out.status.code(), Some(0), "{device}: runs on device 0: {all}");
+        let skipped =
+            format!("Device 1 cannot run --ipc {mechanism} (device 1 does not report {reason}), skipping...");
+        assert!(all.contains(&skipped), "{all}");
+        assert!(all.contains("PASSED: 1 process on 1 GPU"), "{all}");
     }
-    let out = run(simulated("ok,no-memops").args(["--sync", "memops"]));
+    // Legacy is asked by trial (an export), on every device.
+    let out = run(simulated("ok,no-legacy-ipc").args(["--ipc", "legacy"]));
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{all}");
+    assert!(all.contains("No CUDA devices support IPC with --ipc legacy (device 1"), "{all}");
+    assert!(all.contains("cannot export a legacy IPC handle, as on WSL and Tegra"), "{all}");
+    let out = run(simulated("no-memops,no-memops").args(["--sync", "memops"]));
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(
-        text(&out).contains("No CUDA devices support IPC with --sync memops (device 1"),
+        text(&out).contains("No CUDA devices support IPC with --sync memops (device 0"),
+        "{}",
+        text(&out)
+    );
+    let out = run(simulated("ok,no-memops").args(["--sync", "memops"]));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        text(&out).contains("Device 1 cannot run --sync memops (device 1 has no stream memory"),
         "{}",
         text(&out)
     );
     // The other mechanisms still run on such a device.
     let out = run(simulated("ok,no-vmm").args(["--ipc", "pool"]));
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(text(&out).contains("PASSED: 2 processes on 2 GPUs"), "{}", text(&out));
 }
 
 /// Where CUDA IPC cannot work, the waiver says why in the words of NVIDIA's documents (exit 2), never a
@@ -154,8 +175,9 @@ fn ipc_all_prints_a_table_and_exits_by_the_worst_result() {
     let dir = common::scratch("all-test");
     let json = dir.path().join("all.json");
     // One waived, two passed: exit 0.
-    let out =
-        run(simulated("ok,no-vmm").args(["--ipc", "all", "--procs-per-device", "2", "--json"]).arg(&json));
+    let out = run(simulated("no-vmm,no-vmm")
+        .args(["--ipc", "all", "--procs-per-device", "2", "--json"])
+        .arg(&json));
     let all = text(&out);
     assert_eq!(out.status.code(), Some(0), "{all}");
     let table = table_of(&all);
@@ -248,14 +270,19 @@ fn fabric_is_waived_by_its_trial_and_by_its_attribute() {
     assert!(all.contains(&line), "{all}");
     assert!(!all.contains("failed!"), "{all}");
     assert_clean(pid, "--ipc fabric without an IMEX channel");
-    for devices in ["ok+imex,no-fabric", "ok+imex,no-fabric+imex"] {
+    for devices in ["no-fabric+imex,no-fabric", "no-fabric,no-fabric+imex"] {
         let out = run(simulated(devices).args(["--ipc", "fabric"]));
         let all = text(&out);
         assert_eq!(out.status.code(), Some(2), "{devices}: {all}");
-        let line = "No CUDA devices support IPC with --ipc fabric (device 1 does not report \
+        let line = "No CUDA devices support IPC with --ipc fabric (device 0 does not report \
                     CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED)";
         assert!(all.contains(line), "{devices}: {all}");
     }
+    // A device without the attribute is skipped, and the run goes on on the one that has it.
+    let out = run(simulated("ok+imex,no-fabric+imex").args(["--ipc", "fabric"]));
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    assert!(all.contains("Device 1 cannot run --ipc fabric (device 1 does not report"), "{all}");
     // The benchmark asks the same trial.
     let out = run(simulated("ok,ok").args(["--bench", "--ipc", "fabric", "--bench-max-bytes", "65536"]));
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));

@@ -151,6 +151,16 @@ pub fn unsupported() -> Option<String> {
     }
 }
 
+/// `pidfd_getfd` of one of this process's own descriptors: `allowed`, or the errno's name (`EPERM`: a
+/// seccomp filter, as Docker's default profile without CAP_SYS_PTRACE; `ENOSYS`: a kernel before 5.6).
+/// Ptrace always allows a process itself, so this tries what a filter would refuse, not infers it.
+pub fn tried_on_itself() -> String {
+    match getfd(std::process::id() as i32, std::io::stdin().as_raw_fd()) {
+        Ok(_fetched) => "allowed".to_owned(),
+        Err((_, errno)) => format!("{errno:?}"),
+    }
+}
+
 /// Descriptor `fd` of the exporter, whose pid as this process sees it is `pid` (0: not visible from here),
 /// for the buffer of process `owner`. A refusal is a [`KernelRefused`] over its [`Diagnosis`].
 pub fn fetch(pid: u32, fd: i32, owner: usize) -> Result<OwnedFd> {

@@ -88,7 +88,11 @@ fn classify(ending: &Ending, document: Option<&Document>) -> Cell {
     let reason = || document.reason.clone().unwrap_or_else(|| "it gave no reason".to_owned());
     match (document.status, ending) {
         (Status::Passed, Ending::Passed) => Cell::Ok,
-        (Status::Waived, Ending::Waived(_)) => Cell::Waived,
+        // The simulation waives what it does not model (entry.rs), and says so in the refusal it keeps.
+        (Status::Waived, Ending::Waived(_)) => match &document.refused {
+            Some(refused) if refused.beyond_the_simulation => Cell::NotSimulated,
+            _ => Cell::Waived,
+        },
         (Status::Failed, Ending::Failed(_)) => match &document.refused {
             Some(refused) if refused.beyond_the_simulation => Cell::NotSimulated,
             Some(refused) => Cell::Failed {
@@ -352,6 +356,12 @@ mod tests {
         assert_eq!(cell.word(), "ESRCH");
         let beyond = said(Status::Failed, "opening", Some(refused("CUDA_ERROR_NOT_SUPPORTED", false, true)));
         assert_eq!(classify(&failed, Some(&beyond)), Cell::NotSimulated);
+        // As a run now ends where the simulation does not model a call: waived, its refusal kept.
+        let waived_beyond =
+            said(Status::Waived, "not simulated", Some(refused("CUDA_ERROR_NOT_SUPPORTED", false, true)));
+        let waived = Ending::Waived("not simulated".into());
+        assert_eq!(classify(&waived, Some(&waived_beyond)), Cell::NotSimulated);
+        assert_eq!(classify(&waived, Some(&said(Status::Waived, "no vmm", None))), Cell::Waived);
         // A failure that is no refusal, whatever its text says, fails the matrix, named.
         let text = "making a private directory in /nonexistent: CUDA_ERROR_MAP_FAILED cuIpcOpenEventHandle \
                     what fixes it: share /dev/shm";

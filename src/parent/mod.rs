@@ -70,8 +70,8 @@ fn run_the_sample(
     let state = segment.state();
     let driver: &dyn Driver = &*cuda;
     // Ask the devices and the kernel, do not assume: a mechanism this host lacks is waived, with its reason.
-    let process_devices = match ask_the_host(run, mechanism, driver, &chosen)? {
-        Ok(process_devices) => process_devices,
+    let (chosen, process_devices) = match ask_the_host(run, mechanism, driver, &chosen)? {
+        Ok(fit) => fit,
         Err(waiver) => return Ok(waiver.into()),
     };
     // --fds pidfd: the importers fetch the descriptors themselves.
@@ -215,16 +215,21 @@ fn missing_waived<T>(exported: Result<T>) -> Result<Result<T, String>> {
     }
 }
 
-/// The device of each process, or why this host cannot run `mechanism` as `run` asks: the kernel's
-/// `pidfd_getfd` for `--fds pidfd`, each chosen device's attributes for the mechanism and for `--sync
-/// memops`, then the platform (MIG instances, WSL2). Legacy is asked by an export, on the device's
-/// context, in `export_device`: creating the context here would hold the children back.
+/// The devices fit for the mechanism, and the device of each process (one per process).
+type FitDevices = (Vec<i32>, Vec<i32>);
+
+/// The devices fit for `mechanism` as `run` asks, and the device of each process; or why this host cannot
+/// run it: the kernel's `pidfd_getfd` for `--fds pidfd`, each chosen device's attributes for the mechanism
+/// and for `--sync memops`, then the platform (MIG instances, WSL2). A device that lacks what the mechanism
+/// needs is skipped with its reason, as the original's filter skips one without unified addressing; the
+/// run is waived only where no device is left. Legacy is asked by an export, on the device's context, in
+/// `export_device`: creating the context here would hold the children back.
 fn ask_the_host(
     run: &Run,
     mechanism: Mechanism,
     driver: &dyn Driver,
     chosen: &[i32],
-) -> Result<std::result::Result<Vec<i32>, Waiver>> {
+) -> Result<std::result::Result<FitDevices, Waiver>> {
     if run.fds == Fds::Pidfd
         && mechanism.uses_descriptors()
         && let Some(reason) = crate::ipc::pidfd::unsupported()
@@ -232,18 +237,32 @@ fn ask_the_host(
         // The kernel's lack, not the devices': said as such.
         return Ok(Err(Waiver(format!("--ipc {} cannot run here with {reason}", mechanism.name()))));
     }
+    let (mut fit, mut first_lack) = (Vec::new(), None);
     for &device in chosen {
-        if let Some(reason) = mechanism.unsupported_by_attributes(driver, device)? {
-            return Ok(Err(lacking(mechanism, reason)));
-        }
-        if let Some(reason) = driver.stream_memops_unsupported(device)?.filter(|_| run.sync == Sync::Memops) {
-            return Ok(Err(Waiver(format!("No CUDA devices support IPC with --sync memops ({reason})"))));
+        let lack = match mechanism.unsupported_by_attributes(driver, device)? {
+            Some(reason) => Some((format!("--ipc {}", mechanism.name()), reason)),
+            None => driver
+                .stream_memops_unsupported(device)?
+                .filter(|_| run.sync == Sync::Memops)
+                .map(|reason| ("--sync memops".to_owned(), reason)),
+        };
+        match lack {
+            None => fit.push(device),
+            Some((option, reason)) => {
+                say!("Device {device} cannot run {option} ({reason}), skipping...")?;
+                first_lack.get_or_insert((option, reason));
+            }
         }
     }
-    let process_devices = devices::plan(chosen, run.procs_per_device as usize)?;
+    if fit.is_empty()
+        && let Some((option, reason)) = first_lack
+    {
+        return Ok(Err(Waiver(format!("No CUDA devices support IPC with {option} ({reason})"))));
+    }
+    let process_devices = devices::plan(&fit, run.procs_per_device as usize)?;
     Ok(match platform::waiver(driver, mechanism, &process_devices)? {
         Some(reason) => Err(lacking(mechanism, reason)),
-        None => Ok(process_devices),
+        None => Ok((fit, process_devices)),
     })
 }
 

@@ -104,13 +104,32 @@ pub(super) fn pidfd_getfd_refused(
             },
         });
     }
+    // Tried by the importer on itself where it could be (ptrace allows a process itself: only a filter or
+    // the kernel refuses); inferred from its seccomp mode where it was not.
+    match importer.pidfd_getfd_itself.as_deref() {
+        Some("allowed") => {}
+        Some("ENOSYS") => {
+            return Some(PidfdRefused {
+                errno: "ENOSYS",
+                why: "the importer's kernel has no pidfd_getfd (Linux 5.6 or later has it)",
+                fix: Fix {
+                    docker: "a node with Linux >= 5.6".into(),
+                    kubernetes: "a node with Linux >= 5.6".into(),
+                    option: Some(BY_SOCKET.into()),
+                },
+            });
+        }
+        Some(_) => return eperm("a seccomp filter refuses pidfd_getfd (the importer tried it on itself)"),
+        None if importer.seccomp == Some(2) && !importer.capabilities.sys_ptrace => {
+            return eperm("a seccomp filter (Docker's default) allows pidfd_getfd only with CAP_SYS_PTRACE");
+        }
+        None => {}
+    }
     if importer.capabilities.sys_ptrace {
         return None;
     }
     let (theirs, mine) = (exporter.capabilities, importer.capabilities);
-    if importer.seccomp == Some(2) {
-        eperm("a seccomp filter (Docker's default) allows pidfd_getfd only with CAP_SYS_PTRACE")
-    } else if exporter.uid != importer.uid {
+    if exporter.uid != importer.uid {
         eperm("another uid, and no CAP_SYS_PTRACE")
     } else if (theirs.sys_ptrace && !mine.sys_ptrace)
         || (theirs.sys_nice && !mine.sys_nice)
@@ -118,7 +137,10 @@ pub(super) fn pidfd_getfd_refused(
     {
         eperm("the exporter holds capabilities the importer lacks, and the importer no CAP_SYS_PTRACE")
     } else if matches!(importer.ptrace_scope, Some(1 | 2)) {
-        eperm("Yama's ptrace_scope >= 1 lets a process reach only its descendants")
+        eperm(
+            "Yama's ptrace_scope >= 1 lets a process reach only its descendants (and those that named it with \
+             PR_SET_PTRACER): a served run's joiner is no ancestor of its server, nor a container of another's",
+        )
     } else {
         None
     }

@@ -78,6 +78,13 @@ pub struct Place {
     pub seccomp: Option<u8>,
     /// Whether its CUDA is an MPS client, and of which daemon (its pipe directory).
     pub mps: mps::Mps,
+    /// The settings in its environment that change a library's path (`libraries::SETTINGS`), as set.
+    #[serde(default)]
+    pub settings: Vec<(String, String)>,
+    /// `pidfd_getfd` of one of its own descriptors, tried (ptrace always allows a process itself, so only a
+    /// seccomp filter or an old kernel refuses): `allowed`, or the errno's name; `None` where not tried.
+    #[serde(default)]
+    pub pidfd_getfd_itself: Option<String>,
 }
 
 impl Place {
@@ -110,14 +117,21 @@ impl Place {
             nvidia_visible_devices: env("NVIDIA_VISIBLE_DEVICES"),
             nccl_hostid: env("NCCL_HOSTID"),
             gpus: None,
-            imex_channel: std::fs::read_dir("/dev/nvidia-caps-imex-channels")
-                .is_ok_and(|mut entries| entries.next().is_some()),
+            imex_channel: crate::driver::host::simulated_imex_channel().unwrap_or_else(|| {
+                std::fs::read_dir("/dev/nvidia-caps-imex-channels")
+                    .is_ok_and(|mut entries| entries.next().is_some())
+            }),
             uid: nix::unistd::geteuid().as_raw(),
             in_user_namespace: read_trimmed("/proc/self/uid_map").is_some_and(|map| !is_identity_map(&map)),
             capabilities: Capabilities { sys_ptrace: has(19), sys_nice: has(23), ipc_lock: has(14) },
             ptrace_scope: read_trimmed("/proc/sys/kernel/yama/ptrace_scope").and_then(|s| s.parse().ok()),
             seccomp: field("Seccomp").and_then(|s| s.parse().ok()),
             mps: mps::Mps::here(),
+            settings: libraries::SETTINGS
+                .iter()
+                .filter_map(|&name| Some((name.to_owned(), std::env::var(name).ok()?)))
+                .collect(),
+            pidfd_getfd_itself: Some(crate::ipc::pidfd::tried_on_itself()),
         }
     }
 }

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Place;
 use super::forecast::{Fix, Forecast, Verdict, forecast};
-use super::libraries::libraries;
+use super::libraries::{Primitives, READ_IN, libraries};
 use super::share::{Fact, compare, table};
 
 /// One process that joined: its place, what it shares with the server, and the forecasts for the pair.
@@ -17,8 +17,12 @@ pub struct ProcessPlacement {
     pub shares: Vec<Fact>,
     /// Each kind of handle (the container matrix's columns).
     pub forecast: Vec<Forecast>,
-    /// Each library path.
+    /// Each library path, from its primitives' forecasts.
     pub libraries: Vec<Forecast>,
+    /// Once the run is over, each library path again, where a primitive it is made of was measured by the
+    /// run: the measured verdict stands in for that primitive's forecast.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub libraries_measured: Option<Vec<Forecast>>,
 }
 
 /// The server's place and each joined process's.
@@ -90,10 +94,13 @@ impl Placement {
             .into_iter()
             .map(|(index, place)| {
                 let shares = compare(&server, &place);
+                let forecast = forecast(&server, &place, &shares);
+                let primitives = Primitives { forecast: &forecast, measured: &[] };
                 ProcessPlacement {
                     index,
-                    forecast: forecast(&server, &place, &shares),
-                    libraries: libraries(&server, &place, &shares),
+                    libraries: libraries(&server, &place, &shares, &primitives),
+                    libraries_measured: None,
+                    forecast,
                     shares,
                     place,
                 }
@@ -139,6 +146,41 @@ impl Placement {
                 Against { path: (*path).to_owned(), forecast, seen, agrees }
             })
             .collect()
+    }
+
+    /// Each library path again for every process, with the primitives the run measured (`against`) in
+    /// place of their forecasts; the lines that say the rows resting on a measured primitive.
+    pub fn measure_libraries(&mut self, against: &[Against]) -> String {
+        let measured: Vec<(String, Verdict)> = against
+            .iter()
+            .filter_map(|a| match &a.seen {
+                Seen::Worked => Some((a.path.clone(), Verdict::Works)),
+                Seen::Refused(error) | Seen::KernelRefused(error) => {
+                    Some((a.path.clone(), Verdict::Fails(error.clone())))
+                }
+                Seen::NotSimulated | Seen::Untried => None,
+            })
+            .collect();
+        if measured.is_empty() {
+            return String::new();
+        }
+        let server = self.server.clone();
+        let mut lines: Vec<String> = Vec::new();
+        for process in &mut self.processes {
+            let primitives = Primitives { forecast: &process.forecast, measured: &measured };
+            let rows = libraries(&server, &process.place, &process.shares, &primitives);
+            for row in rows.iter().filter(|row| rests_on_measured(row)) {
+                let line = format!("  {}: {}", row.path, measured_word(row));
+                if !lines.contains(&line) {
+                    lines.push(line);
+                }
+            }
+            process.libraries_measured = Some(rows);
+        }
+        match lines.is_empty() {
+            true => String::new(),
+            false => format!("The libraries, from what this run measured:\n{}\n", lines.join("\n")),
+        }
     }
 
     /// The forecast of `path` for the run: a failure for any process is the run's; not known where no
@@ -187,7 +229,9 @@ impl Placement {
                     format!("processes {}", many.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(", "))
                 }
             };
-            text.push_str(&format!("Forecast for {who} (docs/placement.md says why):\n"));
+            text.push_str(&format!(
+                "Forecast for {who} (docs/placement.md says why; the libraries as of {READ_IN}):\n"
+            ));
             for forecasts in [&process.forecast, &process.libraries] {
                 let said: Vec<String> =
                     forecasts.iter().map(|f| format!("{}: {}", f.path, word(&f.verdict))).collect();
@@ -243,6 +287,26 @@ pub fn against_text(against: &[Against]) -> String {
     text
 }
 
+/// Whether a library row rests on a primitive the run measured (its rule names one so).
+fn rests_on_measured(row: &Forecast) -> bool {
+    let failed_by_measure = matches!(&row.verdict, Verdict::Fails(error) if error.ends_with(", measured"));
+    failed_by_measure || row.rule.contains(", measured") || row.rule.contains("(measured)")
+}
+
+/// What a row that rests on a measured primitive says of this pair: `works here (measured)`, `fails here:
+/// its legacy event: CUDA_ERROR_MAP_FAILED, measured`, or `falls back to ... here: its ...`.
+fn measured_word(row: &Forecast) -> String {
+    match &row.verdict {
+        Verdict::Works => "works here (measured)".to_owned(),
+        Verdict::Fails(why) => format!("fails here: {why}"),
+        Verdict::FallsBack(to) => {
+            let cause = row.rule.split_once(", which the library").map_or("", |(cause, _)| cause);
+            format!("falls back to {to} here: {cause}")
+        }
+        Verdict::NotKnown => "not known".to_owned(),
+    }
+}
+
 fn word(verdict: &Verdict) -> String {
     match verdict {
         Verdict::Works => "works".to_owned(),
@@ -266,16 +330,16 @@ mod tests {
         let text = placement.text();
         assert!(text.starts_with("Where the processes stand (the server is pid 1 on node):\n"), "{text}");
         assert!(
-            text.contains(
-                "Forecast for processes 0, 1 (docs/placement.md says why):\n  legacy memory: works;"
-            ),
+            text.contains(&format!(
+                "Forecast for processes 0, 1 (docs/placement.md says why; the libraries as of {READ_IN}):\n  legacy memory: works;"
+            )),
             "{text}"
         );
         assert!(text.contains("Forecast for process 2 "), "{text}");
         assert!(text.contains("legacy memory: fails (CUDA_ERROR_INVALID_CONTEXT)"), "{text}");
         assert!(
             text.contains(
-                "PyTorch expandable_segments: fails (pidfd_getfd: the exporter's pid is not visible"
+                "PyTorch expandable_segments: fails (its legacy event: CUDA_ERROR_INVALID_CONTEXT, forecast)"
             ),
             "{text}"
         );

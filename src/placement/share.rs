@@ -166,6 +166,8 @@ pub(crate) mod tests {
                 client: false,
                 answered: None,
             },
+            settings: Vec::new(),
+            pidfd_getfd_itself: None,
         }
     }
 

@@ -179,7 +179,8 @@ pub fn forecast_against_outcome(
     let paths = crate::placement::paths_of(ipc, sync, by_pidfd);
     let refused = refused.map(|r| (r.event, r.error.as_str(), r.by()));
     let against = placement.against(&paths, passed, refused);
-    let text = crate::placement::against_text(&against);
+    let mut text = crate::placement::against_text(&against);
+    text.push_str(&placement.measure_libraries(&against));
     placement.against = Some(against);
     text
 }
@@ -230,9 +231,11 @@ fn document(opened: &Opened, verdict: &Verdict, found: Found) -> Document {
         reason: verdict.reason.map(str::to_owned),
         cause: verdict.diagnosis.map(|d| d.cause.clone()),
         fix: verdict.diagnosis.map(|d| d.fix.clone()),
-        // A refusal counts only where the run failed.
+        // A refusal counts only where the run failed, or was waived because the simulation does not model
+        // what was refused (which the refusal says, for the container matrix's "not simulated").
         refused: match verdict.status {
             Status::Failed => verdict.refused.clone().or(refused),
+            Status::Waived => verdict.refused.clone().or(refused).filter(|r| r.beyond_the_simulation),
             _ => None,
         },
         summary: verdict.summary.map(str::to_owned),

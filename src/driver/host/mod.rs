@@ -85,6 +85,14 @@ pub fn kernel_lacks_pidfd_getfd() -> bool {
     })
 }
 
+/// Whether the simulated process has an IMEX channel (`imex` on any device), where the simulation was
+/// asked for: the fact that `placement` reads from `/dev/nvidia-caps-imex-channels/` otherwise, so that the
+/// forecast of fabric handles and the simulated driver's answer rest on the same channel.
+pub fn simulated_imex_channel() -> Option<bool> {
+    let spec = std::env::var(SIMULATE_ENV).ok()?;
+    Some(spec.split(',').flat_map(|kind| kind.split('+')).any(|kind| kind.trim() == "imex"))
+}
+
 /// The simulated L2 cache: small, so that the benchmark's marking of cache-sized rows shows in tests.
 pub const SIMULATED_L2_BYTES: u64 = 64 * 1024;
 /// The simulated VMM granularity: not a power of two, so that rounding up is exercised.
