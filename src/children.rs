@@ -96,7 +96,8 @@ impl<'s> Children<'s> {
                 format!("process {} was {}{stopped}", child.index, progress_of(word))
             })
             .collect();
-        format!("Not finished: {}.", places.join("; "))
+        // No full stop at the end: a context may follow it.
+        format!("Not finished: {}", places.join("; "))
     }
 
     /// Reaps the children that have exited; returns the first failure among them.

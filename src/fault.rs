@@ -76,8 +76,13 @@ pub enum DescriptorFault {
 }
 
 fn parse(spec: &str) -> Result<(Who, Phase, Action)> {
-    let bad =
-        || anyhow!("{FAULT_ENV}={spec:?}: expected <parent|childN>@<phase>:<kill|error|hang|stop|corrupt>");
+    let bad = || {
+        anyhow!(
+            "{FAULT_ENV}={spec:?}: expected <parent|childN>@<phase>:<fault>, the fault one of kill, error, hang, \
+             stop; corrupt (at verify); lie (a child, at round-robin); send-fewer, send-none, close-socket (the \
+             parent, at allocate-export)"
+        )
+    };
     let (who, rest) = spec.split_once('@').ok_or_else(bad)?;
     let (phase, action) = rest.split_once(':').ok_or_else(bad)?;
     let who = match who {
@@ -279,6 +284,13 @@ mod tests {
             "",
         ] {
             assert!(parse(bad).is_err(), "{bad:?} should be refused");
+        }
+        // The refusal lists every fault there is.
+        let said = parse("child0@verify:nope").unwrap_err().to_string();
+        for fault in
+            ["kill", "error", "hang", "stop", "corrupt", "lie", "send-fewer", "send-none", "close-socket"]
+        {
+            assert!(said.contains(fault), "{fault}: {said}");
         }
     }
 }

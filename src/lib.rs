@@ -18,6 +18,7 @@ pub(crate) mod bench;
 pub(crate) mod child;
 pub(crate) mod children;
 pub(crate) mod cli;
+pub(crate) mod container;
 pub(crate) mod devices;
 pub(crate) mod driver;
 pub(crate) mod driver_files;

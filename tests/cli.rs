@@ -469,3 +469,42 @@ fn generate_to_a_closed_pipe_is_141_quietly() {
         assert!(out.stderr.is_empty(), "{what}: {}", String::from_utf8_lossy(&out.stderr));
     }
 }
+
+/// In a container (Docker's `/.dockerenv` here, as on CI's machine), a run without a GPU names the
+/// engine's fix (`--gpus all`); as the container's own program (pid 1, `docker run IMAGE`) its hint to
+/// simulate is the engine's `-e`, and `--ipc all`'s verdict names the cause that waived every mechanism.
+#[test]
+fn in_a_container_the_waived_verdict_says_the_engines_words() {
+    if std::path::Path::new("/dev/nvidiactl").exists() {
+        common::skipped("no-gpu-driver", "in_a_container_the_waived_verdict_says: this machine has a driver");
+        return;
+    }
+    let docker = std::path::Path::new("/.dockerenv").exists()
+        && !std::path::Path::new("/run/.containerenv").exists()
+        && std::env::var_os("KUBERNETES_SERVICE_HOST").is_none();
+    let as_pid_1 = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc"])
+        .arg(bin())
+        .args(["--ipc", "all"])
+        .env_remove(SIMULATE)
+        .env_remove(FAULT)
+        .output();
+    let out = match as_pid_1 {
+        Ok(out) if !String::from_utf8_lossy(&out.stderr).starts_with("unshare:") => out,
+        _ => {
+            common::skipped("namespaces", "in_a_container_the_waived_verdict_says: unshare cannot make one");
+            return;
+        }
+    };
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{all}");
+    let verdict = String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or_default().to_owned();
+    let cause = "every mechanism waived: No CUDA devices support IPC (no CUDA driver library";
+    assert!(verdict.contains(cause), "{all}");
+    if docker {
+        assert!(verdict.contains("in this container: start it with docker run --gpus all"), "{all}");
+        assert!(verdict.ends_with("docker run -e SIMPLE_IPC_SIMULATE_GPUS=ok,ok IMAGE"), "{all}");
+    } else {
+        assert!(verdict.contains("on this machine") || verdict.contains("in this container"), "{all}");
+    }
+}

@@ -1401,3 +1401,39 @@ fn a_served_fabric_run_with_an_imex_channel_agrees_with_its_forecast() {
     assert!(out.contains("  fabric: forecast not known, it worked\n"), "{out}");
     assert!(!out.contains("THE FORECAST WAS WRONG"), "{out}");
 }
+
+/// The facts a joiner reads in its own place reach the forecast: a joiner in a network namespace of its own
+/// cannot reach NCCL's abstract socket (cuMem P2P fails), unless its environment says NCCL_CUMEM_ENABLE=0,
+/// which makes NCCL's P2P legacy IPC; and each process tried pidfd_getfd on itself.
+#[test]
+fn a_joiners_settings_and_network_namespace_reach_the_library_forecast() {
+    if !Command::new("unshare").args(["--net", "true"]).status().is_ok_and(|s| s.success()) {
+        common::skipped("namespaces", "a_joiners_settings_reach_the_library_forecast: no network namespaces");
+        return;
+    }
+    for (setting, p2p) in [(None, "fails"), (Some("0"), "works")] {
+        let (dir, socket) = socket_path("settings");
+        let json = dir.path().join("run.json");
+        let server = serve("ok", &socket, &["--json", json.to_str().unwrap()]);
+        let mut joiner = Command::new("unshare");
+        joiner.args(["--net"]).arg(bin()).args(["--join", &socket]).env(SIMULATE, "ok").env_remove(FAULT);
+        match setting {
+            Some(value) => joiner.env("NCCL_CUMEM_ENABLE", value),
+            None => joiner.env_remove("NCCL_CUMEM_ENABLE"),
+        };
+        let joined = joiner.stdin(Stdio::null()).output().unwrap();
+        let (code, out, _) = server.end(LIMIT);
+        assert_eq!((code, joined.status.code()), (Some(0), Some(0)), "{out}\n{}", text(&joined));
+        let doc = common::document(&json);
+        let process = &doc["placement"]["processes"][0];
+        let nccl = process["libraries"].as_array().unwrap().iter().find(|r| r["path"] == "NCCL P2P").unwrap();
+        assert_eq!(nccl["verdict"], p2p, "NCCL_CUMEM_ENABLE={setting:?}: {nccl}");
+        let settings = process["place"]["settings"].as_array().unwrap();
+        assert_eq!(
+            settings.contains(&serde_json::json!(["NCCL_CUMEM_ENABLE", "0"])),
+            setting.is_some(),
+            "{doc}"
+        );
+        assert_eq!(process["place"]["pidfd_getfd_itself"], "allowed", "{doc}");
+    }
+}

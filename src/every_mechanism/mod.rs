@@ -111,8 +111,21 @@ pub fn outcome(rows: &[Row]) -> Outcome {
     if !failed.is_empty() {
         return Outcome::Failed(anyhow!("--ipc all: {} failed", failed.join(", ")));
     }
-    if rows.iter().all(|r| matches!(r.ending, Ending::Waived(_))) {
-        return Outcome::Waived(Waiver("nothing can run here".into()));
+    let waived: Vec<(&str, &str)> = rows
+        .iter()
+        .filter_map(|r| match &r.ending {
+            Ending::Waived(why) => Some((r.mechanism.name(), why.as_str())),
+            _ => None,
+        })
+        .collect();
+    if waived.len() == rows.len() {
+        // The verdict names the cause (no driver, no GPU in a container, ...): once where every mechanism
+        // was waived for it, else each mechanism's.
+        let why = match waived.split_first() {
+            Some(((_, first), rest)) if rest.iter().all(|(_, why)| why == first) => (*first).to_owned(),
+            _ => waived.iter().map(|(name, why)| format!("{name}: {why}")).collect::<Vec<_>>().join("; "),
+        };
+        return Outcome::Waived(Waiver(format!("every mechanism waived: {why}")));
     }
     let said: Vec<String> =
         rows.iter().map(|r| format!("{} {}", r.mechanism.name(), table::ending_word(&r.ending))).collect();

@@ -87,15 +87,36 @@ impl Joiners<'_> {
             })
             .collect();
         let never = self.first + self.joined.len()..self.processes;
-        let missing = match never.len() {
-            0 => String::new(),
-            count => format!(" {count} of the {} joiners never joined.", self.expected()),
-        };
+        let missing = missing_joiners(never.len(), self.expected());
         places.extend(never.map(|i| format!("process {i} never joined")));
+        // No full stop at the end: a context may follow it (`...: in the barrier`).
         Err(anyhow!(
-            "the run did not finish within {} s (--timeout); stopped it.{missing} Not finished: {}.",
+            "the run did not finish within {} s (--timeout); stopped it.{missing} Not finished: {}",
             timeout.as_secs_f64(),
             places.join("; ")
         ))
+    }
+}
+
+/// The sentence that says how many of the `expected` joiners never joined (`count`), in plain words.
+fn missing_joiners(count: usize, expected: usize) -> String {
+    match (count, expected) {
+        (0, _) => String::new(),
+        (1, 1) => " The joiner never joined.".to_owned(),
+        (count, expected) if count == expected => format!(" None of the {expected} joiners joined."),
+        (count, expected) => format!(" {count} of the {expected} joiners never joined."),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::missing_joiners;
+
+    #[test]
+    fn the_missing_joiners_are_said_in_plain_words() {
+        assert_eq!(missing_joiners(0, 2), "");
+        assert_eq!(missing_joiners(1, 1), " The joiner never joined.");
+        assert_eq!(missing_joiners(2, 2), " None of the 2 joiners joined.");
+        assert_eq!(missing_joiners(1, 2), " 1 of the 2 joiners never joined.");
     }
 }

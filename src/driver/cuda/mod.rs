@@ -107,7 +107,14 @@ impl CudaDriver {
         // `sys`: the result layer has no such test. SAFETY: only tries to dlopen the library by its usual
         // names; nothing is called through it.
         if !unsafe { sys::is_culib_present() } {
-            return Err(Waiver("no CUDA driver library (libcuda.so) on this machine".into()).into());
+            // In a container, the engine mounts the library with the GPUs: its flag is the fix.
+            let why = match crate::container::engine() {
+                Some(engine) => {
+                    format!("no CUDA driver library (libcuda.so) in this container: {}", engine.gpus_fix())
+                }
+                None => "no CUDA driver library (libcuda.so) on this machine".to_owned(),
+            };
+            return Err(Waiver(why).into());
         }
         symbols::require_all()?;
         match result::init() {
