@@ -20,8 +20,11 @@ use crate::signals::{self, Interrupted};
 /// How often the parent looks at its peers while they run.
 const POLL: Duration = Duration::from_millis(1);
 /// How long the parent waits for a stop signal of its own after a peer ended by one: a signal to the whole
-/// group reaches every process at once, but the parent's handler may run a moment after the peer is gone.
-const GROUP_SIGNAL_GRACE: Duration = Duration::from_millis(100);
+/// group reaches every process at once, but the parent's handler may run a moment after the peer is gone,
+/// and a sender that signals the processes one by one (a supervisor, a script) may be slower still on a
+/// loaded machine (100 ms was seen to be too short beside another test suite on 2 cores). Only a peer
+/// stopped by a signal alone waits this long before it is named.
+const GROUP_SIGNAL_GRACE: Duration = Duration::from_millis(300);
 
 /// A peer that ended badly: which, and how.
 #[derive(Debug)]
