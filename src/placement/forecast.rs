@@ -262,14 +262,43 @@ pub fn forecast(exporter: &Place, importer: &Place, facts: &[Fact]) -> Vec<Forec
             Some(refused.fix),
         ),
     };
-    vec![
+    let rows = vec![
         legacy(PATHS[0], false),
         legacy(PATHS[1], true),
         by_descriptor(PATHS[2]),
         by_descriptor(PATHS[3]),
         fabric,
         by_pidfd,
-    ]
+    ];
+    unseen_gpus(rows, facts)
+}
+
+/// Where the importer does not see a GPU the exporter's memory may be on, no memory path "works": legacy
+/// handles are reported to fail there with "invalid argument" (and NCCL still selects P2P for such a peer,
+/// src/transport/p2p.cc p2pCanConnect), which nobody measured here (one GPU on the H200 host).
+fn unseen_gpus(rows: Vec<Forecast>, facts: &[Fact]) -> Vec<Forecast> {
+    let Some(lacks) = facts.iter().find(|f| f.fact == "gpus" && f.same == Sameness::Differs) else {
+        return rows;
+    };
+    let what = lacks.detail.clone().unwrap_or_default();
+    rows.into_iter()
+        .map(|row| match row.verdict {
+            Verdict::Works if row.path != "legacy event" => Forecast {
+                verdict: Verdict::NotKnown,
+                rule: format!(
+                    "the importer {what} (its CUDA_VISIBLE_DEVICES or its container's GPUs): a memory handle of a \
+                     GPU it does not see is reported to fail (legacy IPC: invalid argument), not measured here"
+                ),
+                fix: Some(Fix {
+                    docker: "--gpus all (or the same --gpus device list) in both".into(),
+                    kubernetes: "the same GPUs for both containers (one pod, or a shared ResourceClaim)".into(),
+                    option: Some("CUDA_VISIBLE_DEVICES that names the exporter's GPU in the importer".into()),
+                }),
+                ..row
+            },
+            _ => row,
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -344,6 +373,26 @@ mod tests {
         importer.boot_id = Some("elsewhere".into());
         let forecasts = forecast(&exporter, &importer, &compare(&exporter, &importer));
         assert!(forecasts.iter().all(|f| matches!(&f.verdict, Verdict::Fails(e) if e == "not on one node")));
+    }
+
+    /// An importer that does not see the exporter's GPU: no memory path "works" (reported to fail, not
+    /// measured); the event, which is no memory of a GPU, is unchanged; seeing them all changes nothing.
+    #[test]
+    fn a_gpu_the_importer_does_not_see_makes_every_memory_path_not_known() {
+        let (exporter, mut importer) = (place(1), place(2));
+        importer.gpus = Some(vec!["GPU-b".into()]);
+        let rows = forecast(&exporter, &importer, &compare(&exporter, &importer));
+        let verdict = |path: &str| rows.iter().find(|f| f.path == path).unwrap().clone();
+        for path in ["legacy memory", "VMM fd", "pool fd", "VMM fd by pidfd_getfd"] {
+            let row = verdict(path);
+            assert_eq!(row.verdict, Verdict::NotKnown, "{row:?}");
+            assert!(row.rule.contains("lacks GPU-a") && row.fix.is_some(), "{row:?}");
+        }
+        assert_eq!(verdict("legacy event").verdict, Verdict::Works);
+        assert!(matches!(verdict("fabric").verdict, Verdict::Fails(_)), "a failure stays one");
+        importer.gpus = Some(vec!["GPU-b".into(), "GPU-a".into()]);
+        let rows = forecast(&exporter, &importer, &compare(&exporter, &importer));
+        assert_eq!(rows.iter().find(|f| f.path == "legacy memory").unwrap().verdict, Verdict::Works);
     }
 
     #[test]

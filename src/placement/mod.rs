@@ -116,7 +116,7 @@ impl Place {
             cuda_visible_devices: env("CUDA_VISIBLE_DEVICES"),
             nvidia_visible_devices: env("NVIDIA_VISIBLE_DEVICES"),
             nccl_hostid: env("NCCL_HOSTID"),
-            gpus: None,
+            gpus: crate::driver::host::simulated_gpus().or_else(gpus_seen),
             imex_channel: crate::driver::host::simulated_imex_channel().unwrap_or_else(|| {
                 std::fs::read_dir("/dev/nvidia-caps-imex-channels")
                     .is_ok_and(|mut entries| entries.next().is_some())
@@ -134,6 +134,47 @@ impl Place {
             pidfd_getfd_itself: Some(crate::ipc::pidfd::tried_on_itself()),
         }
     }
+}
+
+/// The GPUs this process sees, by UUID, without CUDA: the NVIDIA driver's
+/// `/proc/driver/nvidia/gpus/<PCI address>/information` (a container sees the GPUs its engine gave it),
+/// less those `CUDA_VISIBLE_DEVICES` hides (UUIDs or their prefixes; ordinals in PCI order, as with
+/// `CUDA_DEVICE_ORDER=PCI_BUS_ID`). `None` where the driver's files cannot be read or a MIG device is named.
+fn gpus_seen() -> Option<Vec<String>> {
+    let mut found: Vec<(String, String)> = Vec::new();
+    for entry in std::fs::read_dir("/proc/driver/nvidia/gpus").ok()?.flatten() {
+        let information = std::fs::read_to_string(entry.path().join("information")).ok()?;
+        let uuid =
+            information.lines().find_map(|l| l.strip_prefix("GPU UUID:")).map(|u| u.trim().to_owned())?;
+        found.push((entry.file_name().to_string_lossy().into_owned(), uuid));
+    }
+    found.sort();
+    let all: Vec<String> = found.into_iter().map(|(_, uuid)| uuid).collect();
+    visible(&all, std::env::var("CUDA_VISIBLE_DEVICES").ok().as_deref())
+}
+
+/// Of `all` (in PCI order), those that `CUDA_VISIBLE_DEVICES=list` keeps, as the driver does: each entry an
+/// ordinal or a UUID prefix, the list ending at the first entry that names none; `None` for a MIG device.
+fn visible(all: &[String], list: Option<&str>) -> Option<Vec<String>> {
+    let Some(list) = list else { return Some(all.to_vec()) };
+    let mut kept: Vec<String> = Vec::new();
+    for entry in list.split(',').map(str::trim) {
+        if entry.starts_with("MIG-") {
+            return None;
+        }
+        let named = match entry.parse::<usize>() {
+            Ok(ordinal) => all.get(ordinal),
+            Err(_) if entry.starts_with("GPU-") && entry.len() > 4 => {
+                all.iter().find(|u| u.starts_with(entry))
+            }
+            Err(_) => None,
+        };
+        match named {
+            Some(uuid) if !kept.contains(uuid) => kept.push(uuid.clone()),
+            _ => break,
+        }
+    }
+    Some(kept)
 }
 
 /// The inode of this process's namespace of `kind` (`/proc/self/ns/pid` reads `pid:[4026531836]`).
@@ -184,6 +225,17 @@ mod tests {
         assert_eq!(parse_namespace_link("net:[12]"), Some(12));
         assert_eq!(parse_namespace_link("pid:4026531836"), None);
         assert_eq!(parse_namespace_link("pid:[x]"), None);
+    }
+
+    #[test]
+    fn cuda_visible_devices_keeps_what_it_names_as_the_driver_does() {
+        let all: Vec<String> = ["GPU-aaa", "GPU-bbb", "GPU-ccc"].map(String::from).to_vec();
+        assert_eq!(visible(&all, None), Some(all.clone()));
+        assert_eq!(visible(&all, Some("2,0")), Some(vec!["GPU-ccc".into(), "GPU-aaa".into()]));
+        assert_eq!(visible(&all, Some("GPU-bb")), Some(vec!["GPU-bbb".into()]));
+        assert_eq!(visible(&all, Some("1,7,0")), Some(vec!["GPU-bbb".into()]), "ends at one that names none");
+        assert_eq!(visible(&all, Some("")), Some(vec![]));
+        assert_eq!(visible(&all, Some("MIG-1234")), None, "not known");
     }
 
     #[test]

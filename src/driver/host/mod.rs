@@ -93,6 +93,18 @@ pub fn simulated_imex_channel() -> Option<bool> {
     Some(spec.split(',').flat_map(|kind| kind.split('+')).any(|kind| kind.trim() == "imex"))
 }
 
+/// The UUIDs of the simulated GPUs this process sees (`CUDA_VISIBLE_DEVICES` honoured), where the
+/// simulation was asked for: the fact `placement` reads from the NVIDIA driver's /proc files otherwise.
+pub fn simulated_gpus() -> Option<Vec<String>> {
+    let spec = std::env::var(SIMULATE_ENV).ok()?;
+    let count = spec.split(',').filter(|kind| !kind.trim().is_empty()).count();
+    let physical = match std::env::var("CUDA_VISIBLE_DEVICES") {
+        Ok(list) => visible_devices(&list, count),
+        Err(_) => (0..count as i32).collect(),
+    };
+    Some(physical.into_iter().map(|d| crate::driver::uuid_text(&simulated_uuid(d))).collect())
+}
+
 /// The simulated L2 cache: small, so that the benchmark's marking of cache-sized rows shows in tests.
 pub const SIMULATED_L2_BYTES: u64 = 64 * 1024;
 /// The simulated VMM granularity: not a power of two, so that rounding up is exercised.
