@@ -635,10 +635,25 @@ if command -v nvidia-cuda-mps-control >/dev/null && [ -z "${GPU_CHECK_SIMULATE:-
     done
     CUDA_MPS_PIPE_DIRECTORY="$mps/none" "$bin" >"$log/mps" 2>&1; rc=$?
     tail -n 1 "$log/mps" | grep -q "MPS" && bad+="[no daemon, yet said MPS] "
+    # An impostor (issue 30): a copy of python3 named as NVIDIA's daemon, listening at control as it does,
+    # which fools a socket check: the driver says no MPS (CU_DEVICE_ATTRIBUTE_MPS_ENABLED 0), so must the verdict.
+    if py=$(command -v python3); then
+      mkdir -p "$mps/fake" "$mps/bin"
+      cp "$(realpath "$py")" "$mps/bin/nvidia-cuda-mps-control"
+      "$mps/bin/nvidia-cuda-mps-control" -c 'import socket, sys, time
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET); s.bind(sys.argv[1]); s.listen(64); time.sleep(60)' "$mps/fake/control" &
+      impostor=$!
+      for _ in $(seq 100); do [ -S "$mps/fake/control" ] && break; sleep 0.05; done
+      CUDA_MPS_PIPE_DIRECTORY="$mps/fake" "$bin" >"$log/mps" 2>&1; rc_fake=$?
+      kill "$impostor"; wait "$impostor" 2>/dev/null
+      [ $rc_fake -eq 0 ] || bad+="[beside an impostor: exit $rc_fake] "
+      tail -n 1 "$log/mps" | grep -q "under MPS" && bad+="[an impostor's socket made the verdict say under MPS] "
+      grep -q "the driver says this run's contexts are no MPS clients" "$log/mps" || bad+="[the impostor was not named] "
+    fi
     echo quit | CUDA_MPS_PIPE_DIRECTORY="$mps/pipe" nvidia-cuda-mps-control
     for _ in $(seq 100); do [ -S "$mps/pipe/control" ] || break; sleep 0.05; done
     if [ -z "$bad" ] && [ $rc -eq 0 ]; then
-      record PASS "under MPS, every mechanism, events and memops" "$under of $runs passed under MPS, said so; without a daemon nothing said"
+      record PASS "under MPS, every mechanism, events and memops" "$under of $runs passed under MPS, said so; without a daemon nothing said; beside an impostor's socket no MPS said, as the driver says"
     else
       record FAIL "under MPS, every mechanism, events and memops" "$bad"
     fi

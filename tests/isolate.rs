@@ -1042,7 +1042,16 @@ fn the_matrix_under_mps_says_whose_clients_the_importers_were() {
     std::fs::create_dir(&pipe).unwrap();
     let mut daemon = common::stand_in_mps_daemon(&pipe, tmp.path());
     let mut command = isolated(&tmp, &["--ipc", "all", "--isolate", "pid,shm"]);
-    let out = command.env("CUDA_MPS_PIPE_DIRECTORY", &pipe).output().unwrap();
+    let out = command.env("CUDA_MPS_PIPE_DIRECTORY", &pipe).env(SIMULATE, "ok+mps").output().unwrap();
+    // The same daemon's socket where the driver says no MPS: no client in any row, no MPS said.
+    let mut command = isolated(&tmp, &["--ipc", "all", "--isolate", "pid"]);
+    let unconfirmed = command.env("CUDA_MPS_PIPE_DIRECTORY", &pipe).output().unwrap();
+    assert_eq!(unconfirmed.status.code(), Some(0), "{}", text(&unconfirmed));
+    let said = text(&unconfirmed);
+    assert!(
+        !said.contains("under MPS") && !said.contains("Under MPS") && !said.contains("its clients ("),
+        "{said}"
+    );
     let _ = daemon.kill();
     let _ = daemon.wait();
     let said = text(&out);

@@ -321,13 +321,21 @@ fn a_run_under_mps_says_so() {
     let programs = common::scratch("mps-program");
     let mut daemon = common::stand_in_mps_daemon(dir.path(), programs.path());
     let shown = dir.path().display().to_string();
-    let out = run(simulated("ok").env("CUDA_MPS_PIPE_DIRECTORY", dir.path()));
+    // The driver says MPS (`mps`: CU_DEVICE_ATTRIBUTE_MPS_ENABLED), and the socket says whose daemon.
+    let out = run(simulated("ok+mps").env("CUDA_MPS_PIPE_DIRECTORY", dir.path()));
     let all = text(&out);
     assert_eq!(out.status.code(), Some(0), "{all}");
     let under =
         format!("PASSED: 1 process on 1 GPU, legacy IPC, events, under MPS (the daemon of {shown}): every");
     assert!(all.contains(&under), "{all}");
-    let bench = run(simulated("ok")
+    // The same socket where the driver says no MPS (an impostor in a directory another user made, measured
+    // on the H200 host): no MPS, and said why.
+    let out = run(simulated("ok").env("CUDA_MPS_PIPE_DIRECTORY", dir.path()));
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    assert!(!all.contains("under MPS"), "{all}");
+    assert!(all.contains("but the driver says this run's contexts are no MPS clients"), "{all}");
+    let bench = run(simulated("ok+mps")
         .args(["--bench", "--bench-max-bytes", "4096"])
         .env("CUDA_MPS_PIPE_DIRECTORY", dir.path()));
     let said = text(&bench);

@@ -110,7 +110,10 @@ fn consume(bench: &Bench, mechanism: Mechanism, audience: &Audience, found: &mut
         mechanism: mechanism.code(),
     });
     state.bench.pairs.store(pairs.len() as u32, Ordering::Relaxed);
-    let mps = mps_note();
+    let mps_enabled = chosen.iter().try_fold(false, |any, &device| {
+        anyhow::Ok(any || driver.supports(device, crate::driver::Capability::MpsEnabled)?)
+    })?;
+    let mps = mps_note(mps_enabled);
     say!(
         "IPC benchmark, {} IPC, {} pair(s) of (producer, consumer) GPUs; {mps}",
         mechanism.name(),

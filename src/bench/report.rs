@@ -30,17 +30,21 @@ pub struct TestResult {
 
 /// Whether an MPS control daemon serves the processes (its pipe directory's `control` socket accepts), in
 /// words.
-pub fn mps_note() -> String {
-    mps_note_for(&crate::placement::mps::Mps::here())
+/// As the driver says it (`driver_says`: `CU_DEVICE_ATTRIBUTE_MPS_ENABLED`), not a socket alone.
+pub fn mps_note(driver_says: bool) -> String {
+    mps_note_for(&crate::placement::mps::Mps::here(), driver_says)
 }
 
 /// [`mps_note`] for `mps`.
-fn mps_note_for(mps: &crate::placement::mps::Mps) -> String {
+fn mps_note_for(mps: &crate::placement::mps::Mps, driver_says: bool) -> String {
     let dir = &mps.pipe_directory;
-    if mps.client {
-        format!("MPS: a control daemon listens at {dir}: the processes are its clients")
-    } else {
-        format!("MPS: no control daemon at {dir}")
+    match (driver_says, mps.client) {
+        (true, true) => format!("MPS: a control daemon listens at {dir}: the processes are its clients"),
+        (true, false) => {
+            format!("MPS: the driver says the processes are clients (no daemon answered at {dir})")
+        }
+        (false, true) => format!("MPS: a control socket at {dir} answers, but the driver says no MPS"),
+        (false, false) => format!("MPS: no control daemon at {dir}"),
     }
 }
 
@@ -60,7 +64,7 @@ pub fn print_pair_header(
         name(consumer)?,
         if same { "one GPU" } else { "two GPUs" }
     )?;
-    let why = match (same, mps.contains("listens")) {
+    let why = match (same, mps.contains("clients")) {
         (true, false) => {
             "one GPU without MPS: a hand-over of GPU work between two processes waits for a time-slice \
              context switch (about 140 us each way); signals alone do not"
@@ -211,11 +215,16 @@ mod tests {
             client: false,
             answered: None,
         };
-        assert_eq!(mps_note_for(&mps), format!("MPS: no control daemon at {shown}"));
+        assert_eq!(mps_note_for(&mps, false), format!("MPS: no control daemon at {shown}"));
         mps.client = true;
         assert_eq!(
-            mps_note_for(&mps),
+            mps_note_for(&mps, true),
             format!("MPS: a control daemon listens at {shown}: the processes are its clients")
+        );
+        // A socket the driver does not confirm (another user's impostor in /tmp/nvidia-mps) makes no MPS.
+        assert_eq!(
+            mps_note_for(&mps, false),
+            format!("MPS: a control socket at {shown} answers, but the driver says no MPS")
         );
     }
 

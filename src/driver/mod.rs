@@ -77,6 +77,10 @@ pub enum Capability {
     /// `CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED` (CUDA 12.3; a driver that does not know it answers
     /// no). It says what the device can do, not what this process may: creating one can still be refused.
     FabricHandles,
+    /// `CU_DEVICE_ATTRIBUTE_MPS_ENABLED`: contexts this process creates on the device are an MPS daemon's
+    /// clients. The driver's own word: measured on the H200 host, 1 under NVIDIA's daemon (from a PID
+    /// namespace of its own too), 0 without one and 0 beside an impostor's `control` socket.
+    MpsEnabled,
 }
 
 impl Capability {
@@ -90,6 +94,7 @@ impl Capability {
                 "CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES (POSIX file descriptor)"
             }
             Capability::FabricHandles => "CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED",
+            Capability::MpsEnabled => "CU_DEVICE_ATTRIBUTE_MPS_ENABLED",
         }
     }
 }

@@ -143,7 +143,9 @@ pub fn run(run: &Run, asked: &Isolation) -> Result<Ran> {
     drop(bar);
     crate::output::text(&table(&rows, &cells))?;
     let titles: Vec<&str> = rows.iter().map(|r| r.title.as_str()).collect();
-    if let Some(text) = mps::lines(&daemon, &titles, &mps::per_row(&clients)) {
+    // Under MPS where a run's driver said so (`mps::Clients::of_run`), not where a socket alone did.
+    let driver_says = clients.iter().flatten().flatten().any(|c| c.clients > 0);
+    if let Some(text) = mps::lines(&daemon, driver_says, &titles, &mps::per_row(&clients)) {
         crate::output::text(&text)?;
     }
     if !nix::unistd::geteuid().is_root() {
@@ -153,7 +155,7 @@ pub fn run(run: &Run, asked: &Isolation) -> Result<Ran> {
         )?;
     }
     let outcome = match outcome(&rows, &cells) {
-        Outcome::Passed(Some(summary)) => match daemon.under() {
+        Outcome::Passed(Some(summary)) => match daemon.under(driver_says) {
             Some(under) => Outcome::passed(format!("{summary}, {under}")),
             None => Outcome::passed(summary),
         },

@@ -14,11 +14,16 @@ pub(super) struct Clients {
 }
 
 impl Clients {
-    /// What a cell's run said of its importers, where it said where they stand.
+    /// What a cell's run said of its importers, where it said where they stand and how it ended: its
+    /// importers are clients only where its parent's driver said its contexts were (its verdict says
+    /// "under MPS", `parent` `CU_DEVICE_ATTRIBUTE_MPS_ENABLED`); a socket alone makes none. Not known for a
+    /// run that did not pass (no verdict of its own to say it).
     pub(super) fn of_run(document: Option<&Document>) -> Option<Self> {
-        let placement = document?.placement.as_ref()?;
+        let document = document?;
+        let placement = document.placement.as_ref()?;
+        let under_mps = document.summary.as_ref()?.contains(", under MPS (");
         let of = placement.processes.len();
-        let clients = placement.processes.iter().filter(|p| p.place.mps.client).count();
+        let clients = placement.processes.iter().filter(|p| under_mps && p.place.mps.client).count();
         Some(Self { clients, of })
     }
 
@@ -34,8 +39,13 @@ pub(super) fn per_row(cells: &[Vec<Option<Clients>>]) -> Vec<Option<Clients>> {
 
 /// The lines after the table where `daemon` is a daemon this process is a client of: each row, and
 /// whether its importers were clients too; `None` without a daemon.
-pub(super) fn lines(daemon: &Mps, rows: &[&str], clients: &[Option<Clients>]) -> Option<String> {
-    if !daemon.client {
+pub(super) fn lines(
+    daemon: &Mps,
+    driver_says: bool,
+    rows: &[&str],
+    clients: &[Option<Clients>],
+) -> Option<String> {
+    if !daemon.client || !driver_says {
         return None;
     }
     let width = rows.iter().map(|r| r.len()).max().unwrap_or(0);
@@ -93,10 +103,17 @@ mod tests {
         assert_eq!(Clients::of_run(Some(&document)), None, "no placement: not known");
         assert_eq!(Clients::of_run(None), None, "no document");
         document.placement = Some(placement(&[true, false, true]));
+        document.summary =
+            Some("1 process on 1 GPU, legacy IPC, events, under MPS (the daemon of /tmp/mps)".into());
         assert_eq!(Clients::of_run(Some(&document)), Some(Clients { clients: 2, of: 3 }));
+        // Its parent's driver said no MPS: a socket alone makes no client.
+        document.summary = Some("1 process on 1 GPU, legacy IPC, events".into());
+        assert_eq!(Clients::of_run(Some(&document)), Some(Clients { clients: 0, of: 3 }));
+        document.summary = None;
+        assert_eq!(Clients::of_run(Some(&document)), None, "no verdict of its own: not known");
         let rows = per_row(&[vec![Some(Clients { clients: 3, of: 3 }), Some(Clients { clients: 3, of: 3 })]]);
         assert_eq!(rows, [Some(Clients { clients: 6, of: 6 })], "summed, not multiplied");
-        let text = lines(&daemon(true), &["none"], &[Some(Clients { clients: 0, of: 0 })]).unwrap();
+        let text = lines(&daemon(true), true, &["none"], &[Some(Clients { clients: 0, of: 0 })]).unwrap();
         assert!(text.contains("none  none joined"), "{text}");
     }
 
@@ -110,12 +127,17 @@ mod tests {
         ];
         let rows = per_row(&cells);
         assert_eq!(rows[0], Some(Clients { clients: 4, of: 4 }), "summed over the row's runs");
-        let text = lines(&daemon(true), &["same", "hidden", "some", "unsaid"], &rows).unwrap();
+        let text = lines(&daemon(true), true, &["same", "hidden", "some", "unsaid"], &rows).unwrap();
         assert!(text.starts_with("\nUnder MPS (the daemon of /tmp/mps): "), "after the table: {text}");
         assert!(text.contains("same    its clients (4 of 4)"), "{text}");
         assert!(text.contains("hidden  not its clients (0 of 2): they ran without MPS"), "{text}");
         assert!(text.contains("some    1 of 4 its clients"), "{text}");
         assert!(text.contains("unsaid  not known"), "{text}");
-        assert_eq!(lines(&daemon(false), &["same"], &rows), None, "no daemon: nothing said");
+        assert_eq!(lines(&daemon(false), true, &["same"], &rows), None, "no daemon: nothing said");
+        assert_eq!(
+            lines(&daemon(true), false, &["same"], &rows),
+            None,
+            "the driver said no MPS: nothing said"
+        );
     }
 }

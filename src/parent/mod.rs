@@ -74,6 +74,10 @@ fn run_the_sample(
         Ok(fit) => fit,
         Err(waiver) => return Ok(waiver.into()),
     };
+    // MPS as the driver says it, not as a socket in a directory another user can make says it.
+    let mps_enabled = chosen.iter().try_fold(false, |any, &device| {
+        anyhow::Ok(any || driver.supports(device, crate::driver::Capability::MpsEnabled)?)
+    })?;
     // --fds pidfd: the importers fetch the descriptors themselves.
     let pidfd = run.fds == Fds::Pidfd && mechanism.uses_descriptors();
     let n = process_devices.len();
@@ -184,7 +188,10 @@ fn run_the_sample(
     if let (false, Some(what)) = (mps.client, &mps.answered) {
         say!("MPS: the control socket in {} is {what}: this run was no MPS client", mps.pipe_directory)?;
     }
-    let mps = mps.under().map(|under| format!(", {under}")).unwrap_or_default();
+    if let Some(said) = mps.not_confirmed(mps_enabled) {
+        say!("{said}")?;
+    }
+    let mps = mps.under(mps_enabled).map(|under| format!(", {under}")).unwrap_or_default();
     let summary = format!(
         "{n} process{} on {gpus} GPU{}, {} IPC{}, {}{mps}{}: every buffer verified{}",
         if n == 1 { "" } else { "es" },

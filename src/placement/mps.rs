@@ -43,9 +43,10 @@ impl Mps {
     /// This process's, read now.
     pub fn here() -> Self {
         let from_env = std::env::var_os(PIPE_DIRECTORY_ENV).filter(|d| !d.is_empty());
-        let pipe_directory = from_env
-            .as_ref()
-            .map_or_else(|| DEFAULT_PIPE_DIRECTORY.to_owned(), |d| d.to_string_lossy().into_owned());
+        let pipe_directory = from_env.as_ref().map_or_else(
+            || DEFAULT_PIPE_DIRECTORY.to_owned(),
+            |d| d.to_string_lossy().escape_debug().to_string(),
+        );
         let (client, answered) = match control_answer(&std::path::Path::new(&pipe_directory).join("control"))
         {
             Answer::Nothing => (false, None),
@@ -57,9 +58,26 @@ impl Mps {
     }
 
     /// In words, for the verdict line and `--bench`: `under MPS (the daemon of /tmp/nvidia-mps)`, or `None`.
-    pub fn under(&self) -> Option<String> {
+    /// Only where the driver says so (`driver_says`: `CU_DEVICE_ATTRIBUTE_MPS_ENABLED` of the run's devices):
+    /// a socket in a directory another user can make (`/tmp/nvidia-mps`) may only explain whose daemon.
+    pub fn under(&self, driver_says: bool) -> Option<String> {
         let unseen = self.answered.as_ref().map(|what| format!(", {what}")).unwrap_or_default();
-        self.client.then(|| format!("under MPS (the daemon of {}{unseen})", self.pipe_directory))
+        match (driver_says, self.client) {
+            (false, _) => None,
+            (true, true) => Some(format!("under MPS (the daemon of {}{unseen})", self.pipe_directory)),
+            (true, false) => Some(format!("under MPS (no daemon answered at {})", self.pipe_directory)),
+        }
+    }
+
+    /// What to say where the socket looked like a daemon's but the driver says there is no MPS.
+    pub fn not_confirmed(&self, driver_says: bool) -> Option<String> {
+        (!driver_says && self.client).then(|| {
+            format!(
+                "MPS: a control socket in {} answers as NVIDIA's daemon would, but the driver says this run's \
+                 contexts are no MPS clients (CU_DEVICE_ATTRIBUTE_MPS_ENABLED is 0): no MPS",
+                self.pipe_directory.escape_debug()
+            )
+        })
     }
 }
 
@@ -102,7 +120,8 @@ fn control_answer(path: &std::path::Path) -> Answer {
                 Some(name) if name == DAEMON || (name.len() == 15 && DAEMON.starts_with(&name)) => {
                     Answer::Daemon
                 }
-                Some(name) => Answer::Other(format!("{name} (pid {pid})")),
+                // Another user's file name reaches this user's terminal: escaped.
+                Some(name) => Answer::Other(format!("{} (pid {pid})", name.escape_debug())),
                 None => Answer::Other(format!("pid {pid}, which has gone")),
             },
         };
@@ -175,7 +194,11 @@ pub(crate) mod tests {
         let _ = daemon.wait();
         let mps =
             Mps { answered: Some("python3 (pid 9), not NVIDIA's control daemon".into()), ..here_at(&dir) };
-        assert_eq!(mps.under(), None, "no client of another program");
+        assert_eq!(
+            mps.under(true),
+            Some(format!("under MPS (no daemon answered at {})", mps.pipe_directory))
+        );
+        assert_eq!(mps.under(false), None, "no client of another program");
     }
 
     /// `Mps::here` for the pipe directory `dir`.

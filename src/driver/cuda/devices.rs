@@ -85,5 +85,8 @@ pub(super) fn supports(d: &CudaDriver, device: i32, what: Capability) -> Result<
             d.attribute(device, CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES)? & posix != 0
         }
         Capability::FabricHandles => super::fabric::supported(d, device)?,
+        // CU_DEVICE_ATTRIBUTE_MPS_ENABLED (133, CUDA 12.x): by number, as the crate's CUDA 11.4 bindings
+        // lack it; a driver that does not know it has no word, taken as no.
+        Capability::MpsEnabled => super::fabric::attribute_by_number(device, 133)?.is_some_and(|v| v != 0),
     })
 }

@@ -34,7 +34,7 @@ type GetAttribute = unsafe extern "C" fn(*mut c_int, c_int, sys::CUdevice) -> CU
 
 /// `attribute` of `device`, by its number: `None` where the driver does not know the attribute (drivers
 /// older than CUDA 12.3 answer `CUDA_ERROR_INVALID_VALUE`).
-fn attribute_by_number(device: i32, attribute: c_int) -> Result<Option<i32>> {
+pub(super) fn attribute_by_number(device: i32, attribute: c_int) -> Result<Option<i32>> {
     let mut pfn: *mut c_void = std::ptr::null_mut();
     // SAFETY: the name is NUL-terminated; the driver writes one function pointer or leaves it null.
     let rc = unsafe { sys::cuGetProcAddress(c"cuDeviceGetAttribute".as_ptr(), &mut pfn, 11040, 0) };
@@ -51,10 +51,7 @@ fn attribute_by_number(device: i32, attribute: c_int) -> Result<Option<i32>> {
     if rc == CUresult::CUDA_ERROR_INVALID_VALUE {
         return Ok(None);
     }
-    check(
-        rc,
-        &format!("cuDeviceGetAttribute(CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED, device {device})"),
-    )?;
+    check(rc, &format!("cuDeviceGetAttribute(attribute {attribute}, device {device})"))?;
     Ok(Some(value))
 }
 

@@ -145,6 +145,7 @@ impl Driver for HostDriver {
             Capability::VirtualMemory | Capability::PosixFdHandles => !kind.lacks(SimulatedDevice::NoVmm),
             Capability::MemoryPools | Capability::PoolPosixFdHandles => !kind.lacks(SimulatedDevice::NoPools),
             Capability::FabricHandles => !kind.lacks(SimulatedDevice::NoFabric),
+            Capability::MpsEnabled => kind.has(SimulatedDevice::Mps),
         })
     }
     fn stream_memops_unsupported(&self, device: i32) -> Result<Option<String>> {

@@ -23,7 +23,8 @@
 //! selection must reject: `no-uva` (no unified addressing), `exclusive` (compute mode not Default), `no-peer`
 //! (no peer access to any other device), or that a mechanism must waive: `no-legacy-ipc`, `no-vmm`,
 //! `no-pools`, `no-memops` (no stream memory operations), `no-fabric` (the device does not report fabric
-//! handles); or a feature, `imex`: the process has an IMEX channel; or a place, `mig` (the device is a MIG
+//! handles); or a feature, `imex`: the process has an IMEX channel, `mps`: an MPS daemon serves its
+//! contexts (the driver's `CU_DEVICE_ATTRIBUTE_MPS_ENABLED`); or a place, `mig` (the device is a MIG
 //! device of its own, named `MIG-...`), `wsl` (the machine is WSL2: legacy IPC handles fail) or `no-pidfd`
 //! (the machine's kernel lacks `pidfd_getfd`, which `--fds pidfd` calls for real otherwise). Without `imex` a device reports fabric
 //! handles but `cuMemCreate` of a fabric-shareable allocation answers `CUDA_ERROR_NOT_PERMITTED`, as on the
@@ -129,6 +130,9 @@ enum SimulatedDevice {
     /// A feature, not a defect: this process has an IMEX channel, so it may create fabric-shareable
     /// allocations (without it the device reports fabric handles but `cuMemCreate` refuses them).
     Imex,
+    /// A feature: an MPS daemon serves this process's contexts on the device (`CU_DEVICE_ATTRIBUTE_MPS_ENABLED`
+    /// reads 1), as NVIDIA's daemon does; a stand-in daemon's socket alone makes no client.
+    Mps,
     /// The device is a MIG device (a GPU instance of its own): its `DeviceInfo` names it `MIG-...`.
     Mig,
     /// The machine is WSL2 (as if `/dev/dxg` were present): legacy IPC handles fail on the device, as
@@ -165,6 +169,7 @@ impl Defects {
             "no-memops" => Ok(SimulatedDevice::NoStreamMemops),
             "no-fabric" => Ok(SimulatedDevice::NoFabric),
             "imex" => Ok(SimulatedDevice::Imex),
+            "mps" => Ok(SimulatedDevice::Mps),
             "mig" => Ok(SimulatedDevice::Mig),
             "wsl" => Ok(SimulatedDevice::Wsl),
             "no-pidfd" => Ok(SimulatedDevice::NoPidfd),
