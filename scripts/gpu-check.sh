@@ -640,13 +640,16 @@ if command -v nvidia-cuda-mps-control >/dev/null && [ -z "${GPU_CHECK_SIMULATE:-
     if py=$(command -v python3); then
       mkdir -p "$mps/fake" "$mps/bin"
       cp "$(realpath "$py")" "$mps/bin/nvidia-cuda-mps-control"
-      "$mps/bin/nvidia-cuda-mps-control" -c 'import socket, sys, time
-s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET); s.bind(sys.argv[1]); s.listen(64); time.sleep(60)' "$mps/fake/control" &
+      # It accepts and closes each connection (as measured in fec3230: CUDA then runs without MPS; a listener
+      # that never answers holds CUDA's own start-up instead, which no program can prevent).
+      "$mps/bin/nvidia-cuda-mps-control" -c 'import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET); s.bind(sys.argv[1]); s.listen(64)
+while True: s.accept()[0].close()' "$mps/fake/control" &
       impostor=$!
       for _ in $(seq 100); do [ -S "$mps/fake/control" ] && break; sleep 0.05; done
       CUDA_MPS_PIPE_DIRECTORY="$mps/fake" "$bin" >"$log/mps" 2>&1; rc_fake=$?
       kill "$impostor"; wait "$impostor" 2>/dev/null
-      [ $rc_fake -eq 0 ] || bad+="[beside an impostor: exit $rc_fake] "
+      [ $rc_fake -eq 0 ] || bad+="[beside an impostor: exit $rc_fake: $(grep -v '^Process\|^Step\|^CP' "$log/mps" | tail -n 3 | cut -c1-200 | tr '\n' ' ')] "
       tail -n 1 "$log/mps" | grep -q "under MPS" && bad+="[an impostor's socket made the verdict say under MPS] "
       grep -q "the driver says this run's contexts are no MPS clients" "$log/mps" || bad+="[the impostor was not named] "
     fi

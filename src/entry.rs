@@ -133,52 +133,48 @@ pub fn main() -> ExitCode {
     {
         warn!("{who}: {e:#}");
     }
-    // `--json -`: the document goes first, to standard output, and the verdict line after it, to standard
-    // error, so that the line can say whether the document reached its reader.
-    let document_first = document.as_ref().is_some_and(report::Opened::to_standard_output);
-    if says_verdict && !document_first {
-        let line = verdict::line(status, reason.as_deref(), summary, code, started.elapsed());
-        match crate::output::verdict(&line) {
-            Ok(()) => {}
-            // The reader went away before the last line (`--topology | head -1`): 141, quietly, as when it
-            // goes before any other line; the document says so.
-            Err(e) if e.chain().any(is_reader_gone) => {
-                (status, reason, code) = reader_gone();
-            }
-            Err(e) => warn!("{who}: {e:#}"),
-        }
-    }
     let diagnosis = diagnosis.filter(|_| status == Status::Failed);
     // Where the driver refused to open another process's handle, the document says so as typed facts.
     let summary = summary.filter(|_| status == Status::Passed);
     let ending =
         report::Verdict { status, reason: reason.as_deref(), summary, diagnosis, refused, exit_status: code };
-    let not_written = match report::finish(document, &ending, found) {
-        Ok(()) => None,
+    // The document goes first (to its file, or to standard output for `--json -`), and the verdict line
+    // after it: the line is the run's last word, so it must say whether the document was written, and a
+    // passed run whose document could not be written is no pass.
+    let mut made = report::made(document, &ending, found);
+    match made.as_ref().map_or(Ok(()), report::Made::write) {
+        Ok(()) => {}
         // `--json - | head -c 10`: 141, and nothing more said, as for a C program killed by SIGPIPE.
-        Err(e) if e.chain().any(is_reader_gone) => {
-            code = READER_GONE_STATUS;
-            None
-        }
+        Err(e) if e.chain().any(is_reader_gone) => code = READER_GONE_STATUS,
         Err(e) => {
-            warn!("{who}: {e:#}");
-            if code == EXIT_SUCCESS {
-                code = EXIT_FAILURE;
+            let why = format!("{e:#}");
+            // Said on a line of its own where no verdict line will say it, or where the verdict says the
+            // run's own failure.
+            if !says_verdict || matches!(status, Status::Failed | Status::Interrupted) {
+                warn!("{who}: {why}");
             }
-            Some(format!("{e:#}"))
+            // The user asked for a document and has none: neither a pass nor a waiver (as the process outside
+            // an isolated run says it, `isolation::outside`).
+            if matches!(status, Status::Passed | Status::Waived) {
+                (status, reason, code) = (Status::Failed, Some(why), EXIT_FAILURE);
+            }
         }
-    };
-    if says_verdict && document_first && code != READER_GONE_STATUS {
-        // A run whose document could not be written is no pass.
-        let (status, reason) = match &not_written {
-            Some(why) if status == Status::Passed => (Status::Failed, Some(why.as_str())),
-            _ => (status, reason.as_deref()),
-        };
-        let line = verdict::line(status, reason, summary, code, started.elapsed());
+    }
+    if says_verdict && code != READER_GONE_STATUS {
+        let line = verdict::line(status, reason.as_deref(), summary, code, started.elapsed());
         match crate::output::verdict(&line) {
             Ok(()) => {}
-            // The reader of the lines went away before the last one (the document was written already).
-            Err(e) if e.chain().any(is_reader_gone) => code = READER_GONE_STATUS,
+            // The reader went away before the last line (`--topology | head -1`): 141, quietly, as when it
+            // goes before any other line; a file's document, written already, is written again to say so.
+            Err(e) if e.chain().any(is_reader_gone) => {
+                let (_, why, gone) = reader_gone();
+                code = gone;
+                if let Some(made) = &mut made
+                    && let Err(e) = made.rewrite_interrupted(why.unwrap_or_default(), code)
+                {
+                    warn!("{who}: {e:#}");
+                }
+            }
             Err(e) => warn!("{who}: {e:#}"),
         }
     }

@@ -504,3 +504,177 @@ fn the_outcome_reaches_the_line_and_the_document() {
     assert_eq!(doc["devices"].as_array().map(Vec::len), Some(2), "{doc}");
     assert_eq!(doc["driver"]["simulated"], true, "{doc}");
 }
+
+// Issue 30: a `--json` path in a directory others can write in. Root writes `/tmp/NAME.json`, where user
+// nobody (65534) may have made the name first: root's document must not be given to nobody, nor go where
+// nobody points it, and nobody's files must not stop root's run nor be removed by it.
+
+/// The uid of user nobody, who makes the names first here.
+const NOBODY: u32 = 65534;
+
+/// A sticky directory that anyone may write in (mode 1777, as `/tmp`), of root's, for a test that needs
+/// root to chown a file to nobody; `None` (the test is skipped) where this is not root.
+fn sticky(name: &str, test: &str) -> Option<tempfile::TempDir> {
+    if !nix::unistd::geteuid().is_root() {
+        common::skipped("root", format!("{test}: needs root, to make files of nobody's"));
+        return None;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let dir = scratch(name);
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    Some(dir)
+}
+
+/// The owner and the permission bits of `path` itself (a link's own).
+fn owner_and_mode(path: &std::path::Path) -> (u32, u32) {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::symlink_metadata(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    (meta.uid(), meta.mode() & 0o7777)
+}
+
+/// The names `dir` holds, sorted.
+fn names_in(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// nobody makes `NAME.json` first, mode 0666, to rewrite root's verdict later: root's document is a new
+/// file of root's own, which nobody cannot write (it was nobody's mode, 0666, and nobody rewrote
+/// `failed` as `passed`). A file of root's own keeps its permissions, as ever.
+#[test]
+fn another_users_file_in_a_sticky_directory_gives_root_s_document_neither_its_mode_nor_its_owner() {
+    use std::os::unix::fs::PermissionsExt;
+    let test =
+        "another_users_file_in_a_sticky_directory_gives_root_s_document_neither_its_mode_nor_its_owner";
+    let Some(dir) = sticky("sticky-file", test) else { return };
+    let json = dir.path().join("run.json");
+    std::fs::write(&json, "nobody's").unwrap();
+    std::fs::set_permissions(&json, std::fs::Permissions::from_mode(0o666)).unwrap();
+    std::os::unix::fs::chown(&json, Some(NOBODY), Some(NOBODY)).unwrap();
+    let mut failed = simulated("ok,ok");
+    failed.env(FAULT, "child1@verify:corrupt").arg("--json").arg(&json);
+    let out = run(&mut failed);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_eq!(status(&common::document(&json)).0, "failed", "{}", text(&out));
+    let (owner, mode) = owner_and_mode(&json);
+    assert_eq!(owner, 0, "the document is root's own, not nobody's file");
+    assert_eq!(mode & 0o022, 0, "nobody cannot rewrite the verdict: mode {mode:o}");
+    assert_eq!(names_in(dir.path()), ["run.json"], "no temporary file is left");
+
+    // A file of root's own keeps its permissions.
+    std::fs::set_permissions(&json, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let out = run(simulated("ok").arg("--json").arg(&json));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(status(&common::document(&json)).0, "passed");
+    assert_eq!(owner_and_mode(&json), (0, 0o640), "root's own file keeps its permissions");
+}
+
+/// nobody makes `NAME.json` a symbolic link to a file of root's in a directory only root can enter (where
+/// fs.protected_symlinks is 0, the kernel follows it for root): root's run refuses it before it starts,
+/// saying why, and neither the link nor its target is touched. A link root made is followed, as ever.
+#[test]
+fn another_users_link_in_a_sticky_directory_is_refused_never_followed() {
+    use std::os::unix::fs::PermissionsExt;
+    let test = "another_users_link_in_a_sticky_directory_is_refused_never_followed";
+    let Some(dir) = sticky("sticky-link", test) else { return };
+    let private = scratch("private");
+    let secret = private.path().join("secret.json");
+    std::fs::write(&secret, "root's own").unwrap();
+    std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let json = dir.path().join("run.json");
+    std::os::unix::fs::symlink(&secret, &json).unwrap();
+    std::os::unix::fs::lchown(&json, Some(NOBODY), Some(NOBODY)).unwrap();
+    let out = run(simulated("ok").arg("--json").arg(&json));
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{all}");
+    assert!(
+        all.contains("is a symbolic link that user") && all.contains("65534") && all.contains("not followed"),
+        "the refusal says whose link it is and why: {all}"
+    );
+    assert!(!all.contains("PP: lshmName"), "refused before the run started: {all}");
+    assert_eq!(std::fs::read_to_string(&secret).unwrap(), "root's own", "the link's target is untouched");
+    assert_eq!(std::fs::read_link(&json).unwrap(), secret, "the link is nobody's still");
+    assert_eq!(owner_and_mode(&json).0, NOBODY);
+
+    // A link of root's own in the same directory is followed: the file it names is replaced.
+    let own = dir.path().join("own.json");
+    std::os::unix::fs::symlink(&secret, &own).unwrap();
+    let out = run(simulated("ok").arg("--json").arg(&own));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(status(&common::document(&secret)).0, "passed", "root's own link leads to root's file");
+    assert!(std::fs::symlink_metadata(&own).unwrap().file_type().is_symlink(), "the link stays a link");
+}
+
+/// nobody makes the temporary name a run once used, `.NAME.json.<pid>.tmp`, for the pid the run will have
+/// (a shell that makes it, then execs the run): the run passes, writes its document all the same, says
+/// PASSED last, and leaves nobody's file as it was.
+#[test]
+fn another_users_file_at_a_temporary_name_neither_stops_the_run_nor_is_removed() {
+    let test = "another_users_file_at_a_temporary_name_neither_stops_the_run_nor_is_removed";
+    let Some(dir) = sticky("sticky-temporary", test) else { return };
+    let json = dir.path().join("run.json");
+    let script = r#"touch "$1/.run.json.$$.tmp" && chown 65534:65534 "$1/.run.json.$$.tmp" &&
+        exec "$0" --json "$1/run.json""#;
+    let out = run(Command::new("sh")
+        .args(["-c", script])
+        .arg(common::bin())
+        .arg(dir.path())
+        .env(common::SIMULATE, "ok,ok")
+        .env_remove(FAULT));
+    let (all, stdout) = (text(&out), String::from_utf8_lossy(&out.stdout));
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    assert!(stdout.lines().last().is_some_and(|l| l.starts_with("PASSED")), "{all}");
+    assert_eq!(status(&common::document(&json)).0, "passed", "{all}");
+    assert_eq!(owner_and_mode(&json).0, 0, "the document is root's own");
+    let names = names_in(dir.path());
+    let nobodys: Vec<&String> = names.iter().filter(|n| n.starts_with(".run.json.")).collect();
+    assert_eq!(nobodys.len(), 1, "nobody's file is there, and nothing else of the run's: {names:?}");
+    let nobodys = dir.path().join(nobodys[0]);
+    assert_eq!(owner_and_mode(&nobodys).0, NOBODY, "{names:?}");
+    assert_eq!(std::fs::read(&nobodys).unwrap(), b"", "nobody's file was not written into");
+}
+
+/// A run that cannot write its document (a full file system: a tmpfs of one page, filled, in a mount
+/// namespace of its own) says so in its verdict line, the last it prints, and not PASSED before it; it
+/// leaves no temporary file. Needs root and unshare(1); elsewhere it says it was skipped.
+#[test]
+fn a_document_that_cannot_be_written_is_said_by_the_verdict_which_comes_last() {
+    let dir = scratch("full");
+    let script = r#"mount -t tmpfs -o size=4k tmpfs "$1" || exit 99
+        head -c 4096 /dev/zero > "$1/fill" 2>/dev/null
+        "$0" --json "$1/run.json" > "$1/../stdout" 2>&1; echo "status $?"; ls -A "$1""#;
+    let held = dir.path().join("held");
+    std::fs::create_dir(&held).unwrap();
+    let out = Command::new("unshare")
+        .args(["--mount", "sh", "-c", script])
+        .arg(common::bin())
+        .arg(&held)
+        .env(common::SIMULATE, "ok,ok")
+        .env_remove(FAULT)
+        .output();
+    let said = match out {
+        Ok(out) if text(&out).contains("status ") => text(&out),
+        other => {
+            let why = other.map_or_else(|e| e.to_string(), |out| text(&out));
+            return common::skipped(
+                "namespaces",
+                format!("a_document_that_cannot_be_written_is_said_by_the_verdict_which_comes_last: {why}"),
+            );
+        }
+    };
+    let stdout = std::fs::read_to_string(dir.path().join("stdout")).unwrap();
+    assert!(said.starts_with("status 1\n"), "{said}: {stdout}");
+    assert_eq!(said.lines().skip(1).collect::<Vec<_>>(), ["fill"], "no temporary file is left: {said}");
+    let last = stdout.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("FAILED (exit 1): could not write the --json document")
+            && last.contains("No space left on device"),
+        "the verdict, last, says the document was not written: {stdout}"
+    );
+    assert!(!stdout.lines().any(|l| l.starts_with("PASSED")), "no PASSED before it: {stdout}");
+}

@@ -9,16 +9,18 @@
 //! - [`open`], before anything runs: the path must be a regular file or not exist yet, in a directory this
 //!   process can write, and must not be the file this process's standard output or error goes to
 //!   (`--json /dev/stdout >> log`, `--json F > F`): writing it would destroy what the run prints and what was
-//!   there before. Nothing is opened or truncated, so a FIFO can never block the run.
+//!   there before. Nothing is opened or truncated, so a FIFO can never block the run. A symbolic link that
+//!   another user made in a sticky directory (`/tmp`) is refused, never followed (see `destination`).
 //! - The roles note what they find as they learn it ([`Found`]: the driver, the devices, their results), and
 //!   return it with their outcome ([`Ran`]) to `main`, which decides the verdict.
-//! - [`finish`], from `main` once the exit status is decided: the document goes to a new file beside the path
-//!   and is renamed over it, so the path holds the old document or the whole new one, never an empty or
-//!   partial one.
+//! - [`made`] and [`Made::write`], from `main` once the exit status is decided, before the verdict line
+//!   (which says whether the document was written): the document goes to a new file of this process's own
+//!   beside the path, made under a random name, and is renamed over it, so the path holds the old document or
+//!   the whole new one, never an empty or partial one, nor one another user can rewrite.
 //!
 //! `--json -` writes the document to standard output instead, which then carries it alone (one JSON value,
 //! then a newline): [`open`] sends every other line of the run to standard error
-//! (`output::lines_to_standard_error`), and [`finish`] writes the document there whole, or says that its
+//! (`output::lines_to_standard_error`), and [`Made::write`] writes the document there whole, or says that its
 //! reader went away ([`ReaderGone`](crate::output::ReaderGone), 141); `main` says the verdict after it.
 //!
 //! Nothing of it is process-wide: `main` holds the document it opened ([`Opened`]), and the outcome and what
@@ -41,7 +43,7 @@ use document::{BenchResults, Device, DriverFacts, MechanismResult, Mode, Options
 pub use document::{Document, Refused, Status};
 
 /// The document of this run, opened by `main` before anything runs ([`open`], [`open_inherited`]) and
-/// written by [`finish`] once the verdict is known.
+/// written by [`Made::write`] (or [`finish`]) once the verdict is known.
 pub struct Opened {
     /// The path as given, to name in messages; empty for an inherited pipe.
     given: PathBuf,
@@ -58,12 +60,6 @@ impl Opened {
     /// True in the run inside an isolation, whose process outside writes the document and says the verdict.
     pub fn said_outside(&self) -> bool {
         matches!(self.destination, Destination::Outside(_))
-    }
-
-    /// Whether the document goes to standard output (`--json -`): then it is written before the verdict
-    /// line, which says whether it reached its reader.
-    pub fn to_standard_output(&self) -> bool {
-        matches!(self.destination, Destination::StandardOutput(_))
     }
 }
 
@@ -252,20 +248,57 @@ fn document(opened: &Opened, verdict: &Verdict, found: Found) -> Document {
     }
 }
 
+/// This run's document, made whole once the verdict is known ([`made`]). `main` writes it before it says the
+/// verdict line, so that the line, the run's last word, can say whether the document was written; and
+/// writes it again where that line then found the reader of standard output gone, so that the document
+/// says how the run ended.
+pub struct Made {
+    opened: Opened,
+    document: Document,
+}
+
+/// The document of `opened` (if the run was given `--json`), with the verdict and what the role found.
+pub fn made(opened: Option<Opened>, verdict: &Verdict, found: Found) -> Option<Made> {
+    let opened = opened?;
+    let document = document(&opened, verdict, found);
+    Some(Made { opened, document })
+}
+
+impl Made {
+    /// Writes the document: to a new file beside the path, renamed over it (or to the inherited pipe, or to
+    /// standard output).
+    pub fn write(&self) -> Result<()> {
+        let text = document::text(&self.document).context("writing the --json document")?;
+        self.opened.destination.write(&self.opened.given, &text)
+    }
+
+    /// The run ended otherwise after its document was written: interrupted, for `reason`, with
+    /// `exit_status` (the verdict line found the reader of standard output gone). A file is written again
+    /// to say so; a stream (a pipe, standard output) has taken the document already, and is left alone.
+    pub fn rewrite_interrupted(&mut self, reason: String, exit_status: u8) -> Result<()> {
+        if !self.opened.destination.is_file() {
+            return Ok(());
+        }
+        let document = &mut self.document;
+        document.status = Status::Interrupted;
+        (document.reason, document.exit_status) = (Some(reason), exit_status);
+        // What only a pass or a failure carries (as `document` leaves them out of an interrupted run's).
+        (document.summary, document.cause, document.fix, document.refused) = (None, None, None, None);
+        self.write()
+    }
+}
+
 /// Writes this run's document, if it was given `--json` (`opened`), with the verdict and what the role
 /// found: to a new file beside the path, renamed over it (or to the inherited pipe).
 pub fn finish(opened: Option<Opened>, verdict: &Verdict, found: Found) -> Result<()> {
-    let Some(opened) = opened else { return Ok(()) };
-    let text = document::text(&document(&opened, verdict, found)).context("writing the --json document")?;
-    opened.destination.write(&opened.given, &text)
+    made(opened, verdict, found).map_or(Ok(()), |made| made.write())
 }
 
 /// Writes `document`, which another process of this run made whole (the run inside an isolation), as this
 /// run's, if it was given `--json` (`opened`).
 pub fn finish_document(opened: Option<Opened>, document: Document) -> Result<()> {
     let Some(opened) = opened else { return Ok(()) };
-    let text = document::text(&document).context("writing the --json document")?;
-    opened.destination.write(&opened.given, &text)
+    Made { opened, document }.write()
 }
 
 #[cfg(test)]
