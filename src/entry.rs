@@ -82,9 +82,9 @@ pub fn main() -> ExitCode {
     // which says why a waived run was waived: once, not also on the line before.
     let ends_with_a_verdict = role.started_by_a_user();
     let started = std::time::Instant::now();
-    let (outcome, mut found) = match run(role, &mut document) {
-        Ok(report::Ran { outcome, found }) => (outcome, found),
-        Err(e) => (Outcome::Failed(e), report::Found::default()),
+    let (outcome, mut found, tell) = match run(role, &mut document) {
+        Ok(report::Ran { outcome, found, tell }) => (outcome, found, tell),
+        Err(e) => (Outcome::Failed(e), report::Found::default(), None),
     };
     let failure = match &outcome {
         Outcome::Failed(e) => Some(e),
@@ -142,7 +142,18 @@ pub fn main() -> ExitCode {
     // after it: the line is the run's last word, so it must say whether the document was written, and a
     // passed run whose document could not be written is no pass.
     let mut made = report::made(document, &ending, found);
-    match made.as_ref().map_or(Ok(()), report::Made::write) {
+    let written = made.as_ref().map_or(Ok(()), report::Made::write);
+    // Those waiting on the run (a served run's joiners) hear the verdict: a run whose document could not be
+    // written did not pass, for them either.
+    if let Some(report::Tell(tell)) = tell {
+        match &written {
+            Err(e) if matches!(outcome, Outcome::Passed(_)) && !e.chain().any(is_reader_gone) => tell(
+                &Outcome::Failed(anyhow::anyhow!("the server could not write its --json document: {e:#}")),
+            ),
+            _ => tell(&outcome),
+        }
+    }
+    match written {
         Ok(()) => {}
         // `--json - | head -c 10`: 141, and nothing more said, as for a C program killed by SIGPIPE.
         Err(e) if e.chain().any(is_reader_gone) => code = READER_GONE_STATUS,

@@ -1437,3 +1437,31 @@ fn a_joiners_settings_and_network_namespace_reach_the_library_forecast() {
         assert_eq!(process["place"]["pidfd_getfd_itself"], "allowed", "{doc}");
     }
 }
+
+/// A joiner's verdict is the run's: a server whose `--json -` cannot be written (standard output is
+/// /dev/full) does not pass, and its joiner hears so, where it once said `PASSED: the run ended well`.
+#[test]
+fn a_joiner_hears_that_the_servers_document_could_not_be_written() {
+    let (dir, socket) = socket_path("full");
+    let log = dir.path().join("server.err");
+    let mut server = Command::new(bin())
+        .args(["--serve", &socket, "--json", "-", "--timeout", "20"])
+        .env(SIMULATE, "ok")
+        .env_remove(FAULT)
+        .stdin(Stdio::null())
+        .stdout(std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !std::path::Path::new(&socket).exists() && start.elapsed() < LIMIT {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let (code, said, _) = join("ok", &socket, None).end(LIMIT);
+    let served = server.wait().unwrap();
+    let server_said = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(served.code(), Some(1), "{server_said}");
+    assert_eq!(code, Some(1), "the joiner's verdict is the run's: {said}\nserver: {server_said}");
+    assert!(said.contains("could not write its --json document"), "{said}");
+    assert!(!said.contains("PASSED"), "{said}");
+}

@@ -67,8 +67,8 @@ pub fn run_consumer(bench: &Bench, mechanism: Mechanism) -> Result<Ran> {
     let mut found = Found::default();
     let outcome = consume(bench, mechanism, &audience, &mut found).unwrap_or_else(Outcome::Failed);
     audience.hand_over(&mut found);
-    audience.tell(&outcome);
-    Ok(Ran { outcome, found })
+    let tell = crate::report::Tell(Box::new(move |ended: &Outcome| audience.tell(ended)));
+    Ok(Ran { outcome, found, tell: Some(tell) })
 }
 
 /// `found`: what the benchmark found, for the document, however it ends.

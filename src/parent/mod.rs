@@ -46,8 +46,9 @@ pub fn run(run: &Run, mechanism: Mechanism, served: Option<&Served>) -> Result<R
     let mut found = Found::default();
     let outcome = run_the_sample(run, mechanism, &audience, &mut found).unwrap_or_else(Outcome::Failed);
     audience.hand_over(&mut found);
-    audience.tell(&outcome);
-    Ok(Ran { outcome, found })
+    // Told once the document is written (`entry`), so that what the joiners hear is the verdict.
+    let tell = crate::report::Tell(Box::new(move |ended: &Outcome| audience.tell(ended)));
+    Ok(Ran { outcome, found, tell: Some(tell) })
 }
 
 /// `found`: what the run found, for the document, however it ends.

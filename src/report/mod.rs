@@ -77,6 +77,18 @@ pub enum Results {
 pub struct Ran {
     pub outcome: Outcome,
     pub found: Found,
+    /// Those still to be told how the run ended (a served run's joiners), once its document is written: a
+    /// joiner's verdict is the run's, and a run whose document could not be written did not pass.
+    pub tell: Option<Tell>,
+}
+
+/// How a role tells those waiting on it how the run ended (see [`Ran::tell`]).
+pub struct Tell(pub Box<dyn FnOnce(&Outcome)>);
+
+impl std::fmt::Debug for Tell {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Tell")
+    }
 }
 
 /// What a role found, however the run ended: noted as it learns it, handed back with its outcome.
@@ -96,13 +108,13 @@ pub struct Found {
 impl Ran {
     /// The outcome, with what the role found.
     pub fn with(outcome: Outcome, results: Results) -> Self {
-        Self { outcome, found: Found { results: Some(results), ..Found::default() } }
+        Self { outcome, found: Found { results: Some(results), ..Found::default() }, tell: None }
     }
 }
 
 impl From<Outcome> for Ran {
     fn from(outcome: Outcome) -> Self {
-        Self { outcome, found: Found::default() }
+        Self { outcome, found: Found::default(), tell: None }
     }
 }
 
