@@ -378,7 +378,7 @@ for ipc in legacy vmm; do
     case $case in
       lie) ok=$([ $rc -eq 1 ] && grep -q "own check of every buffer failed.*unwritten" "$log/srv" && echo y) ;;
       corrupt) ok=$([ $rc -eq 1 ] && [ $r0 -eq 1 ] && grep -q 'Process 0 complete!' "$log/j0" && grep -q "own check of every buffer failed: the buffer of process 0 has 2 of" "$log/srv" && echo y) ;;
-      honest) ok=$([ $rc -eq 0 ] && [ $r0 -eq 0 ] && grep -q "verified by its process and by the server" "$log/srv" && echo y) ;;
+      honest) ok=$([ $rc -eq 0 ] && [ $r0 -eq 0 ] && grep -q "every buffer holds the round-robin's result, checked by the server" "$log/srv" && echo y) ;;
     esac
     if [ -n "$ok" ] && [ "$(shm_state)" = "$shm_before" ]; then
       record PASS "--serve --ipc $ipc, the server's own check ($case)" "$(tail -n 1 "$log/srv" | cut -c1-110)"

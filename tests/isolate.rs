@@ -880,7 +880,7 @@ fn an_isolated_process_that_lies_cannot_pass_the_run() {
     assert!(said.contains("the parent's own check of every buffer failed"), "{said}");
     let (_, honest) = run(&tmp, &["--isolate", "joiners:pid"]);
     assert_eq!(honest.status.code(), Some(0), "{}", text(&honest));
-    assert!(text(&honest).contains("every buffer verified by its process and by the parent in "));
+    assert!(text(&honest).contains("every buffer holds the round-robin's result, checked by the parent in "));
 }
 
 /// `--isolate net` (a socket in a private directory under TMPDIR) with every process of the run SIGKILLed

@@ -772,7 +772,7 @@ fn a_joiner_that_lies_cannot_pass_the_run() {
         assert_eq!(joiner.end(LIMIT).0, Some(0));
     }
     assert_eq!(code, Some(0), "{out}");
-    assert!(out.contains("every buffer verified by its process and by the server in "), "{out}");
+    assert!(out.contains("every buffer holds the round-robin's result, checked by the server in "), "{out}");
 }
 
 /// A fake server in Python (`/usr/bin/python3`, which `nobody` can run), as user `uid` (`None`: the test's

@@ -194,7 +194,7 @@ fn run_the_sample(
     }
     let mps = mps.under(mps_enabled).map(|under| format!(", {under}")).unwrap_or_default();
     let summary = format!(
-        "{n} process{} on {gpus} GPU{}, {} IPC{}, {}{mps}{}: every buffer verified{}",
+        "{n} process{} on {gpus} GPU{}, {} IPC{}, {}{mps}{}: {}",
         if n == 1 { "" } else { "es" },
         if gpus == 1 { "" } else { "s" },
         mechanism.name(),
@@ -205,10 +205,13 @@ fn run_the_sample(
             (_, Some(isolation)) => format!(", isolated ({})", isolation.described()),
             _ => String::new(),
         },
+        // Only what this process saw: a process it did not start from its own program (`--serve`), or that
+        // runs where it cannot see it (`--isolate`), may say anything of itself, and one of the same uid could
+        // forge every buffer's bytes (it could ptrace the server); the buffers' contents the parent read.
         match (&run.serve, checks_itself) {
-            (Some(_), _) => " by its process and by the server",
-            (None, true) => " by its process and by the parent",
-            (None, false) => "",
+            (Some(_), _) => "every buffer holds the round-robin's result, checked by the server",
+            (None, true) => "every buffer holds the round-robin's result, checked by the parent",
+            (None, false) => "every buffer verified",
         }
     );
     Ok(Outcome::passed(summary))
