@@ -117,12 +117,7 @@ fn connect_to(address: &Address, started_by_server: bool, timeout: Option<Durati
     let mut said_waiting = false;
     loop {
         signals::check()?;
-        if let Address::Path(path) = address
-            && let Ok(meta) = std::fs::symlink_metadata(path)
-            && !std::os::unix::fs::FileTypeExt::is_socket(&meta.file_type())
-        {
-            bail!("--join {address}: that path is no socket, so no run is served there");
-        }
+        no_socket_there(address)?;
         let connection = meeting::seqpacket()?;
         fcntl(&connection, FcntlArg::F_SETFL(OFlag::O_NONBLOCK)).context("making a socket non-blocking")?;
         match connect(connection.as_raw_fd(), &address.unix()?) {
@@ -155,7 +150,8 @@ fn connect_to(address: &Address, started_by_server: bool, timeout: Option<Durati
                     let within = timeout.map_or("for as long as it takes (--timeout 0)".to_owned(), |t| {
                         format!("up to {} s (--timeout)", t.as_secs_f64())
                     });
-                    say!("Waiting for the server at {address} (nothing listens there yet): {within}")?;
+                    let link = link_of(address).map(|to| format!(", a link to {to}")).unwrap_or_default();
+                    say!("Waiting for the server at {address}{link} (nothing listens there yet): {within}")?;
                 }
                 if let Some(timeout) = timeout
                     && since.elapsed() >= timeout
@@ -163,9 +159,10 @@ fn connect_to(address: &Address, started_by_server: bool, timeout: Option<Durati
                     bail!(
                         "--join {address}: no server came within {} s (--timeout): {}{}",
                         timeout.as_secs_f64(),
-                        match e {
-                            Errno::ENOENT => "the socket's path never appeared",
-                            _ => "nothing listened there",
+                        match (e, link_of(address)) {
+                            (Errno::ENOENT, Some(to)) => format!("the end of its link, {to}, never appeared"),
+                            (Errno::ENOENT, None) => "the socket's path never appeared".to_owned(),
+                            _ => "nothing listened there".to_owned(),
                         },
                         match address {
                             Address::Abstract(_) => {
@@ -188,6 +185,37 @@ fn connect_to(address: &Address, started_by_server: bool, timeout: Option<Durati
             }
         }
     }
+}
+
+/// `Err` where the path of `address` is there but is no socket, so that no run can be served there: said at
+/// once, not waited for. A link is followed, as connect(2) follows it: the server at its end is held to the
+/// same rule as one at the path itself (this user or root, by its credentials on the connection:
+/// [`check_the_server`]); one to what is no socket says where it points. A link whose end is not there yet
+/// is waited for, as a path that is not there yet is: the server may bind there later.
+fn no_socket_there(address: &Address) -> Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+    let Address::Path(path) = address else { return Ok(()) };
+    let Ok(meta) = std::fs::symlink_metadata(path) else { return Ok(()) };
+    if !meta.file_type().is_symlink() {
+        if !meta.file_type().is_socket() {
+            bail!("--join {address}: that path is no socket, so no run is served there");
+        }
+        return Ok(());
+    }
+    let to = link_of(address).unwrap_or_else(|| "what cannot be read".to_owned());
+    match std::fs::metadata(path) {
+        Ok(end) if !end.file_type().is_socket() => bail!(
+            "--join {address}: that path is a link to {to}, which is no socket, so no run is served there"
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// Where the path of `address` points, if it is a link (made printable: it is the file system's word).
+fn link_of(address: &Address) -> Option<String> {
+    let Address::Path(path) = address else { return None };
+    let to = std::fs::read_link(path).ok()?;
+    Some(wire::printable(&to.to_string_lossy()))
 }
 
 /// Who listens at the other end of `connection`, before anything it says is trusted: a process of this

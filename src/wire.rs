@@ -271,24 +271,21 @@ fn refused_said(bytes: &[u8]) -> Option<Refused> {
 }
 
 /// A joiner's place, as it said it, with every text made [`printable`]; `None` where it said none or
-/// what is not one.
+/// what is not one. A place whose field holds more than it can truly hold (a 60 KB hostname: see
+/// `Place::received`) is not taken either: the server says so, naming the field, and the joiner is left out
+/// of where the processes stand (its place is its word, for the forecast: never part of a verdict).
 fn place_said(bytes: &[u8]) -> Option<Place> {
-    let mut place: Place = serde_json::from_slice(bytes).ok()?;
-    place.hostname = printable(&place.hostname);
-    for text in [&mut place.boot_id, &mut place.cuda_visible_devices, &mut place.nvidia_visible_devices]
-        .into_iter()
-        .chain([&mut place.nccl_hostid])
-        .flatten()
-    {
-        *text = printable(text);
+    let place: Place = serde_json::from_slice(bytes).ok()?;
+    match place.received() {
+        Ok(place) => Some(place),
+        Err(why) => {
+            warn!(
+                "simple-ipc: a process that asked to join said where it stands, but {why}: no place of \
+                 simple-ipc's (its sender is broken or lying), so it is left out of where the processes stand"
+            );
+            None
+        }
     }
-    if let Some(shm) = place.dev_shm.as_mut() {
-        shm.file_system = printable(&shm.file_system);
-    }
-    for gpu in place.gpus.iter_mut().flatten() {
-        *gpu = printable(gpu);
-    }
-    Some(place)
 }
 
 /// `text` from another process, fit to print: each control character (ESC, CR, BEL, a newline, C1 codes)

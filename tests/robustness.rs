@@ -337,3 +337,43 @@ fn smaller_things() {
         "{doc}"
     );
 }
+
+/// A /dev/shm too small for the events' files (a tmpfs of one page, in a mount namespace of its own): the
+/// child that touches a page tmpfs cannot give is killed by SIGBUS, and the run names the likely cause, a
+/// full /dev/shm with its size, and the fix, in its verdict and as the `--json` document's cause and fix.
+/// Needs root and unshare(1); elsewhere it says it was skipped, and asserts nothing.
+#[test]
+fn a_child_killed_by_sigbus_names_a_full_dev_shm_and_the_fix() {
+    let dir = common::scratch("sigbus");
+    let json = dir.path().join("run.json");
+    let script = r#"set -e
+        mount -t tmpfs -o size=4k tmpfs /dev/shm
+        set +e; "$0" --json "$1"; echo "status $?""#;
+    let out = Command::new("unshare")
+        .args(["--mount", "sh", "-c", script])
+        .arg(bin())
+        .arg(&json)
+        .env(SIMULATE, "ok,ok")
+        .env_remove(FAULT)
+        .output();
+    let Ok(out) = out else {
+        common::skipped("namespaces", "a_child_killed_by_sigbus_names_a_full_dev_shm: no unshare(1) here");
+        return;
+    };
+    let all = text(&out);
+    if !all.contains("status ") {
+        let why = format!("a_child_killed_by_sigbus_names_a_full_dev_shm: no mount namespace here: {all}");
+        common::skipped("namespaces", why);
+        return;
+    }
+    assert!(all.contains("status 1"), "{all}");
+    assert!(all.contains("failed! (killed by SIGBUS: most likely a full /dev/shm"), "{all}");
+    assert!(all.contains("here /dev/shm is 4 KiB"), "{all}");
+    assert!(
+        all.contains("what fixes it: a larger /dev/shm: Docker --shm-size=1g; Kubernetes an emptyDir"),
+        "{all}"
+    );
+    let doc = common::document(&json);
+    assert!(doc["cause"].as_str().is_some_and(|c| c.contains("full /dev/shm")), "{doc}");
+    assert!(doc["fix"].as_str().is_some_and(|f| f.contains("--shm-size=1g")), "{doc}");
+}

@@ -1438,6 +1438,89 @@ fn a_joiners_settings_and_network_namespace_reach_the_library_forecast() {
     }
 }
 
+/// A request to join with a place of a joiner's shape, by hand: `hostname` and made-up facts.
+fn hello_with_hostname(hostname: &str) -> Vec<u8> {
+    let place = serde_json::json!({
+        "pid": 7,
+        "namespaces": {"pid": 1, "ipc": 1, "mnt": 1, "net": 1, "uts": 1, "user": 1, "cgroup": 1},
+        "dev_shm": null,
+        "hostname": hostname,
+        "boot_id": null,
+        "cuda_visible_devices": null,
+        "nvidia_visible_devices": null,
+        "nccl_hostid": null,
+        "gpus": null,
+        "imex_channel": false,
+        "uid": 0,
+        "in_user_namespace": false,
+        "capabilities": {"sys_ptrace": false, "sys_nice": false, "ipc_lock": false},
+        "ptrace_scope": null,
+        "seccomp": null,
+        "mps": {"pipe_directory": "/tmp/nvidia-mps", "from_env": false, "client": false},
+    });
+    [&b"SIPCHELO"[..], &serde_json::to_vec(&place).unwrap()].concat()
+}
+
+/// A joiner that says a 60 KB hostname (the wire takes 64 KiB; its own joiners send at most 3000 bytes) is
+/// no place of simple-ipc's: the server says so, naming the field, and leaves it out of where the
+/// processes stand, whose table stays as narrow as the honest joiner's column (it once printed the 60 KB
+/// hostname on every row: 723 KB).
+#[test]
+fn a_joiner_that_says_an_oversized_hostname_is_left_out_of_the_table() {
+    let (_dir, socket) = socket_path("oversized");
+    let server = serve("ok,ok", &socket, &["--timeout", "10"]);
+    let liar = raw_connect(&socket);
+    let hostname = format!("{}\x1b[2J", "h".repeat(60_000));
+    send_raw(&liar, &hello_with_hostname(&hostname));
+    assert!(server.wait_for("Process 0 joined", LIMIT), "{}", server.text());
+    let honest = join("ok,ok", &socket, None);
+    assert!(server.wait_for("Where the processes stand", LIMIT), "{}", server.text());
+    drop(liar);
+    let (code, out, _) = server.end(LIMIT);
+    let _ = honest.end(LIMIT);
+    assert_eq!(code, Some(1), "the liar never took its part: {out}");
+    assert!(
+        out.contains("its hostname is 60004 characters, where a hostname (HOST_NAME_MAX) holds at most 64"),
+        "{out}"
+    );
+    assert!(!out.contains(&"h".repeat(65)) && !out.contains('\x1b'), "{out}");
+    let table: Vec<&str> = out.lines().skip_while(|l| !l.starts_with("Where the processes stand")).collect();
+    assert!(table.get(1).is_some_and(|l| l.ends_with("process 1")), "the honest joiner alone: {out}");
+    assert!(out.len() < 20_000, "{} bytes of output", out.len());
+}
+
+/// `--join` through a link to a live socket joins it, as connect(2) follows the link (the server at its end
+/// is still held to this user or root); a link to what is no socket is said to be one, with where it
+/// points; a link whose end is not there yet is waited for, and named when it never comes.
+#[test]
+fn a_joiner_follows_a_link_to_the_socket_and_names_a_link_to_what_is_no_socket() {
+    let (dir, socket) = socket_path("link");
+    let link = dir.path().join("link.sock");
+    std::os::unix::fs::symlink(&socket, &link).unwrap();
+    let link = link.display().to_string();
+    let server = serve("ok", &socket, &["--timeout", "10"]);
+    let (joined, said, _) = join("ok", &link, None).end(LIMIT);
+    let (code, out, _) = server.end(LIMIT);
+    assert_eq!((code, joined), (Some(0), Some(0)), "{out}\n{said}");
+
+    let plain = dir.path().join("plain");
+    std::fs::write(&plain, b"").unwrap();
+    let to_plain = dir.path().join("to-plain");
+    std::os::unix::fs::symlink(&plain, &to_plain).unwrap();
+    let (code, said, _) = join("ok", &to_plain.display().to_string(), None).end(LIMIT);
+    assert_eq!(code, Some(1), "{said}");
+    let says = format!("that path is a link to {}, which is no socket", plain.display());
+    assert!(said.contains(&says), "{said}");
+
+    let start = Instant::now();
+    let args = ["--join", &link, "--timeout", "1"];
+    let (code, said, _) = Running::start("ok", &args, None).end(LIMIT);
+    assert_eq!(code, Some(1), "{said}");
+    assert!(start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
+    assert!(said.contains(&format!("Waiting for the server at {link}, a link to {socket}")), "{said}");
+    assert!(said.contains(&format!("the end of its link, {socket}, never appeared")), "{said}");
+}
+
 /// A joiner's verdict is the run's: a server whose `--json -` cannot be written (standard output is
 /// /dev/full) does not pass, and its joiner hears so, where it once said `PASSED: the run ended well`.
 #[test]

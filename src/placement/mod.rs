@@ -136,6 +136,127 @@ impl Place {
     }
 }
 
+/// The most characters each text of a place can truly hold, as the kernel and this program make it (a
+/// place's JSON is at most 3000 bytes as this program sends it; the wire takes 64 KiB). A process that says
+/// more is lying or broken, and the server, which prints these texts in a table and keeps them in its
+/// document, takes none of its place ([`Place::received`]): one 60 KB hostname once made a 723 KB table.
+pub(crate) mod bounds {
+    /// `HOST_NAME_MAX`: the kernel's UTS nodename holds 64 bytes.
+    pub const HOSTNAME: usize = 64;
+    /// `/proc/sys/kernel/random/boot_id`: a UUID, 36 characters.
+    pub const BOOT_ID: usize = 36;
+    /// `PATH_MAX`: the MPS pipe directory is a path.
+    pub const PATH: usize = 4096;
+    /// An environment setting's value (`CUDA_VISIBLE_DEVICES`, `NCCL_HOSTID`, `PYTORCH_CUDA_ALLOC_CONF`,
+    /// ...): far more than any of them needs (64 GPU UUIDs are 2.6 KB).
+    pub const SETTING: usize = 4096;
+    /// GPUs one process sees: more than any node has.
+    pub const GPUS: usize = 64;
+    /// A GPU's UUID (`GPU-` and 36 characters; a MIG device's is longer), with room to spare.
+    pub const GPU: usize = 96;
+    /// `/dev/shm`'s file system: `tmpfs`, `unknown`, or its magic number in hex (`0x` and 16 digits).
+    pub const FILE_SYSTEM: usize = 18;
+    /// What answered at the MPS control socket: a program's name (`NAME_MAX`, escaped) and its pid.
+    pub const ANSWERED: usize = 4096;
+    /// `pidfd_getfd` of itself: `allowed`, or an errno's name.
+    pub const WORD: usize = 32;
+}
+
+impl Place {
+    /// A place that came from another process, as the server takes it: the settings this program does not
+    /// read dropped (a joiner of a newer simple-ipc may read more; nothing here would look at them), then
+    /// held to [`bounds`] as it was sent, then every text made [`printable`](Self::printable). `Err` says,
+    /// naming the field, why it is no place this program sends.
+    pub fn received(mut self) -> Result<Self, String> {
+        self.settings.retain(|(name, _)| libraries::SETTINGS.contains(&name.as_str()));
+        match self.out_of_bounds() {
+            Some(why) => Err(why),
+            None => Ok(self.printable()),
+        }
+    }
+
+    /// Where a place holds more than its field can truly hold ([`bounds`]), or a setting this program does
+    /// not read (or one twice): which field, in words.
+    fn out_of_bounds(&self) -> Option<String> {
+        // A setting's name labels its value below: only the names this program reads, each once.
+        for (at, (name, _)) in self.settings.iter().enumerate() {
+            if !libraries::SETTINGS.contains(&name.as_str()) {
+                let name = crate::wire::printable(&name.chars().take(bounds::HOSTNAME).collect::<String>());
+                return Some(format!("it names a setting, '{name}', that this program does not read"));
+            }
+            if self.settings[..at].iter().any(|(earlier, _)| earlier == name) {
+                return Some(format!("it names the setting {name} twice"));
+            }
+        }
+        if let Some(gpus) = self.gpus.as_ref().filter(|g| g.len() > bounds::GPUS) {
+            let most = bounds::GPUS;
+            return Some(format!("it names {} GPUs, where a node has at most {most}", gpus.len()));
+        }
+        let env = "a setting of the environment this program reads";
+        let mut texts: Vec<(&str, &str, usize, &str)> = vec![
+            ("hostname", &self.hostname, bounds::HOSTNAME, "a hostname (HOST_NAME_MAX)"),
+            ("MPS pipe directory", &self.mps.pipe_directory, bounds::PATH, "a path (PATH_MAX)"),
+        ];
+        let optional = [
+            ("boot id", &self.boot_id, bounds::BOOT_ID, "a boot id (a UUID)"),
+            ("CUDA_VISIBLE_DEVICES", &self.cuda_visible_devices, bounds::SETTING, env),
+            ("NVIDIA_VISIBLE_DEVICES", &self.nvidia_visible_devices, bounds::SETTING, env),
+            ("NCCL_HOSTID", &self.nccl_hostid, bounds::SETTING, env),
+            (
+                "answer at the MPS control socket",
+                &self.mps.answered,
+                bounds::ANSWERED,
+                "what this program says of it",
+            ),
+            ("pidfd_getfd of itself", &self.pidfd_getfd_itself, bounds::WORD, "an errno's name"),
+        ];
+        texts.extend(optional.into_iter().filter_map(|(f, t, m, w)| Some((f, t.as_deref()?, m, w))));
+        if let Some(shm) = &self.dev_shm {
+            let what = "a file system's name or magic number";
+            texts.push(("/dev/shm file system", &shm.file_system, bounds::FILE_SYSTEM, what));
+        }
+        for (name, value) in &self.settings {
+            texts.push((name, value, bounds::SETTING, env));
+        }
+        for gpu in self.gpus.iter().flatten() {
+            texts.push(("GPU UUID", gpu, bounds::GPU, "a GPU's UUID"));
+        }
+        // Counted in characters: a text read lossily (a hostname, a path) holds one per byte it was read
+        // from.
+        texts.into_iter().find_map(|(field, text, most, what)| {
+            let count = text.chars().count();
+            (count > most)
+                .then(|| format!("its {field} is {count} characters, where {what} holds at most {most}"))
+        })
+    }
+
+    /// The same place with every text in it made [`printable`](crate::wire::printable), so that none said
+    /// by another process reaches a terminal raw (an escape sequence in a hostname, a newline in a setting).
+    pub fn printable(mut self) -> Self {
+        let printable = crate::wire::printable;
+        self.hostname = printable(&self.hostname);
+        self.mps.pipe_directory = printable(&self.mps.pipe_directory);
+        for text in [&mut self.boot_id, &mut self.cuda_visible_devices, &mut self.nvidia_visible_devices]
+            .into_iter()
+            .chain([&mut self.nccl_hostid, &mut self.mps.answered, &mut self.pidfd_getfd_itself])
+            .flatten()
+        {
+            *text = printable(text);
+        }
+        if let Some(shm) = self.dev_shm.as_mut() {
+            shm.file_system = printable(&shm.file_system);
+        }
+        for gpu in self.gpus.iter_mut().flatten() {
+            *gpu = printable(gpu);
+        }
+        for (name, value) in &mut self.settings {
+            *name = printable(name);
+            *value = printable(value);
+        }
+        self
+    }
+}
+
 /// The GPUs this process sees, by UUID, without CUDA: the NVIDIA driver's
 /// `/proc/driver/nvidia/gpus/<PCI address>/information` (a container sees the GPUs its engine gave it),
 /// less those `CUDA_VISIBLE_DEVICES` hides (UUIDs or their prefixes; ordinals in PCI order, as with
@@ -197,7 +318,8 @@ fn is_identity_map(map: &str) -> bool {
     fields == ["0", "0", "4294967295"]
 }
 
-fn dev_shm(path: &std::path::Path) -> Option<DevShm> {
+/// `/dev/shm` at `path` as this process sees it (statfs, statvfs); `None` where it cannot be read.
+pub(crate) fn dev_shm(path: &std::path::Path) -> Option<DevShm> {
     use std::os::unix::fs::MetadataExt;
     let device = std::fs::metadata(path).ok()?.dev();
     let stats = nix::sys::statvfs::statvfs(path).ok()?;
@@ -269,5 +391,85 @@ mod tests {
         let seccomp =
             status.lines().find(|l| l.starts_with("Seccomp:")).map(|l| l[8..].trim().parse().unwrap());
         assert_eq!(here.seccomp, seccomp);
+    }
+
+    /// Each text of a place is held to what its field can truly hold, named by its field where it is not;
+    /// this process's own place is within every bound.
+    #[test]
+    fn a_place_beyond_what_its_fields_can_hold_is_named_by_its_field() {
+        assert_eq!(Place::here().out_of_bounds(), None, "{:?}", Place::here());
+        let with = |change: &dyn Fn(&mut Place)| {
+            let mut place = Place::here();
+            change(&mut place);
+            place.out_of_bounds()
+        };
+        assert_eq!(with(&|p| p.hostname = "h".repeat(64)), None, "HOST_NAME_MAX");
+        assert_eq!(with(&|p| p.hostname = "\u{fffd}".repeat(64)), None, "a lossy read: one per byte");
+        let said = |change: &dyn Fn(&mut Place)| with(change).unwrap_or_default();
+        assert_eq!(
+            said(&|p| p.hostname = "h".repeat(60_000)),
+            "its hostname is 60000 characters, where a hostname (HOST_NAME_MAX) holds at most 64"
+        );
+        assert!(said(&|p| p.boot_id = Some("b".repeat(37))).starts_with("its boot id is 37 characters"));
+        assert!(said(&|p| p.mps.pipe_directory = "/".repeat(4097)).starts_with("its MPS pipe directory"));
+        assert!(said(&|p| p.cuda_visible_devices = Some("0".repeat(4097))).starts_with("its CUDA_VISIBLE"));
+        assert!(said(&|p| p.pidfd_getfd_itself = Some("E".repeat(33))).starts_with("its pidfd_getfd"));
+        let gpu = "GPU-00000000-0000-0000-0000-000000000000".to_owned();
+        assert_eq!(with(&|p| p.gpus = Some(vec![gpu.clone(); 64])), None);
+        assert_eq!(
+            said(&|p| p.gpus = Some(vec![gpu.clone(); 65])),
+            "it names 65 GPUs, where a node has at most 64"
+        );
+        assert!(said(&|p| p.gpus = Some(vec!["G".repeat(97)])).starts_with("its GPU UUID is 97 characters"));
+        let setting = |name: &str, value: String| (name.to_owned(), value);
+        assert!(
+            said(&|p| p.settings = vec![setting("UCX_TLS", "x".repeat(4097))])
+                .starts_with("its UCX_TLS is 4097 characters, where a setting of the environment")
+        );
+        assert_eq!(
+            said(&|p| p.settings = vec![setting("EVIL\x1b[2J", String::new())]),
+            "it names a setting, 'EVIL\\u{1b}[2J', that this program does not read"
+        );
+        assert_eq!(
+            said(&|p| p.settings = vec![setting("UCX_TLS", "a".into()), setting("UCX_TLS", "b".into())]),
+            "it names the setting UCX_TLS twice"
+        );
+        let mut newer = Place::here();
+        newer.settings = vec![setting("UCX_TLS", "cuda_ipc".into()), setting("NCCL_NEWER", "x".repeat(9999))];
+        let taken = newer.received().map(|p| p.settings);
+        assert_eq!(taken, Ok(vec![setting("UCX_TLS", "cuda_ipc".into())]), "a newer joiner's is dropped");
+        let mut liar = Place::here();
+        liar.hostname = "h".repeat(65);
+        assert!(liar.received().is_err_and(|why| why.starts_with("its hostname is 65 characters")));
+        let shm = |p: &mut Place| {
+            if let Some(shm) = p.dev_shm.as_mut() {
+                shm.file_system = "f".repeat(19);
+            }
+        };
+        assert!(Place::here().dev_shm.is_none() || said(&shm).starts_with("its /dev/shm file system"));
+    }
+
+    /// Every text of a place is made printable, the settings and the MPS pipe directory as the hostname.
+    #[test]
+    fn every_text_of_a_place_is_made_printable() {
+        let evil = "a\x1b]0;t\x07\n";
+        let escaped = "a\\u{1b}]0;t\\u{7}\\n";
+        let mut place = Place::here();
+        place.hostname = evil.into();
+        place.boot_id = Some(evil.into());
+        place.nccl_hostid = Some(evil.into());
+        place.gpus = Some(vec![evil.into()]);
+        place.mps.pipe_directory = evil.into();
+        place.mps.answered = Some(evil.into());
+        place.pidfd_getfd_itself = Some(evil.into());
+        place.settings = vec![("UCX_TLS".into(), evil.into())];
+        let place = place.printable();
+        assert_eq!(place.hostname, escaped);
+        assert_eq!((place.boot_id.as_deref(), place.nccl_hostid.as_deref()), (Some(escaped), Some(escaped)));
+        assert_eq!(place.mps.pipe_directory, escaped);
+        assert_eq!(place.mps.answered.as_deref(), Some(escaped));
+        assert_eq!(place.settings, vec![("UCX_TLS".to_owned(), escaped.to_owned())]);
+        assert_eq!(place.gpus, Some(vec![escaped.to_owned()]));
+        assert_eq!(place.pidfd_getfd_itself.as_deref(), Some(escaped));
     }
 }

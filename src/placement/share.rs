@@ -110,16 +110,41 @@ fn cell(fact: &Fact) -> String {
     }
 }
 
+/// The widest a column of the table is, in characters: the widest cell this program words whole (a pid
+/// collision at `pid_max`, `differs: pid 4194304 and 4194304: the same pid number`, 53; one GPU lacked,
+/// `differs: lacks GPU-<36>`, 55). Every row is padded to its column's widest cell, so one long hostname or
+/// GPU list would widen every line of the table: what a place brings beyond this is elided in the middle.
+const MAX_COLUMN: usize = 56;
+
+/// `text` fit for a cell: made [`printable`](crate::wire::printable) (the exporter's own hostname is not
+/// escaped on the wire, as an importer's is), and elided in the middle with '…' past `most` characters,
+/// keeping its start and its end (where two hostnames or GPU lists differ).
+fn fit(text: &str, most: usize) -> String {
+    let text = crate::wire::printable(text);
+    let count = text.chars().count();
+    if count <= most || most == 0 {
+        return text;
+    }
+    let tail = (most - 1) / 2;
+    let head = most - 1 - tail;
+    let mut fitted: String = text.chars().take(head).collect();
+    fitted.push('…');
+    fitted.extend(text.chars().skip(count - tail));
+    fitted
+}
+
 /// The table of what the exporter shares with each importer: a row per fact, a column per importer
-/// (named as `importers` says: `process 1`).
+/// (named as `importers` says: `process 1`), each cell at most [`MAX_COLUMN`] characters.
 pub fn table(importers: &[(String, Vec<Fact>)]) -> String {
     let mut rows: Vec<Vec<String>> = vec![
         std::iter::once("shared with the server".to_owned())
-            .chain(importers.iter().map(|(name, _)| name.clone()))
+            .chain(importers.iter().map(|(name, _)| fit(name, MAX_COLUMN)))
             .collect(),
     ];
     for (at, (_, title)) in FACTS.iter().enumerate() {
-        let cells = importers.iter().map(|(_, facts)| facts.get(at).map_or("?".to_owned(), cell));
+        let cells = importers
+            .iter()
+            .map(|(_, facts)| facts.get(at).map_or("?".to_owned(), |fact| fit(&cell(fact), MAX_COLUMN)));
         rows.push(std::iter::once((*title).to_owned()).chain(cells).collect());
     }
     let columns = rows[0].len();
@@ -228,5 +253,43 @@ pub(crate) mod tests {
         assert!(lines[1].starts_with("PID namespace") && lines[1][..column].trim_end().ends_with("same"));
         assert!(lines[2].starts_with("/dev/shm") && lines[2].ends_with('?'), "{table}");
         assert!(lines[11].starts_with("IMEX channel") && lines[11].ends_with("neither has one"), "{table}");
+    }
+
+    /// A cell past [`MAX_COLUMN`] characters is elided in the middle, keeping both ends; a short one is kept.
+    #[test]
+    fn a_long_cell_is_elided_in_the_middle() {
+        assert_eq!(fit("abcdef", 5), "ab…ef");
+        assert_eq!(fit("abcdef", 6), "abcdef");
+        assert_eq!(fit("a\nb", 10), "a\\nb", "made printable first");
+        let long = fit(&format!("start{}end", "x".repeat(1000)), MAX_COLUMN);
+        assert_eq!(long.chars().count(), MAX_COLUMN);
+        assert!(long.starts_with("startxx") && long.ends_with("xxend") && long.contains('…'), "{long}");
+    }
+
+    /// One importer of a 60 KB hostname (and one that lacks 64 GPUs) widens no line of the table past its
+    /// columns' cap, where every row was once padded to the widest cell (723 KB of table); and the
+    /// exporter's own hostname, which no wire escaped, reaches the table escaped.
+    #[test]
+    fn a_long_or_raw_text_neither_widens_the_table_nor_reaches_the_terminal_raw() {
+        let mut exporter = place(1);
+        exporter.hostname = "server\x1b[2J\r".into();
+        exporter.gpus = Some((0..64).map(|i| format!("GPU-{i:036}")).collect());
+        let mut far = place(2);
+        far.namespaces.uts = Some(2);
+        far.hostname = format!("{}end", "h".repeat(60_000));
+        let importers = [
+            ("process 0".to_owned(), compare(&exporter, &far)),
+            ("process 1".to_owned(), compare(&exporter, &place(3))),
+        ];
+        let table = table(&importers);
+        let widest = "shared with the server".len() + 2 * (2 + MAX_COLUMN);
+        for line in table.lines() {
+            assert!(line.chars().count() <= widest, "{} characters: {line}", line.chars().count());
+        }
+        assert!(table.chars().all(|c| c == '\n' || !c.is_control()), "{table:?}");
+        let uts = table.lines().find(|l| l.starts_with("hostname (UTS)")).unwrap_or_default();
+        assert!(uts.contains("differs: server\\u{1b}[2J\\r a…hhh") && uts.contains("hhhend  same"), "{uts}");
+        let gpus = table.lines().find(|l| l.starts_with("GPUs")).unwrap_or_default();
+        assert!(gpus.contains("differs: lacks GPU-") && gpus.contains('…'), "{gpus}");
     }
 }

@@ -205,3 +205,30 @@ fn what_was_said_before_a_reset_is_heard() {
     assert!(matches!(heard, Heard::Said(Message::Refuse(why), _) if why == "not of this user"));
     assert!(matches!(hear(&b, 1000).unwrap(), Heard::Closed));
 }
+
+/// A request to join whose place holds more than a field can (a 60 KB hostname: 723 KB of table once) is
+/// heard without its place, as the server's door hears it; a place within its bounds is heard with every
+/// text made printable, its settings and MPS pipe directory too.
+#[test]
+fn a_place_beyond_its_bounds_is_not_taken() {
+    let mut place = Place::here();
+    place.hostname = "h".repeat(60_000);
+    let sent = [&b"SIPCHELO"[..], &serde_json::to_vec(&place).unwrap()].concat();
+    assert!(sent.len() <= MAX_MESSAGE, "it fits the wire: only the bounds refuse it");
+    assert_eq!(Message::decode(&sent).unwrap(), Message::Ask { bench_only: false, place: None });
+    place.hostname = "h".repeat(64);
+    place.gpus = Some(vec!["GPU-a".into(); 65]);
+    let sent = [&b"SIPCHELB"[..], &serde_json::to_vec(&place).unwrap()].concat();
+    assert_eq!(Message::decode(&sent).unwrap(), Message::Ask { bench_only: true, place: None });
+
+    place.gpus = Some(vec!["GPU-a".into()]);
+    place.settings = vec![("UCX_TLS".into(), "cuda_ipc\x1b[2J".into())];
+    place.mps.pipe_directory = "/tmp/\nmps".into();
+    let sent = [&b"SIPCHELO"[..], &serde_json::to_vec(&place).unwrap()].concat();
+    let Message::Ask { place: Some(heard), .. } = Message::decode(&sent).unwrap() else {
+        panic!("a place within its bounds is taken")
+    };
+    assert_eq!(heard.hostname, "h".repeat(64));
+    assert_eq!(heard.settings, vec![("UCX_TLS".to_owned(), "cuda_ipc\\u{1b}[2J".to_owned())]);
+    assert_eq!(heard.mps.pipe_directory, "/tmp/\\nmps");
+}
