@@ -1548,3 +1548,47 @@ fn a_joiner_hears_that_the_servers_document_could_not_be_written() {
     assert!(said.contains("could not write its --json document"), "{said}");
     assert!(!said.contains("PASSED"), "{said}");
 }
+
+/// The NCCL a joiner would load is read in its own place (`ncclGetVersion`; here a stand-in library made
+/// with the C compiler, named by SIMPLE_IPC_NCCL_LIBRARY), and the forecast speaks of that version: NCCL
+/// 2.18 uses legacy IPC for P2P, which needs no shared network namespace.
+#[test]
+fn the_nccl_a_joiner_would_load_is_read_and_its_version_forecast() {
+    let dir = common::scratch("nccl");
+    let source = dir.path().join("nccl.c");
+    std::fs::write(&source, "int ncclGetVersion(int *version) { *version = 21806; return 0; }\n").unwrap();
+    let library = dir.path().join("libnccl.so.2");
+    let built = Command::new("cc").args(["-shared", "-fPIC", "-o"]).arg(&library).arg(&source).status();
+    if !built.is_ok_and(|s| s.success()) {
+        common::skipped(
+            "cc",
+            "the_nccl_a_joiner_would_load_is_read: no C compiler to make a stand-in libnccl",
+        );
+        return;
+    }
+    if !Command::new("unshare").args(["--net", "true"]).status().is_ok_and(|s| s.success()) {
+        common::skipped("namespaces", "the_nccl_a_joiner_would_load_is_read: no network namespaces");
+        return;
+    }
+    let (sockets, socket) = socket_path("nccl-version");
+    let json = sockets.path().join("run.json");
+    let server = serve("ok", &socket, &["--json", json.to_str().unwrap()]);
+    let joined = Command::new("unshare")
+        .args(["--net"])
+        .arg(bin())
+        .args(["--join", &socket])
+        .env(SIMULATE, "ok")
+        .env_remove(FAULT)
+        .env("SIMPLE_IPC_NCCL_LIBRARY", &library)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let (code, out, _) = server.end(LIMIT);
+    assert_eq!((code, joined.status.code()), (Some(0), Some(0)), "{out}\n{}", text(&joined));
+    let doc = common::document(&json);
+    let process = &doc["placement"]["processes"][0];
+    assert_eq!(process["place"]["nccl_version"], serde_json::json!([2, 18, 6]), "{doc}");
+    let p2p = process["libraries"].as_array().unwrap().iter().find(|r| r["path"] == "NCCL P2P").unwrap();
+    assert_eq!(p2p["verdict"], "works", "legacy IPC crosses network namespaces: {p2p}");
+    assert!(p2p["rule"].as_str().unwrap().contains("NCCL 2.18.6, as read here"), "{p2p}");
+}

@@ -11,6 +11,7 @@
 use super::Place;
 use super::forecast::{Fix, Forecast, Verdict, dev_shm_fix, fact, same_pid_number_fix};
 use super::share::{Fact, Sameness};
+use super::versions::Version;
 
 /// The settings in a process's environment that change a library's path: read by `Place::here`, carried
 /// with the place, and named in the rule of every row they change.
@@ -141,6 +142,25 @@ fn same_network_fix() -> Fix {
     }
 }
 
+/// The NCCL the pair would run: the exporter's where it read one, else the importer's (`None`: the newest
+/// release, whose sources the rules were read in).
+fn nccl_version(exporter: &Place, importer: &Place) -> Option<Version> {
+    exporter.nccl_version.or(importer.nccl_version)
+}
+
+/// Whether the pair's NCCL is `at_least` (the newest release is).
+fn nccl_at_least(exporter: &Place, importer: &Place, at_least: Version) -> bool {
+    nccl_version(exporter, importer).is_none_or(|v| v >= at_least)
+}
+
+/// Which NCCL a row speaks of, for its rule.
+fn nccl_said(exporter: &Place, importer: &Place) -> String {
+    match nccl_version(exporter, importer) {
+        Some(v) => format!("NCCL {v}, as read here"),
+        None => "NCCL 2.30.7 assumed (no libnccl.so.2 found here)".to_owned(),
+    }
+}
+
 /// Whether a setting says "off" as the libraries read it (`0`).
 fn off(value: Option<&str>) -> bool {
     value.is_some_and(|v| v.trim() == "0")
@@ -226,7 +246,10 @@ fn nccl_gates(path: &str, exporter: &Place, importer: &Place, facts: &[Fact]) ->
             Some(same_host_fix()),
         ));
     }
+    // P2P has asked for one /dev/shm since 2.10.3 (src/transport/p2p.cc:57), SHM always.
+    let shm_gated = path != NCCL_P2P || nccl_at_least(exporter, importer, Version(2, 10, 3));
     match fact(facts, "dev_shm") {
+        Sameness::Differs if !shm_gated => None,
         Sameness::Differs => Some(forecast(
             path,
             net(),
@@ -247,7 +270,8 @@ fn nccl_gates(path: &str, exporter: &Place, importer: &Place, facts: &[Fact]) ->
 /// NCCL's cuMem descriptors travel over an abstract Unix socket, which only one network namespace reaches
 /// (src/os/linux_ipcsocket.cc; `NCCL_IPC_USE_ABSTRACT_SOCKET=0`, from 2.29.2, makes it a path in /tmp).
 fn nccl_socket_gate(path: &str, exporter: &Place, importer: &Place, facts: &[Fact]) -> Option<Forecast> {
-    let named = off(setting(exporter, importer, "NCCL_IPC_USE_ABSTRACT_SOCKET"));
+    let named = off(setting(exporter, importer, "NCCL_IPC_USE_ABSTRACT_SOCKET"))
+        && nccl_at_least(exporter, importer, Version(2, 29, 2));
     match (fact(facts, "net_namespace"), named) {
         (Sameness::Same, _) => None,
         (Sameness::Differs, true) => Some(forecast(
@@ -287,7 +311,8 @@ fn nccl_p2p(exporter: &Place, importer: &Place, facts: &[Fact], primitives: &Pri
     }
     // The exporter's NCCL_CUMEM_ENABLE decides the handle (src/misc/cudawrap.cc ncclCuMemEnable: 0 in 2.18,
     // on where the driver has VMM from 2.19.1).
-    if off(setting(exporter, importer, "NCCL_CUMEM_ENABLE")) {
+    let before_cumem = !nccl_at_least(exporter, importer, Version(2, 19, 0));
+    if off(setting(exporter, importer, "NCCL_CUMEM_ENABLE")) || before_cumem {
         let recipe = Recipe {
             path: NCCL_P2P,
             versions: "NCCL_CUMEM_ENABLE=0, or NCCL < 2.19",
@@ -296,7 +321,9 @@ fn nccl_p2p(exporter: &Place, importer: &Place, facts: &[Fact], primitives: &Pri
             source: "cudaIpcGetMemHandle / cudaIpcOpenMemHandle (src/transport/p2p.cc p2pMap, legacy CUDA IPC); \
                      no interprocess event",
         };
-        return from_primitives(&recipe, primitives, "NCCL_CUMEM_ENABLE=0 (or NCCL < 2.19): legacy IPC");
+        let why =
+            format!("NCCL_CUMEM_ENABLE=0 or NCCL < 2.19 ({}): legacy IPC", nccl_said(exporter, importer));
+        return from_primitives(&recipe, primitives, &why);
     }
     if let Some(gated) = nccl_socket_gate(NCCL_P2P, exporter, importer, facts) {
         return gated;
@@ -309,7 +336,9 @@ fn nccl_p2p(exporter: &Place, importer: &Place, facts: &[Fact], primitives: &Pri
         source: "cuMem POSIX descriptors handed over by the exporter's proxy (src/transport/p2p.cc \
                  ncclP2pImportShareableBuffer); NCCL needs no shared PID namespace",
     };
-    from_primitives(&recipe, primitives, "one host hash, one /dev/shm, one network namespace")
+    let why =
+        format!("one host hash, one /dev/shm, one network namespace ({})", nccl_said(exporter, importer));
+    from_primitives(&recipe, primitives, &why)
 }
 
 /// What NCCL's SHM transport needs of /dev/shm where its buffers are files there: room for them (a failed
@@ -332,7 +361,8 @@ fn nccl_shm(exporter: &Place, importer: &Place, facts: &[Fact], primitives: &Pri
     // off): its descriptors take NCCL's IPC socket. From 2.26.3 NCCL falls back to /dev/shm files where
     // cuMemCreate on host NUMA fails (a container without SYS_NICE: get_mempolicy refused).
     let cumem_host = !off(setting(exporter, importer, "NCCL_CUMEM_ENABLE"))
-        && !off(setting(exporter, importer, "NCCL_CUMEM_HOST_ENABLE"));
+        && !off(setting(exporter, importer, "NCCL_CUMEM_HOST_ENABLE"))
+        && nccl_at_least(exporter, importer, Version(2, 24, 3));
     let numa_refused = [exporter, importer].iter().any(|p| p.seccomp == Some(2) && !p.capabilities.sys_nice);
     if cumem_host && !numa_refused {
         if let Some(gated) = nccl_socket_gate(NCCL_SHM, exporter, importer, facts) {

@@ -11,6 +11,7 @@ pub(crate) mod libraries;
 pub(crate) mod mps;
 mod report;
 pub(crate) mod share;
+pub(crate) mod versions;
 
 pub use report::{Placement, RefusedBy, against_text, paths_of};
 
@@ -85,6 +86,9 @@ pub struct Place {
     /// seccomp filter or an old kernel refuses): `allowed`, or the errno's name; `None` where not tried.
     #[serde(default)]
     pub pidfd_getfd_itself: Option<String>,
+    /// The NCCL it would load, where it finds one (`versions::nccl`); `None`: the newest release is assumed.
+    #[serde(default)]
+    pub nccl_version: Option<versions::Version>,
 }
 
 impl Place {
@@ -132,6 +136,7 @@ impl Place {
                 .filter_map(|&name| Some((name.to_owned(), std::env::var(name).ok()?)))
                 .collect(),
             pidfd_getfd_itself: Some(crate::ipc::pidfd::tried_on_itself()),
+            nccl_version: versions::nccl(),
         }
     }
 }

@@ -193,6 +193,7 @@ pub(crate) mod tests {
             },
             settings: Vec::new(),
             pidfd_getfd_itself: None,
+            nccl_version: None,
         }
     }
 

@@ -4,6 +4,7 @@ use super::*;
 use crate::placement::forecast::{forecast as handles, pidfd_getfd_refused};
 use crate::placement::share::compare;
 use crate::placement::share::tests::place;
+use crate::placement::versions::Version;
 
 fn rows(exporter: &Place, importer: &Place, measured: &[(String, Verdict)]) -> Vec<Forecast> {
     let facts = compare(exporter, importer);
@@ -249,4 +250,32 @@ fn a_setting_is_the_exporters_where_both_set_it() {
     set(&mut exporter, "NCCL_CUMEM_ENABLE", "1");
     assert_eq!(setting(&exporter, &importer, "NCCL_CUMEM_ENABLE"), Some("1"));
     assert!(off(Some(" 0")) && !off(Some("1")) && !off(None));
+}
+
+/// The NCCL a process would load, where it read one, decides the ranges: before 2.19 P2P is legacy IPC
+/// (no network namespace needed), before 2.10.3 P2P asks no shared /dev/shm, before 2.24.3 SHM's buffers are
+/// /dev/shm files, before 2.29.2 NCCL_IPC_USE_ABSTRACT_SOCKET does not exist.
+#[test]
+fn the_nccl_version_read_picks_the_range_of_each_rule() {
+    let nccl = |v: Version, place: Place| Place { nccl_version: Some(v), ..place };
+    let (exporter, mut importer) = (roomy(place(1)), roomy(place(2)));
+    importer.namespaces.net = Some(9);
+    let old = nccl(Version(2, 18, 6), exporter.clone());
+    let p2p = row(&old, &importer, NCCL_P2P);
+    assert_eq!(p2p.verdict, Verdict::Works, "{p2p:?}");
+    assert!(p2p.rule.contains("NCCL 2.18.6, as read here"), "{p2p:?}");
+    assert_eq!(verdict_of(&nccl(Version(2, 23, 4), exporter.clone()), &importer, NCCL_SHM), Verdict::Works);
+    let mut named = nccl(Version(2, 28, 9), exporter.clone());
+    set(&mut named, "NCCL_IPC_USE_ABSTRACT_SOCKET", "0");
+    assert!(
+        matches!(verdict_of(&named, &importer, NCCL_P2P), Verdict::Fails(_)),
+        "no such setting before 2.29.2"
+    );
+    let (exporter, mut importer) = (roomy(place(1)), roomy(place(2)));
+    importer.dev_shm.as_mut().unwrap().device = 9;
+    assert_eq!(verdict_of(&nccl(Version(2, 9, 9), exporter.clone()), &importer, NCCL_P2P), Verdict::Works);
+    assert!(matches!(
+        verdict_of(&nccl(Version(2, 10, 3), exporter), &importer, NCCL_P2P),
+        Verdict::FallsBack(_)
+    ));
 }
