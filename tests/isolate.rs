@@ -948,6 +948,58 @@ fn all_below(pid: u32) -> Vec<u32> {
     found
 }
 
+/// Whether `pid` is the keeper the process outside makes while it holds the run stopped.
+fn is_keeper(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|comm| comm.trim_end() == "sipc-keeper")
+}
+
+/// Ctrl-Z, then `kill -9 %1` (SIGKILL to the process outside, the job's only process): the run, held
+/// stopped, is continued by the keeper and stops in order: no process is left, stopped or not, and nothing
+/// in TMPDIR. Once 100 processes were left stopped for good.
+#[test]
+fn a_stopped_isolated_run_whose_outside_is_killed_leaves_nothing() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    if !namespaces_here("a_stopped_isolated_run_whose_outside_is_killed_leaves_nothing") {
+        return;
+    }
+    for isolate in ["pid", "net", "container"] {
+        let tmp = Tmp::new("stopped-killed");
+        let mark = format!("{}-stopped-killed-{isolate}", std::process::id());
+        let _end = EndMarked(mark.clone());
+        let log = tmp.path().join("run.log");
+        let file = std::fs::File::create(&log).unwrap();
+        let args = ["--isolate", isolate, "--ipc", "vmm", "--sync", "memops", "--procs-per-device", "2"];
+        let mut child = isolated(&tmp, &args)
+            .env("SIMPLE_IPC_TEST_MARK", &mark)
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .spawn()
+            .unwrap();
+        let said = || std::fs::read_to_string(&log).unwrap_or_default();
+        let started = Instant::now();
+        while !said().contains("Starting on device") && started.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let outside = child.id();
+        nix::sys::signal::kill(Pid::from_raw(outside as i32), Signal::SIGTSTP).unwrap();
+        let stopping = Instant::now();
+        while state_of(outside) != Some('T') && stopping.elapsed() < Duration::from_secs(3) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(state_of(outside), Some('T'), "{isolate}: the process outside stopped: {}", said());
+        nix::sys::signal::kill(Pid::from_raw(outside as i32), Signal::SIGKILL).unwrap();
+        let _ = child.wait();
+        let left = wait_all_gone(&mark, Duration::from_secs(10));
+        let states: Vec<(u32, Option<char>)> = left.iter().map(|&pid| (pid, state_of(pid))).collect();
+        assert_eq!(states, Vec::new(), "{isolate}: processes left: {}", said());
+        assert_eq!(
+            tmp.entries(),
+            vec!["run.log".to_owned()],
+            "{isolate}: nothing left in TMPDIR but the log"
+        );
+    }
+}
+
 /// Ctrl-Z on an isolated run (SIGTSTP to the process outside, as the terminal sends it to the job's
 /// group): every process of the run is stopped, and then the process outside, so that the shell sees the
 /// whole job stopped and nothing of it runs on or prints; SIGCONT (`fg`) continues all and the run passes.
@@ -992,9 +1044,11 @@ fn ctrl_z_stops_the_whole_isolated_run_and_fg_continues_it() {
         let outside = child.id();
         nix::sys::signal::kill(Pid::from_raw(outside as i32), Signal::SIGTSTP).unwrap();
         let stopping = Instant::now();
+        // (The keeper, which only waits for the process outside to die, is no part of the run.)
         let running = || -> Vec<(u32, Option<char>)> {
             std::iter::once(outside)
                 .chain(all_below(outside))
+                .filter(|pid| !is_keeper(*pid))
                 .map(|pid| (pid, state_of(pid)))
                 .filter(|(_, state)| !matches!(state, Some('T' | 'Z') | None))
                 .collect()

@@ -6,7 +6,9 @@
 //! - passes job control on: Ctrl-Z (SIGTSTP, and SIGTTIN or SIGTTOU) stops every process of the run
 //!   (SIGSTOP), then this process, so that the shell's stopped job is the whole run; once continued
 //!   (SIGCONT, `fg`), it continues them. The time stopped does not count against its deadline, and a run
-//!   whose own watchdog ended it for the time it was stopped says so;
+//!   whose own watchdog ended it for the time it was stopped says so. While it is stopped, a keeper (a
+//!   process of its own group, outside the user's job) waits for this one's death: `kill -9 %1` of the
+//!   stopped job leaves no run stopped for good, as the keeper continues it and it stops in order;
 //! - stops the run at its deadline (`--timeout` and a grace for the run to stop itself): whatever the run
 //!   started is killed, and the verdict names a stopped process, where one is (a SIGSTOPped init of the
 //!   run's PID namespace cannot reap, and the run would never end);
@@ -184,10 +186,46 @@ fn hold(run: Pid) -> Duration {
     signal_all(run, Signal::SIGSTOP);
     // What a process of the run started while the others were being stopped.
     signal_all(run, Signal::SIGSTOP);
+    let keeper = keeper(run);
     // Delivered before kill returns: this process stops here until SIGCONT.
     let _ = kill(getpid(), Signal::SIGSTOP);
+    if let Some(keeper) = keeper {
+        let _ = kill(keeper, Signal::SIGKILL);
+        let _ = waitpid(keeper, None);
+    }
     signal_all(run, Signal::SIGCONT);
     at.elapsed()
+}
+
+/// The name a keeper goes by (`/proc/PID/comm`).
+pub const KEEPER_NAME: &std::ffi::CStr = c"sipc-keeper";
+
+/// A process that outlives this one only to continue the run if this one dies while holding it stopped
+/// (`kill -9 %1` of the stopped job): stopped, the run could not act on the SIGTERM its parent's death sends
+/// it (`PR_SET_PDEATHSIG`), and would stay stopped for good. In a process group of its own, outside the
+/// job, so that a signal to the job does not reach it; killed by this process once it is continued. `None`
+/// where it cannot be made (the run is then held as before).
+fn keeper(run: Pid) -> Option<Pid> {
+    let me = getpid();
+    super::enter::ensure_one_thread().ok()?;
+    // SAFETY: this process has one thread (checked just above), so the child may run any code.
+    match unsafe { fork() }.ok()? {
+        ForkResult::Parent { child } => Some(child),
+        ForkResult::Child => {
+            let _ = setpgid(Pid::from_raw(0), Pid::from_raw(0));
+            let _ = nix::sys::prctl::set_name(KEEPER_NAME);
+            let mut death = SigSet::empty();
+            death.add(Signal::SIGTERM);
+            let _ = death.thread_block();
+            if nix::sys::prctl::set_pdeathsig(Signal::SIGTERM).is_ok() && getppid() == me {
+                let _ = death.wait();
+            }
+            // This process's parent is gone while the run is held: continue it, so that it stops in order.
+            signal_all(run, Signal::SIGCONT);
+            // SAFETY: leaves the forked child without running the parent's exit handlers or destructors.
+            unsafe { nix::libc::_exit(0) }
+        }
+    }
 }
 
 /// Sends `signal` to `top` and everything it started (the init of a PID namespace and the guardian are in
