@@ -43,6 +43,38 @@ enum Answer {
     SequenceEnded(Vec<RunEnd>),
 }
 
+/// How long past its `--timeout` a joiner has to stop in order before its watchdog ends it.
+const STOP_GRACE: Duration = Duration::from_secs(3);
+
+/// A joiner's last word on its deadline. Its own checks stop it in order where it waits (to connect, to be
+/// admitted, in the barrier); but a call that never returns (a hung GPU, a driver call held up) would keep it
+/// past its `--timeout` for good once its server is gone, for no other process of this program watches it.
+/// A thread of its own says so at the deadline and a grace, and ends the process (exit 1).
+fn watchdog(deadline: Instant, timeout: Duration) {
+    let Some(at) = deadline.checked_add(STOP_GRACE) else { return };
+    let started = Instant::now();
+    let spawned = std::thread::Builder::new().name("watchdog".into()).spawn(move || {
+        while let Some(left) = at.checked_duration_since(Instant::now()).filter(|left| !left.is_zero()) {
+            std::thread::sleep(left);
+        }
+        let why = format!(
+            "this process did not finish within --timeout {} s (nor {} s more to stop in order): its own \
+             watchdog ended it",
+            timeout.as_secs_f64(),
+            STOP_GRACE.as_secs()
+        );
+        warn!("simple-ipc: {why}");
+        let line =
+            crate::verdict::line(crate::report::Status::Failed, Some(&why), None, 1, started.elapsed());
+        let _ = crate::output::verdict(&line);
+        // SAFETY: ends the process at once, without the destructors of a main thread stuck in a call; the
+        // kernel and the driver release what it held.
+        unsafe { nix::libc::_exit(1) }
+    });
+    // Detached: it ends with the process, which ends first where the joiner finishes in time.
+    drop(spawned);
+}
+
 /// Joins the run at `address`, and, where the server says it is one of a sequence of runs (`--serve --ipc
 /// all`), each run after it that it is admitted to, over the same connection, until the sequence's top
 /// parent says how every run ended; fails if any of them failed. `timeout` bounds the whole of it.
@@ -51,6 +83,9 @@ enum Answer {
 pub fn run(joiner: &Joiner, started_by_server: bool) -> Result<Outcome> {
     let (address, timeout, bench) = (&joiner.address, joiner.timeout.limit(), joiner.bench);
     let deadline = timeout.and_then(|t| Instant::now().checked_add(t).map(|at| (at, t)));
+    if let Some((at, timeout)) = deadline {
+        watchdog(at, timeout);
+    }
     let connection = connect_to(address, started_by_server, timeout)?;
     let mut took_part: Vec<(Round, Result<()>)> = Vec::new();
     let ends = loop {

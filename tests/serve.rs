@@ -1592,3 +1592,42 @@ fn the_nccl_a_joiner_would_load_is_read_and_its_version_forecast() {
     assert_eq!(p2p["verdict"], "works", "legacy IPC crosses network namespaces: {p2p}");
     assert!(p2p["rule"].as_str().unwrap().contains("NCCL 2.18.6, as read here"), "{p2p}");
 }
+
+/// A joiner stuck in a call that never returns (here the `hang` fault in the round-robin, as a hung GPU)
+/// whose server is killed ends by its own watchdog at its --timeout and a grace, saying so: no other
+/// process of this program watches it. Once it outlived its --timeout for good.
+#[test]
+fn a_hung_joiner_whose_server_is_killed_ends_by_its_own_watchdog() {
+    let (_dir, socket) = socket_path("hung-joiner");
+    let mut server = serve("ok", &socket, &["--procs-per-device", "2", "--timeout", "60"]);
+    let joiners: Vec<Running> = (0..2)
+        .map(|_| {
+            Running::start("ok", &["--join", &socket, "--timeout", "2"], Some("child1@round-robin:hang"))
+        })
+        .collect();
+    assert!(
+        joiners
+            .iter()
+            .any(|j| j.wait_for("test fault: child1@round-robin:hang strikes", Duration::from_secs(10))),
+        "the fault struck"
+    );
+    let _ = server.child.kill();
+    let _ = server.child.wait();
+    let killed = Instant::now();
+    for joiner in joiners {
+        let (code, said, _) = joiner.end(Duration::from_secs(15));
+        assert_eq!(code, Some(1), "{said}");
+        if said.contains("strikes") {
+            assert!(said.contains("its own watchdog ended it"), "{said}");
+            assert!(
+                said.contains("FAILED (exit 1): this process did not finish within --timeout 2 s"),
+                "{said}"
+            );
+        }
+    }
+    assert!(
+        killed.elapsed() < Duration::from_secs(8),
+        "past --timeout 2 and the grace: {:?}",
+        killed.elapsed()
+    );
+}
