@@ -1128,3 +1128,20 @@ fn the_matrix_under_mps_says_whose_clients_the_importers_were() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(!text(&out).contains("under MPS") && !text(&out).contains("Under MPS"), "{}", text(&out));
 }
+
+/// TMPDIR under /dev/shm with an isolation that gives the processes a /dev/shm of their own (`container`):
+/// the run's socket could not reach them, and the run says so with the fix, before it starts anything,
+/// not "a process started in namespaces of its own ended with exit status 1".
+#[test]
+fn a_socket_under_dev_shm_for_processes_with_their_own_is_named() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    if !namespaces_here("a_socket_under_dev_shm_for_processes_with_their_own_is_named") {
+        return;
+    }
+    let tmp = Tmp::new("tmpdir-shm");
+    let out = isolated(&tmp, &["--isolate", "container"]).env("TMPDIR", "/dev/shm").output().unwrap();
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("set TMPDIR to a directory outside /dev/shm"), "{said}");
+    assert!(!said.contains("ended with exit status"), "{said}");
+}

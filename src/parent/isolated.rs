@@ -99,6 +99,18 @@ impl<'g> Launched<'g> {
         guardian: &'g Guardian,
         refused: &'g RefCell<Option<Refused>>,
     ) -> Result<Self> {
+        // A socket under /dev/shm cannot reach processes with a /dev/shm of their own: said as such, with the
+        // fix, not as an isolated process that ended with exit status 1.
+        let tmp = std::env::temp_dir();
+        if isolation.has(Kind::Net) && isolation.has(Kind::Shm) && tmp.starts_with("/dev/shm") {
+            anyhow::bail!(
+                "the run's socket would be in TMPDIR ({}), under /dev/shm, which the processes of --isolate \
+                 {} do not see (they have a /dev/shm of their own): set TMPDIR to a directory outside \
+                 /dev/shm (TMPDIR=/tmp)",
+                tmp.display(),
+                isolation.described()
+            );
+        }
         let dir = if isolation.has(Kind::Net) { Some(SocketDir::make(guardian)?) } else { None };
         Ok(Self { processes: Vec::new(), dir, refused })
     }
