@@ -96,6 +96,14 @@ impl Guardian {
         self.tell(&Note::Path(made.clone()));
     }
 
+    /// Tells the guardian that a directory is about to be made at `dir` (and, with `made` false, that it was
+    /// not): a parent killed between the making and [`cover_path`](Self::cover_path) leaves it to the
+    /// guardian too.
+    pub fn making_dir(&self, dir: &std::path::Path, made: bool) {
+        let note = if made { Note::MakingDir(dir.to_owned()) } else { Note::NotMadeDir(dir.to_owned()) };
+        self.tell(&note);
+    }
+
     /// Tells the guardian that the run removed `made` itself: it is not to be looked at again (its name may
     /// be another's by then).
     pub fn forget_path(&self, made: &MadePath) {
@@ -152,6 +160,8 @@ pub fn watch(fd: RawFd) -> Result<()> {
     let parent = check_peer_is_parent(&socket)?;
     let mut files = Vec::new();
     let mut paths: Vec<MadePath> = Vec::new();
+    // Directories announced and not yet said made (or not made).
+    let mut making_dirs: Vec<std::path::PathBuf> = Vec::new();
     let mut making = 0usize;
     // What existed before the oldest making still under way; `None`: not known (nothing is guessed).
     let mut before_making: Option<Vec<EventFile>> = None;
@@ -168,8 +178,23 @@ pub fn watch(fd: RawFd) -> Result<()> {
                 making = making.saturating_sub(1);
                 files.extend(file);
             }
-            Note::Path(made) => paths.push(made),
+            Note::Path(made) => {
+                making_dirs.retain(|dir| *dir != made.path);
+                paths.push(made);
+            }
             Note::Forget(gone) => paths.retain(|p| *p != gone),
+            Note::MakingDir(dir) => making_dirs.push(dir),
+            Note::NotMadeDir(dir) => making_dirs.retain(|d| *d != dir),
+        }
+    }
+    // A directory the parent was making when it died: removed only if it is an empty directory (no link)
+    // of this user's, as the parent's would be.
+    for dir in making_dirs {
+        use std::os::unix::fs::MetadataExt;
+        let ours = std::fs::symlink_metadata(&dir)
+            .is_ok_and(|m| m.is_dir() && m.uid() == nix::unistd::geteuid().as_raw());
+        if ours {
+            let _ = std::fs::remove_dir(&dir);
         }
     }
     if making > 0

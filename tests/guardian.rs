@@ -337,3 +337,52 @@ fn a_stale_socket_of_another_user_is_not_taken() {
     assert!(said.contains("removed the stale socket"), "{said}");
     assert!(std::fs::symlink_metadata(&mine).is_err(), "the server's own socket is left: {said}");
 }
+
+/// A parent that dies after telling its guardian it is making a directory, and before saying it made it:
+/// the guardian removes the empty directory of its user at that path; one announced and then said not
+/// made (the name was taken) is left, as is one that is not empty. Spoken to by hand, as the parent speaks
+/// (`N` and `X` notes, then the socket closes).
+#[test]
+fn a_parent_killed_while_it_makes_a_directory_leaves_that_directory_to_the_guardian() {
+    use std::os::fd::AsRawFd;
+    let scratch = common::scratch("making-dir");
+    let (made, taken, full) =
+        (scratch.path().join("made"), scratch.path().join("taken"), scratch.path().join("full"));
+    let (ours, theirs) = nix::sys::socket::socketpair(
+        nix::sys::socket::AddressFamily::Unix,
+        nix::sys::socket::SockType::SeqPacket,
+        None,
+        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+    )
+    .unwrap();
+    let mut command = Command::new(bin());
+    command.args(["@internal", "guardian", "--fd", "3"]).stdin(Stdio::null());
+    common::with_fds(&mut command, &[(theirs.as_raw_fd(), 3)]);
+    let mut guardian = command.spawn().unwrap();
+    drop(theirs);
+    let say = |kind: u8, path: &std::path::Path| {
+        let note = [&[kind][..], path.as_os_str().as_encoded_bytes()].concat();
+        nix::sys::socket::send(ours.as_raw_fd(), &note, nix::sys::socket::MsgFlags::empty()).unwrap();
+    };
+    for dir in [&made, &taken, &full] {
+        say(b'N', dir);
+        std::fs::create_dir(dir).unwrap();
+    }
+    say(b'X', &taken);
+    std::fs::write(full.join("kept"), b"not empty").unwrap();
+    drop(ours);
+    let start = Instant::now();
+    let mut status = None;
+    while status.is_none() && start.elapsed() < Duration::from_secs(5) {
+        status = guardian.try_wait().unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    if status.is_none() {
+        let _ = guardian.kill();
+    }
+    let _ = guardian.wait();
+    assert!(status.is_some(), "the guardian ends once its parent is gone");
+    assert!(!made.exists(), "the directory made between N and its P is removed");
+    assert!(taken.exists(), "a directory said not made is left");
+    assert!(full.join("kept").exists(), "a directory that is not empty is left");
+}

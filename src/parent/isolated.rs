@@ -46,7 +46,13 @@ impl<'g> SocketDir<'g> {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.subsec_nanos());
             let dir = base.join(format!("simple-ipc-{}-{nanos:x}", std::process::id()));
-            match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            // Announced first: a run killed between the making and the covering leaves it to the guardian.
+            guardian.making_dir(&dir, true);
+            let created = std::fs::DirBuilder::new().mode(0o700).create(&dir);
+            if created.is_err() {
+                guardian.making_dir(&dir, false);
+            }
+            match created {
                 Ok(()) => {
                     let made = MadePath::of(&dir);
                     if let Some(made) = &made {

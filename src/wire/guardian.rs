@@ -4,7 +4,8 @@
 //! reads until end of file, and what is not a note is skipped.
 //!
 //! A note is a kind byte, then the fixed records `driver_files` defines or a [`MadePath`] (device, inode,
-//! change time, 8 bytes each, little-endian; a byte 1 for a directory; the path's bytes): the same bytes as
+//! change time, 8 bytes each, little-endian; a byte 1 for a directory; the path's bytes), or a path's bytes
+//! alone (a directory being made, or not made after all): the same bytes as
 //! before it was typed, so that a hand-made parent (`tests/guardian.rs`) still speaks it.
 
 use std::os::fd::{AsFd, AsRawFd};
@@ -40,6 +41,11 @@ pub(crate) enum Note {
     Path(MadePath),
     /// The parent removed this path itself (`G`): the guardian forgets it.
     Forget(MadePath),
+    /// A directory is about to be made at this path (`N`, the path's bytes): should the parent die before it
+    /// says `Path` of it, the guardian removes it if it is an empty directory of its own user.
+    MakingDir(std::path::PathBuf),
+    /// The directory announced by `MakingDir` was not made (`X`, the path's bytes): the name was taken.
+    NotMadeDir(std::path::PathBuf),
 }
 
 impl Note {
@@ -47,6 +53,7 @@ impl Note {
     /// than [`MAX_LISTED`] says "not known".
     pub(crate) fn encode(&self) -> Option<Vec<u8>> {
         use std::os::unix::ffi::OsStrExt;
+        // (A path of a `MakingDir` note is checked as a `Path`'s: absolute, at most PATH_MAX bytes.)
         Some(match self {
             Self::File(file) => [&[b'F'][..], &file.to_record()].concat(),
             Self::Making(Some(listed)) if listed.len() <= MAX_LISTED => {
@@ -55,6 +62,14 @@ impl Note {
             Self::Making(_) => b"M!".to_vec(),
             Self::Made(file) => {
                 [&[b'D'][..], &file.as_ref().map_or([0; RECORD_BYTES], EventFile::to_record)].concat()
+            }
+            Self::MakingDir(path) | Self::NotMadeDir(path) => {
+                let path = path.as_os_str().as_bytes();
+                if path.len() > PATH_MAX {
+                    return None;
+                }
+                let kind = if matches!(self, Self::MakingDir(_)) { b'N' } else { b'X' };
+                [&[kind][..], path].concat()
             }
             Self::Path(made) | Self::Forget(made) => {
                 let path = made.path.as_os_str().as_bytes();
@@ -80,6 +95,13 @@ impl Note {
             b'M' => (body.len() % RECORD_BYTES == 0 && body.len() <= MAX_LISTED * RECORD_BYTES)
                 .then(|| Self::Making(Some(body.chunks_exact(RECORD_BYTES).filter_map(record).collect()))),
             b'D' => (body.len() == RECORD_BYTES).then(|| Self::Made(record(body))),
+            b'N' | b'X' => {
+                use std::os::unix::ffi::OsStrExt;
+                let path = std::path::PathBuf::from(std::ffi::OsStr::from_bytes(body));
+                let is: fn(std::path::PathBuf) -> Self =
+                    if kind == b'N' { Self::MakingDir } else { Self::NotMadeDir };
+                (body.len() <= PATH_MAX && path.is_absolute()).then(|| is(path))
+            }
             b'P' | b'G' => {
                 use std::os::unix::ffi::OsStrExt;
                 let word = |at: usize| -> Option<[u8; 8]> { body.get(at..at + 8)?.try_into().ok() };

@@ -22,6 +22,8 @@ fn every_variant() -> Vec<Note> {
         Note::Path(made("/tmp/simple-ipc-1-0/run.sock", false)),
         Note::Path(made(&format!("/{}", "d".repeat(PATH_MAX - 1)), true)),
         Note::Forget(made("/tmp/s", false)),
+        Note::MakingDir("/tmp/simple-ipc-1-0".into()),
+        Note::NotMadeDir("/tmp/simple-ipc-1-0".into()),
     ]
 }
 
@@ -43,6 +45,10 @@ fn the_bytes_are_the_kind_then_the_records() {
     assert_eq!(Note::Making(Some(vec![file(3)])).encode().unwrap(), [&b"M"[..], &record].concat());
     let path = Note::Path(made("/s", false)).encode().unwrap();
     assert_eq!((path[0], path.len(), &path[PATH_HEAD..]), (b'P', PATH_HEAD + 3, &b"\0/s"[..]));
+    assert_eq!(Note::MakingDir("/d".into()).encode().unwrap(), b"N/d");
+    assert_eq!(Note::NotMadeDir("/d".into()).encode().unwrap(), b"X/d");
+    assert_eq!(Note::MakingDir(format!("/{}", "d".repeat(PATH_MAX)).into()).encode(), None, "over PATH_MAX");
+    assert_eq!(Note::decode(b"Nd"), None, "a relative path");
 }
 
 /// What cannot be said is not: a path over `PATH_MAX` is not sent, a list over `MAX_LISTED` says "not known",
@@ -71,17 +77,20 @@ fn cut_or_lengthened_notes_are_none() {
             let may_be = match note {
                 Note::Making(_) => end >= 1 && (end - 1) % RECORD_BYTES == 0,
                 Note::Path(_) | Note::Forget(_) => end > 1 + PATH_HEAD,
+                Note::MakingDir(_) | Note::NotMadeDir(_) => end >= 2,
                 _ => false,
             };
             assert!(cut.is_none() || may_be, "{end} bytes of {note:?}: {cut:?}");
         }
         let longer = [&bytes[..], b"x"].concat();
-        let paths = matches!(note, Note::Path(_) | Note::Forget(_)) && bytes.len() < 1 + PATH_HEAD + PATH_MAX;
+        let paths = (matches!(note, Note::Path(_) | Note::Forget(_))
+            && bytes.len() < 1 + PATH_HEAD + PATH_MAX)
+            || matches!(note, Note::MakingDir(_) | Note::NotMadeDir(_));
         assert!(Note::decode(&longer).is_none() || paths, "{note:?} and a byte");
     }
     let too_many = [&b"M"[..], &file(5).to_record().repeat(MAX_LISTED + 1)].concat();
     assert_eq!(Note::decode(&too_many), None, "a list over MAX_LISTED");
-    for kind in *b"FMDPG" {
+    for kind in *b"FMDPGNX" {
         let over = [&[kind][..], &[b'/'; MAX_NOTE]].concat();
         assert_eq!(Note::decode(&over), None, "{} bytes of kind {}", over.len(), kind as char);
     }
