@@ -41,6 +41,9 @@ pub struct Forecast {
     /// Why: the rule, and where it was measured or read.
     pub rule: String,
     pub fix: Option<Fix>,
+    /// A library path's row that rests on a primitive this run measured (not only forecast).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub measured: bool,
 }
 
 /// The matrix's columns, as `--ipc all --isolate` names them.
@@ -179,6 +182,7 @@ pub fn forecast(exporter: &Place, importer: &Place, facts: &[Fact]) -> Vec<Forec
         verdict,
         rule,
         fix,
+        measured: false,
     };
     if node == Sameness::Differs {
         let rule = "the two processes are on different nodes (boot ids differ): CUDA IPC is within one node"

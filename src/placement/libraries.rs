@@ -71,7 +71,7 @@ fn setting<'a>(exporter: &'a Place, importer: &'a Place, name: &str) -> Option<&
 }
 
 fn forecast(path: &str, verdict: Verdict, rule: String, fix: Option<Fix>) -> Forecast {
-    Forecast { path: path.to_owned(), verdict, rule, fix }
+    Forecast { path: path.to_owned(), verdict, rule, fix, measured: false }
 }
 
 /// `recipe`'s row: its primitives' verdicts combined (a failure of any is the recipe's, as the library
@@ -102,7 +102,8 @@ fn from_primitives(recipe: &Recipe, primitives: &Primitives, why: &str) -> Forec
         recipe.primitives.join(" + "),
         recipe.source
     );
-    match (failed, unknown.as_slice()) {
+    let measured = recipe.primitives.iter().any(|primitive| primitives.of(primitive).1);
+    let row = match (failed, unknown.as_slice()) {
         (Some((failure, fix)), _) => match recipe.falls_back_to {
             None => forecast(recipe.path, Verdict::Fails(failure), rule, fix),
             Some(to) => forecast(
@@ -122,7 +123,8 @@ fn from_primitives(recipe: &Recipe, primitives: &Primitives, why: &str) -> Forec
             format!("rests on {}, which nobody measured for this pair; {rule}", unknown.join(", ")),
             None,
         ),
-    }
+    };
+    Forecast { measured, ..row }
 }
 
 fn same_host_fix() -> Fix {

@@ -169,7 +169,7 @@ impl Placement {
         for process in &mut self.processes {
             let primitives = Primitives { forecast: &process.forecast, measured: &measured };
             let rows = libraries(&server, &process.place, &process.shares, &primitives);
-            for row in rows.iter().filter(|row| rests_on_measured(row)) {
+            for row in rows.iter().filter(|row| row.measured) {
                 let line = format!("  {}: {}", row.path, measured_word(row));
                 if !lines.contains(&line) {
                     lines.push(line);
@@ -285,12 +285,6 @@ pub fn against_text(against: &[Against]) -> String {
         text.push_str(&format!("  {}: forecast {}, {seen}{call}\n", a.path, word(&a.forecast)));
     }
     text
-}
-
-/// Whether a library row rests on a primitive the run measured (its rule names one so).
-fn rests_on_measured(row: &Forecast) -> bool {
-    let failed_by_measure = matches!(&row.verdict, Verdict::Fails(error) if error.ends_with(", measured"));
-    failed_by_measure || row.rule.contains(", measured") || row.rule.contains("(measured)")
 }
 
 /// What a row that rests on a measured primitive says of this pair: `works here (measured)`, `fails here:

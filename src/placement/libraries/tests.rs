@@ -226,6 +226,14 @@ fn a_measured_primitive_stands_in_for_its_forecast() {
     );
     assert!(matches!(find(TORCH_LEGACY).verdict, Verdict::Fails(e) if e.ends_with(", measured")));
     assert_eq!(find(NCCL_P2P).verdict, Verdict::Works, "NCCL opens no interprocess event");
+    assert!(
+        find(TORCH_EXPANDABLE).measured && !find(NCCL_P2P).measured,
+        "a row says whether it rests on a measure"
+    );
+    assert!(
+        rows(&exporter, &importer, &[]).iter().all(|row| !row.measured),
+        "before a run, nothing is measured"
+    );
     let worked = [("legacy memory".to_owned(), Verdict::Works)];
     let ucx = rows(&exporter, &importer, &worked).into_iter().find(|f| f.path == UCX_LEGACY).unwrap();
     assert!(ucx.rule.contains("legacy memory: works (measured)"), "{ucx:?}");
