@@ -183,10 +183,12 @@ const JOB_CONTROL: [Signal; 3] = [Signal::SIGTSTP, Signal::SIGTTIN, Signal::SIGT
 /// once continued, after continuing the run, how long it was held.
 fn hold(run: Pid) -> Duration {
     let at = Instant::now();
+    // The keeper first: this process killed while it stops the run (Ctrl-Z, then kill -9 a moment later)
+    // must not leave the run stopped with nobody to continue it.
+    let keeper = keeper(run);
     signal_all(run, Signal::SIGSTOP);
     // What a process of the run started while the others were being stopped.
     signal_all(run, Signal::SIGSTOP);
-    let keeper = keeper(run);
     // Delivered before kill returns: this process stops here until SIGCONT.
     let _ = kill(getpid(), Signal::SIGSTOP);
     if let Some(keeper) = keeper {
