@@ -161,6 +161,37 @@ fn a_guardian_typed_by_hand_removes_nothing() {
     assert!(std::path::Path::new(&decoy).exists(), "a hand-typed guardian removed another process's file");
 }
 
+/// A guardian spoken to by hand, as a parent speaks to it: this end of its socket, and the guardian.
+fn hand_spoken_guardian() -> (std::os::fd::OwnedFd, std::process::Child) {
+    use std::os::fd::AsRawFd;
+    let (ours, theirs) = nix::sys::socket::socketpair(
+        nix::sys::socket::AddressFamily::Unix,
+        nix::sys::socket::SockType::SeqPacket,
+        None,
+        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+    )
+    .unwrap();
+    let mut command = Command::new(bin());
+    command.args(["@internal", "guardian", "--fd", "3"]).stdin(Stdio::null());
+    common::with_fds(&mut command, &[(theirs.as_raw_fd(), 3)]);
+    (ours, command.spawn().unwrap())
+}
+
+/// Whether `guardian` ends within 5 s (it is killed and reaped otherwise).
+fn ends_within_5_s(mut guardian: std::process::Child) -> bool {
+    let start = Instant::now();
+    let mut status = None;
+    while status.is_none() && start.elapsed() < Duration::from_secs(5) {
+        status = guardian.try_wait().unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    if status.is_none() {
+        let _ = guardian.kill();
+    }
+    let _ = guardian.wait();
+    status.is_some()
+}
+
 /// A parent that dies after telling its guardian it is making an event file, and before saying which file
 /// it made: the guardian removes the file of the driver's shape with the parent's pid number that appeared
 /// meanwhile (`driver_files::named_by_pid`, at the end), and keeps the one the parent listed as there
@@ -174,19 +205,7 @@ fn a_parent_killed_while_it_makes_an_event_file_leaves_that_file_to_the_guardian
     let _before = common::removed_at_end(&before);
     let _made = common::removed_at_end(&made);
     std::fs::write(&before, b"there before").unwrap();
-    let (ours, theirs) = nix::sys::socket::socketpair(
-        nix::sys::socket::AddressFamily::Unix,
-        nix::sys::socket::SockType::SeqPacket,
-        None,
-        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
-    )
-    .unwrap();
-    let mut command = Command::new(bin());
-    command.args(["@internal", "guardian", "--fd", "3"]).stdin(Stdio::null());
-    let fd = theirs.as_raw_fd();
-    common::with_fds(&mut command, &[(fd, 3)]);
-    let mut guardian = command.spawn().unwrap();
-    drop(theirs);
+    let (ours, guardian) = hand_spoken_guardian();
     // `Making`, listing the one file of this pid number there now (as `Guardian::covering` does).
     let meta = std::fs::metadata(&before).unwrap();
     let mut record = [0u8; 64];
@@ -200,17 +219,7 @@ fn a_parent_killed_while_it_makes_an_event_file_leaves_that_file_to_the_guardian
     // The driver makes the file; the parent dies before it says which (its end closes).
     std::fs::write(&made, b"made while making").unwrap();
     drop(ours);
-    let start = Instant::now();
-    let mut status = None;
-    while status.is_none() && start.elapsed() < Duration::from_secs(5) {
-        status = guardian.try_wait().unwrap();
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    if status.is_none() {
-        let _ = guardian.kill();
-    }
-    let _ = guardian.wait();
-    assert!(status.is_some(), "the guardian ends once its parent is gone");
+    assert!(ends_within_5_s(guardian), "the guardian ends once its parent is gone");
     assert!(!std::path::Path::new(&made).exists(), "the file made between Making and Made is removed");
     assert!(std::path::Path::new(&before).exists(), "the file listed as there before is kept");
 }
@@ -348,18 +357,7 @@ fn a_parent_killed_while_it_makes_a_directory_leaves_that_directory_to_the_guard
     let scratch = common::scratch("making-dir");
     let (made, taken, full) =
         (scratch.path().join("made"), scratch.path().join("taken"), scratch.path().join("full"));
-    let (ours, theirs) = nix::sys::socket::socketpair(
-        nix::sys::socket::AddressFamily::Unix,
-        nix::sys::socket::SockType::SeqPacket,
-        None,
-        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
-    )
-    .unwrap();
-    let mut command = Command::new(bin());
-    command.args(["@internal", "guardian", "--fd", "3"]).stdin(Stdio::null());
-    common::with_fds(&mut command, &[(theirs.as_raw_fd(), 3)]);
-    let mut guardian = command.spawn().unwrap();
-    drop(theirs);
+    let (ours, guardian) = hand_spoken_guardian();
     let say = |kind: u8, path: &std::path::Path| {
         let note = [&[kind][..], path.as_os_str().as_encoded_bytes()].concat();
         nix::sys::socket::send(ours.as_raw_fd(), &note, nix::sys::socket::MsgFlags::empty()).unwrap();
@@ -371,17 +369,7 @@ fn a_parent_killed_while_it_makes_a_directory_leaves_that_directory_to_the_guard
     say(b'X', &taken);
     std::fs::write(full.join("kept"), b"not empty").unwrap();
     drop(ours);
-    let start = Instant::now();
-    let mut status = None;
-    while status.is_none() && start.elapsed() < Duration::from_secs(5) {
-        status = guardian.try_wait().unwrap();
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    if status.is_none() {
-        let _ = guardian.kill();
-    }
-    let _ = guardian.wait();
-    assert!(status.is_some(), "the guardian ends once its parent is gone");
+    assert!(ends_within_5_s(guardian), "the guardian ends once its parent is gone");
     assert!(!made.exists(), "the directory made between N and its P is removed");
     assert!(taken.exists(), "a directory said not made is left");
     assert!(full.join("kept").exists(), "a directory that is not empty is left");
