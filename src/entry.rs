@@ -8,7 +8,9 @@ use nix::sys::signal::{SigHandler, Signal, signal};
 
 use crate::ipc::diagnose::Diagnosis;
 use crate::ipc::{Mechanism, Sync, memops_refusal};
-use crate::outcome::{EXIT_FAILURE, EXIT_SUCCESS, EXIT_WAIVED, Outcome};
+use std::os::fd::RawFd;
+
+use crate::outcome::{EXIT_FAILURE, EXIT_WAIVED, Ending, Outcome};
 use crate::output::READER_GONE_STATUS;
 use crate::report::{self, Status};
 use crate::role::{Role, Run, Served};
@@ -68,7 +70,7 @@ pub fn main() -> ExitCode {
         (None, Some(path)) => report::open(path, asked.clone()).map(Some),
         _ => Ok(None),
     };
-    let mut document = match opened {
+    let document = match opened {
         Ok(document) => document,
         Err(e) => {
             warn!("{who}: {e:#}");
@@ -78,11 +80,12 @@ pub fn main() -> ExitCode {
     if role.quiet() {
         crate::output::be_quiet();
     }
-    // A role a user starts ends with a verdict line (said here, or by the process outside its isolation),
-    // which says why a waived run was waived: once, not also on the line before.
-    let ends_with_a_verdict = role.started_by_a_user();
+    // A role a user starts ends with a verdict line (said here, or, for the run inside an isolation, by the
+    // process outside), which says why a waived run was waived: once, not also on the line before.
+    let inside = role.inside_an_isolation();
+    let ends_with_a_verdict = role.started_by_a_user() || inside;
     let started = std::time::Instant::now();
-    let (outcome, mut found, tell) = match run(role, &mut document) {
+    let (outcome, mut found, tell) = match run(role) {
         Ok(report::Ran { outcome, found, tell }) => (outcome, found, tell),
         Err(e) => (Outcome::Failed(e), report::Found::default(), None),
     };
@@ -96,24 +99,22 @@ pub fn main() -> ExitCode {
         e.downcast_ref::<Diagnosis>()
             .or_else(|| e.downcast_ref::<crate::peers::PeerFailed>().and_then(|j| j.diagnosis.as_ref()))
     });
-    let (mut status, mut reason, mut code) = match &outcome {
-        Outcome::Passed(_) => (Status::Passed, None, EXIT_SUCCESS),
+    // How the run ended, decided once: the verdict line, the document and the exit status say it.
+    let Ending { mut status, mut reason, summary, exit_status: mut code } = match &outcome {
+        Outcome::Passed(summary) => Ending::passed(summary.clone()),
         // Said here where no verdict line will say it.
         Outcome::Waived(waiver) => match say_unless(ends_with_a_verdict, waiver) {
-            Ok(()) => (Status::Waived, Some(waiver.to_string()), EXIT_WAIVED),
+            Ok(()) => Ending::not_passed(Status::Waived, waiver.to_string(), EXIT_WAIVED),
             Err(e) => ended_by(&who, &e),
         },
         Outcome::Failed(e) => ended_by(&who, e),
+        Outcome::Ended(ending) => ending.clone(),
     };
-    let summary = match &outcome {
-        Outcome::Passed(summary) => summary.as_deref(),
-        _ => None,
-    };
-    // The last line says how the run ended, for the roles a user starts (not a child, the guardian, or a run
-    // of one mechanism under --ipc all, whose top parent says it); a reader that went away gets nothing.
-    let says_verdict = ends_with_a_verdict
-        && !document.as_ref().is_some_and(report::Opened::said_outside)
-        && code != READER_GONE_STATUS;
+    let summary = summary.as_deref();
+    // The last line says how the run ended, for the roles a user starts (not a child, the guardian, a run
+    // of one mechanism under --ipc all, whose top parent says it, or the run inside an isolation, whose
+    // process outside says it); a reader that went away gets nothing.
+    let says_verdict = ends_with_a_verdict && !inside && code != READER_GONE_STATUS;
     // A served or isolated run: what was forecast for each path it took, beside what happened.
     let refused = failure.and_then(|e| {
         report::Refused::of(e).or_else(|| e.downcast_ref::<crate::peers::PeerFailed>()?.refused.clone())
@@ -197,22 +198,24 @@ fn say_unless(verdict_says_it: bool, waiver: &crate::outcome::Waiver) -> anyhow:
     if verdict_says_it { Ok(()) } else { say!("{waiver}") }
 }
 
-/// The status, reason and exit status of a run that ended with `e`, said on standard error as `who`'s
-/// where it is news.
-fn ended_by(who: &str, e: &anyhow::Error) -> (Status, Option<String>, u8) {
-    match e {
-        e if e.is::<join::RunOverBeforeJoining>() => (Status::Failed, Some(e.to_string()), EXIT_FAILURE),
+/// How a run that ended with `e` ended, said on standard error as `who`'s where it is news.
+fn ended_by(who: &str, e: &anyhow::Error) -> Ending {
+    let (status, reason, code) = match e {
+        e if e.is::<join::RunOverBeforeJoining>() => (Status::Failed, e.to_string(), EXIT_FAILURE),
         // A namespace this host does not give: nothing here to test that way.
         e if e.chain().any(|cause| cause.is::<crate::outcome::Waiver>()) => {
             warn!("{who}: {e:#}");
-            (Status::Waived, Some(format!("{e:#}")), EXIT_WAIVED)
+            (Status::Waived, format!("{e:#}"), EXIT_WAIVED)
         }
         // Quietly, as a C program killed by SIGPIPE. A run of `--ipc all` whose reader went away was stopped
         // for it, and says so as `Interrupted(SIGPIPE)` (this program ignores SIGPIPE: nothing else says it).
-        e if e.chain().any(is_reader_gone) => reader_gone(),
+        e if e.chain().any(is_reader_gone) => {
+            let (status, why, code) = reader_gone();
+            (status, why.unwrap_or_default(), code)
+        }
         // A child of a run its parent waived: the parent says why; nothing failed.
         e if e.chain().any(|cause| cause.is::<crate::attach::RunWaived>()) => {
-            (Status::Waived, Some(e.to_string()), EXIT_WAIVED)
+            (Status::Waived, e.to_string(), EXIT_WAIVED)
         }
         // The simulation was asked what it does not model: a limit of this test's, not a failure of CUDA
         // IPC, and waived as the container matrix's cells are ("not simulated").
@@ -222,18 +225,19 @@ fn ended_by(who: &str, e: &anyhow::Error) -> (Status, Option<String>, u8) {
                 "not simulated: {what} is beyond what the simulated GPUs model (the line above says why); \
                  on GPUs, the CUDA driver decides"
             );
-            (Status::Waived, Some(why), EXIT_WAIVED)
+            (Status::Waived, why, EXIT_WAIVED)
         }
         e => {
             warn!("{who}: {e:#}");
             match e.chain().find_map(|cause| cause.downcast_ref::<Interrupted>()) {
                 Some(interrupted) => {
-                    (Status::Interrupted, Some(interrupted.to_string()), 128 + interrupted.0 as u8)
+                    (Status::Interrupted, interrupted.to_string(), 128 + interrupted.0 as u8)
                 }
-                None => (Status::Failed, Some(format!("{e:#}")), EXIT_FAILURE),
+                None => (Status::Failed, format!("{e:#}"), EXIT_FAILURE),
             }
         }
-    }
+    };
+    Ending::not_passed(status, reason, code)
 }
 
 /// The call the simulation answered beyond what it models, where that ended the run: in this process
@@ -248,9 +252,8 @@ fn beyond_the_simulation(e: &anyhow::Error) -> Option<String> {
     Some(format!("{} in process {}", refused.call, peer.index))
 }
 
-/// Runs `role`; `document`: the run's, which the run inside an isolation hands over to the process
-/// outside.
-fn run(role: Role, document: &mut Option<report::Opened>) -> anyhow::Result<report::Ran> {
+/// Runs `role`.
+fn run(role: Role) -> anyhow::Result<report::Ran> {
     // Unlike the original, an ARM host is not waived as a whole: GH200 and GB200 hosts have CUDA IPC, and
     // each device is asked for each mechanism by trial, as on x86-64.
     // First of all, while this process has one thread: the namespaces of an isolated run's process.
@@ -259,16 +262,30 @@ fn run(role: Role, document: &mut Option<report::Opened>) -> anyhow::Result<repo
         Role::MechanismRun(sub) => sub.run.isolate.as_ref().map(|isolation| (&sub.run, isolation, true)),
         _ => None,
     };
+    let outside = |fd: Option<RawFd>| fd.map(|fd| crate::inherit::take(fd, "--outside-fd")).transpose();
     match (&role, isolate) {
-        (Role::Isolated(isolated), _) => crate::isolation::enter(&isolated.isolation)?,
-        (_, Some((run, isolation, to_a_pipe))) if isolation.includes_parent() => {
-            // The process the user started stays in the user's namespaces; the run goes on in a child.
-            crate::isolation::stay_outside(run.timeout.limit(), to_a_pipe, role.asked(), document)?;
-            crate::isolation::enter(isolation)?
+        (Role::Isolated(isolated), _) => {
+            crate::isolation::enter(&isolated.isolation, outside(isolated.outside_fd)?)?
+        }
+        (Role::MechanismRun(sub), Some((_, isolation, _))) if sub.outside_fd.is_some() => {
+            crate::isolation::enter(isolation, outside(sub.outside_fd)?)?
         }
         _ => {}
     }
     signals::install()?;
+    // The process the user started stays in the user's namespaces; the run goes on in this program again,
+    // which enters them.
+    match (&role, isolate) {
+        (Role::Sample(run, mechanism), Some((_, isolation, _))) if isolation.includes_parent() => {
+            return crate::isolation::run_inside(run, *mechanism, None);
+        }
+        (Role::MechanismRun(sub), Some((_, isolation, _)))
+            if isolation.includes_parent() && sub.outside_fd.is_none() =>
+        {
+            return crate::isolation::run_inside(&sub.run, sub.mechanism, sub.served.as_ref());
+        }
+        _ => {}
+    }
     if !matches!(role, Role::Guardian { .. }) {
         fault::validate_env()?;
     }

@@ -13,6 +13,51 @@ pub(crate) enum Outcome {
     /// The run went to its end, and some of what it ran failed (a mechanism of `--ipc all`, a run of the
     /// matrix): the error says which.
     Failed(anyhow::Error),
+    /// Decided by the process of this program that ran it (the run inside an isolation), as its document
+    /// says.
+    Ended(Ending),
+}
+
+/// How a run ended, decided once: what its verdict line says, what its document holds, its exit status,
+/// and what a served run tells its joiners.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Ending {
+    pub status: Status,
+    pub reason: Option<String>,
+    /// What a run that passed did.
+    pub summary: Option<String>,
+    pub exit_status: u8,
+}
+
+impl Ending {
+    /// Passed, with what the run did (where its role says).
+    pub(crate) fn passed(summary: Option<String>) -> Self {
+        Self { status: Status::Passed, reason: None, summary, exit_status: EXIT_SUCCESS }
+    }
+
+    /// Not passed, for `reason`.
+    pub(crate) fn not_passed(status: Status, reason: String, exit_status: u8) -> Self {
+        Self { status, reason: Some(reason), summary: None, exit_status }
+    }
+
+    /// `note` after the first line of the reason (a cause's own lines follow it).
+    pub(crate) fn add_to_first_line(&mut self, note: &str) {
+        let why = self.reason.take().unwrap_or_default();
+        let (first, rest) = why.split_once('\n').unwrap_or((&why, ""));
+        let rest = if rest.is_empty() { String::new() } else { format!("\n{rest}") };
+        self.reason = Some(format!("{first}{note}{rest}"));
+    }
+}
+
+/// How a run ended, in a word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Passed,
+    Failed,
+    Waived,
+    /// A stop signal, or the reader of standard output going away.
+    Interrupted,
 }
 
 impl Outcome {

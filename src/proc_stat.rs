@@ -1,4 +1,4 @@
-//! What `/proc/<pid>/stat` says of a process: its state and its parent. The command name before them is in
+//! What `/proc/<pid>/stat` says of a process: its state, its parent and its session. The command name before them is in
 //! parentheses and may hold spaces or parentheses itself, so the fields are read after the last `)`.
 
 /// A process as `/proc/<pid>/stat` describes it now.
@@ -6,6 +6,8 @@ pub struct ProcStat {
     /// `R`, `S`, `T` (stopped), `Z` (a zombie), `X` (dead), ...
     pub state: char,
     pub parent: i32,
+    /// The session's id: its own pid where it leads a session (`setsid`).
+    pub session: i32,
 }
 
 /// `None` where there is no such process (as this process's /proc sees it).
@@ -14,7 +16,9 @@ pub fn read(pid: i32) -> Option<ProcStat> {
     let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
     let state = fields.next()?.chars().next()?;
     let parent = fields.next()?.parse().ok()?;
-    Some(ProcStat { state, parent })
+    let _group = fields.next()?;
+    let session = fields.next()?.parse().ok()?;
+    Some(ProcStat { state, parent, session })
 }
 
 /// Every process below `top`, as `/proc` says now (children before their own children).
@@ -51,6 +55,7 @@ mod tests {
             me.state
         );
         assert_eq!(me.parent, nix::unistd::getppid().as_raw());
+        assert_eq!(me.session, nix::unistd::getsid(None).unwrap().as_raw());
         assert!(read(i32::MAX).is_none());
     }
 }

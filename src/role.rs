@@ -144,6 +144,9 @@ pub(crate) struct MechanismRun {
     pub report_fd: RawFd,
     /// Its place in a served sequence (`--serve SOCKET --ipc all`).
     pub served: Option<Served>,
+    /// Where it is the run inside an isolation (`--isolate`): its socket to the process outside, which
+    /// started it (see `relaunch::Relaunch::outside_socket`). It enters its namespaces first thing.
+    pub outside_fd: Option<RawFd>,
 }
 
 /// A run's place in a served sequence, and what it inherits from the sequence's top parent: the listener,
@@ -159,6 +162,8 @@ pub(crate) struct Served {
 pub(crate) struct Isolated {
     pub isolation: Isolation,
     pub report_fd: RawFd,
+    /// Its socket to the run that started it (see `relaunch::Relaunch::outside_socket`).
+    pub outside_fd: Option<RawFd>,
     /// Its address, `--timeout` and `--quiet` (never the benchmark: `--isolate` is refused with it).
     pub joiner: Joiner,
 }
@@ -177,16 +182,18 @@ impl Role {
                 flag(&mut args, "--quiet", child.quiet);
             }
             Role::Guardian { fd } => args.extend(["guardian".into(), "--fd".into(), fd.to_string()]),
-            Role::Isolated(Isolated { isolation, report_fd, joiner }) => {
+            Role::Isolated(Isolated { isolation, report_fd, outside_fd, joiner }) => {
                 args.extend(["join".into(), joiner.address.to_string()]);
                 valued(&mut args, "--isolated", Some(isolation));
                 valued(&mut args, "--report-fd", Some(report_fd));
+                valued(&mut args, "--outside-fd", outside_fd.as_ref());
                 valued(&mut args, "--timeout", Some(joiner.timeout.0));
                 flag(&mut args, "--quiet", joiner.quiet);
             }
-            Role::MechanismRun(MechanismRun { mechanism, run, report_fd, served }) => {
+            Role::MechanismRun(MechanismRun { mechanism, run, report_fd, served, outside_fd }) => {
                 args.push("run".into());
                 valued(&mut args, "--report-fd", Some(report_fd));
+                valued(&mut args, "--outside-fd", outside_fd.as_ref());
                 if let Some(Served { round, fds }) = served {
                     valued(&mut args, "--serve-round", Some(round));
                     let fds: Vec<String> = fds.iter().map(ToString::to_string).collect();
@@ -207,6 +214,11 @@ impl Role {
     /// Whether a user started this process (which then ends with a verdict line), not this program.
     pub(crate) fn started_by_a_user(&self) -> bool {
         !matches!(self, Role::Child(_) | Role::Guardian { .. } | Role::MechanismRun(_) | Role::Isolated(_))
+    }
+
+    /// Whether this process is the run inside an isolation, started by the process outside it.
+    pub(crate) fn inside_an_isolation(&self) -> bool {
+        matches!(self, Role::MechanismRun(MechanismRun { outside_fd: Some(_), .. }))
     }
 
     /// The pipe this process's document goes to, where the process that started it reads it back.

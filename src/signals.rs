@@ -6,7 +6,7 @@
 //! since an ignored disposition survives exec, in every child; an ignored SIGCHLD, which would make the kernel
 //! reap our children itself and lose their exit statuses, is put back to the default.
 
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 use anyhow::{Context, Result};
 use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
@@ -58,6 +58,47 @@ pub fn keep_child_statuses() -> Result<()> {
     unsafe { sigaction(Signal::SIGCHLD, &default) }
         .context("restoring the default disposition of SIGCHLD")?;
     Ok(())
+}
+
+static HOLD_ASKED: AtomicBool = AtomicBool::new(false);
+static CONTINUED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn remember_job_control(signal: nix::libc::c_int) {
+    // Storing an atomic is async-signal-safe.
+    if signal == nix::libc::SIGCONT {
+        CONTINUED.store(true, Ordering::SeqCst);
+    } else {
+        HOLD_ASKED.store(true, Ordering::SeqCst);
+    }
+}
+
+/// The signals of job control: Ctrl-Z, and a background job that reads or writes its terminal.
+pub const JOB_CONTROL: [Signal; 3] = [Signal::SIGTSTP, Signal::SIGTTIN, Signal::SIGTTOU];
+
+/// Takes job control on for a process that holds others (the process outside an isolated run): each of
+/// [`JOB_CONTROL`] that the invoker did not leave ignored (a shell without job control) becomes a request
+/// to hold ([`hold_asked`]) instead of stopping this process alone, and SIGCONT is noted ([`continued`]).
+pub fn take_job_control() -> Result<()> {
+    let action = SigAction::new(SigHandler::Handler(remember_job_control), SaFlags::empty(), SigSet::empty());
+    for signal in JOB_CONTROL.into_iter().chain([Signal::SIGCONT]) {
+        if signal != Signal::SIGCONT && is_ignored(signal)? {
+            continue;
+        }
+        // SAFETY: the handler only stores into atomics, which is async-signal-safe.
+        unsafe { sigaction(signal, &action) }
+            .with_context(|| format!("installing a handler for {signal}"))?;
+    }
+    Ok(())
+}
+
+/// Whether a signal of job control came since the last call.
+pub fn hold_asked() -> bool {
+    HOLD_ASKED.swap(false, Ordering::SeqCst)
+}
+
+/// Whether SIGCONT came since the last call.
+pub fn continued() -> bool {
+    CONTINUED.swap(false, Ordering::SeqCst)
 }
 
 /// The first stop signal received, if any.

@@ -82,6 +82,18 @@ pub enum RunEnd {
 }
 
 impl RunEnd {
+    /// The end a run decided (`outcome::Ending`), for a joiner.
+    pub fn of(ending: &crate::outcome::Ending) -> Self {
+        let why = ending.reason.clone().unwrap_or_default();
+        match ending.status {
+            crate::outcome::Status::Passed => Self::Passed,
+            crate::outcome::Status::Waived => Self::Waived(why),
+            crate::outcome::Status::Failed | crate::outcome::Status::Interrupted => {
+                Self::Failed { process: None, why }
+            }
+        }
+    }
+
     /// The same end, its reason through `why`.
     fn with_why(&self, why: impl Fn(&str) -> String) -> Self {
         match self {

@@ -453,10 +453,17 @@ fn killing_an_isolated_run_leaves_nothing() {
     }
 }
 
-/// The pids of the processes `pid`'s children started: the init of an isolated run's PID namespace, whose
-/// parent is the process that entered it, itself the child of the process outside.
-fn grandchildren_of(pid: u32) -> Vec<u32> {
-    children_of(pid).into_iter().flat_map(children_of).collect()
+/// The inits of PID namespaces (pid 1 in their own) among `pid`'s children: the process that entered a
+/// PID namespace hands its init over to the process that started it, a child subreaper, and ends, so that
+/// no process stands between them.
+fn inits_among_children_of(pid: u32) -> Vec<u32> {
+    children_of(pid).into_iter().filter(|&child| pid_in_its_namespace(child) == Some(1)).collect()
+}
+
+/// `pid`'s number in its own (innermost) PID namespace.
+fn pid_in_its_namespace(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|l| l.strip_prefix("NSpid:"))?.split_whitespace().last()?.parse().ok()
 }
 
 /// The init (pid 1) of an isolated run's PID namespace stopped (SIGSTOP): it can reap nothing, and the run
@@ -491,12 +498,9 @@ fn a_stopped_init_is_stopped_at_the_deadline_and_named() {
         {
             std::thread::sleep(Duration::from_millis(10));
         }
-        // The run's own init (pid): outside -> the process that entered -> init; a joiner's (joiners:pid):
-        // parent -> joiner -> init.
-        let inits: Vec<u32> = match isolate {
-            "pid" => grandchildren_of(child.id()),
-            _ => grandchildren_of(child.id()).into_iter().take(1).collect(),
-        };
+        // The run's own init (pid): outside -> init; a joiner's (joiners:pid): parent -> init, one level
+        // less than when the process that entered the namespace stayed between them.
+        let inits: Vec<u32> = inits_among_children_of(child.id()).into_iter().take(1).collect();
         assert_eq!(inits.len(), 1, "{isolate}: one init to stop: {}", said());
         nix::sys::signal::kill(Pid::from_raw(inits[0] as i32), Signal::SIGSTOP).unwrap();
         let status = wait_at_most(&mut child, Duration::from_secs(12));
@@ -629,9 +633,11 @@ fn the_isolated_parent_killed_exits_as_killed_and_its_guardian_still_cleans_up()
         std::thread::sleep(Duration::from_millis(10));
     }
     assert!(!driver_files(child.id()).is_empty(), "the parent exported its events");
-    // outside -> the process that entered the namespaces -> init -> the run's process
-    let init = grandchildren_of(child.id());
-    assert_eq!(init.len(), 1, "the process outside has one grandchild, the init: {init:?}");
+    // outside -> init -> the run's process: the process that entered the namespaces handed the init over
+    // and ended.
+    let init = children_of(child.id());
+    assert_eq!(init.len(), 1, "the process outside has one child, the init: {init:?}");
+    assert_eq!(pid_in_its_namespace(init[0]), Some(1), "and it is the init");
     let run = children_of(init[0]);
     let parent = *run.first().expect("the init runs the parent");
     nix::sys::signal::kill(Pid::from_raw(parent as i32), Signal::SIGKILL).unwrap();
@@ -948,14 +954,19 @@ fn all_below(pid: u32) -> Vec<u32> {
     found
 }
 
-/// Whether `pid` is the keeper the process outside makes while it holds the run stopped.
-fn is_keeper(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|comm| comm.trim_end() == "sipc-keeper")
+/// Whether `pid` leads a session of its own (the init of a PID namespace, the guardian): such a process only
+/// waits, and Ctrl-Z leaves it awake (the init continues the run should the process outside die).
+fn leads_a_session(pid: u32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> =
+        stat.rsplit_once(')').map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+    fields.get(3).and_then(|s| s.parse::<u32>().ok()) == Some(pid)
 }
 
 /// Ctrl-Z, then `kill -9 %1` (SIGKILL to the process outside, the job's only process): the run, held
-/// stopped, is continued by the keeper and stops in order: no process is left, stopped or not, and nothing
-/// in TMPDIR. Once 100 processes were left stopped for good.
+/// stopped, is continued by its init (pid, container) or by the kernel (net: an orphaned process group with
+/// stopped members gets SIGHUP and SIGCONT) and stops in order: no process is left, stopped or not, and
+/// nothing in TMPDIR. Once 100 processes were left stopped for good.
 #[test]
 fn a_stopped_isolated_run_whose_outside_is_killed_leaves_nothing() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
@@ -1044,11 +1055,11 @@ fn ctrl_z_stops_the_whole_isolated_run_and_fg_continues_it() {
         let outside = child.id();
         nix::sys::signal::kill(Pid::from_raw(outside as i32), Signal::SIGTSTP).unwrap();
         let stopping = Instant::now();
-        // (The keeper, which only waits for the process outside to die, is no part of the run.)
+        // (The leaders of sessions of their own, the inits and the guardian, only wait, and stay awake.)
         let running = || -> Vec<(u32, Option<char>)> {
             std::iter::once(outside)
                 .chain(all_below(outside))
-                .filter(|pid| !is_keeper(*pid))
+                .filter(|pid| !leads_a_session(*pid))
                 .map(|pid| (pid, state_of(pid)))
                 .filter(|(_, state)| !matches!(state, Some('T' | 'Z') | None))
                 .collect()

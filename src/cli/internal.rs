@@ -50,6 +50,9 @@ enum Sub {
         isolated: Isolation,
         #[arg(long, value_name = "FD")]
         report_fd: i32,
+        /// Its socket to the run that started it.
+        #[arg(long, value_name = "FD")]
+        outside_fd: Option<i32>,
         #[arg(long, value_name = "SECONDS")]
         timeout: u64,
         #[arg(long)]
@@ -59,6 +62,9 @@ enum Sub {
     Run {
         #[arg(long, value_name = "FD")]
         report_fd: i32,
+        /// The run inside an isolation: its socket to the process outside.
+        #[arg(long, value_name = "FD")]
+        outside_fd: Option<i32>,
         /// Its place in a served sequence.
         #[arg(long, value_name = "K/M", value_parser = Round::parse, requires = "served_fds")]
         serve_round: Option<Round>,
@@ -84,18 +90,19 @@ pub(super) fn parse_from(args: impl Iterator<Item = OsString>) -> Result<Role, c
             Role::Child(Child { index, segment_fd, socket_fd, bench, quiet })
         }
         Sub::Guardian { fd } => Role::Guardian { fd },
-        Sub::Join { address, isolated, report_fd, timeout, quiet } => Role::Isolated(Isolated {
+        Sub::Join { address, isolated, report_fd, outside_fd, timeout, quiet } => Role::Isolated(Isolated {
             isolation: isolated,
             report_fd,
+            outside_fd,
             joiner: Joiner { address, timeout: Timeout(timeout), quiet, bench: false },
         }),
-        Sub::Run { report_fd, serve_round, served_fds, options } => {
+        Sub::Run { report_fd, outside_fd, serve_round, served_fds, options } => {
             let served = serve_round.zip(served_fds).map(|(round, fds)| Served { round, fds });
             match options.role() {
                 Role::Sample(run, mechanism)
                     if run.json.is_none() && (served.is_none() || run.serve.is_some()) =>
                 {
-                    Role::MechanismRun(MechanismRun { mechanism, run, report_fd, served })
+                    Role::MechanismRun(MechanismRun { mechanism, run, report_fd, served, outside_fd })
                 }
                 _ => {
                     let message = "run takes the options of a run of one mechanism (not --ipc all, --json, \
@@ -140,9 +147,16 @@ mod tests {
         let isolated = |kinds| Isolated {
             isolation: Isolation::parse(kinds).unwrap(),
             report_fd: 7,
+            outside_fd: Some(8),
             joiner: joiner.clone(),
         };
-        let sub = |mechanism, run: Run, served| MechanismRun { mechanism, run, report_fd: 9, served };
+        let sub = |mechanism, run: Run, served| MechanismRun {
+            mechanism,
+            run,
+            report_fd: 9,
+            served,
+            outside_fd: None,
+        };
         let served = Served { round: Round { number: 2, of: 4 }, fds: vec![3, 4, 10] };
         let user = [
             &["--ipc", "all", "--sync", "memops", "--procs-per-device", "3", "--timings", "--timeout", "0"][..],
@@ -232,8 +246,14 @@ mod tests {
         ]
         .into_iter()
         .flat_map(|run| {
-            Role::MechanismRun(MechanismRun { mechanism: Mechanism::Vmm, run, report_fd: 1, served: None })
-                .to_args()
+            Role::MechanismRun(MechanismRun {
+                mechanism: Mechanism::Vmm,
+                run,
+                report_fd: 1,
+                served: None,
+                outside_fd: None,
+            })
+            .to_args()
         })
         .filter_map(|arg| arg.to_str()?.strip_prefix("--").map(str::to_owned))
         .collect();

@@ -4,12 +4,13 @@
 //! - `user` (and any isolation asked by a user who is not root): a user namespace in which this user is
 //!   root, so that the other namespaces need no privilege where the kernel allows user namespaces.
 //! - `shm`: a mount namespace with an empty tmpfs on `/dev/shm`, private to this process and its children.
-//! - `pid`: a PID namespace, with a /proc of its own (in a mount namespace). Its first process is a small init (as Docker's `--init`) and the run's process
-//!   is the second, so that every isolated process has the same pid number, 2, as containers' first
-//!   processes share 1; the init reaps, passes stop signals on, and outlives the run's process until
-//!   everything it started has ended (the guardian that removes the driver's files among them). The
-//!   process that was started stays outside, in the invoker's process group, passes its stop signals on and
-//!   exits with the run's status; if it is killed, the init stops the run in order.
+//! - `pid`: a PID namespace, with a /proc of its own (in a mount namespace). Its first process is a small
+//!   init (as Docker's `--init`) and the run's process is the second, so that every isolated process has the
+//!   same pid number, 2, as containers' first processes share 1; the init reaps, passes stop signals on, and
+//!   outlives the run's process until everything it started has ended (the guardian that removes the
+//!   driver's files among them). These are the two forks a new PID namespace needs. The process that entered
+//!   the namespace hands the init over to the process that started it (a child subreaper, which follows it
+//!   from then on) and ends; if that process dies, the init stops the run in order.
 //!
 //! What cannot be had is a [`Waiver`], which the run reports as a waiver with the reason.
 
@@ -43,11 +44,13 @@ fn unavailable(kind: &str, error: Errno) -> anyhow::Error {
     Waiver(format!("this host gives this process no {kind} namespace of its own ({why})")).into()
 }
 
-/// Whether `enter` gave this process a user namespace that was not asked for (its user is not root).
-static USER_NAMESPACE_IMPLIED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-pub fn user_namespace_implied() -> bool {
-    USER_NAMESPACE_IMPLIED.load(std::sync::atomic::Ordering::Relaxed)
+/// Whether this process is in a user namespace of its own in which it is root while its user outside is
+/// not (`/proc/self/uid_map` maps 0 to another uid): what `enter` gives a user who is not root with any
+/// isolation. Read, not remembered: the answer is the kernel's.
+pub fn in_user_namespace_as_another_user() -> bool {
+    let map = std::fs::read_to_string("/proc/self/uid_map").unwrap_or_default();
+    let first: Vec<&str> = map.split_whitespace().take(3).collect();
+    matches!(first.as_slice(), ["0", outer, _] if *outer != "0")
 }
 
 /// How long the init gives the run's process to stop in order, once the process outside is gone (a parent
@@ -58,8 +61,11 @@ const STOP_GRACE: Duration = Duration::from_secs(2);
 const LEFT_GRACE: Duration = Duration::from_secs(1);
 
 /// Puts this process into fresh namespaces of the kinds `isolation` asks for (nothing for none). With
-/// `pid`, this returns in the namespace's second process; the process that called it never returns.
-pub fn enter(isolation: &Isolation) -> Result<()> {
+/// `pid`, this returns in the namespace's second process; the process that called it never returns: where
+/// the process that started it gave it a socket (`outside`, see `relaunch::Relaunch::outside_socket`), it
+/// says the init's pid there and ends, and the init is adopted by that process; otherwise it stays, passing
+/// stop signals on to the init, until the init ends.
+pub fn enter(isolation: &Isolation, outside: Option<OwnedFd>) -> Result<()> {
     if isolation.kinds.is_empty() {
         return Ok(());
     }
@@ -68,7 +74,6 @@ pub fn enter(isolation: &Isolation) -> Result<()> {
     if isolation.has(Kind::User) || !uid.is_root() {
         unshare(CloneFlags::CLONE_NEWUSER).map_err(|e| unavailable("user", e))?;
         map_to_root(uid.as_raw(), gid.as_raw())?;
-        USER_NAMESPACE_IMPLIED.store(!isolation.has(Kind::User), std::sync::atomic::Ordering::Relaxed);
     }
     for &kind in &isolation.kinds {
         let flag = match kind {
@@ -92,7 +97,7 @@ pub fn enter(isolation: &Isolation) -> Result<()> {
         own_dev_shm()?;
     }
     if isolation.has(Kind::Pid) {
-        become_second_process()?;
+        become_second_process(outside)?;
     }
     Ok(())
 }
@@ -151,22 +156,37 @@ pub(super) fn passed_on_signals() -> Result<SigSet> {
 }
 
 /// After `unshare(CLONE_NEWPID)` the namespace begins with this process's next child: that child becomes
-/// the init, whose child in turn is the run's process, which returns from here.
-fn become_second_process() -> Result<()> {
+/// the init, whose child in turn is the run's process, which returns from here. This process hands the
+/// init over to the process outside (`outside`) and ends, or stays to pass stop signals on to it.
+fn become_second_process(outside: Option<OwnedFd>) -> Result<()> {
     let mut waited = passed_on_signals()?;
     waited.add(Signal::SIGCHLD);
     let before =
         waited.thread_swap_mask(SigmaskHow::SIG_BLOCK).context("blocking signals to pass them on")?;
-    // The init knows that the process outside lives while this pipe is open.
-    let (outside_lives, outside_end) = pipe2(OFlag::O_CLOEXEC).context("pipe2 for an isolated process")?;
-    // SAFETY: this process has one thread (checked by `enter`), so the child may run any code.
-    match unsafe { fork() }.context("fork into the new PID namespace")? {
-        ForkResult::Parent { child } => {
-            drop(outside_lives);
-            pass_on_until_it_ends(child, &waited, outside_end)
+    // The init knows that the process outside lives while this socket (or pipe) is open.
+    let outside_lives = match outside {
+        Some(socket) => {
+            // SAFETY: this process has one thread (checked by `enter`), so the child may run any code.
+            let forked = unsafe { fork() }.context("fork into the new PID namespace")?;
+            if let ForkResult::Parent { child } = forked {
+                hand_over(child, &socket)
+            }
+            socket
         }
-        ForkResult::Child => drop(outside_end),
-    }
+        None => {
+            let (outside_lives, outside_end) =
+                pipe2(OFlag::O_CLOEXEC).context("pipe2 for an isolated process")?;
+            // SAFETY: as above: one thread.
+            match unsafe { fork() }.context("fork into the new PID namespace")? {
+                ForkResult::Parent { child } => {
+                    drop(outside_lives);
+                    pass_on_until_it_ends(child, &waited, outside_end)
+                }
+                ForkResult::Child => drop(outside_end),
+            }
+            outside_lives
+        }
+    };
     own_proc()?;
     // The init: its own session, so that a kill of the invoker's process group reaches the process outside
     // only, and the init can then stop the run in order instead of dying with everything in the namespace.
@@ -178,6 +198,18 @@ fn become_second_process() -> Result<()> {
             drop(outside_lives);
             before.thread_set_mask().context("restoring the signal mask")?;
             Ok(())
+        }
+    }
+}
+
+/// Says the init's pid to the process outside, which adopts it (a child subreaper), and ends: no process
+/// stays between them only to pass signals on. Where it cannot be said, the init is killed.
+fn hand_over(init: Pid, socket: &OwnedFd) -> ! {
+    match nix::unistd::write(socket, &init.as_raw().to_ne_bytes()) {
+        Ok(4) => exit_now(0),
+        _ => {
+            let _ = kill(init, Signal::SIGKILL);
+            exit_now(1)
         }
     }
 }
@@ -214,8 +246,9 @@ fn pass_on_until_it_ends(init: Pid, waited: &SigSet, _outside_end: OwnedFd) -> !
 }
 
 /// The init of the PID namespace: reaps every process that ends in it, passes stop signals on to the run's
-/// process, stops it in order when the process outside is gone, and exits with its status once everything
-/// else has ended (or [`LEFT_GRACE`] after it).
+/// process, stops it in order when the process outside is gone (continuing first what that process held
+/// stopped: Ctrl-Z, then `kill -9 %1`), and exits with its status once everything else has ended (or
+/// [`LEFT_GRACE`] after it). The init itself is never held stopped (see `outside`).
 fn be_init(run: Pid, waited: &SigSet, outside_lives: OwnedFd) -> ! {
     let Ok(signals) = SignalFd::with_flags(waited, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK) else {
         let _ = kill(run, Signal::SIGKILL);
@@ -268,6 +301,9 @@ fn be_init(run: Pid, waited: &SigSet, outside_lives: OwnedFd) -> ! {
         }
         if outside_hung_up {
             outside_gone = Some(Instant::now());
+            for pid in crate::proc_stat::descendants(nix::unistd::getpid()) {
+                let _ = kill(pid, Signal::SIGCONT);
+            }
             if ended.is_none() {
                 let _ = kill(run, Signal::SIGTERM);
             }

@@ -5,9 +5,9 @@
 //! role `join SOCKET --isolated KINDS` (`role::Isolated`), which enters its namespaces before it does
 //! anything else.
 //!
-//! Where the parent enters namespaces, it does so in a child: the process the user started stays outside,
-//! in the user's namespaces, stops the run at its deadline, writes its `--json` document and says its
-//! verdict (`outside`).
+//! Where the parent enters namespaces, it does so in this program started again, as every other process
+//! of the program is (`relaunch`): the process the user started stays outside, in the user's namespaces,
+//! follows the run, and hands its document and ending to `main`, which writes and says them (`outside`).
 //!
 //! This module owns what an isolation is (the kinds, as typed), entering it (`enter`), the process outside
 //! (`outside`), the processes the parent starts that way (`launch`), and the table of every boundary by
@@ -21,7 +21,7 @@ mod enter;
 mod outside;
 
 pub use enter::enter;
-pub use outside::stay_outside;
+pub(crate) use outside::run_inside;
 
 /// One kind of namespace a process can be given of its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -111,7 +111,8 @@ impl Isolation {
     /// How the run describes its isolation: the kinds, and the user namespace that a user who is not root
     /// gets with any of them (the kernel gives the others only inside one).
     pub fn described(&self) -> String {
-        let implied = !self.kinds.is_empty() && !self.has(Kind::User) && enter::user_namespace_implied();
+        let implied =
+            !self.kinds.is_empty() && !self.has(Kind::User) && enter::in_user_namespace_as_another_user();
         if implied { format!("{self}, in a user namespace: not root") } else { self.to_string() }
     }
 

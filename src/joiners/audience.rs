@@ -87,6 +87,7 @@ impl Audience {
                 process: e.chain().find_map(|c| c.downcast_ref::<PeerFailed>()).map(|j| j.index),
                 why: format!("{e:#}"),
             },
+            Outcome::Ended(ending) => RunEnd::of(ending),
         };
         // One that is gone has nothing to hear.
         connections.retain(|connection| wire::send(connection, &Message::RunEnded(end.clone()), &[]).is_ok());

@@ -147,21 +147,19 @@ impl<'g> Launched<'g> {
         for _ in 0..n {
             let mut start = Relaunch::new("an isolated process");
             let fd = start.report_pipe()?;
-            let isolated = Isolated { isolation: isolation.clone(), report_fd: fd, joiner: joiner.clone() };
+            let outside_fd = Some(start.outside_socket()?);
+            let isolated =
+                Isolated { isolation: isolation.clone(), report_fd: fd, outside_fd, joiner: joiner.clone() };
             start.args(Role::Isolated(isolated).to_args());
-            // It must not outlive this process: SIGKILL to the process outside, whose init then stops what
-            // runs inside in order. Once the run has ended, it gets a grace to end by itself (it stops
-            // within 0.5 s of the server's end), then SIGKILL to it and to what it started.
+            // It must not outlive this process: SIGKILL to it until it hands its PID namespace's init over
+            // to this process; the init then stops what runs inside in order when this process's end of
+            // the socket closes. Once the run has ended, it gets a grace to end by itself (it stops within
+            // 0.5 s of the server's end), then SIGKILL to it and to what it started.
             start.death_signal(Signal::SIGKILL).killing_what_it_started();
             start.on_drop(OnDrop::Stop { signal: None, grace: END_GRACE });
             self.processes.push(start.spawn()?);
         }
         Ok(())
-    }
-
-    /// The pids of the processes started.
-    pub fn pids(&self) -> Vec<i32> {
-        self.processes.iter().map(|process| process.pid().as_raw()).collect()
     }
 
     /// The first started process that has ended with another status than success, if one has: an

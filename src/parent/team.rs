@@ -46,7 +46,8 @@ impl<'s> Team<'s> {
                 .removing_the_socket_when_full()
                 .telling_where_they_stand_to(audience);
             launched.start(&address, n, isolation, run.timeout, run.quiet)?;
-            let joiners = joiners.only_started_by(launched.pids());
+            // Its descendants: each started process hands its namespace's init over to this one.
+            let joiners = joiners.only_started_by(vec![nix::unistd::getpid().as_raw()]);
             say!(
                 "Isolated ({isolation}): {n} processes started in namespaces of their own join at {address}"
             )?;

@@ -11,6 +11,10 @@
 //! writes it to a pipe of its own ([`Relaunch::report_pipe`], its `--report-fd`), which this module reads and
 //! parses: never what the process printed.
 //!
+//! A process that enters a PID namespace of its own hands its place to the namespace's init and ends
+//! ([`Relaunch::outside_socket`]): this process, a child subreaper, adopts the init, and the handle follows it
+//! from then on, so that the process tree has no level that only passes signals on.
+//!
 //! Signals: the child starts with an empty signal mask and SIGPIPE at its default (std's spawn does that),
 //! and exec puts every handled signal back to its default; a stop signal the invoker left ignored stays
 //! ignored, as `signals` wants.
@@ -82,6 +86,9 @@ pub(crate) struct Relaunch {
     report: Option<OwnedFd>,
     on_drop: OnDrop,
     tree: bool,
+    group: bool,
+    /// This process's end of the socket on which it may say the pid of the init it hands over to.
+    outside: Option<OwnedFd>,
 }
 
 impl Relaunch {
@@ -106,6 +113,8 @@ impl Relaunch {
             report: None,
             on_drop: OnDrop::Stop { signal: Some(Signal::SIGTERM), grace: Duration::from_secs(1) },
             tree: false,
+            group: false,
+            outside: None,
         }
     }
 
@@ -124,6 +133,32 @@ impl Relaunch {
     pub(crate) fn new_session(&mut self) -> &mut Self {
         self.session = true;
         self
+    }
+
+    /// A process group of its own (in this session): a signal to this run's group does not reach it, and the
+    /// kernel continues it and hangs it up should this process die while it is stopped (an orphaned group).
+    pub(crate) fn own_group(&mut self) -> &mut Self {
+        self.group = true;
+        self
+    }
+
+    /// A socket to this process (its `--outside-fd`), on which it may say the pid of the init of a PID
+    /// namespace it entered, and end: this process, made a child subreaper, adopts that init, and the
+    /// [`Process`] follows it from then on. The init knows that this process lives while the socket is open.
+    pub(crate) fn outside_socket(&mut self) -> Result<RawFd> {
+        nix::sys::prctl::set_child_subreaper(true).context("prctl(PR_SET_CHILD_SUBREAPER)")?;
+        let (ours, theirs) = nix::sys::socket::socketpair(
+            nix::sys::socket::AddressFamily::Unix,
+            nix::sys::socket::SockType::Stream,
+            None,
+            nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+        )
+        .with_context(|| format!("socketpair for {}", self.what))?;
+        fcntl(&ours, FcntlArg::F_SETFL(OFlag::O_NONBLOCK)).context("fcntl(O_NONBLOCK)")?;
+        self.outside = Some(ours);
+        let fd = theirs.as_raw_fd();
+        self.give(theirs);
+        Ok(fd)
     }
 
     /// It inherits `fd`, which stays this process's too.
@@ -183,14 +218,16 @@ impl Relaunch {
     }
 
     pub(crate) fn spawn(&mut self) -> Result<Process> {
-        let (death, session, kept) = (self.death, self.session, self.kept.clone());
+        let (death, session, group, kept) = (self.death, self.session, self.group, self.kept.clone());
         let parent = nix::unistd::getpid();
-        // SAFETY: runs in the forked child before exec; setsid, prctl, getppid, close_range and fcntl are
+        // SAFETY: runs in the forked child before exec; setsid, setpgid, prctl, getppid, close_range and fcntl are
         // async-signal-safe, and nothing here allocates (`kept` is the closure's own, only read).
         unsafe {
             self.command.pre_exec(move || {
                 if session {
                     nix::unistd::setsid().map_err(std::io::Error::from)?;
+                } else if group {
+                    nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0)).map_err(std::io::Error::from)?;
                 }
                 if let Some(signal) = death {
                     nix::sys::prctl::set_pdeathsig(signal).map_err(std::io::Error::from)?;
@@ -213,6 +250,7 @@ impl Relaunch {
             tree: self.tree,
             output,
             report: self.report.take().map(|fd| Report { fd: Some(fd), got: Vec::new() }),
+            outside: self.outside.take(),
         })
     }
 }
@@ -225,6 +263,8 @@ pub(crate) struct Process {
     tree: bool,
     output: (Option<OwnedFd>, Option<OwnedFd>),
     report: Option<Report>,
+    /// See [`Relaunch::outside_socket`]: open while the init it may hand over to lives.
+    outside: Option<OwnedFd>,
 }
 
 impl Process {
@@ -236,6 +276,7 @@ impl Process {
     pub(crate) fn try_wait(&mut self) -> Option<Ended> {
         if self.ended.is_none() {
             self.ended = Ended::of(waitpid(self.pid, Some(WaitPidFlag::WNOHANG)));
+            self.follow_hand_over();
         }
         self.ended
     }
@@ -245,6 +286,7 @@ impl Process {
         loop {
             if self.ended.is_none() {
                 self.ended = Ended::of(waitpid(self.pid, None));
+                self.follow_hand_over();
             }
             if let Some(ended) = self.ended {
                 return ended;
@@ -252,10 +294,25 @@ impl Process {
         }
     }
 
-    /// How it ended, if it has, without reaping it (a later [`try_wait`](Self::try_wait) still says it).
+    /// How it ended, if it has, without reaping it (a later [`try_wait`](Self::try_wait) still says it). Not
+    /// for a process that may hand over to an init ([`Relaunch::outside_socket`]): its hand-over is an end
+    /// only to this call.
     pub(crate) fn peek(&self) -> Option<Ended> {
         let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
         self.ended.or_else(|| Ended::of(waitid(Id::Pid(self.pid), flags)))
+    }
+
+    /// Where it ended with success after saying the pid of the init it handed over to, the handle follows
+    /// that init (this process adopted it, as a child subreaper).
+    fn follow_hand_over(&mut self) {
+        let (Some(Ended::Exited(0)), Some(socket)) = (self.ended, &self.outside) else { return };
+        let mut pid = [0u8; 4];
+        if let Ok(4) = nix::unistd::read(socket, &mut pid) {
+            let init = i32::from_ne_bytes(pid);
+            if init > 0 {
+                (self.pid, self.ended) = (Pid::from_raw(init), None);
+            }
+        }
     }
 
     /// Sends `signal`, unless it has been reaped (its pid may be another's by then).
@@ -288,7 +345,8 @@ impl Process {
         crate::report::document::parse(&report.got)
     }
 
-    fn kill_now(&self) {
+    /// SIGKILL to it (and, with [`Relaunch::killing_what_it_started`], first to all it started).
+    pub(crate) fn kill_all(&self) {
         if self.tree && self.ended.is_none() {
             for started in crate::proc_stat::descendants(self.pid).into_iter().rev() {
                 let _ = kill(started, Signal::SIGKILL);
@@ -325,7 +383,7 @@ pub(crate) fn stop_all<'a>(processes: impl IntoIterator<Item = &'a mut Process>)
             }
             match process.on_drop {
                 OnDrop::Stop { grace, .. } if now >= grace => {
-                    process.kill_now();
+                    process.kill_all();
                     *killed = true;
                 }
                 OnDrop::Leave { within } if now >= within => {}
@@ -372,3 +430,6 @@ impl Report {
 
 #[cfg(test)]
 mod tests;
+
+mod supervise;
+pub(crate) use supervise::{Echo, Followed, Output, Policies, follow};

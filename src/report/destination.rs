@@ -38,9 +38,6 @@ pub(super) enum Destination {
     /// The pipe that `--ipc all` handed the run of one mechanism (`--report-fd`), so that the result comes
     /// back without a file.
     Inherited(std::fs::File),
-    /// The pipe to the process outside this isolated run, which writes the document where the user asked
-    /// and says the verdict (see `isolation::outside`).
-    Outside(std::fs::File),
     /// `--json -`: the standard output the invoker gave, which carries the document alone (descriptor 1 is
     /// standard error's copy from [`open`](super::open) on).
     StandardOutput(OwnedFd),
@@ -94,7 +91,7 @@ impl Destination {
     pub(super) fn write(&self, given: &Path, text: &str) -> Result<()> {
         let target = match self {
             Self::File(target) => target,
-            Self::Inherited(pipe) | Self::Outside(pipe) => {
+            Self::Inherited(pipe) => {
                 // --ipc all, the matrix, or the process outside an isolation started this run.
                 let what = "writing the document back to the process that started this run (--report-fd)";
                 let mut pipe: &std::fs::File = pipe;

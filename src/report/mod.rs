@@ -56,11 +56,6 @@ impl Opened {
     fn new(given: PathBuf, destination: Destination, (mode, options): (Mode, Options)) -> Self {
         Self { given, destination, mode, options }
     }
-
-    /// True in the run inside an isolation, whose process outside writes the document and says the verdict.
-    pub fn said_outside(&self) -> bool {
-        matches!(self.destination, Destination::Outside(_))
-    }
 }
 
 /// What a role found, for the document.
@@ -70,6 +65,8 @@ pub enum Results {
     Mechanisms(Vec<MechanismResult>),
     Bench(BenchResults),
     Matrix(Vec<MatrixCell>),
+    /// The whole document of the process of this program that ran the run (the run inside an isolation).
+    Whole(Box<Document>),
 }
 
 /// What a role hands back to the top: how the run ended, and what it found for the document.
@@ -112,6 +109,25 @@ impl Ran {
     }
 }
 
+impl Ran {
+    /// The run, as `ending` and the whole `document` of the process that ran it say.
+    pub fn handed_back(ending: crate::outcome::Ending, document: Document) -> Self {
+        Self::with(Outcome::Ended(ending), Results::Whole(Box::new(document)))
+    }
+}
+
+impl Document {
+    /// How the run it describes ended, with the exit status its process ended with.
+    pub fn ending(&self, exit_status: i32) -> crate::outcome::Ending {
+        crate::outcome::Ending {
+            status: self.status,
+            reason: self.reason.clone(),
+            summary: self.summary.clone(),
+            exit_status: u8::try_from(exit_status).unwrap_or(crate::outcome::EXIT_FAILURE),
+        }
+    }
+}
+
 impl From<Outcome> for Ran {
     fn from(outcome: Outcome) -> Self {
         Self { outcome, found: Found::default(), tell: None }
@@ -129,13 +145,6 @@ pub fn open(path: &Path, asked: (Mode, Options)) -> Result<Opened> {
 pub fn open_inherited(fd: std::os::fd::RawFd, asked: (Mode, Options)) -> Result<Opened> {
     let pipe = std::fs::File::from(crate::inherit::take(fd, "--report-fd")?);
     Ok(Opened::new(PathBuf::new(), Destination::Inherited(pipe), asked))
-}
-
-/// `pipe` as the document of this run (`asked`: its mode and options), in place of any other: the run inside an isolation hands it
-/// to the process outside, which writes it where the user asked (see `isolation::outside`). The standard
-/// output kept for `--json -` is closed with the document it replaces: the process outside holds it.
-pub fn hand_over(pipe: std::fs::File, asked: (Mode, Options)) -> Opened {
-    Opened::new(PathBuf::new(), Destination::Outside(pipe), asked)
 }
 
 impl Found {
@@ -208,6 +217,7 @@ pub struct Verdict<'a> {
 
 impl<'a> Verdict<'a> {
     /// A run that did not pass, for `reason`, and with nothing more to say.
+    #[cfg(test)]
     pub fn of(status: Status, reason: &'a str, exit_status: u8) -> Self {
         Self { status, reason: Some(reason), summary: None, diagnosis: None, refused: None, exit_status }
     }
@@ -218,6 +228,16 @@ fn document(opened: &Opened, verdict: &Verdict, found: Found) -> Document {
     let Found { results, placement, mut driver, mut devices, refused } = found;
     let (mut run, mut mechanisms, mut bench, mut matrix) = (None, None, None, None);
     match results {
+        // What the process that ran it wrote, with the verdict as decided here.
+        Some(Results::Whole(whole)) => {
+            let mut whole = *whole;
+            whole.status = verdict.status;
+            whole.reason = verdict.reason.map(str::to_owned);
+            whole.summary = verdict.summary.map(str::to_owned);
+            whole.exit_status = verdict.exit_status;
+            (whole.mode, whole.options) = (opened.mode, opened.options.clone());
+            return whole;
+        }
         Some(Results::Run(results)) => run = Some(results),
         Some(Results::Mechanisms(rows)) => mechanisms = Some(rows),
         Some(Results::Bench(results)) => bench = Some(results),
@@ -300,19 +320,6 @@ impl Made {
     }
 }
 
-/// Writes this run's document, if it was given `--json` (`opened`), with the verdict and what the role
-/// found: to a new file beside the path, renamed over it (or to the inherited pipe).
-pub fn finish(opened: Option<Opened>, verdict: &Verdict, found: Found) -> Result<()> {
-    made(opened, verdict, found).map_or(Ok(()), |made| made.write())
-}
-
-/// Writes `document`, which another process of this run made whole (the run inside an isolation), as this
-/// run's, if it was given `--json` (`opened`).
-pub fn finish_document(opened: Option<Opened>, document: Document) -> Result<()> {
-    let Some(opened) = opened else { return Ok(()) };
-    Made { opened, document }.write()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -332,7 +339,7 @@ mod tests {
         let diagnosis = Diagnosis::new("the cause".into(), "; what fixes it: ", "the fix".into());
         let failed = Verdict { diagnosis: Some(&diagnosis), ..Verdict::of(Status::Failed, "x", 1) };
         let found = Found { results: Some(Results::Mechanisms(Vec::new())), ..Found::default() };
-        finish(Some(opened), &failed, found).unwrap();
+        made(Some(opened), &failed, found).unwrap().write().unwrap();
         let doc: Document = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
         assert_eq!((doc.status, doc.exit_status, doc.reason.as_deref()), (Status::Failed, 1, Some("x")));
         assert_eq!((doc.cause.as_deref(), doc.fix.as_deref()), (Some("the cause"), Some("the fix")));

@@ -38,11 +38,16 @@ fn child(quiet: bool) -> Child {
 }
 
 fn sub(run: Run) -> MechanismRun {
-    MechanismRun { mechanism: Mechanism::Vmm, run, report_fd: 9, served: None }
+    MechanismRun { mechanism: Mechanism::Vmm, run, report_fd: 9, served: None, outside_fd: None }
 }
 
 fn isolated(quiet: bool) -> Isolated {
-    Isolated { isolation: Isolation::parse("pid").unwrap(), report_fd: 7, joiner: joiner(quiet) }
+    Isolated {
+        isolation: Isolation::parse("pid").unwrap(),
+        report_fd: 7,
+        outside_fd: None,
+        joiner: joiner(quiet),
+    }
 }
 
 #[test]

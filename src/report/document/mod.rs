@@ -86,16 +86,7 @@ pub struct MatrixCell {
 
 pub use crate::ipc::refused::Refused;
 
-/// How a run ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Status {
-    Passed,
-    Failed,
-    Waived,
-    /// A stop signal, or the reader of standard output going away.
-    Interrupted,
-}
+pub use crate::outcome::Status;
 
 /// What the run was asked to do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
