@@ -250,7 +250,7 @@ fn no_socket_there(address: &Address) -> Result<()> {
 fn link_of(address: &Address) -> Option<String> {
     let Address::Path(path) = address else { return None };
     let to = std::fs::read_link(path).ok()?;
-    Some(wire::printable(&to.to_string_lossy()))
+    Some(crate::output::printable(&to.to_string_lossy()))
 }
 
 /// Who listens at the other end of `connection`, before anything it says is trusted: a process of this

@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::ipc::diagnose::Diagnosis;
 use crate::ipc::refused::Refused;
+use crate::output::printable;
 use crate::placement::Place;
 
 /// The longest reason a process gives for its failure (the rest is cut at a character's boundary).
@@ -298,25 +299,6 @@ fn place_said(bytes: &[u8]) -> Option<Place> {
             None
         }
     }
-}
-
-/// `text` from another process, fit to print: each control character (ESC, CR, BEL, a newline, C1 codes)
-/// and each bidirectional-text control is written as its escape (`\u{1b}`, `\r`, `\n`), so that nothing
-/// said over the socket can move the cursor, recolour, retitle or rewrite a line of a terminal or a verdict;
-/// the rest is kept as it is, to stay readable. Every text that [`hear`] returns has been through it.
-pub fn printable(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        let bidi = matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
-        if bidi {
-            out.push_str(&format!("\\u{{{:x}}}", c as u32));
-        } else if c.is_control() {
-            out.extend(c.escape_debug());
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// Sends `message` with `fds` beside it (`SCM_RIGHTS`); a peer that is gone is an error, not SIGPIPE.

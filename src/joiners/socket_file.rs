@@ -9,7 +9,6 @@ use nix::errno::Errno;
 use nix::sys::socket::{Backlog, bind, listen};
 
 use crate::meeting::{self, Address};
-use crate::wire;
 
 /// A non-blocking listening socket bound at `address`, and the file it made there (device, inode); a path
 /// that exists is taken only where it is a socket nothing listens on (a server killed before it could
@@ -69,7 +68,7 @@ pub(super) fn is_stale_socket(address: &Address) -> Result<bool> {
     let me = nix::unistd::geteuid().as_raw();
     if stale && meta.uid() != me {
         let owner = match nix::unistd::User::from_uid(meta.uid().into()) {
-            Ok(Some(user)) => format!("uid {} ({})", meta.uid(), wire::printable(&user.name)),
+            Ok(Some(user)) => format!("uid {} ({})", meta.uid(), crate::output::printable(&user.name)),
             _ => format!("uid {}", meta.uid()),
         };
         bail!(

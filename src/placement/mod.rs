@@ -186,7 +186,7 @@ impl Place {
         // A setting's name labels its value below: only the names this program reads, each once.
         for (at, (name, _)) in self.settings.iter().enumerate() {
             if !libraries::SETTINGS.contains(&name.as_str()) {
-                let name = crate::wire::printable(&name.chars().take(bounds::HOSTNAME).collect::<String>());
+                let name = crate::output::printable(&name.chars().take(bounds::HOSTNAME).collect::<String>());
                 return Some(format!("it names a setting, '{name}', that this program does not read"));
             }
             if self.settings[..at].iter().any(|(earlier, _)| earlier == name) {
@@ -235,10 +235,10 @@ impl Place {
         })
     }
 
-    /// The same place with every text in it made [`printable`](crate::wire::printable), so that none said
+    /// The same place with every text in it made [`printable`](crate::output::printable), so that none said
     /// by another process reaches a terminal raw (an escape sequence in a hostname, a newline in a setting).
     pub fn printable(mut self) -> Self {
-        let printable = crate::wire::printable;
+        let printable = crate::output::printable;
         self.hostname = printable(&self.hostname);
         self.mps.pipe_directory = printable(&self.mps.pipe_directory);
         for text in [&mut self.boot_id, &mut self.cuda_visible_devices, &mut self.nvidia_visible_devices]

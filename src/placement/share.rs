@@ -116,11 +116,11 @@ fn cell(fact: &Fact) -> String {
 /// GPU list would widen every line of the table: what a place brings beyond this is elided in the middle.
 const MAX_COLUMN: usize = 56;
 
-/// `text` fit for a cell: made [`printable`](crate::wire::printable) (the exporter's own hostname is not
+/// `text` fit for a cell: made [`printable`](crate::output::printable) (the exporter's own hostname is not
 /// escaped on the wire, as an importer's is), and elided in the middle with '…' past `most` characters,
 /// keeping its start and its end (where two hostnames or GPU lists differ).
 fn fit(text: &str, most: usize) -> String {
-    let text = crate::wire::printable(text);
+    let text = crate::output::printable(text);
     let count = text.chars().count();
     if count <= most || most == 0 {
         return text;
