@@ -21,6 +21,14 @@ use nix::unistd::Pid;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
+/// This test's turn among those that isolate (one at a time), where this host gives namespaces
+/// ([`namespaces_here`]); `None` where it gives none (the test then returns: a skip, which fails where
+/// `SIMPLE_IPC_REQUIRE` names namespaces).
+fn isolated_turn(test: &str) -> Option<std::sync::MutexGuard<'static, ()>> {
+    let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    namespaces_here(test).then_some(turn)
+}
+
 /// A TMPDIR of the test's own, so that it can see whether a run left its socket directory behind; removed
 /// with what it holds when it drops.
 struct Tmp(tempfile::TempDir);
@@ -123,10 +131,10 @@ fn mounts() -> usize {
 /// advised; what needs no such handle passes.
 #[test]
 fn each_boundary_names_its_cause_and_the_least_sharing_that_fixes_it() {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    if !namespaces_here("each_boundary_names_its_cause_and_the_least_sharing_that_fixes_it") {
+    let Some(_turn) = isolated_turn("each_boundary_names_its_cause_and_the_least_sharing_that_fixes_it")
+    else {
         return;
-    }
+    };
     let mounts_before = mounts();
     let cases: &[(&[&str], Option<&[&str]>)] = &[
         // Both pid 2: the driver takes the legacy handle for one of its own.
@@ -217,10 +225,11 @@ fn each_boundary_names_its_cause_and_the_least_sharing_that_fixes_it() {
 /// naming the cause, whatever the cells' messages say; the cells that ran are in its document as errors.
 #[test]
 fn a_matrix_whose_runs_fail_for_another_reason_than_a_refusal_fails_naming_it() {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    if !namespaces_here("a_matrix_whose_runs_fail_for_another_reason_than_a_refusal_fails_naming_it") {
+    let Some(_turn) =
+        isolated_turn("a_matrix_whose_runs_fail_for_another_reason_than_a_refusal_fails_naming_it")
+    else {
         return;
-    }
+    };
     let tmp = Tmp::new("matrix-broken");
     let long = tmp.path().join("x".repeat(110));
     std::fs::create_dir(&long).unwrap();
@@ -252,10 +261,9 @@ fn a_matrix_whose_runs_fail_for_another_reason_than_a_refusal_fails_naming_it() 
 /// The cells of the table, row by row, as the H200 host's driver answers (issue 16's table), and the notes.
 #[test]
 fn the_container_matrix_is_the_one_measured_on_the_h200_host() {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    if !namespaces_here("the_container_matrix_is_the_one_measured_on_the_h200_host") {
+    let Some(_turn) = isolated_turn("the_container_matrix_is_the_one_measured_on_the_h200_host") else {
         return;
-    }
+    };
     let tmp = Tmp::new("matrix");
     let json = tmp.path().join("matrix.json");
     let json_arg = json.display().to_string();
@@ -323,10 +331,9 @@ fn the_container_matrix_is_the_one_measured_on_the_h200_host() {
 /// waived in every row, with the reason, and the matrix stands on its other columns (exit 0).
 #[test]
 fn a_kernel_without_pidfd_getfd_waives_the_matrixs_pidfd_column() {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    if !namespaces_here("a_kernel_without_pidfd_getfd_waives_the_matrixs_pidfd_column") {
+    let Some(_turn) = isolated_turn("a_kernel_without_pidfd_getfd_waives_the_matrixs_pidfd_column") else {
         return;
-    }
+    };
     let tmp = Tmp::new("matrix-no-pidfd");
     let json = tmp.path().join("matrix.json");
     let mut command = isolated(&tmp, &["--ipc", "all", "--isolate", "pid", "--json"]);
@@ -396,10 +403,7 @@ fn wait_all_gone(mark: &str, limit: Duration) -> Vec<u32> {
 /// process is gone within 3 s, and nothing is left in /dev/shm or TMPDIR.
 #[test]
 fn killing_an_isolated_run_leaves_nothing() {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    if !namespaces_here("killing_an_isolated_run_leaves_nothing") {
-        return;
-    }
+    let Some(_turn) = isolated_turn("killing_an_isolated_run_leaves_nothing") else { return };
     for (isolate, signal) in [
         ("pid", Signal::SIGKILL),
         ("joiners:pid", Signal::SIGKILL),
@@ -472,10 +476,7 @@ fn pid_in_its_namespace(pid: u32) -> Option<u32> {
 /// init is killed with the joiner by the parent that started it, and outlives nothing.
 #[test]
 fn a_stopped_init_is_stopped_at_the_deadline_and_named() {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    if !namespaces_here("a_stopped_init_is_stopped_at_the_deadline_and_named") {
-        return;
-    }
+    let Some(_turn) = isolated_turn("a_stopped_init_is_stopped_at_the_deadline_and_named") else { return };
     for isolate in ["pid", "joiners:pid"] {
         let tmp = Tmp::new("stopped-init");
         let mark = format!("{}-stopped-init-{isolate}", std::process::id());
@@ -524,10 +525,10 @@ fn a_stopped_init_is_stopped_at_the_deadline_and_named() {
 /// comes after it.
 #[test]
 fn the_document_is_written_where_the_user_asked_by_the_process_outside() {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    if !namespaces_here("the_document_is_written_where_the_user_asked_by_the_process_outside") {
+    let Some(_turn) = isolated_turn("the_document_is_written_where_the_user_asked_by_the_process_outside")
+    else {
         return;
-    }
+    };
     let tmp = Tmp::new("document");
     let mut cases: Vec<(&str, std::path::PathBuf)> = ["shm", "container", "pid,shm,user"]
         .iter()
@@ -567,10 +568,9 @@ fn the_document_is_written_where_the_user_asked_by_the_process_outside() {
 /// the parent ends what it started, its init and all, before it exits; nothing is left.
 #[test]
 fn a_hung_isolated_process_is_ended_by_the_parent_that_started_it() {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    if !namespaces_here("a_hung_isolated_process_is_ended_by_the_parent_that_started_it") {
+    let Some(_turn) = isolated_turn("a_hung_isolated_process_is_ended_by_the_parent_that_started_it") else {
         return;
-    }
+    };
     for isolate in ["pid", "joiners:pid", "net"] {
         let tmp = Tmp::new("hung");
         let mark = format!("{}-hung-{isolate}", std::process::id());
@@ -613,10 +613,11 @@ fn children_of(pid: u32) -> Vec<u32> {
 /// guardian, which removes the driver's files, before the namespace ends.
 #[test]
 fn the_isolated_parent_killed_exits_as_killed_and_its_guardian_still_cleans_up() {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    if !namespaces_here("the_isolated_parent_killed_exits_as_killed_and_its_guardian_still_cleans_up") {
+    let Some(_turn) =
+        isolated_turn("the_isolated_parent_killed_exits_as_killed_and_its_guardian_still_cleans_up")
+    else {
         return;
-    }
+    };
     let tmp = Tmp::new("parent-killed");
     let mark = format!("{}-parent-killed", std::process::id());
     let _end = EndMarked(mark.clone());
@@ -651,10 +652,7 @@ fn the_isolated_parent_killed_exits_as_killed_and_its_guardian_still_cleans_up()
 /// the process outside does not pass it on, and the run goes on to its watchdog.
 #[test]
 fn an_ignored_sigint_is_not_passed_on_to_an_isolated_run() {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    if !namespaces_here("an_ignored_sigint_is_not_passed_on_to_an_isolated_run") {
-        return;
-    }
+    let Some(_turn) = isolated_turn("an_ignored_sigint_is_not_passed_on_to_an_isolated_run") else { return };
     let tmp = Tmp::new("ignored");
     let mark = format!("{}-ignored", std::process::id());
     let _end = EndMarked(mark.clone());
@@ -708,10 +706,7 @@ fn a_tmpdir_that_takes_no_directory_is_named() {
 #[test]
 fn a_stranger_at_an_isolated_runs_socket_is_refused() {
     use nix::sys::socket::{AddressFamily, MsgFlags, SockFlag, SockType, UnixAddr, connect, send, socket};
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    if !namespaces_here("a_stranger_at_an_isolated_runs_socket_is_refused") {
-        return;
-    }
+    let Some(_turn) = isolated_turn("a_stranger_at_an_isolated_runs_socket_is_refused") else { return };
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let stranger = {
         let stop = std::sync::Arc::clone(&stop);
@@ -757,10 +752,7 @@ fn a_stranger_at_an_isolated_runs_socket_is_refused() {
 /// top process goes on to the cell that runs, at once.
 #[test]
 fn what_an_isolated_parent_started_does_not_outlive_it() {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    if !namespaces_here("what_an_isolated_parent_started_does_not_outlive_it") {
-        return;
-    }
+    let Some(_turn) = isolated_turn("what_an_isolated_parent_started_does_not_outlive_it") else { return };
     for (args, signal) in [
         (
             &["--isolate", "joiners:pid", "--ipc", "vmm", "--sync", "memops", "--procs-per-device", "2"][..],
@@ -895,10 +887,11 @@ fn an_isolated_process_that_lies_cannot_pass_the_run() {
 /// (the run had no code left to run). Nothing stays in TMPDIR.
 #[test]
 fn an_isolated_run_killed_whole_at_any_moment_leaves_no_socket_or_directory() {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    if !namespaces_here("an_isolated_run_killed_whole_at_any_moment_leaves_no_socket_or_directory") {
+    let Some(_turn) =
+        isolated_turn("an_isolated_run_killed_whole_at_any_moment_leaves_no_socket_or_directory")
+    else {
         return;
-    }
+    };
     for after_ms in [5u64, 15, 30, 60, 120, 250] {
         let tmp = Tmp::new("killed-whole");
         let mark = format!("{}-killed-whole-{after_ms}", std::process::id());
@@ -969,10 +962,9 @@ fn leads_a_session(pid: u32) -> bool {
 /// nothing in TMPDIR. Once 100 processes were left stopped for good.
 #[test]
 fn a_stopped_isolated_run_whose_outside_is_killed_leaves_nothing() {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    if !namespaces_here("a_stopped_isolated_run_whose_outside_is_killed_leaves_nothing") {
+    let Some(_turn) = isolated_turn("a_stopped_isolated_run_whose_outside_is_killed_leaves_nothing") else {
         return;
-    }
+    };
     for isolate in ["pid", "net", "container"] {
         let tmp = Tmp::new("stopped-killed");
         let mark = format!("{}-stopped-killed-{isolate}", std::process::id());
@@ -1017,10 +1009,9 @@ fn a_stopped_isolated_run_whose_outside_is_killed_leaves_nothing() {
 /// Held past its --timeout, the run's own watchdog ends it, and the verdict says it was held stopped.
 #[test]
 fn ctrl_z_stops_the_whole_isolated_run_and_fg_continues_it() {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    if !namespaces_here("ctrl_z_stops_the_whole_isolated_run_and_fg_continues_it") {
+    let Some(_turn) = isolated_turn("ctrl_z_stops_the_whole_isolated_run_and_fg_continues_it") else {
         return;
-    }
+    };
     for (isolate, timeout, held) in [("pid", "20", 1500u64), ("net", "20", 1500), ("pid", "1", 2500)] {
         let tmp = Tmp::new("ctrl-z");
         let mark = format!("{}-ctrl-z-{isolate}-{timeout}", std::process::id());
@@ -1098,10 +1089,9 @@ fn ctrl_z_stops_the_whole_isolated_run_and_fg_continues_it() {
 /// socket there (this test's own) makes no client: nothing of MPS is said.
 #[test]
 fn the_matrix_under_mps_says_whose_clients_the_importers_were() {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    if !namespaces_here("the_matrix_under_mps_says_whose_clients_the_importers_were") {
+    let Some(_turn) = isolated_turn("the_matrix_under_mps_says_whose_clients_the_importers_were") else {
         return;
-    }
+    };
     let tmp = Tmp::new("matrix-mps");
     let pipe = tmp.path().join("mps");
     std::fs::create_dir(&pipe).unwrap();
@@ -1145,10 +1135,9 @@ fn the_matrix_under_mps_says_whose_clients_the_importers_were() {
 /// not "a process started in namespaces of its own ended with exit status 1".
 #[test]
 fn a_socket_under_dev_shm_for_processes_with_their_own_is_named() {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    if !namespaces_here("a_socket_under_dev_shm_for_processes_with_their_own_is_named") {
+    let Some(_turn) = isolated_turn("a_socket_under_dev_shm_for_processes_with_their_own_is_named") else {
         return;
-    }
+    };
     let tmp = Tmp::new("tmpdir-shm");
     let out = isolated(&tmp, &["--isolate", "container"]).env("TMPDIR", "/dev/shm").output().unwrap();
     let said = text(&out);

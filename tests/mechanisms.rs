@@ -7,10 +7,6 @@ mod common;
 
 use common::{FAULT, run, simulated, text};
 
-fn assert_clean(pid: u32, what: &str) {
-    common::assert_clean(pid, &[], what);
-}
-
 /// The header and rows of the table at the end of an `--ipc all` run (what the runs said on standard error
 /// may follow it in `all`).
 fn table_of(all: &str) -> Vec<&str> {
@@ -57,7 +53,7 @@ fn every_mechanism_runs_the_whole_protocol_on_several_devices() {
             assert_eq!(before.len(), n, "{what}: {doc}");
             assert!(before.iter().all(|&b| b > 3), "{what}: counted (0, 1, 2, the segment, ...): {doc}");
             assert_eq!(before, after, "{what}: a child left descriptors open: {doc}");
-            assert_clean(pid, &what);
+            common::assert_run_clean(pid, &what);
         }
     }
 }
@@ -82,7 +78,7 @@ fn descriptors_that_do_not_come_as_the_segment_says_fail_the_run() {
             assert!(all.contains(message), "{what}: {all}");
             assert!(all.contains("failed! (exit code 1)"), "{what}: the parent names the child: {all}");
             assert!(!all.contains("panicked"), "{what}: {all}");
-            assert_clean(pid, &what);
+            common::assert_run_clean(pid, &what);
         }
     }
 }
@@ -255,7 +251,7 @@ fn fabric_runs_the_whole_protocol_where_there_is_an_imex_channel() {
             let before = descriptors(&doc, "descriptors_before_open");
             assert_eq!(before.len(), n, "{what}: {doc}");
             assert_eq!(before, descriptors(&doc, "descriptors_after_close"), "{what}: {doc}");
-            assert_clean(pid, &what);
+            common::assert_run_clean(pid, &what);
         }
     }
 }
@@ -269,7 +265,7 @@ fn fabric_is_waived_by_its_trial_and_by_its_attribute() {
     let line = format!("No CUDA devices support IPC with --ipc fabric (device 0: {FABRIC_NOT_PERMITTED}");
     assert!(all.contains(&line), "{all}");
     assert!(!all.contains("failed!"), "{all}");
-    assert_clean(pid, "--ipc fabric without an IMEX channel");
+    common::assert_run_clean(pid, "--ipc fabric without an IMEX channel");
     for devices in ["no-fabric+imex,no-fabric", "no-fabric,no-fabric+imex"] {
         let out = run(simulated(devices).args(["--ipc", "fabric"]));
         let all = text(&out);
@@ -394,6 +390,6 @@ fn descriptors_fetched_by_pidfd_getfd_run_the_whole_protocol() {
             descriptors(&doc, "descriptors_after_close"),
             "{doc}"
         );
-        assert_clean(pid, mechanism);
+        common::assert_run_clean(pid, mechanism);
     }
 }

@@ -10,10 +10,6 @@ use common::{FAULT, run, simulated, start_hanging_run, text, wait_group_gone};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-fn assert_clean(pid: u32) {
-    common::assert_clean(pid, &[], "protocol");
-}
-
 #[test]
 fn one_process_prints_the_original_transcript() {
     let mut command = simulated("ok");
@@ -32,7 +28,7 @@ fn one_process_prints_the_original_transcript() {
         "{verdict}"
     );
     assert!(verdict.ends_with(" s\n") && verdict.lines().count() == 1, "{verdict}");
-    assert_clean(pid);
+    common::assert_run_clean(pid, "protocol");
 }
 
 #[test]
@@ -54,7 +50,7 @@ fn many_processes_on_several_devices_all_complete_every_step() {
         assert!(stdout.contains(&format!("Process {i} complete!\n")), "{stdout}");
     }
     assert!(!stdout.contains("Step 12 done"));
-    assert_clean(pid);
+    common::assert_run_clean(pid, "protocol");
 }
 
 /// `--sync memops`: the same round-robin, ordered by stream memory operations on a flag after each buffer.
@@ -70,7 +66,7 @@ fn the_round_robin_ordered_by_stream_memory_operations() {
             assert!(stdout.contains(&format!("Process {i} complete!\n")), "{mechanism}: {stdout}");
             assert!(stdout.contains(&format!("Step {i} done\n")), "{mechanism}: {stdout}");
         }
-        assert_clean(pid);
+        common::assert_run_clean(pid, "protocol");
     }
 }
 
@@ -142,7 +138,7 @@ fn a_child_failing_at_any_phase_stops_everything() {
         if fault.ends_with(":error") {
             assert!(all.contains("injected fault"), "the first error's message reaches the user: {all}");
         }
-        assert_clean(pid);
+        common::assert_run_clean(pid, "protocol");
     }
 }
 
@@ -154,7 +150,7 @@ fn parent_killed_leaves_no_child_and_no_segment() {
     parent.wait().unwrap();
     let gone = wait_group_gone(pid, Duration::from_secs(2));
     assert!(gone.is_some(), "children outlived their parent by more than 2 s");
-    assert_clean(pid);
+    common::assert_run_clean(pid, "protocol");
 }
 
 #[test]
@@ -166,7 +162,7 @@ fn sigint_and_sigterm_stop_the_run_in_order() {
         let status = parent.wait().unwrap();
         assert_eq!(status.code(), Some(128 + signal as i32), "{signal}: exit status says interrupted");
         assert!(wait_group_gone(pid, Duration::from_secs(2)).is_some(), "{signal}: a child is left");
-        assert_clean(pid);
+        common::assert_run_clean(pid, "protocol");
     }
 }
 

@@ -14,10 +14,6 @@ use nix::sys::resource::{Resource, setrlimit};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-fn assert_clean(pid: u32, what: &str) {
-    common::assert_clean(pid, &[], what);
-}
-
 /// The documented statuses: 0, 1, 2, or 128+N after a signal; never a panic's 101.
 fn assert_documented(code: Option<i32>, what: &str, out: &str) {
     assert!(matches!(code, Some(0..=2) | None), "{what}: status {code:?} is not documented: {out}");
@@ -66,7 +62,7 @@ fn killing_the_parent_while_it_waits_leaves_nothing() {
             .unwrap();
         let status = parent.wait().unwrap();
         assert_eq!(status.code(), None, "the parent killed itself");
-        assert_clean(parent.id(), "parent@wait-children:kill");
+        common::assert_run_clean(parent.id(), "parent@wait-children:kill");
     }
 }
 
@@ -100,7 +96,7 @@ fn a_file_size_limit_is_an_error_not_a_signal() {
     let all = text(&out);
     assert_eq!(out.status.code(), Some(1), "{all}");
     assert!(all.contains("reserving") && all.contains("segment"), "the message says what failed: {all}");
-    assert_clean(pid, "ulimit -f 0");
+    common::assert_run_clean(pid, "ulimit -f 0");
 }
 
 /// Case 3: a full /dev/shm (a small tmpfs in a mount namespace of its own, filled up) is an error with a
@@ -168,7 +164,7 @@ fn unwritable_output_fails_cleanly() {
     let pid = child.id();
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_clean(pid, "stdout closed");
+    common::assert_run_clean(pid, "stdout closed");
 
     // A reader that goes away: the run ends as a C program would, with 141 (128 + SIGPIPE), whichever
     // process met the closed pipe first (tests/invoker.rs has more).
@@ -176,7 +172,7 @@ fn unwritable_output_fails_cleanly() {
     drop(child.stdout.take());
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(141), "{status:?}");
-    assert_clean(child.id(), "reader gone");
+    common::assert_run_clean(child.id(), "reader gone");
 }
 
 /// Case 4: tight limits on memory and processes give a documented status and a message, never a panic.
@@ -208,7 +204,7 @@ fn tight_limits_give_a_documented_status() {
         }
         started += 1;
         assert_documented(out.status.code(), what, &text(&out));
-        assert_clean(pid, what);
+        common::assert_run_clean(pid, what);
     }
     assert!(started >= 3, "the limits were too tight for the program to start at all");
 }
@@ -246,7 +242,7 @@ fn a_process_limit_gives_a_documented_status() {
             return;
         }
         assert_documented(out.status.code(), &format!("ulimit -u {limit}"), &all);
-        assert_clean(pid, "ulimit -u");
+        common::assert_run_clean(pid, "ulimit -u");
     }
 }
 
@@ -292,7 +288,7 @@ fn the_watchdog_stops_a_stopped_or_hung_child_and_says_where_each_one_was() {
             "{fault}: {all}"
         );
         assert!(took < Duration::from_secs(6), "{fault}: stopped after {took:?}");
-        assert_clean(pid, fault);
+        common::assert_run_clean(pid, fault);
     }
 }
 
@@ -308,7 +304,7 @@ fn the_watchdog_stops_a_hung_benchmark() {
     assert!(all.contains("did not finish within 2 s (--timeout)"), "{all}");
     assert!(all.contains("process 1 was starting (not attached yet)"), "{all}");
     assert!(start.elapsed() < Duration::from_secs(6), "stopped after {:?}", start.elapsed());
-    assert_clean(pid, "hung benchmark");
+    common::assert_run_clean(pid, "hung benchmark");
 }
 
 /// The smaller things: a fault naming a process the run lacks is refused; flags that cannot go together
