@@ -7,11 +7,10 @@ use std::process::ExitCode;
 use nix::sys::signal::{SigHandler, Signal, signal};
 
 use crate::ipc::diagnose::Diagnosis;
-use crate::ipc::{Mechanism, Sync, memops_refusal};
 use crate::outcome::{EXIT_FAILURE, EXIT_SUCCESS, EXIT_WAIVED, Outcome};
 use crate::output::READER_GONE_STATUS;
 use crate::report::{self, Status};
-use crate::role::{Role, Run, Served};
+use crate::role::Role;
 use crate::signals::Interrupted;
 use crate::verdict::{self, is_reader_gone, reader_gone};
 use crate::{
@@ -289,38 +288,14 @@ fn run(role: Role, document: &mut Option<report::Opened>) -> anyhow::Result<repo
         }
         Role::Child(child) => child::run(child.index as usize, child.segment_fd, child.socket_fd)
             .map(|()| Outcome::Passed(None).into()),
-        Role::Bench(bench) => match bench.mechanism {
-            Some(mechanism) => bench::run_consumer(&bench, mechanism),
-            None => {
-                anyhow::bail!("--bench measures one mechanism at a time: give --ipc {}", either(|_| true))
-            }
-        },
+        Role::Bench(bench) => bench::run_consumer(&bench, bench.mechanism),
         Role::Topology => {
             fault::validate_for(&fault::Targets::NONE)?;
             topology::run().map(report::Ran::from)
         }
-        Role::Sample(run, mechanism) => sample(&run, mechanism, None),
-        Role::MechanismRun(sub) => sample(&sub.run, sub.mechanism, sub.served.as_ref()),
+        Role::Sample(run, mechanism) => parent::run(&run, mechanism, None),
+        Role::MechanismRun(sub) => parent::run(&sub.run, sub.mechanism, sub.served.as_ref()),
         Role::Matrix(run, asked) => crate::matrix::run(&run, &asked),
-        Role::EveryMechanism(run) => every_mechanism::run(&run),
-    }
-}
-
-/// The sample's run of `mechanism`, which memops cannot order where its memory refuses them.
-fn sample(run: &Run, mechanism: Mechanism, served: Option<&Served>) -> anyhow::Result<report::Ran> {
-    if run.sync == Sync::Memops && mechanism.spec().refuses_memops.is_some() {
-        let orderable = either(|m| m.spec().refuses_memops.is_none());
-        anyhow::bail!("{}; use --ipc {orderable}", memops_refusal(mechanism))
-    }
-    parent::run(run, mechanism, served)
-}
-
-/// The mechanisms that `keep` keeps, for a message: `legacy, vmm or fabric`.
-fn either(keep: impl Fn(Mechanism) -> bool) -> String {
-    let names: Vec<&str> = Mechanism::ALL.into_iter().filter(|&m| keep(m)).map(Mechanism::name).collect();
-    match names.split_last() {
-        Some((last, [])) => (*last).to_owned(),
-        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
-        None => String::new(),
+        Role::EveryMechanism(every) => every_mechanism::run(&every),
     }
 }

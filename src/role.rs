@@ -23,12 +23,12 @@ pub(crate) const INTERNAL: &str = "@internal";
 pub(crate) enum Role {
     /// The sample's run of one mechanism: children, or processes that join (`--serve`, `--isolate`).
     Sample(Run, Mechanism),
-    /// `--bench`: the consumer (`--ipc` must name one mechanism: that is said by the run).
+    /// `--bench`: the consumer.
     Bench(Bench),
     /// `--topology`.
     Topology,
     /// `--ipc all`: a run of each mechanism, then a table.
-    EveryMechanism(Run),
+    EveryMechanism(EveryMechanism),
     /// `--ipc all --isolate KINDS`: the container matrix of the boundaries of KINDS.
     Matrix(Run, Isolation),
     /// A process of the sample (or the benchmark's producer), started by its parent.
@@ -103,11 +103,25 @@ impl Default for Run {
     }
 }
 
+/// `--ipc all`: the options of each mechanism's run, and the mechanisms those options cannot run whatever
+/// the devices, each with why (memops cannot order pool memory): found by the parse, waived without a run.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct EveryMechanism {
+    pub run: Run,
+    pub not_run: Vec<(Mechanism, String)>,
+}
+
+impl EveryMechanism {
+    /// Why the options cannot run `mechanism`, if they cannot.
+    pub(crate) fn why_not_run(&self, mechanism: Mechanism) -> Option<&str> {
+        self.not_run.iter().find(|(m, _)| *m == mechanism).map(|(_, why)| why.as_str())
+    }
+}
+
 /// The options of `--bench`.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Bench {
-    /// `None`: `--ipc all`, which the benchmark refuses.
-    pub mechanism: Option<Mechanism>,
+    pub mechanism: Mechanism,
     pub max_bytes: u64,
     pub timeout: Timeout,
     pub quiet: bool,
@@ -221,7 +235,9 @@ impl Role {
     /// `--json FILE`.
     pub(crate) fn json(&self) -> Option<&Path> {
         match self {
-            Role::Sample(run, _) | Role::EveryMechanism(run) | Role::Matrix(run, _) => run.json.as_deref(),
+            Role::Sample(run, _)
+            | Role::EveryMechanism(EveryMechanism { run, .. })
+            | Role::Matrix(run, _) => run.json.as_deref(),
             Role::Bench(bench) => bench.json.as_deref(),
             _ => None,
         }
@@ -230,7 +246,9 @@ impl Role {
     /// Whether this process prints nothing on standard output but the verdict line (`--quiet`).
     pub(crate) fn quiet(&self) -> bool {
         match self {
-            Role::Sample(run, _) | Role::EveryMechanism(run) | Role::Matrix(run, _) => run.quiet,
+            Role::Sample(run, _)
+            | Role::EveryMechanism(EveryMechanism { run, .. })
+            | Role::Matrix(run, _) => run.quiet,
             Role::MechanismRun(sub) => sub.run.quiet,
             Role::Bench(bench) => bench.quiet,
             Role::Child(child) => child.quiet,
@@ -243,7 +261,7 @@ impl Role {
     /// holds against the outcome.
     pub(crate) fn by_pidfd(&self) -> bool {
         match self {
-            Role::Sample(run, _) | Role::EveryMechanism(run) => run.fds == Fds::Pidfd,
+            Role::Sample(run, _) | Role::EveryMechanism(EveryMechanism { run, .. }) => run.fds == Fds::Pidfd,
             Role::MechanismRun(sub) => sub.run.fds == Fds::Pidfd,
             _ => false,
         }
@@ -280,14 +298,14 @@ impl Role {
         match self {
             Role::Sample(run, mechanism) => (Mode::Run, of_run(run, mechanism.name())),
             Role::MechanismRun(sub) => (Mode::Run, of_run(&sub.run, sub.mechanism.name())),
-            Role::EveryMechanism(run) => (Mode::IpcAll, of_run(run, "all")),
+            Role::EveryMechanism(EveryMechanism { run, .. }) => (Mode::IpcAll, of_run(run, "all")),
             Role::Matrix(run, asked) => {
                 (Mode::ContainerMatrix, Options { isolate: Some(asked.to_string()), ..of_run(run, "all") })
             }
             Role::Bench(bench) => (
                 Mode::Bench,
                 Options {
-                    ipc: bench.mechanism.map_or("all", Mechanism::name).to_owned(),
+                    ipc: bench.mechanism.name().to_owned(),
                     timeout_s: bench.timeout.0,
                     bench_max_bytes: Some(bench.max_bytes),
                     serve: bench.serve.as_ref().map(ToString::to_string),

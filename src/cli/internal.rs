@@ -91,7 +91,7 @@ pub(super) fn parse_from(args: impl Iterator<Item = OsString>) -> Result<Role, c
         }),
         Sub::Run { report_fd, serve_round, served_fds, options } => {
             let served = serve_round.zip(served_fds).map(|(round, fds)| Served { round, fds });
-            match options.role() {
+            match options.role().map_err(|refused| refused.said_by(Internal::command()))? {
                 Role::Sample(run, mechanism)
                     if run.json.is_none() && (served.is_none() || run.serve.is_some()) =>
                 {
@@ -109,6 +109,7 @@ pub(super) fn parse_from(args: impl Iterator<Item = OsString>) -> Result<Role, c
 
 #[cfg(test)]
 mod tests {
+    use super::super::rules;
     use super::*;
     use crate::ipc::{Fds, Mechanism, Sync};
     use crate::role::Run;
@@ -122,9 +123,11 @@ mod tests {
 
     /// The user's options of a run: `args` as a user gives them.
     fn run_of(args: &[&str]) -> Run {
-        match user::parse_from(std::iter::once("simple-ipc").chain(args.iter().copied())) {
-            Ok(user::Asked::Role(
-                Role::Sample(run, _) | Role::EveryMechanism(run) | Role::Matrix(run, _),
+        match rules::parse_from(std::iter::once("simple-ipc").chain(args.iter().copied())) {
+            Ok(rules::Asked::Role(
+                Role::Sample(run, _)
+                | Role::EveryMechanism(crate::role::EveryMechanism { run, .. })
+                | Role::Matrix(run, _),
             )) => run,
             other => panic!("{args:?}: {other:?}"),
         }
@@ -165,7 +168,8 @@ mod tests {
         for args in user {
             // --fds pidfd reaches legacy's run too, as the user gave it (its run has no descriptors).
             roles.push(Role::MechanismRun(sub(Mechanism::Legacy, run_of(args), None)));
-            roles.push(Role::MechanismRun(sub(Mechanism::Pool, run_of(args), None)));
+            // (Never pool under memops: `--ipc all` waives it, and the parse refuses it.)
+            roles.push(Role::MechanismRun(sub(Mechanism::Fabric, run_of(args), None)));
         }
         let serving = Run { serve: Some(Address::Path("/tmp/s".into())), ..run_of(&["--ipc", "all"]) };
         roles.push(Role::MechanismRun(sub(Mechanism::Vmm, serving, Some(served))));
@@ -191,6 +195,7 @@ mod tests {
             &["run", "--report-fd", "5", "--json", "x.json"],
             &["run", "--report-fd", "5", "--serve-round", "1/2", "--served-fds", "3,4"],
             &["run", "--ipc", "vmm"],
+            &["run", "--report-fd", "5", "--ipc", "pool", "--sync", "memops"],
             &["child", "32"],
             &["guardian"],
             &["join", "@s", "--report-fd", "5", "--timeout", "1"],
@@ -253,7 +258,7 @@ mod tests {
     /// user's parser is a usage error that does not name them.
     #[test]
     fn users_never_see_the_internal_roles() {
-        let help = match user::parse_from(["simple-ipc", "--help"]) {
+        let help = match rules::parse_from(["simple-ipc", "--help"]) {
             Err(e) => e.render().to_string(),
             Ok(role) => panic!("--help is {role:?}"),
         };
@@ -284,7 +289,7 @@ mod tests {
             &["child", "0"],
             &["--ipc", "vmm", "@internal"],
         ] {
-            let e = user::parse_from(std::iter::once("simple-ipc").chain(args.iter().copied()))
+            let e = rules::parse_from(std::iter::once("simple-ipc").chain(args.iter().copied()))
                 .expect_err("a usage error");
             assert!(e.use_stderr(), "{args:?}: a usage error, which exits 1");
             let said = e.render().to_string();

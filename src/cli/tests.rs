@@ -1,5 +1,6 @@
 //! The user's parser: the roles and options it gives, and the usage errors it makes.
 
+use super::rules::{Asked, parse_from};
 use super::user::*;
 use crate::ipc::{Fds, Mechanism, Sync};
 use crate::meeting::Address;
@@ -116,6 +117,34 @@ fn options_that_do_nothing_in_a_mode_are_refused() {
     );
 }
 
+/// Options whose values refuse each other are refused by the parse, in the words a run said them in before,
+/// and `--ipc all` is told which mechanisms its options cannot run.
+#[test]
+fn values_that_refuse_each_other_are_refused_by_the_parse() {
+    let said = refusal(&["--bench", "--ipc", "all"]);
+    assert!(
+        said.contains("--bench measures one mechanism at a time: give --ipc legacy, vmm, pool or fabric"),
+        "{said}"
+    );
+    let said = refusal(&["--sync", "memops", "--ipc", "pool"]);
+    assert!(said.contains("--sync memops cannot order pool memory: "), "{said}");
+    assert!(said.contains("; use --ipc legacy, vmm or fabric"), "{said}");
+    assert!(
+        matches!(run(&["--bench", "--ipc", "pool"]), Some(Role::Bench(b)) if b.mechanism == Mechanism::Pool)
+    );
+    assert_eq!(sample(&["--sync", "events", "--ipc", "pool"]).sync, Sync::Events, "events order pool memory");
+    let Some(Role::EveryMechanism(every)) = run(&["--ipc", "all", "--sync", "memops"]) else {
+        panic!("--ipc all is every mechanism")
+    };
+    let not_run: Vec<Mechanism> = every.not_run.iter().map(|(m, _)| *m).collect();
+    assert_eq!(not_run, [Mechanism::Pool], "memops cannot order pool memory alone");
+    let why = every.why_not_run(Mechanism::Pool).unwrap_or_default();
+    assert!(why.starts_with("--sync memops cannot order pool memory: "), "{why}");
+    assert_eq!(every.why_not_run(Mechanism::Vmm), None);
+    let Some(Role::EveryMechanism(every)) = run(&["--ipc", "all"]) else { panic!("--ipc all") };
+    assert!(every.not_run.is_empty(), "events order every mechanism: {every:?}");
+}
+
 #[test]
 fn bench_sizes_take_units() {
     let max = |args: &[&str]| match run(&[&["--bench"], args].concat()) {
@@ -135,15 +164,16 @@ fn bench_sizes_take_units() {
     }
 }
 
-/// `--ipc`'s values are the mechanisms' names, and `all`.
+/// `--ipc`'s values are the mechanisms, by their own names, and `all`.
 #[test]
 fn every_ipc_value_but_all_names_a_mechanism() {
     use clap::ValueEnum;
-    let named: Vec<Option<Mechanism>> =
-        IpcArg::value_variants().iter().map(|v| Mechanism::from_name(&v.name())).collect();
+    let named: Vec<Option<Mechanism>> = IpcArg::value_variants().iter().map(|v| v.mechanism()).collect();
     let mechanisms = Mechanism::ALL.map(Some);
     assert_eq!(named, [&mechanisms[..], &[None]].concat());
-    assert_eq!(named[3], Some(Mechanism::Fabric));
+    for value in IpcArg::value_variants() {
+        assert_eq!(value.mechanism().map_or("all", Mechanism::name), value.name(), "{value:?}");
+    }
     for mechanism in Mechanism::ALL {
         assert_eq!(Mechanism::from_code(mechanism.code()), Some(mechanism));
     }

@@ -22,7 +22,7 @@ fn joiner(quiet: bool) -> Joiner {
     Joiner { address: Address::Abstract("s".into()), timeout: Timeout(7), quiet, bench: false }
 }
 
-fn bench(mechanism: Option<Mechanism>) -> Bench {
+fn bench(mechanism: Mechanism) -> Bench {
     Bench {
         mechanism,
         max_bytes: 1 << 20,
@@ -31,6 +31,10 @@ fn bench(mechanism: Option<Mechanism>) -> Bench {
         serve: Some(Address::Abstract("b".into())),
         json: Some("bench.json".into()),
     }
+}
+
+fn every(run: Run) -> Role {
+    Role::EveryMechanism(EveryMechanism { run, not_run: Vec::new() })
 }
 
 fn child(quiet: bool) -> Child {
@@ -59,9 +63,9 @@ fn each_role_says_who_started_it_and_what_it_was_given() {
     let matrix = Role::Matrix(run(), Isolation::parse("pid,net").unwrap());
     let users = [
         Role::Sample(run(), Mechanism::Vmm),
-        Role::Bench(bench(Some(Mechanism::Vmm))),
+        Role::Bench(bench(Mechanism::Vmm)),
         Role::Topology,
-        Role::EveryMechanism(run()),
+        every(run()),
         matrix.clone(),
         Role::Joiner(joiner(true)),
     ];
@@ -93,10 +97,10 @@ fn each_role_says_who_started_it_and_what_it_was_given() {
         let run = Run { quiet, ..Run::default() };
         [
             Role::Sample(run.clone(), Mechanism::Legacy),
-            Role::EveryMechanism(run.clone()),
+            every(run.clone()),
             Role::Matrix(run.clone(), Isolation::parse("pid").unwrap()),
             Role::MechanismRun(sub(run)),
-            Role::Bench(Bench { quiet, ..bench(None) }),
+            Role::Bench(Bench { quiet, ..bench(Mechanism::Pool) }),
             Role::Child(child(quiet)),
             Role::Joiner(joiner(quiet)),
             Role::Isolated(isolated(quiet)),
@@ -110,15 +114,13 @@ fn each_role_says_who_started_it_and_what_it_was_given() {
     }
     assert!(!Role::Topology.quiet() && !Role::Guardian { fd: 3 }.quiet());
 
-    for role in
-        [Role::Sample(run(), Mechanism::Vmm), Role::EveryMechanism(run()), Role::MechanismRun(sub(run()))]
-    {
+    for role in [Role::Sample(run(), Mechanism::Vmm), every(run()), Role::MechanismRun(sub(run()))] {
         assert!(role.by_pidfd(), "{role:?}");
     }
     let socket = Run::default();
     for role in [
         Role::Sample(socket.clone(), Mechanism::Vmm),
-        Role::EveryMechanism(socket.clone()),
+        every(socket.clone()),
         Role::MechanismRun(sub(socket)),
         Role::Child(child(false)),
     ] {
@@ -145,7 +147,7 @@ fn the_document_says_what_each_role_was_asked() {
     assert_eq!(Role::Sample(run(), Mechanism::Vmm).asked(), (Mode::Run, given.clone()));
     assert_eq!(Role::MechanismRun(sub(run())).asked(), (Mode::Run, given.clone()));
     let all = Options { ipc: "all".into(), ..given.clone() };
-    assert_eq!(Role::EveryMechanism(run()).asked(), (Mode::IpcAll, all.clone()));
+    assert_eq!(every(run()).asked(), (Mode::IpcAll, all.clone()));
     let matrix = Role::Matrix(run(), Isolation::parse("net").unwrap());
     let isolate = Some(Isolation::parse("net").unwrap().to_string());
     assert_eq!(matrix.asked(), (Mode::ContainerMatrix, Options { isolate, ..all }));
@@ -172,8 +174,11 @@ fn the_document_says_what_each_role_was_asked() {
         serve: Some(Address::Abstract("b".into()).to_string()),
         ..defaults.clone()
     };
-    assert_eq!(Role::Bench(bench(Some(Mechanism::Vmm))).asked(), (Mode::Bench, benched.clone()));
-    assert_eq!(Role::Bench(bench(None)).asked(), (Mode::Bench, Options { ipc: "all".into(), ..benched }));
+    assert_eq!(Role::Bench(bench(Mechanism::Vmm)).asked(), (Mode::Bench, benched.clone()));
+    assert_eq!(
+        Role::Bench(bench(Mechanism::Pool)).asked(),
+        (Mode::Bench, Options { ipc: "pool".into(), ..benched })
+    );
     let joined = Options { timeout_s: 7, ..defaults.clone() };
     assert_eq!(Role::Joiner(joiner(false)).asked(), (Mode::Run, joined.clone()));
     assert_eq!(Role::Isolated(isolated(false)).asked(), (Mode::Run, joined));
