@@ -61,7 +61,7 @@ pub fn main() -> ExitCode {
     // usage error), and it is written once the verdict is known, whatever it is.
     // `--ipc all` hands each of its runs a pipe for the document instead.
     let asked = role.asked();
-    let by_pidfd = role.by_pidfd();
+    let handles = role.handles();
     let opened = match (role.report_fd(), role.json()) {
         (Some(fd), _) => report::open_inherited(fd, asked.clone()).map(Some),
         (None, Some(path)) => report::open(path, asked.clone()).map(Some),
@@ -117,16 +117,9 @@ pub fn main() -> ExitCode {
     let refused = failure.and_then(|e| {
         report::Refused::of(e).or_else(|| e.downcast_ref::<crate::peers::PeerFailed>()?.refused.clone())
     });
-    let (ipc, sync) = (&asked.1.ipc, &asked.1.sync);
     if let Some(placement) = &mut found.placement
-        && let text = report::forecast_against_outcome(
-            placement,
-            ipc,
-            sync,
-            by_pidfd,
-            status == Status::Passed,
-            refused.as_ref(),
-        )
+        && let text =
+            report::forecast_against_outcome(placement, handles, status == Status::Passed, refused.as_ref())
         && code != READER_GONE_STATUS
         && let Err(e) = crate::output::text(&text)
     {

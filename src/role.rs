@@ -257,13 +257,16 @@ impl Role {
         }
     }
 
-    /// Whether the importers fetch the descriptors with `pidfd_getfd` (`--fds pidfd`), a path the forecast
-    /// holds against the outcome.
-    pub(crate) fn by_pidfd(&self) -> bool {
+    /// What a run of one mechanism hands between its processes, which says the paths the forecast holds
+    /// against the outcome: the mechanism, its `--sync` and its `--fds`; `None` where this role runs no one
+    /// mechanism (`--ipc all`, the matrix, a joiner...).
+    pub(crate) fn handles(&self) -> Option<(Mechanism, Sync, Fds)> {
         match self {
-            Role::Sample(run, _) | Role::EveryMechanism(EveryMechanism { run, .. }) => run.fds == Fds::Pidfd,
-            Role::MechanismRun(sub) => sub.run.fds == Fds::Pidfd,
-            _ => false,
+            Role::Sample(run, mechanism) => Some((*mechanism, run.sync, run.fds)),
+            Role::MechanismRun(sub) => Some((sub.mechanism, sub.run.sync, sub.run.fds)),
+            // Its memory's path, and the event's (the benchmark hands over by events and by memops alike).
+            Role::Bench(bench) => Some((bench.mechanism, Sync::default(), Fds::default())),
+            _ => None,
         }
     }
 

@@ -57,7 +57,7 @@ fn a_timeout_of_0_is_none() {
 }
 
 /// Each role's facts, as the entry reads them: who started it, where its document goes, `--json`,
-/// `--quiet` and `--fds pidfd`.
+/// `--quiet` and the handles of its one mechanism.
 #[test]
 fn each_role_says_who_started_it_and_what_it_was_given() {
     let matrix = Role::Matrix(run(), Isolation::parse("pid,net").unwrap());
@@ -114,17 +114,16 @@ fn each_role_says_who_started_it_and_what_it_was_given() {
     }
     assert!(!Role::Topology.quiet() && !Role::Guardian { fd: 3 }.quiet());
 
-    for role in [Role::Sample(run(), Mechanism::Vmm), every(run()), Role::MechanismRun(sub(run()))] {
-        assert!(role.by_pidfd(), "{role:?}");
-    }
-    let socket = Run::default();
-    for role in [
-        Role::Sample(socket.clone(), Mechanism::Vmm),
-        every(socket.clone()),
-        Role::MechanismRun(sub(socket)),
-        Role::Child(child(false)),
-    ] {
-        assert!(!role.by_pidfd(), "{role:?}");
+    // What a run of one mechanism hands over, typed as given: the paths its forecast speaks of.
+    let given = Some((Mechanism::Vmm, Sync::Memops, Fds::Pidfd));
+    assert_eq!(Role::Sample(run(), Mechanism::Vmm).handles(), given);
+    assert_eq!(Role::MechanismRun(sub(run())).handles(), given);
+    let defaults = Some((Mechanism::Pool, Sync::Events, Fds::Socket));
+    assert_eq!(Role::Sample(Run::default(), Mechanism::Pool).handles(), defaults);
+    assert_eq!(Role::Bench(bench(Mechanism::Pool)).handles(), defaults, "the benchmark's memory, and events");
+    for role in [every(run()), matrix, Role::Joiner(joiner(true)), Role::Child(child(false)), Role::Topology]
+    {
+        assert_eq!(role.handles(), None, "no one mechanism: {role:?}");
     }
 }
 
