@@ -255,7 +255,7 @@ fn run(role: Role, document: &mut Option<report::Opened>) -> anyhow::Result<repo
         (Role::Isolated(isolated), _) => crate::isolation::enter(&isolated.isolation)?,
         (_, Some((run, isolation, to_a_pipe))) if isolation.includes_parent() => {
             // The process the user started stays in the user's namespaces; the run goes on in a child.
-            crate::isolation::stay_outside(run.timeout.limit(), to_a_pipe, role.asked(), document)?;
+            crate::isolation::stay_outside(run.timeout, to_a_pipe, role.asked(), document)?;
             crate::isolation::enter(isolation)?
         }
         _ => {}

@@ -6,12 +6,12 @@
 use std::ffi::OsString;
 use std::os::fd::RawFd;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use crate::ipc::{Fds, Mechanism, Sync};
 use crate::isolation::Isolation;
 use crate::meeting::Address;
 use crate::report::document::{Mode, Options};
+use crate::timings::Timeout;
 use crate::wire::Round;
 
 /// The first argument of a process this program starts in an internal role: no option and no value the
@@ -41,28 +41,6 @@ pub(crate) enum Role {
     MechanismRun(MechanismRun),
     /// A process an `--isolate` run started in namespaces of its own, which joins that run.
     Isolated(Isolated),
-}
-
-/// The watchdog's limit in seconds (`--timeout`); 0: never.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Timeout(pub u64);
-
-impl Timeout {
-    /// The longest limit: about a century, past which a deadline is as good as none. A longer one (a user's
-    /// `u64::MAX` for "never") is this, since the clock cannot be given more: `Instant + Duration` panics.
-    const LONGEST_S: u64 = 100 * 365 * 24 * 3600;
-
-    /// The limit, `None` for `--timeout 0`; at most [`LONGEST_S`](Self::LONGEST_S) seconds.
-    pub(crate) fn limit(self) -> Option<Duration> {
-        (self.0 > 0).then(|| Duration::from_secs(self.0.min(Self::LONGEST_S)))
-    }
-}
-
-impl Default for Timeout {
-    /// A generous default.
-    fn default() -> Self {
-        Timeout(60)
-    }
 }
 
 /// The options of a run of the sample (or of several: `--ipc all`, the matrix).
@@ -195,7 +173,7 @@ impl Role {
                 args.extend(["join".into(), joiner.address.to_string()]);
                 valued(&mut args, "--isolated", Some(isolation));
                 valued(&mut args, "--report-fd", Some(report_fd));
-                valued(&mut args, "--timeout", Some(joiner.timeout.0));
+                valued(&mut args, "--timeout", Some(joiner.timeout));
                 flag(&mut args, "--quiet", joiner.quiet);
             }
             Role::MechanismRun(MechanismRun { mechanism, run, report_fd, served }) => {
@@ -279,7 +257,7 @@ impl Role {
             procs_per_device: 1,
             sequential: false,
             timings: false,
-            timeout_s: Timeout::default().0,
+            timeout_s: Timeout::default().seconds(),
             bind_numa: false,
             quiet: self.quiet(),
             bench_max_bytes: None,
@@ -292,7 +270,7 @@ impl Role {
             procs_per_device: run.procs_per_device,
             sequential: run.sequential,
             timings: run.timings,
-            timeout_s: run.timeout.0,
+            timeout_s: run.timeout.seconds(),
             bind_numa: run.bind_numa,
             serve: run.serve.as_ref().map(ToString::to_string),
             isolate: run.isolate.as_ref().map(ToString::to_string),
@@ -309,14 +287,14 @@ impl Role {
                 Mode::Bench,
                 Options {
                     ipc: bench.mechanism.name().to_owned(),
-                    timeout_s: bench.timeout.0,
+                    timeout_s: bench.timeout.seconds(),
                     bench_max_bytes: Some(bench.max_bytes),
                     serve: bench.serve.as_ref().map(ToString::to_string),
                     ..defaults
                 },
             ),
             Role::Joiner(joiner) | Role::Isolated(Isolated { joiner, .. }) => {
-                (Mode::Run, Options { timeout_s: joiner.timeout.0, ..defaults })
+                (Mode::Run, Options { timeout_s: joiner.timeout.seconds(), ..defaults })
             }
             Role::Topology | Role::Child(_) | Role::Guardian { .. } => (Mode::Run, defaults),
         }
@@ -343,7 +321,7 @@ fn run_args(args: &mut Vec<String>, run: &Run, mechanism: Mechanism) {
     valued(args, "--sync", Some(run.sync.name()).filter(|_| run.sync != Sync::default()));
     valued(args, "--fds", Some("pidfd").filter(|_| run.fds == Fds::Pidfd));
     valued(args, "--procs-per-device", Some(run.procs_per_device).filter(|&n| n != 1));
-    valued(args, "--timeout", Some(run.timeout.0).filter(|_| run.timeout != Timeout::default()));
+    valued(args, "--timeout", Some(run.timeout).filter(|&timeout| timeout != Timeout::default()));
     valued(args, "--serve", run.serve.as_ref());
     valued(args, "--isolate", run.isolate.as_ref());
     flag(args, "--sequential", run.sequential);

@@ -7,10 +7,12 @@ use std::ffi::OsString;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use super::user::{self, parse_address};
+use super::values::parse_timeout;
 use crate::isolation::Isolation;
 use crate::meeting::Address;
-use crate::role::{Child, Isolated, Joiner, MechanismRun, Role, Served, Timeout};
+use crate::role::{Child, Isolated, Joiner, MechanismRun, Role, Served};
 use crate::segment::MAX_PROCESSES;
+use crate::timings::Timeout;
 use crate::wire::Round;
 
 #[derive(Parser, Debug)]
@@ -50,8 +52,8 @@ enum Sub {
         isolated: Isolation,
         #[arg(long, value_name = "FD")]
         report_fd: i32,
-        #[arg(long, value_name = "SECONDS")]
-        timeout: u64,
+        #[arg(long, value_name = "SECONDS", value_parser = parse_timeout)]
+        timeout: Timeout,
         #[arg(long)]
         quiet: bool,
     },
@@ -87,7 +89,7 @@ pub(super) fn parse_from(args: impl Iterator<Item = OsString>) -> Result<Role, c
         Sub::Join { address, isolated, report_fd, timeout, quiet } => Role::Isolated(Isolated {
             isolation: isolated,
             report_fd,
-            joiner: Joiner { address, timeout: Timeout(timeout), quiet, bench: false },
+            joiner: Joiner { address, timeout, quiet, bench: false },
         }),
         Sub::Run { report_fd, serve_round, served_fds, options } => {
             let served = serve_round.zip(served_fds).map(|(round, fds)| Served { round, fds });
@@ -139,7 +141,8 @@ mod tests {
         let child =
             |segment_fd, socket_fd, bench, quiet| Child { index: 3, segment_fd, socket_fd, bench, quiet };
         let address = Address::Abstract("simple-ipc-1-f".into());
-        let joiner = Joiner { address: address.clone(), timeout: Timeout(0), quiet: true, bench: false };
+        let joiner =
+            Joiner { address: address.clone(), timeout: Timeout::from_secs(0), quiet: true, bench: false };
         let isolated = |kinds| Isolated {
             isolation: Isolation::parse(kinds).unwrap(),
             report_fd: 7,
@@ -161,7 +164,7 @@ mod tests {
             Role::Isolated(isolated("pid")),
             Role::Isolated(isolated("none")),
             Role::Isolated(Isolated {
-                joiner: Joiner { quiet: false, timeout: Timeout(60), ..joiner.clone() },
+                joiner: Joiner { quiet: false, timeout: Timeout::default(), ..joiner.clone() },
                 ..isolated("joiners:container,user")
             }),
         ];

@@ -9,7 +9,7 @@ use clap::error::ErrorKind;
 use super::generate;
 use super::user::{self, IpcArg, Options};
 use crate::ipc::{Mechanism, Sync, memops_refusal};
-use crate::role::{Bench, EveryMechanism, Joiner, Role, Run, Timeout};
+use crate::role::{Bench, EveryMechanism, Joiner, Role, Run};
 
 /// What a user's command line asks for.
 #[derive(Debug)]
@@ -39,7 +39,7 @@ impl Options {
     /// and the internal one (a run of one mechanism) hold alike. Which options were given at all is the
     /// user's parser's rule ([`idle_options`]).
     pub(super) fn role(self) -> Result<Role, Refused> {
-        let timeout = Timeout(self.timeout);
+        let timeout = self.timeout;
         let mechanism = self.ipc.mechanism();
         if let Some(address) = self.join {
             return Ok(Role::Joiner(Joiner { address, timeout, quiet: self.quiet, bench: self.bench }));

@@ -4,7 +4,8 @@ use super::rules::{Asked, parse_from};
 use super::user::*;
 use crate::ipc::{Fds, Mechanism, Sync};
 use crate::meeting::Address;
-use crate::role::{Role, Run, Timeout};
+use crate::role::{Role, Run};
+use crate::timings::Timeout;
 
 fn run(args: &[&str]) -> Option<Role> {
     match parse_from(std::iter::once("simple-ipc").chain(args.iter().copied())) {
@@ -110,7 +111,11 @@ fn options_that_do_nothing_in_a_mode_are_refused() {
     let Some(Role::Joiner(join)) = run(&["--join", "s", "--timeout", "5", "--quiet"]) else {
         panic!("--join is a joiner")
     };
-    assert_eq!((join.timeout, join.quiet), (Timeout(5), true), "a joiner takes --timeout and --quiet");
+    assert_eq!(
+        (join.timeout, join.quiet),
+        (Timeout::from_secs(5), true),
+        "a joiner takes --timeout and --quiet"
+    );
     assert!(
         run(&["--ipc", "vmm", "--isolate", "pid", "--sync", "memops"]).is_some(),
         "one mechanism: --sync counts"
@@ -184,7 +189,7 @@ fn every_ipc_value_but_all_names_a_mechanism() {
 fn a_repeated_option_is_the_last_one() {
     assert_eq!(asked(&["--ipc", "vmm", "--ipc", "pool"]).ipc, "pool");
     assert!(matches!(run(&["--ipc", "all", "--ipc", "vmm"]), Some(Role::Sample(_, Mechanism::Vmm))));
-    assert_eq!(sample(&["--timeout", "5", "--timeout", "7"]).timeout, Timeout(7));
+    assert_eq!(sample(&["--timeout", "5", "--timeout", "7"]).timeout, Timeout::from_secs(7));
     assert!(sample(&["-q", "-q"]).quiet, "a flag given twice");
     assert!(sample(&["--quiet", "-q", "--quiet"]).quiet);
     assert_eq!(sample(&["--procs-per-device=2", "--procs-per-device", "3"]).procs_per_device, 3);

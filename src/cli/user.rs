@@ -8,11 +8,12 @@ use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::{Args, CommandFactory, FromArgMatches, Parser, ValueEnum, ValueHint};
 
 use super::generate;
-use super::values::{SyncParser, parse_bench_size, parse_seconds};
+use super::values::{SyncParser, parse_bench_size, parse_timeout};
 
 use crate::ipc::{Fds, Mechanism, Sync};
 use crate::meeting::Address;
 use crate::segment::MAX_PROCESSES;
+use crate::timings::Timeout;
 
 /// `--version`: this program's version, the git revision it was built from, and what its kernel needs.
 const VERSION: &str = concat!(
@@ -92,9 +93,9 @@ pub(super) struct Options {
     /// The watchdog: stop the run after this many seconds and exit 1; 0: never.
     ///
     /// Past it, the run stops and names each process that had not finished, and where it was.
-    #[arg(long, value_name = "SECONDS", default_value_t = 60, help_heading = RUN,
-          allow_negative_numbers = true, value_parser = parse_seconds)]
-    pub timeout: u64,
+    #[arg(long, value_name = "SECONDS", default_value_t = Timeout::default(), help_heading = RUN,
+          allow_negative_numbers = true, value_parser = parse_timeout)]
+    pub timeout: Timeout,
 
     /// Pin each child (or joiner) to the CPUs of its GPU's NUMA node.
     ///

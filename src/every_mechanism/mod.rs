@@ -76,7 +76,7 @@ pub fn run(every: &EveryMechanism) -> Result<Ran> {
     // bounds the whole sequence.
     let runs = Mechanism::ALL.into_iter().filter(|&m| every.why_not_run(m).is_none()).count() as u32;
     let mut sequence = match &run.serve {
-        Some(address) => Some(served::Sequence::open(address, runs, run.timeout.limit())?),
+        Some(address) => Some(served::Sequence::open(address, runs, run.timeout)?),
         None => None,
     };
     // Each run's document comes back through its pipe.

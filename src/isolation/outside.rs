@@ -32,6 +32,7 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid, fork, getpid, getppid, pipe2, setpgid};
 
 use crate::report::{self, Status};
+use crate::timings::Timeout;
 
 /// How long past `--timeout` the run has to stop itself (its watchdog stops its processes within about a
 /// second and a half) before the process outside stops it.
@@ -50,12 +51,12 @@ struct Outside {
 /// while this process has one thread.
 /// `document`: the run's, written by this process once the run is over; in the run, the pipe to it.
 pub fn stay_outside(
-    timeout: Option<Duration>,
+    timeout: Timeout,
     to_a_pipe: bool,
     asked: (report::document::Mode, report::document::Options),
     document: &mut Option<report::Opened>,
 ) -> Result<()> {
-    let outside = Outside { timeout, to_a_pipe };
+    let outside = Outside { timeout: timeout.limit(), to_a_pipe };
     let (from_run, document_end) = pipe2(OFlag::O_CLOEXEC).context("pipe2 for an isolated run's document")?;
     let me = getpid();
     let passed_on = super::enter::passed_on_signals()?;

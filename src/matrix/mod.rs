@@ -308,6 +308,7 @@ fn table(rows: &[Boundary], cells: &[Vec<Cell>]) -> String {
 mod tests {
     use super::*;
     use crate::ipc::{Fds, Sync};
+    use crate::timings::Timeout;
 
     /// A cell's document as its run wrote it: `status`, `reason`, and the driver's refusal where there was
     /// one.
@@ -376,7 +377,7 @@ mod tests {
 
     #[test]
     fn each_cell_sets_its_own_sync_isolate_and_fds() {
-        let matrix = Run { timeout: crate::role::Timeout(5), json: Some("m.json".into()), ..Run::default() };
+        let matrix = Run { timeout: Timeout::from_secs(5), json: Some("m.json".into()), ..Run::default() };
         let row = Boundary { title: "own PID namespace".into(), isolate: "pid".into() };
         let cell = cell_run(&matrix, &row, &COLUMNS[0]).unwrap();
         let expected = Run {

@@ -10,7 +10,7 @@ fn run() -> Run {
         sequential: true,
         bind_numa: true,
         timings: true,
-        timeout: Timeout(5),
+        timeout: Timeout::from_secs(5),
         quiet: true,
         serve: Some(Address::Abstract("s".into())),
         isolate: Some(Isolation::parse("pid").unwrap()),
@@ -19,14 +19,14 @@ fn run() -> Run {
 }
 
 fn joiner(quiet: bool) -> Joiner {
-    Joiner { address: Address::Abstract("s".into()), timeout: Timeout(7), quiet, bench: false }
+    Joiner { address: Address::Abstract("s".into()), timeout: Timeout::from_secs(7), quiet, bench: false }
 }
 
 fn bench(mechanism: Mechanism) -> Bench {
     Bench {
         mechanism,
         max_bytes: 1 << 20,
-        timeout: Timeout(9),
+        timeout: Timeout::from_secs(9),
         quiet: true,
         serve: Some(Address::Abstract("b".into())),
         json: Some("bench.json".into()),
@@ -47,13 +47,6 @@ fn sub(run: Run) -> MechanismRun {
 
 fn isolated(quiet: bool) -> Isolated {
     Isolated { isolation: Isolation::parse("pid").unwrap(), report_fd: 7, joiner: joiner(quiet) }
-}
-
-#[test]
-fn a_timeout_of_0_is_none() {
-    assert_eq!(Timeout(0).limit(), None);
-    assert_eq!(Timeout(1).limit(), Some(Duration::from_secs(1)));
-    assert_eq!(Timeout::default().limit(), Some(Duration::from_secs(60)));
 }
 
 /// Each role's facts, as the entry reads them: who started it, where its document goes, `--json`,
