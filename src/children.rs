@@ -15,7 +15,7 @@ use crate::peers::{PeerFailed, Peers};
 use crate::relaunch::{Ended, OnDrop, Process, Relaunch};
 use crate::role::{Child, Role};
 use crate::segment::{Segment, SharedState};
-use crate::timings::progress_of;
+use crate::timings::{Timeout, progress_of};
 
 /// How long stopped children get to close what they opened before they are killed: every wait of a child
 /// looks at the abort flag at least every 10 ms, so one that has not left by then is hung or stopped.
@@ -111,11 +111,10 @@ impl<'s> Children<'s> {
         quiet: bool,
         sockets: &[OwnedFd],
         started: Instant,
-        timeout: Option<Duration>,
+        timeout: Timeout,
     ) -> Result<Self> {
         let state = segment.state();
-        // A limit past what the clock can count (`--timeout` up to u64::MAX seconds) never comes: no deadline.
-        let deadline = timeout.and_then(|t| Some((started.checked_add(t)?, t)));
+        let deadline = timeout.deadline_from(started);
         let mut children = Self { state, running: Vec::with_capacity(indices.len()), deadline };
         let fd = segment.fd();
         let first = indices.start;

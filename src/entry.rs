@@ -7,13 +7,12 @@ use std::process::ExitCode;
 use nix::sys::signal::{SigHandler, Signal, signal};
 
 use crate::ipc::diagnose::Diagnosis;
-use crate::ipc::{Mechanism, Sync, memops_refusal};
 use std::os::fd::RawFd;
 
 use crate::outcome::{EXIT_FAILURE, EXIT_WAIVED, Ending, Outcome};
 use crate::output::READER_GONE_STATUS;
 use crate::report::{self, Status};
-use crate::role::{Role, Run, Served};
+use crate::role::Role;
 use crate::signals::Interrupted;
 use crate::verdict::{self, is_reader_gone, reader_gone};
 use crate::{
@@ -64,7 +63,7 @@ pub fn main() -> ExitCode {
     // usage error), and it is written once the verdict is known, whatever it is.
     // `--ipc all` hands each of its runs a pipe for the document instead.
     let asked = role.asked();
-    let by_pidfd = role.by_pidfd();
+    let handles = role.handles();
     let opened = match (role.report_fd(), role.json()) {
         (Some(fd), _) => report::open_inherited(fd, asked.clone()).map(Some),
         (None, Some(path)) => report::open(path, asked.clone()).map(Some),
@@ -119,16 +118,9 @@ pub fn main() -> ExitCode {
     let refused = failure.and_then(|e| {
         report::Refused::of(e).or_else(|| e.downcast_ref::<crate::peers::PeerFailed>()?.refused.clone())
     });
-    let (ipc, sync) = (&asked.1.ipc, &asked.1.sync);
     if let Some(placement) = &mut found.placement
-        && let text = report::forecast_against_outcome(
-            placement,
-            ipc,
-            sync,
-            by_pidfd,
-            status == Status::Passed,
-            refused.as_ref(),
-        )
+        && let text =
+            report::forecast_against_outcome(placement, handles, status == Status::Passed, refused.as_ref())
         && code != READER_GONE_STATUS
         && let Err(e) = crate::output::text(&text)
     {
@@ -306,38 +298,14 @@ fn run(role: Role) -> anyhow::Result<report::Ran> {
         }
         Role::Child(child) => child::run(child.index as usize, child.segment_fd, child.socket_fd)
             .map(|()| Outcome::Passed(None).into()),
-        Role::Bench(bench) => match bench.mechanism {
-            Some(mechanism) => bench::run_consumer(&bench, mechanism),
-            None => {
-                anyhow::bail!("--bench measures one mechanism at a time: give --ipc {}", either(|_| true))
-            }
-        },
+        Role::Bench(bench) => bench::run_consumer(&bench, bench.mechanism),
         Role::Topology => {
             fault::validate_for(&fault::Targets::NONE)?;
             topology::run().map(report::Ran::from)
         }
-        Role::Sample(run, mechanism) => sample(&run, mechanism, None),
-        Role::MechanismRun(sub) => sample(&sub.run, sub.mechanism, sub.served.as_ref()),
+        Role::Sample(run, mechanism) => parent::run(&run, mechanism, None),
+        Role::MechanismRun(sub) => parent::run(&sub.run, sub.mechanism, sub.served.as_ref()),
         Role::Matrix(run, asked) => crate::matrix::run(&run, &asked),
-        Role::EveryMechanism(run) => every_mechanism::run(&run),
-    }
-}
-
-/// The sample's run of `mechanism`, which memops cannot order where its memory refuses them.
-fn sample(run: &Run, mechanism: Mechanism, served: Option<&Served>) -> anyhow::Result<report::Ran> {
-    if run.sync == Sync::Memops && mechanism.spec().refuses_memops.is_some() {
-        let orderable = either(|m| m.spec().refuses_memops.is_none());
-        anyhow::bail!("{}; use --ipc {orderable}", memops_refusal(mechanism))
-    }
-    parent::run(run, mechanism, served)
-}
-
-/// The mechanisms that `keep` keeps, for a message: `legacy, vmm or fabric`.
-fn either(keep: impl Fn(Mechanism) -> bool) -> String {
-    let names: Vec<&str> = Mechanism::ALL.into_iter().filter(|&m| keep(m)).map(Mechanism::name).collect();
-    match names.split_last() {
-        Some((last, [])) => (*last).to_owned(),
-        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
-        None => String::new(),
+        Role::EveryMechanism(every) => every_mechanism::run(&every),
     }
 }

@@ -82,7 +82,7 @@ fn watchdog(deadline: Instant, timeout: Duration) {
 /// `joiner.bench`: the user said `--bench`, and the run must be the benchmark.
 pub fn run(joiner: &Joiner, started_by_server: bool) -> Result<Outcome> {
     let (address, timeout, bench) = (&joiner.address, joiner.timeout.limit(), joiner.bench);
-    let deadline = timeout.and_then(|t| Instant::now().checked_add(t).map(|at| (at, t)));
+    let deadline = joiner.timeout.deadline_from(Instant::now());
     if let Some((at, timeout)) = deadline {
         watchdog(at, timeout);
     }

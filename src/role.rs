@@ -6,12 +6,12 @@
 use std::ffi::OsString;
 use std::os::fd::RawFd;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use crate::ipc::{Fds, Mechanism, Sync};
 use crate::isolation::Isolation;
 use crate::meeting::Address;
 use crate::report::document::{Mode, Options};
+use crate::timings::Timeout;
 use crate::wire::Round;
 
 /// The first argument of a process this program starts in an internal role: no option and no value the
@@ -23,12 +23,12 @@ pub(crate) const INTERNAL: &str = "@internal";
 pub(crate) enum Role {
     /// The sample's run of one mechanism: children, or processes that join (`--serve`, `--isolate`).
     Sample(Run, Mechanism),
-    /// `--bench`: the consumer (`--ipc` must name one mechanism: that is said by the run).
+    /// `--bench`: the consumer.
     Bench(Bench),
     /// `--topology`.
     Topology,
     /// `--ipc all`: a run of each mechanism, then a table.
-    EveryMechanism(Run),
+    EveryMechanism(EveryMechanism),
     /// `--ipc all --isolate KINDS`: the container matrix of the boundaries of KINDS.
     Matrix(Run, Isolation),
     /// A process of the sample (or the benchmark's producer), started by its parent.
@@ -41,28 +41,6 @@ pub(crate) enum Role {
     MechanismRun(MechanismRun),
     /// A process an `--isolate` run started in namespaces of its own, which joins that run.
     Isolated(Isolated),
-}
-
-/// The watchdog's limit in seconds (`--timeout`); 0: never.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Timeout(pub u64);
-
-impl Timeout {
-    /// The longest limit: about a century, past which a deadline is as good as none. A longer one (a user's
-    /// `u64::MAX` for "never") is this, since the clock cannot be given more: `Instant + Duration` panics.
-    const LONGEST_S: u64 = 100 * 365 * 24 * 3600;
-
-    /// The limit, `None` for `--timeout 0`; at most [`LONGEST_S`](Self::LONGEST_S) seconds.
-    pub(crate) fn limit(self) -> Option<Duration> {
-        (self.0 > 0).then(|| Duration::from_secs(self.0.min(Self::LONGEST_S)))
-    }
-}
-
-impl Default for Timeout {
-    /// A generous default.
-    fn default() -> Self {
-        Timeout(60)
-    }
 }
 
 /// The options of a run of the sample (or of several: `--ipc all`, the matrix).
@@ -103,11 +81,25 @@ impl Default for Run {
     }
 }
 
+/// `--ipc all`: the options of each mechanism's run, and the mechanisms those options cannot run whatever
+/// the devices, each with why (memops cannot order pool memory): found by the parse, waived without a run.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct EveryMechanism {
+    pub run: Run,
+    pub not_run: Vec<(Mechanism, String)>,
+}
+
+impl EveryMechanism {
+    /// Why the options cannot run `mechanism`, if they cannot.
+    pub(crate) fn why_not_run(&self, mechanism: Mechanism) -> Option<&str> {
+        self.not_run.iter().find(|(m, _)| *m == mechanism).map(|(_, why)| why.as_str())
+    }
+}
+
 /// The options of `--bench`.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Bench {
-    /// `None`: `--ipc all`, which the benchmark refuses.
-    pub mechanism: Option<Mechanism>,
+    pub mechanism: Mechanism,
     pub max_bytes: u64,
     pub timeout: Timeout,
     pub quiet: bool,
@@ -187,7 +179,7 @@ impl Role {
                 valued(&mut args, "--isolated", Some(isolation));
                 valued(&mut args, "--report-fd", Some(report_fd));
                 valued(&mut args, "--outside-fd", outside_fd.as_ref());
-                valued(&mut args, "--timeout", Some(joiner.timeout.0));
+                valued(&mut args, "--timeout", Some(joiner.timeout));
                 flag(&mut args, "--quiet", joiner.quiet);
             }
             Role::MechanismRun(MechanismRun { mechanism, run, report_fd, served, outside_fd }) => {
@@ -233,7 +225,9 @@ impl Role {
     /// `--json FILE`.
     pub(crate) fn json(&self) -> Option<&Path> {
         match self {
-            Role::Sample(run, _) | Role::EveryMechanism(run) | Role::Matrix(run, _) => run.json.as_deref(),
+            Role::Sample(run, _)
+            | Role::EveryMechanism(EveryMechanism { run, .. })
+            | Role::Matrix(run, _) => run.json.as_deref(),
             Role::Bench(bench) => bench.json.as_deref(),
             _ => None,
         }
@@ -242,7 +236,9 @@ impl Role {
     /// Whether this process prints nothing on standard output but the verdict line (`--quiet`).
     pub(crate) fn quiet(&self) -> bool {
         match self {
-            Role::Sample(run, _) | Role::EveryMechanism(run) | Role::Matrix(run, _) => run.quiet,
+            Role::Sample(run, _)
+            | Role::EveryMechanism(EveryMechanism { run, .. })
+            | Role::Matrix(run, _) => run.quiet,
             Role::MechanismRun(sub) => sub.run.quiet,
             Role::Bench(bench) => bench.quiet,
             Role::Child(child) => child.quiet,
@@ -251,13 +247,16 @@ impl Role {
         }
     }
 
-    /// Whether the importers fetch the descriptors with `pidfd_getfd` (`--fds pidfd`), a path the forecast
-    /// holds against the outcome.
-    pub(crate) fn by_pidfd(&self) -> bool {
+    /// What a run of one mechanism hands between its processes, which says the paths the forecast holds
+    /// against the outcome: the mechanism, its `--sync` and its `--fds`; `None` where this role runs no one
+    /// mechanism (`--ipc all`, the matrix, a joiner...).
+    pub(crate) fn handles(&self) -> Option<(Mechanism, Sync, Fds)> {
         match self {
-            Role::Sample(run, _) | Role::EveryMechanism(run) => run.fds == Fds::Pidfd,
-            Role::MechanismRun(sub) => sub.run.fds == Fds::Pidfd,
-            _ => false,
+            Role::Sample(run, mechanism) => Some((*mechanism, run.sync, run.fds)),
+            Role::MechanismRun(sub) => Some((sub.mechanism, sub.run.sync, sub.run.fds)),
+            // Its memory's path, and the event's (the benchmark hands over by events and by memops alike).
+            Role::Bench(bench) => Some((bench.mechanism, Sync::default(), Fds::default())),
+            _ => None,
         }
     }
 
@@ -270,7 +269,7 @@ impl Role {
             procs_per_device: 1,
             sequential: false,
             timings: false,
-            timeout_s: Timeout::default().0,
+            timeout_s: Timeout::default().seconds(),
             bind_numa: false,
             quiet: self.quiet(),
             bench_max_bytes: None,
@@ -283,7 +282,7 @@ impl Role {
             procs_per_device: run.procs_per_device,
             sequential: run.sequential,
             timings: run.timings,
-            timeout_s: run.timeout.0,
+            timeout_s: run.timeout.seconds(),
             bind_numa: run.bind_numa,
             serve: run.serve.as_ref().map(ToString::to_string),
             isolate: run.isolate.as_ref().map(ToString::to_string),
@@ -292,22 +291,22 @@ impl Role {
         match self {
             Role::Sample(run, mechanism) => (Mode::Run, of_run(run, mechanism.name())),
             Role::MechanismRun(sub) => (Mode::Run, of_run(&sub.run, sub.mechanism.name())),
-            Role::EveryMechanism(run) => (Mode::IpcAll, of_run(run, "all")),
+            Role::EveryMechanism(EveryMechanism { run, .. }) => (Mode::IpcAll, of_run(run, "all")),
             Role::Matrix(run, asked) => {
                 (Mode::ContainerMatrix, Options { isolate: Some(asked.to_string()), ..of_run(run, "all") })
             }
             Role::Bench(bench) => (
                 Mode::Bench,
                 Options {
-                    ipc: bench.mechanism.map_or("all", Mechanism::name).to_owned(),
-                    timeout_s: bench.timeout.0,
+                    ipc: bench.mechanism.name().to_owned(),
+                    timeout_s: bench.timeout.seconds(),
                     bench_max_bytes: Some(bench.max_bytes),
                     serve: bench.serve.as_ref().map(ToString::to_string),
                     ..defaults
                 },
             ),
             Role::Joiner(joiner) | Role::Isolated(Isolated { joiner, .. }) => {
-                (Mode::Run, Options { timeout_s: joiner.timeout.0, ..defaults })
+                (Mode::Run, Options { timeout_s: joiner.timeout.seconds(), ..defaults })
             }
             Role::Topology | Role::Child(_) | Role::Guardian { .. } => (Mode::Run, defaults),
         }
@@ -334,7 +333,7 @@ fn run_args(args: &mut Vec<String>, run: &Run, mechanism: Mechanism) {
     valued(args, "--sync", Some(run.sync.name()).filter(|_| run.sync != Sync::default()));
     valued(args, "--fds", Some("pidfd").filter(|_| run.fds == Fds::Pidfd));
     valued(args, "--procs-per-device", Some(run.procs_per_device).filter(|&n| n != 1));
-    valued(args, "--timeout", Some(run.timeout.0).filter(|_| run.timeout != Timeout::default()));
+    valued(args, "--timeout", Some(run.timeout).filter(|&timeout| timeout != Timeout::default()));
     valued(args, "--serve", run.serve.as_ref());
     valued(args, "--isolate", run.isolate.as_ref());
     flag(args, "--sequential", run.sequential);

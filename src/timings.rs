@@ -1,7 +1,8 @@
 //! Where the time goes, and where each process is: a [`Stopwatch`] marks each phase a process enters. That
 //! one call records the time of the phase it ends, tells the segment which phase the process is in (for the
 //! watchdog's report), and is where a test fault may strike. Children leave their timings in the segment;
-//! the parent prints them all (`--timings`) or hands them to the `--json` document (`report`).
+//! the parent prints them all (`--timings`) or hands them to the `--json` document (`report`). The
+//! watchdog's limit, [`Timeout`] (`--timeout`), is here too: one type from the parser to every deadline.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -48,6 +49,52 @@ pub fn progress_of(word: u32) -> Progress {
             .checked_sub(1)
             .and_then(|i| Phase::from_index(i as usize))
             .map_or(Progress::Starting, Progress::In),
+    }
+}
+
+/// `--timeout`: the watchdog's limit in whole seconds; 0: never. Parsed once (`cli`), carried as is to each
+/// process and loop that keeps a deadline by it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Timeout(u64);
+
+impl Timeout {
+    /// The longest limit: about a century, past which a deadline is as good as none. A longer one (a user's
+    /// `u64::MAX` for "never") is this, since the clock cannot be given more: `Instant + Duration` panics.
+    const LONGEST_S: u64 = 100 * 365 * 24 * 3600;
+
+    pub(crate) const fn from_secs(seconds: u64) -> Self {
+        Timeout(seconds)
+    }
+
+    /// The seconds as given (`--timeout`, the document's `timeout_s`).
+    pub(crate) fn seconds(self) -> u64 {
+        self.0
+    }
+
+    /// The limit, `None` for `--timeout 0`; at most [`LONGEST_S`](Self::LONGEST_S) seconds.
+    pub(crate) fn limit(self) -> Option<Duration> {
+        (self.0 > 0).then(|| Duration::from_secs(self.0.min(Self::LONGEST_S)))
+    }
+
+    /// The deadline of what began at `start`: the moment, and the limit (which a message past it names);
+    /// `None` for none, or where the clock cannot count that far.
+    pub(crate) fn deadline_from(self, start: Instant) -> Option<(Instant, Duration)> {
+        let limit = self.limit()?;
+        Some((start.checked_add(limit)?, limit))
+    }
+}
+
+impl Default for Timeout {
+    /// A generous default.
+    fn default() -> Self {
+        Timeout(60)
+    }
+}
+
+/// The seconds, as `--timeout` takes them (`--help`'s default, `Role::to_args`).
+impl std::fmt::Display for Timeout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
     }
 }
 
@@ -193,6 +240,31 @@ pub fn table(parent: &Phases, children: &[Phases]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_timeout_of_0_is_none() {
+        assert_eq!(Timeout::from_secs(0).limit(), None);
+        assert_eq!(Timeout::from_secs(0).deadline_from(Instant::now()), None);
+        assert_eq!(Timeout::from_secs(1).limit(), Some(Duration::from_secs(1)));
+        assert_eq!(Timeout::default().limit(), Some(Duration::from_secs(60)));
+        assert_eq!((Timeout::default().seconds(), Timeout::default().to_string()), (60, "60".to_owned()));
+    }
+
+    /// A deadline is the limit past its start, and a limit too long for the clock (a user's `u64::MAX` for
+    /// "never") is a deadline a century away, not a panic.
+    #[test]
+    fn a_deadline_is_the_limit_past_its_start() {
+        let start = Instant::now();
+        let five = Duration::from_secs(5);
+        assert_eq!(Timeout::from_secs(5).deadline_from(start), Some((start + five, five)));
+        let never = Timeout::from_secs(u64::MAX);
+        assert_eq!(never.seconds(), u64::MAX, "the document says what was given");
+        let century = Duration::from_secs(Timeout::LONGEST_S);
+        assert_eq!(never.limit(), Some(century));
+        assert!(
+            never.deadline_from(start).is_none_or(|(at, limit)| at == start + century && limit == century)
+        );
+    }
 
     /// What a process publishes in the segment is what the parent reads back, to the microsecond; a phase
     /// of no time is a phase, not "not measured".

@@ -164,6 +164,29 @@ fn options_that_do_nothing_in_a_mode_are_usage_errors() {
     }
 }
 
+/// Options whose values refuse each other are usage errors, said before anything runs (no line on standard
+/// output, not even the simulation's): the rules between options are the parse's, not a run's.
+#[test]
+fn options_that_refuse_each_other_are_usage_errors_before_anything_runs() {
+    for (args, says) in [
+        (
+            &["--bench", "--ipc", "all"][..],
+            "--bench measures one mechanism at a time: give --ipc legacy, vmm, pool",
+        ),
+        (&["--sync", "memops", "--ipc", "pool"], "--sync memops cannot order pool memory"),
+        (&["--ipc", "pool", "--sync", "memops", "--serve", "@nowhere"], "; use --ipc legacy, vmm or fabric"),
+    ] {
+        let dir = common::scratch("refused");
+        let json = dir.path().join("refused.json");
+        let out = run(simulated("ok").args(args).arg("--json").arg(&json));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?} must be a usage error: {}", text(&out));
+        assert!(err.contains(says) && err.contains("Usage:"), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}: nothing ran: {}", text(&out));
+        assert!(!json.exists(), "{args:?}: no run, so no document");
+    }
+}
+
 /// `--bench-max-bytes` takes bytes or a size with a unit; the benchmark then measures up to that size.
 #[test]
 fn bench_max_bytes_takes_units() {

@@ -134,20 +134,14 @@ fn consume(bench: &Bench, mechanism: Mechanism, audience: &Audience, found: &mut
             bench.quiet,
             &their_socket,
             started,
-            bench.timeout.limit(),
+            bench.timeout,
         )?),
         Some(address) => {
-            let joiners = Joiners::listen(
-                &setup.segment,
-                address.clone(),
-                2,
-                their_socket,
-                started,
-                bench.timeout.limit(),
-            )?
-            .covered_by(&setup.guardian)
-            .starting_at_index(PRODUCER)
-            .telling_the_end_to(audience);
+            let joiners =
+                Joiners::listen(&setup.segment, address.clone(), 2, their_socket, started, bench.timeout)?
+                    .covered_by(&setup.guardian)
+                    .starting_at_index(PRODUCER)
+                    .telling_the_end_to(audience);
             say!("Serving the benchmark at {address}: waiting for its producer to join (--join {address})")?;
             Producer::Joined(std::cell::RefCell::new(joiners))
         }

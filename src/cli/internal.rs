@@ -7,10 +7,12 @@ use std::ffi::OsString;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use super::user::{self, parse_address};
+use super::values::parse_timeout;
 use crate::isolation::Isolation;
 use crate::meeting::Address;
-use crate::role::{Child, Isolated, Joiner, MechanismRun, Role, Served, Timeout};
+use crate::role::{Child, Isolated, Joiner, MechanismRun, Role, Served};
 use crate::segment::MAX_PROCESSES;
+use crate::timings::Timeout;
 use crate::wire::Round;
 
 #[derive(Parser, Debug)]
@@ -53,8 +55,8 @@ enum Sub {
         /// Its socket to the run that started it.
         #[arg(long, value_name = "FD")]
         outside_fd: Option<i32>,
-        #[arg(long, value_name = "SECONDS")]
-        timeout: u64,
+        #[arg(long, value_name = "SECONDS", value_parser = parse_timeout)]
+        timeout: Timeout,
         #[arg(long)]
         quiet: bool,
     },
@@ -94,11 +96,11 @@ pub(super) fn parse_from(args: impl Iterator<Item = OsString>) -> Result<Role, c
             isolation: isolated,
             report_fd,
             outside_fd,
-            joiner: Joiner { address, timeout: Timeout(timeout), quiet, bench: false },
+            joiner: Joiner { address, timeout, quiet, bench: false },
         }),
         Sub::Run { report_fd, outside_fd, serve_round, served_fds, options } => {
             let served = serve_round.zip(served_fds).map(|(round, fds)| Served { round, fds });
-            match options.role() {
+            match options.role().map_err(|refused| refused.said_by(Internal::command()))? {
                 Role::Sample(run, mechanism)
                     if run.json.is_none() && (served.is_none() || run.serve.is_some()) =>
                 {
@@ -116,6 +118,7 @@ pub(super) fn parse_from(args: impl Iterator<Item = OsString>) -> Result<Role, c
 
 #[cfg(test)]
 mod tests {
+    use super::super::rules;
     use super::*;
     use crate::ipc::{Fds, Mechanism, Sync};
     use crate::role::Run;
@@ -129,9 +132,11 @@ mod tests {
 
     /// The user's options of a run: `args` as a user gives them.
     fn run_of(args: &[&str]) -> Run {
-        match user::parse_from(std::iter::once("simple-ipc").chain(args.iter().copied())) {
-            Ok(user::Asked::Role(
-                Role::Sample(run, _) | Role::EveryMechanism(run) | Role::Matrix(run, _),
+        match rules::parse_from(std::iter::once("simple-ipc").chain(args.iter().copied())) {
+            Ok(rules::Asked::Role(
+                Role::Sample(run, _)
+                | Role::EveryMechanism(crate::role::EveryMechanism { run, .. })
+                | Role::Matrix(run, _),
             )) => run,
             other => panic!("{args:?}: {other:?}"),
         }
@@ -143,7 +148,8 @@ mod tests {
         let child =
             |segment_fd, socket_fd, bench, quiet| Child { index: 3, segment_fd, socket_fd, bench, quiet };
         let address = Address::Abstract("simple-ipc-1-f".into());
-        let joiner = Joiner { address: address.clone(), timeout: Timeout(0), quiet: true, bench: false };
+        let joiner =
+            Joiner { address: address.clone(), timeout: Timeout::from_secs(0), quiet: true, bench: false };
         let isolated = |kinds| Isolated {
             isolation: Isolation::parse(kinds).unwrap(),
             report_fd: 7,
@@ -172,14 +178,15 @@ mod tests {
             Role::Isolated(isolated("pid")),
             Role::Isolated(isolated("none")),
             Role::Isolated(Isolated {
-                joiner: Joiner { quiet: false, timeout: Timeout(60), ..joiner.clone() },
+                joiner: Joiner { quiet: false, timeout: Timeout::default(), ..joiner.clone() },
                 ..isolated("joiners:container,user")
             }),
         ];
         for args in user {
             // --fds pidfd reaches legacy's run too, as the user gave it (its run has no descriptors).
             roles.push(Role::MechanismRun(sub(Mechanism::Legacy, run_of(args), None)));
-            roles.push(Role::MechanismRun(sub(Mechanism::Pool, run_of(args), None)));
+            // (Never pool under memops: `--ipc all` waives it, and the parse refuses it.)
+            roles.push(Role::MechanismRun(sub(Mechanism::Fabric, run_of(args), None)));
         }
         let serving = Run { serve: Some(Address::Path("/tmp/s".into())), ..run_of(&["--ipc", "all"]) };
         roles.push(Role::MechanismRun(sub(Mechanism::Vmm, serving, Some(served))));
@@ -205,6 +212,7 @@ mod tests {
             &["run", "--report-fd", "5", "--json", "x.json"],
             &["run", "--report-fd", "5", "--serve-round", "1/2", "--served-fds", "3,4"],
             &["run", "--ipc", "vmm"],
+            &["run", "--report-fd", "5", "--ipc", "pool", "--sync", "memops"],
             &["child", "32"],
             &["guardian"],
             &["join", "@s", "--report-fd", "5", "--timeout", "1"],
@@ -273,7 +281,7 @@ mod tests {
     /// user's parser is a usage error that does not name them.
     #[test]
     fn users_never_see_the_internal_roles() {
-        let help = match user::parse_from(["simple-ipc", "--help"]) {
+        let help = match rules::parse_from(["simple-ipc", "--help"]) {
             Err(e) => e.render().to_string(),
             Ok(role) => panic!("--help is {role:?}"),
         };
@@ -304,7 +312,7 @@ mod tests {
             &["child", "0"],
             &["--ipc", "vmm", "@internal"],
         ] {
-            let e = user::parse_from(std::iter::once("simple-ipc").chain(args.iter().copied()))
+            let e = rules::parse_from(std::iter::once("simple-ipc").chain(args.iter().copied()))
                 .expect_err("a usage error");
             assert!(e.use_stderr(), "{args:?}: a usage error, which exits 1");
             let said = e.render().to_string();

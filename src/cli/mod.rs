@@ -1,7 +1,8 @@
-//! The command line, read once into what this process is (a [`Role`]): a user's options (`user`), or,
-//! after the reserved first argument [`INTERNAL`], the internal role this program started itself in
-//! (`internal`), which no user's `--help` or usage error knows of. A usage error exits 1, not clap's 2,
-//! which a test harness would read as "waived".
+//! The command line, read once into what this process is (a [`Role`]): a user's options (`user`), held to
+//! every rule between them (`rules`: nothing after the parse compares options), or, after the reserved
+//! first argument [`INTERNAL`], the internal role this program started itself in (`internal`), which no
+//! user's `--help` or usage error knows of. A usage error exits 1, not clap's 2, which a test harness would
+//! read as "waived".
 
 use std::cell::Cell;
 use std::ffi::OsString;
@@ -12,6 +13,7 @@ use crate::role::{INTERNAL, Role};
 
 mod generate;
 mod internal;
+mod rules;
 #[cfg(test)]
 mod tests;
 mod user;
@@ -53,9 +55,9 @@ fn parse_from(args: Vec<OsString>) -> Result<Role, Usage> {
         Some(first) if first == INTERNAL => {
             internal::parse_from(args.into_iter().skip(2)).map_err(|e| Usage::clap(e, internal::usage))
         }
-        _ => match user::parse_from(args) {
-            Ok(user::Asked::Role(role)) => Ok(role),
-            Ok(user::Asked::Generate(what)) => {
+        _ => match rules::parse_from(args) {
+            Ok(rules::Asked::Role(role)) => Ok(role),
+            Ok(rules::Asked::Generate(what)) => {
                 Err(Usage { said: Said::Generate(what), generated: Cell::new(EXIT_FAILURE) })
             }
             Err(e) => Err(Usage::clap(e, user::usage)),

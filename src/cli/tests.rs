@@ -1,9 +1,11 @@
 //! The user's parser: the roles and options it gives, and the usage errors it makes.
 
+use super::rules::{Asked, parse_from};
 use super::user::*;
 use crate::ipc::{Fds, Mechanism, Sync};
 use crate::meeting::Address;
-use crate::role::{Role, Run, Timeout};
+use crate::role::{Role, Run};
+use crate::timings::Timeout;
 
 fn run(args: &[&str]) -> Option<Role> {
     match parse_from(std::iter::once("simple-ipc").chain(args.iter().copied())) {
@@ -109,11 +111,43 @@ fn options_that_do_nothing_in_a_mode_are_refused() {
     let Some(Role::Joiner(join)) = run(&["--join", "s", "--timeout", "5", "--quiet"]) else {
         panic!("--join is a joiner")
     };
-    assert_eq!((join.timeout, join.quiet), (Timeout(5), true), "a joiner takes --timeout and --quiet");
+    assert_eq!(
+        (join.timeout, join.quiet),
+        (Timeout::from_secs(5), true),
+        "a joiner takes --timeout and --quiet"
+    );
     assert!(
         run(&["--ipc", "vmm", "--isolate", "pid", "--sync", "memops"]).is_some(),
         "one mechanism: --sync counts"
     );
+}
+
+/// Options whose values refuse each other are refused by the parse, in the words a run said them in before,
+/// and `--ipc all` is told which mechanisms its options cannot run.
+#[test]
+fn values_that_refuse_each_other_are_refused_by_the_parse() {
+    let said = refusal(&["--bench", "--ipc", "all"]);
+    assert!(
+        said.contains("--bench measures one mechanism at a time: give --ipc legacy, vmm, pool or fabric"),
+        "{said}"
+    );
+    let said = refusal(&["--sync", "memops", "--ipc", "pool"]);
+    assert!(said.contains("--sync memops cannot order pool memory: "), "{said}");
+    assert!(said.contains("; use --ipc legacy, vmm or fabric"), "{said}");
+    assert!(
+        matches!(run(&["--bench", "--ipc", "pool"]), Some(Role::Bench(b)) if b.mechanism == Mechanism::Pool)
+    );
+    assert_eq!(sample(&["--sync", "events", "--ipc", "pool"]).sync, Sync::Events, "events order pool memory");
+    let Some(Role::EveryMechanism(every)) = run(&["--ipc", "all", "--sync", "memops"]) else {
+        panic!("--ipc all is every mechanism")
+    };
+    let not_run: Vec<Mechanism> = every.not_run.iter().map(|(m, _)| *m).collect();
+    assert_eq!(not_run, [Mechanism::Pool], "memops cannot order pool memory alone");
+    let why = every.why_not_run(Mechanism::Pool).unwrap_or_default();
+    assert!(why.starts_with("--sync memops cannot order pool memory: "), "{why}");
+    assert_eq!(every.why_not_run(Mechanism::Vmm), None);
+    let Some(Role::EveryMechanism(every)) = run(&["--ipc", "all"]) else { panic!("--ipc all") };
+    assert!(every.not_run.is_empty(), "events order every mechanism: {every:?}");
 }
 
 #[test]
@@ -135,15 +169,16 @@ fn bench_sizes_take_units() {
     }
 }
 
-/// `--ipc`'s values are the mechanisms' names, and `all`.
+/// `--ipc`'s values are the mechanisms, by their own names, and `all`.
 #[test]
 fn every_ipc_value_but_all_names_a_mechanism() {
     use clap::ValueEnum;
-    let named: Vec<Option<Mechanism>> =
-        IpcArg::value_variants().iter().map(|v| Mechanism::from_name(&v.name())).collect();
+    let named: Vec<Option<Mechanism>> = IpcArg::value_variants().iter().map(|v| v.mechanism()).collect();
     let mechanisms = Mechanism::ALL.map(Some);
     assert_eq!(named, [&mechanisms[..], &[None]].concat());
-    assert_eq!(named[3], Some(Mechanism::Fabric));
+    for value in IpcArg::value_variants() {
+        assert_eq!(value.mechanism().map_or("all", Mechanism::name), value.name(), "{value:?}");
+    }
     for mechanism in Mechanism::ALL {
         assert_eq!(Mechanism::from_code(mechanism.code()), Some(mechanism));
     }
@@ -154,7 +189,7 @@ fn every_ipc_value_but_all_names_a_mechanism() {
 fn a_repeated_option_is_the_last_one() {
     assert_eq!(asked(&["--ipc", "vmm", "--ipc", "pool"]).ipc, "pool");
     assert!(matches!(run(&["--ipc", "all", "--ipc", "vmm"]), Some(Role::Sample(_, Mechanism::Vmm))));
-    assert_eq!(sample(&["--timeout", "5", "--timeout", "7"]).timeout, Timeout(7));
+    assert_eq!(sample(&["--timeout", "5", "--timeout", "7"]).timeout, Timeout::from_secs(7));
     assert!(sample(&["-q", "-q"]).quiet, "a flag given twice");
     assert!(sample(&["--quiet", "-q", "--quiet"]).quiet);
     assert_eq!(sample(&["--procs-per-device=2", "--procs-per-device", "3"]).procs_per_device, 3);

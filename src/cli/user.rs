@@ -1,7 +1,6 @@
-//! The user's command line: its options, and the role they make this process.
-//! A usage error exits 1, not clap's 2, which a test harness would read as "waived". An option that would do
-//! nothing in the mode chosen (`--bench-max-bytes` without `--bench`, `--timeout` with `--topology`) is a
-//! usage error too, so that nobody believes it took effect.
+//! The user's command line as clap reads it: its options, with the rules between them that clap holds
+//! itself (`--timeout` with `--topology` is refused); `rules` holds the others, and makes the role. A usage
+//! error exits 1, not clap's 2, which a test harness would read as "waived".
 
 use std::path::PathBuf;
 
@@ -9,12 +8,12 @@ use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::{Args, CommandFactory, FromArgMatches, Parser, ValueEnum, ValueHint};
 
 use super::generate;
-use super::values::{SyncParser, parse_bench_size, parse_seconds};
+use super::values::{SyncParser, parse_bench_size, parse_timeout};
 
 use crate::ipc::{Fds, Mechanism, Sync};
 use crate::meeting::Address;
-use crate::role::{Bench, Joiner, Role, Run, Timeout};
 use crate::segment::MAX_PROCESSES;
+use crate::timings::Timeout;
 
 /// `--version`: this program's version, the git revision it was built from, and what its kernel needs.
 const VERSION: &str = concat!(
@@ -94,9 +93,9 @@ pub(super) struct Options {
     /// The watchdog: stop the run after this many seconds and exit 1; 0: never.
     ///
     /// Past it, the run stops and names each process that had not finished, and where it was.
-    #[arg(long, value_name = "SECONDS", default_value_t = 60, help_heading = RUN,
-          allow_negative_numbers = true, value_parser = parse_seconds)]
-    pub timeout: u64,
+    #[arg(long, value_name = "SECONDS", default_value_t = Timeout::default(), help_heading = RUN,
+          allow_negative_numbers = true, value_parser = parse_timeout)]
+    pub timeout: Timeout,
 
     /// Pin each child (or joiner) to the CPUs of its GPU's NUMA node.
     ///
@@ -229,6 +228,17 @@ impl IpcArg {
     pub(crate) fn name(self) -> String {
         self.to_possible_value().map(|value| value.get_name().to_owned()).unwrap_or_default()
     }
+
+    /// The mechanism named; `None` for `all`.
+    pub(crate) fn mechanism(self) -> Option<Mechanism> {
+        match self {
+            IpcArg::Legacy => Some(Mechanism::Legacy),
+            IpcArg::Vmm => Some(Mechanism::Vmm),
+            IpcArg::Pool => Some(Mechanism::Pool),
+            IpcArg::Fabric => Some(Mechanism::Fabric),
+            IpcArg::All => None,
+        }
+    }
 }
 
 /// clap's parser for `--serve` and `--join`.
@@ -236,84 +246,29 @@ pub(super) fn parse_address(text: &str) -> Result<Address, String> {
     Address::parse(text).map_err(|e| e.to_string())
 }
 
-impl Options {
-    /// What a process given these options is.
-    pub(super) fn role(self) -> Role {
-        let timeout = Timeout(self.timeout);
-        let mechanism = Mechanism::from_name(&self.ipc.name());
-        if let Some(address) = self.join {
-            return Role::Joiner(Joiner { address, timeout, quiet: self.quiet, bench: self.bench });
-        }
-        if self.topology {
-            return Role::Topology;
-        }
-        if self.bench {
-            let (max_bytes, quiet, serve, json) = (self.bench_max_bytes, self.quiet, self.serve, self.json);
-            return Role::Bench(Bench { mechanism, max_bytes, timeout, quiet, serve, json });
-        }
-        let mut run = Run {
-            sync: self.sync,
-            fds: self.fds,
-            procs_per_device: self.procs_per_device,
-            sequential: self.sequential,
-            bind_numa: self.bind_numa,
-            timings: self.timings,
-            timeout,
-            quiet: self.quiet,
-            serve: self.serve,
-            isolate: self.isolate,
-            json: self.json,
-        };
-        match (mechanism, run.isolate.take()) {
-            (Some(mechanism), isolate) => Role::Sample(Run { isolate, ..run }, mechanism),
-            (None, Some(isolation)) => Role::Matrix(run, isolation),
-            (None, None) => Role::EveryMechanism(run),
-        }
+/// A user's command line as clap reads it, before the rules between options that clap's own cannot hold
+/// (`rules`).
+pub(super) struct Read {
+    /// `--generate`, which comes alone: the options are then their defaults.
+    pub generate: Option<generate::What>,
+    pub options: Options,
+    matches: clap::ArgMatches,
+}
+
+impl Read {
+    /// Whether the user gave the option `id` (a default never counts).
+    pub(super) fn given(&self, id: &str) -> bool {
+        self.matches.value_source(id) == Some(clap::parser::ValueSource::CommandLine)
     }
 }
 
-/// What a user's command line asks for.
-#[derive(Debug)]
-pub(super) enum Asked {
-    /// A process of this program: the sample, the benchmark, the topology, a joiner...
-    Role(Role),
-    /// `--generate`: completions or the man page, made from this parser (see `generate`).
-    Generate(generate::What),
-}
-
-/// Parses `args` (the program's name first) as a user's command line, with the rules clap's own cannot
-/// hold.
-pub(super) fn parse_from(
+/// Reads `args` (the program's name first) as a user's command line.
+pub(super) fn read(
     args: impl IntoIterator<Item = impl Into<std::ffi::OsString> + Clone>,
-) -> Result<Asked, clap::Error> {
+) -> Result<Read, clap::Error> {
     let matches = Cli::command().try_get_matches_from(args).map_err(a_child_index_is_no_argument)?;
-    let cli = Cli::from_arg_matches(&matches)?;
-    if let Some(what) = cli.generate {
-        return Ok(Asked::Generate(what));
-    }
-    let cli = cli.options;
-    // `requires = "bench"` would not do: clap lets a requirement go unmet where the required argument
-    // conflicts with one given (`--sequential --bench-max-bytes 8K`), and every mode but --bench does.
-    let given = |id: &str| matches.value_source(id) == Some(clap::parser::ValueSource::CommandLine);
-    if given("bench_max_bytes") && !cli.bench {
-        let message = "--bench-max-bytes sets the largest buffer of --bench, and --bench is not given";
-        return Err(Cli::command().error(clap::error::ErrorKind::MissingRequiredArgument, message));
-    }
-    // Legacy and fabric handles have no descriptors.
-    if given("fds") && matches!(cli.ipc, IpcArg::Legacy | IpcArg::Fabric) {
-        let message = format!(
-            "--fds sets how vmm and pool descriptors travel, and --ipc {} has none (use --ipc vmm, pool or all)",
-            cli.ipc.name()
-        );
-        return Err(Cli::command().error(clap::error::ErrorKind::ArgumentConflict, message));
-    }
-    // The container matrix sets each of its runs' ordering itself (see `matrix`).
-    if given("sync") && cli.isolate.is_some() && cli.ipc == IpcArg::All {
-        let message = "the argument '--sync' cannot be used with '--ipc all --isolate': the container matrix \
-                       sets the ordering of each of its runs itself";
-        return Err(Cli::command().error(clap::error::ErrorKind::ArgumentConflict, message));
-    }
-    Ok(Asked::Role(cli.role()))
+    let Cli { options, generate } = Cli::from_arg_matches(&matches)?;
+    Ok(Read { generate, options, matches })
 }
 
 /// clap's "unexpected argument '0'", where the argument is a number, says what it was: NVIDIA's simpleIPC

@@ -8,14 +8,15 @@ use clap::ValueEnum;
 use clap::builder::{EnumValueParser, PossibleValue, TypedValueParser};
 
 use crate::ipc::Sync;
+use crate::timings::Timeout;
 
 /// The smallest and largest `--bench-max-bytes`: the benchmark's first size, and the most one copy takes.
 const BENCH_MIN_BYTES: u64 = 4096;
 const BENCH_MAX_BYTES: u64 = i32::MAX as u64;
 
 /// `--timeout`: a whole number of seconds, 0 for none; a value that is not says what one is.
-pub(super) fn parse_seconds(text: &str) -> Result<u64, String> {
-    text.parse::<u64>().map_err(|e| match e.kind() {
+pub(super) fn parse_timeout(text: &str) -> Result<Timeout, String> {
+    text.parse::<u64>().map(Timeout::from_secs).map_err(|e| match e.kind() {
         IntErrorKind::PosOverflow => {
             format!("more seconds than this program can count (at most {}); 0 for none", u64::MAX)
         }

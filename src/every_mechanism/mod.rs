@@ -13,11 +13,11 @@
 
 use anyhow::{Result, anyhow};
 
-use crate::ipc::{Mechanism, Sync, memops_refusal};
+use crate::ipc::Mechanism;
 use crate::outcome::{Outcome, Waiver};
 use crate::report::document::{Document, MechanismResult};
 use crate::report::{Ran, Results, Status};
-use crate::role::Run;
+use crate::role::{EveryMechanism, Run};
 use crate::signals;
 
 mod served;
@@ -68,14 +68,15 @@ impl Row {
     }
 }
 
-pub fn run(run: &Run) -> Result<Ran> {
+pub fn run(every: &EveryMechanism) -> Result<Ran> {
+    let run = &every.run;
     let mut rows = Vec::new();
     // Served (`--serve SOCKET --ipc all`), each mechanism's run is one of a sequence, which the joiners
     // follow from one to the next over the one listener this process holds (see `served`); its `--timeout`
     // bounds the whole sequence.
-    let runs = Mechanism::ALL.into_iter().filter(|&m| cannot_run(run, m).is_none()).count() as u32;
+    let runs = Mechanism::ALL.into_iter().filter(|&m| every.why_not_run(m).is_none()).count() as u32;
     let mut sequence = match &run.serve {
-        Some(address) => Some(served::Sequence::open(address, runs, run.timeout.limit())?),
+        Some(address) => Some(served::Sequence::open(address, runs, run.timeout)?),
         None => None,
     };
     // Each run's document comes back through its pipe.
@@ -84,10 +85,11 @@ pub fn run(run: &Run) -> Result<Ran> {
     for mechanism in Mechanism::ALL {
         bar.doing(format!("--ipc {}", mechanism.name()));
         say!("== --ipc {}", mechanism.name())?;
-        let row = match (cannot_run(run, mechanism), &mut sequence) {
+        // A mechanism the options cannot run whatever the devices (the parse found it) is waived, not run.
+        let row = match (every.why_not_run(mechanism), &mut sequence) {
             (Some(reason), _) => {
                 say!("{reason}")?;
-                Row { ending: Ending::Waived(reason), ..Row::not_run(mechanism) }
+                Row { ending: Ending::Waived(reason.to_owned()), ..Row::not_run(mechanism) }
             }
             (None, Some(sequence)) => sequence.run(&each, mechanism)?,
             (None, None) => run_one(&each, mechanism, true)?,
@@ -130,12 +132,6 @@ pub fn outcome(rows: &[Row]) -> Outcome {
     let said: Vec<String> =
         rows.iter().map(|r| format!("{} {}", r.mechanism.name(), table::ending_word(&r.ending))).collect();
     Outcome::passed(format!("every mechanism: {}", said.join(", ")))
-}
-
-/// Why `mechanism` cannot run with the user's options whatever the devices, if so: a property of the
-/// mechanism, so its row is waived with the reason (`main` refuses `--ipc pool --sync memops` as an error).
-fn cannot_run(run: &Run, mechanism: Mechanism) -> Option<String> {
-    (run.sync == Sync::Memops && mechanism.spec().refuses_memops.is_some()).then(|| memops_refusal(mechanism))
 }
 
 #[cfg(test)]

@@ -20,7 +20,8 @@ use crate::ipc::Mechanism;
 use crate::joiners;
 use crate::made_path::MadePath;
 use crate::meeting::{self, Address};
-use crate::role::{Run, Served, Timeout};
+use crate::role::{Run, Served};
+use crate::timings::Timeout;
 use crate::wire::{self, Heard, Message, Round, RunEnd};
 
 /// Connections still waiting at the listener that the top parent tells at the end, at most.
@@ -43,10 +44,10 @@ pub(crate) struct Sequence {
 }
 
 impl Sequence {
-    pub(crate) fn open(address: &Address, runs: u32, timeout: Option<Duration>) -> Result<Self> {
+    pub(crate) fn open(address: &Address, runs: u32, timeout: Timeout) -> Result<Self> {
         let address = address.clone();
         let (listener, made) = joiners::bind_at(&address)?;
-        let deadline = timeout.map(|t| (Instant::now() + t, t));
+        let deadline = timeout.deadline_from(Instant::now());
         let guardian = match (&address, made) {
             (Address::Path(path), Some((dev, ino))) => {
                 let made = MadePath::of(path).filter(|now| (now.dev, now.ino, now.dir) == (dev, ino, false));
@@ -85,7 +86,7 @@ impl Sequence {
         let served = Served { round: Round { number, of: self.runs }, fds };
         // What is left of the sequence's --timeout.
         let seconds = left.map_or(0, |left| left.as_secs_f64().ceil() as u64);
-        let run = Run { timeout: Timeout(seconds), ..run.clone() };
+        let run = Run { timeout: Timeout::from_secs(seconds), ..run.clone() };
         let row = sub_run::run_one_inheriting(&run, mechanism, Some(served), true, given)?;
         while let Ok(Heard::Said(Message::HandBack, connections)) = wire::hear(&back, 0) {
             self.held.extend(connections);

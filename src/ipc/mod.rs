@@ -146,11 +146,6 @@ impl Mechanism {
         self as u32
     }
 
-    /// The mechanism of that name (`--ipc`'s values), `None` for any other (`all`).
-    pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|m| m.name() == name)
-    }
-
     pub fn from_code(code: u32) -> Option<Self> {
         Self::ALL.into_iter().find(|m| m.code() == code)
     }

@@ -21,6 +21,7 @@ use crate::meeting::Address;
 use crate::peers::{PeerFailed, Peers};
 use crate::placement::Place;
 use crate::segment::{Segment, SharedState};
+use crate::timings::Timeout;
 use crate::wire::Round;
 
 mod audience;
@@ -147,7 +148,7 @@ impl<'s> Joiners<'s> {
         processes: usize,
         descriptor_sockets: Vec<OwnedFd>,
         started: Instant,
-        timeout: Option<Duration>,
+        timeout: Timeout,
     ) -> Result<Self> {
         let (round, listener, held) =
             audience.door().context("a run of a served sequence without the sequence's listener")?;
@@ -199,7 +200,7 @@ impl<'s> Joiners<'s> {
         processes: usize,
         descriptor_sockets: Vec<OwnedFd>,
         started: Instant,
-        timeout: Option<Duration>,
+        timeout: Timeout,
     ) -> Result<Self> {
         let door = bind_at(&address)?;
         Ok(Self::at(segment, door, address, processes, descriptor_sockets, started, timeout))
@@ -213,7 +214,7 @@ impl<'s> Joiners<'s> {
         processes: usize,
         descriptor_sockets: Vec<OwnedFd>,
         started: Instant,
-        timeout: Option<Duration>,
+        timeout: Timeout,
     ) -> Self {
         let mut sockets: Vec<Option<OwnedFd>> = descriptor_sockets.into_iter().map(Some).collect();
         sockets.resize_with(processes, || None);
@@ -227,7 +228,7 @@ impl<'s> Joiners<'s> {
             descriptor_sockets: sockets,
             joined: Vec::new(),
             waiting: Vec::new(),
-            deadline: timeout.map(|t| (started + t, t)),
+            deadline: timeout.deadline_from(started),
             remove_when_full: false,
             round: None,
             only_started_by: None,

@@ -2,33 +2,33 @@
 //! handle and the run that tries it alone, and its rows, each a boundary between the exporter and the
 //! importers, made of the namespaces a container may give a process of its own.
 
-use crate::ipc::Mechanism;
+use crate::ipc::{Fds, Mechanism, Sync};
 use crate::isolation::{Isolation, Kind};
 
-/// One kind of handle: the run that tries it (`--ipc`, `--sync`, and `--fds pidfd` where the importers
+/// One kind of handle: the run that tries it (`--ipc`, `--sync`, and `--fds`: `Pidfd` where the importers
 /// fetch the descriptor with `pidfd_getfd` instead of receiving it over the socket).
 pub(super) struct Column {
     pub title: &'static str,
     pub mechanism: Mechanism,
-    pub sync: &'static str,
-    pub by_pidfd: bool,
+    pub sync: Sync,
+    pub fds: Fds,
 }
 
 impl Column {
-    const fn new(title: &'static str, mechanism: Mechanism, sync: &'static str) -> Self {
-        Self { title, mechanism, sync, by_pidfd: false }
+    const fn new(title: &'static str, mechanism: Mechanism, sync: Sync) -> Self {
+        Self { title, mechanism, sync, fds: Fds::Socket }
     }
 }
 
 /// The columns, as `placement::forecast::PATHS` names them. The last is the kernel's, not the driver's:
 /// what PyTorch's expandable segments and UCX do with a VMM descriptor (a refusal is `ESRCH` or `EPERM`).
 pub(super) const COLUMNS: [Column; 6] = [
-    Column::new("legacy memory", Mechanism::Legacy, "memops"),
-    Column::new("legacy event", Mechanism::Vmm, "events"),
-    Column::new("VMM fd", Mechanism::Vmm, "memops"),
-    Column::new("pool fd", Mechanism::Pool, "events"),
-    Column::new("fabric", Mechanism::Fabric, "memops"),
-    Column { by_pidfd: true, ..Column::new("VMM fd by pidfd_getfd", Mechanism::Vmm, "memops") },
+    Column::new("legacy memory", Mechanism::Legacy, Sync::Memops),
+    Column::new("legacy event", Mechanism::Vmm, Sync::Events),
+    Column::new("VMM fd", Mechanism::Vmm, Sync::Memops),
+    Column::new("pool fd", Mechanism::Pool, Sync::Events),
+    Column::new("fabric", Mechanism::Fabric, Sync::Memops),
+    Column { fds: Fds::Pidfd, ..Column::new("VMM fd by pidfd_getfd", Mechanism::Vmm, Sync::Memops) },
 ];
 
 /// One boundary: the `--isolate` of its runs.
@@ -79,7 +79,7 @@ mod tests {
     fn the_columns_are_the_forecasts_paths() {
         let titles: Vec<&str> = COLUMNS.iter().map(|c| c.title).collect();
         assert_eq!(titles, crate::placement::forecast::PATHS);
-        assert_eq!(COLUMNS.iter().filter(|c| c.by_pidfd).count(), 1, "one column is the kernel's");
+        assert_eq!(COLUMNS.iter().filter(|c| c.fds == Fds::Pidfd).count(), 1, "one column is the kernel's");
     }
 
     #[test]

@@ -30,7 +30,6 @@ mod mps;
 use anyhow::{Result, anyhow};
 
 use crate::every_mechanism::Ending;
-use crate::ipc::{Fds, Sync};
 use crate::isolation::Isolation;
 use crate::outcome::{Outcome, Waiver};
 use crate::report::{Document, Ran, Results, Status};
@@ -219,9 +218,8 @@ fn run_cell(run: &Run, row: &Boundary, column: &Column) -> Result<(Cell, Option<
 /// The options of a cell's run: the matrix's, with the cell's own ordering, isolation and way of moving
 /// descriptors, its document to its pipe.
 fn cell_run(run: &Run, row: &Boundary, column: &Column) -> Result<Run> {
-    let sync = <Sync as clap::ValueEnum>::from_str(column.sync, false).map_err(anyhow::Error::msg)?;
-    let fds = if column.by_pidfd { Fds::Pidfd } else { Fds::Socket };
-    Ok(Run { sync, fds, isolate: Some(Isolation::parse(&row.isolate)?), json: None, ..run.clone() })
+    let (sync, fds, isolate) = (column.sync, column.fds, Some(Isolation::parse(&row.isolate)?));
+    Ok(Run { sync, fds, isolate, json: None, ..run.clone() })
 }
 
 /// The cells for the `--json` document.
@@ -243,7 +241,7 @@ fn document(rows: &[Boundary], cells: &[Vec<Cell>]) -> Vec<crate::report::Matrix
                 isolate: row.isolate.clone(),
                 handle: column.title.to_owned(),
                 ipc: column.mechanism.name().to_owned(),
-                sync: column.sync.to_owned(),
+                sync: column.sync.name().to_owned(),
                 result: result.to_owned(),
                 error,
                 event_refused,
@@ -309,6 +307,8 @@ fn table(rows: &[Boundary], cells: &[Vec<Cell>]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ipc::{Fds, Sync};
+    use crate::timings::Timeout;
 
     /// A cell's document as its run wrote it: `status`, `reason`, and the driver's refusal where there was
     /// one.
@@ -377,7 +377,7 @@ mod tests {
 
     #[test]
     fn each_cell_sets_its_own_sync_isolate_and_fds() {
-        let matrix = Run { timeout: crate::role::Timeout(5), json: Some("m.json".into()), ..Run::default() };
+        let matrix = Run { timeout: Timeout::from_secs(5), json: Some("m.json".into()), ..Run::default() };
         let row = Boundary { title: "own PID namespace".into(), isolate: "pid".into() };
         let cell = cell_run(&matrix, &row, &COLUMNS[0]).unwrap();
         let expected = Run {
@@ -387,7 +387,7 @@ mod tests {
             ..matrix.clone()
         };
         assert_eq!(cell, expected, "its own ordering and isolation, the matrix's other options, no --json");
-        let by_pidfd = COLUMNS.iter().find(|c| c.by_pidfd).unwrap();
+        let by_pidfd = COLUMNS.iter().find(|c| c.fds == Fds::Pidfd).unwrap();
         assert_eq!(cell_run(&matrix, &row, by_pidfd).unwrap().fds, Fds::Pidfd, "the kernel's column");
     }
 }

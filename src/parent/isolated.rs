@@ -22,7 +22,8 @@ use crate::outcome::EXIT_WAIVED;
 use crate::outcome::Waiver;
 use crate::relaunch::{Ended, OnDrop, Process, Relaunch};
 use crate::report::Refused;
-use crate::role::{Isolated, Joiner, Role, Timeout};
+use crate::role::{Isolated, Joiner, Role};
+use crate::timings::Timeout;
 
 /// How long a started process gets to end by itself after the run ended (it stops within 0.5 s of the
 /// server's end); then it is killed, and its init stops what it runs.

@@ -36,7 +36,7 @@ impl<'s> Team<'s> {
         audience: &'s Audience,
         guardian: &'s Guardian,
     ) -> Result<Self> {
-        let timeout = run.timeout.limit();
+        let timeout = run.timeout;
         if let Some(isolation) = &run.isolate {
             let mut launched = isolated::Launched::prepare(isolation, guardian, &audience.refused)?;
             let address = launched.address();

@@ -8,6 +8,7 @@ use super::Place;
 use super::forecast::{Fix, Forecast, Verdict, forecast};
 use super::libraries::{Primitives, READ_IN, libraries};
 use super::share::{Fact, compare, table};
+use crate::ipc::{Fds, Mechanism, Sync};
 
 /// One process that joined: its place, what it shares with the server, and the forecasts for the pair.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -70,21 +71,23 @@ pub struct Against {
     pub agrees: Option<bool>,
 }
 
-/// The paths a run of `--ipc ipc --sync sync` takes: its memory's, and the interprocess event's under
-/// events (the container matrix's names). With `by_pidfd` (`--fds pidfd`), the memory's descriptor is
-/// fetched with `pidfd_getfd`: for vmm the matrix's "VMM fd by pidfd_getfd"; for pool, a path the matrix
-/// has no column for, whose forecast is not known.
-pub fn paths_of(ipc: &str, sync: &str, by_pidfd: bool) -> Vec<&'static str> {
-    let memory = match (ipc, by_pidfd) {
-        ("legacy", _) => "legacy memory",
-        ("vmm", false) => "VMM fd",
-        ("vmm", true) => "VMM fd by pidfd_getfd",
-        ("pool", false) => "pool fd",
-        ("pool", true) => "pool fd by pidfd_getfd",
-        ("fabric", _) => "fabric",
-        _ => return Vec::new(),
+/// The paths a run of `mechanism` ordered by `sync` takes: its memory's, and the interprocess event's under
+/// events (the container matrix's names). With `Fds::Pidfd`, the memory's descriptor is fetched with
+/// `pidfd_getfd`: for vmm the matrix's "VMM fd by pidfd_getfd"; for pool, a path the matrix has no column
+/// for, whose forecast is not known.
+pub fn paths_of(mechanism: Mechanism, sync: Sync, fds: Fds) -> Vec<&'static str> {
+    let memory = match (mechanism, fds) {
+        (Mechanism::Legacy, _) => "legacy memory",
+        (Mechanism::Vmm, Fds::Socket) => "VMM fd",
+        (Mechanism::Vmm, Fds::Pidfd) => "VMM fd by pidfd_getfd",
+        (Mechanism::Pool, Fds::Socket) => "pool fd",
+        (Mechanism::Pool, Fds::Pidfd) => "pool fd by pidfd_getfd",
+        (Mechanism::Fabric, _) => "fabric",
     };
-    if sync == "events" { vec![memory, "legacy event"] } else { vec![memory] }
+    match sync {
+        Sync::Events => vec![memory, "legacy event"],
+        Sync::Memops => vec![memory],
+    }
 }
 
 impl Placement {
@@ -353,9 +356,9 @@ mod tests {
         let mut collides = place(1);
         collides.namespaces.pid = Some(8);
         let placement = Placement::of(place(1), vec![(0, place(2)), (1, collides)]);
-        let paths = paths_of("legacy", "events", false);
+        let paths = paths_of(Mechanism::Legacy, Sync::Events, Fds::Socket);
         assert_eq!(paths, ["legacy memory", "legacy event"]);
-        assert_eq!(paths_of("vmm", "memops", false), ["VMM fd"]);
+        assert_eq!(paths_of(Mechanism::Vmm, Sync::Memops, Fds::Socket), ["VMM fd"]);
         let refused =
             placement.against(&paths, false, Some((false, "CUDA_ERROR_INVALID_CONTEXT", RefusedBy::Driver)));
         assert_eq!(refused[0].agrees, Some(true), "{refused:?}");
@@ -389,7 +392,7 @@ mod tests {
         let mut elsewhere = place(2);
         elsewhere.namespaces.pid = Some(8);
         let placement = Placement::of(place(1), vec![(0, elsewhere)]);
-        let paths = paths_of("vmm", "memops", true);
+        let paths = paths_of(Mechanism::Vmm, Sync::Memops, Fds::Pidfd);
         assert_eq!(paths, ["VMM fd by pidfd_getfd"]);
         let against = placement.against(&paths, false, Some((false, "ESRCH", RefusedBy::Kernel)));
         assert_eq!(
@@ -399,7 +402,7 @@ mod tests {
         let wrong = placement.against(&paths, true, None);
         assert_eq!(wrong[0].agrees, Some(false), "forecast ESRCH, it worked");
         let pool = placement.against(
-            &paths_of("pool", "events", true),
+            &paths_of(Mechanism::Pool, Sync::Events, Fds::Pidfd),
             false,
             Some((false, "ESRCH", RefusedBy::Kernel)),
         );

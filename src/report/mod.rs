@@ -36,8 +36,9 @@ use destination::Destination;
 
 use crate::driver::Driver;
 use crate::ipc::diagnose::Diagnosis;
+use crate::ipc::{Fds, Mechanism, Sync};
 use crate::outcome::Outcome;
-use crate::placement::Placement;
+use crate::placement::{Placement, paths_of};
 pub use document::MatrixCell;
 use document::{BenchResults, Device, DriverFacts, MechanismResult, Mode, Options, RunResults};
 pub use document::{Document, Refused, Status};
@@ -183,17 +184,15 @@ fn version_in(text: &str) -> Option<String> {
 
 /// Once the run is over: the forecast of each path the run took beside what happened (it `passed`, or the
 /// driver `refused` a handle), kept in `placement` for the document; the text to print.
-/// `ipc`, `sync` and `by_pidfd`: the run's `--ipc`, `--sync` and whether `--fds pidfd`, which say the paths
-/// it took.
+/// `handles`: the run's mechanism, `--sync` and `--fds`, which say the paths it took (none where it ran no
+/// one mechanism).
 pub fn forecast_against_outcome(
     placement: &mut Placement,
-    ipc: &str,
-    sync: &str,
-    by_pidfd: bool,
+    handles: Option<(Mechanism, Sync, Fds)>,
     passed: bool,
     refused: Option<&Refused>,
 ) -> String {
-    let paths = crate::placement::paths_of(ipc, sync, by_pidfd);
+    let paths = handles.map_or_else(Vec::new, |(mechanism, sync, fds)| paths_of(mechanism, sync, fds));
     let refused = refused.map(|r| (r.event, r.error.as_str(), r.by()));
     let against = placement.against(&paths, passed, refused);
     let mut text = crate::placement::against_text(&against);

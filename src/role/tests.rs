@@ -10,7 +10,7 @@ fn run() -> Run {
         sequential: true,
         bind_numa: true,
         timings: true,
-        timeout: Timeout(5),
+        timeout: Timeout::from_secs(5),
         quiet: true,
         serve: Some(Address::Abstract("s".into())),
         isolate: Some(Isolation::parse("pid").unwrap()),
@@ -19,18 +19,22 @@ fn run() -> Run {
 }
 
 fn joiner(quiet: bool) -> Joiner {
-    Joiner { address: Address::Abstract("s".into()), timeout: Timeout(7), quiet, bench: false }
+    Joiner { address: Address::Abstract("s".into()), timeout: Timeout::from_secs(7), quiet, bench: false }
 }
 
-fn bench(mechanism: Option<Mechanism>) -> Bench {
+fn bench(mechanism: Mechanism) -> Bench {
     Bench {
         mechanism,
         max_bytes: 1 << 20,
-        timeout: Timeout(9),
+        timeout: Timeout::from_secs(9),
         quiet: true,
         serve: Some(Address::Abstract("b".into())),
         json: Some("bench.json".into()),
     }
+}
+
+fn every(run: Run) -> Role {
+    Role::EveryMechanism(EveryMechanism { run, not_run: Vec::new() })
 }
 
 fn child(quiet: bool) -> Child {
@@ -50,23 +54,16 @@ fn isolated(quiet: bool) -> Isolated {
     }
 }
 
-#[test]
-fn a_timeout_of_0_is_none() {
-    assert_eq!(Timeout(0).limit(), None);
-    assert_eq!(Timeout(1).limit(), Some(Duration::from_secs(1)));
-    assert_eq!(Timeout::default().limit(), Some(Duration::from_secs(60)));
-}
-
 /// Each role's facts, as the entry reads them: who started it, where its document goes, `--json`,
-/// `--quiet` and `--fds pidfd`.
+/// `--quiet` and the handles of its one mechanism.
 #[test]
 fn each_role_says_who_started_it_and_what_it_was_given() {
     let matrix = Role::Matrix(run(), Isolation::parse("pid,net").unwrap());
     let users = [
         Role::Sample(run(), Mechanism::Vmm),
-        Role::Bench(bench(Some(Mechanism::Vmm))),
+        Role::Bench(bench(Mechanism::Vmm)),
         Role::Topology,
-        Role::EveryMechanism(run()),
+        every(run()),
         matrix.clone(),
         Role::Joiner(joiner(true)),
     ];
@@ -98,10 +95,10 @@ fn each_role_says_who_started_it_and_what_it_was_given() {
         let run = Run { quiet, ..Run::default() };
         [
             Role::Sample(run.clone(), Mechanism::Legacy),
-            Role::EveryMechanism(run.clone()),
+            every(run.clone()),
             Role::Matrix(run.clone(), Isolation::parse("pid").unwrap()),
             Role::MechanismRun(sub(run)),
-            Role::Bench(Bench { quiet, ..bench(None) }),
+            Role::Bench(Bench { quiet, ..bench(Mechanism::Pool) }),
             Role::Child(child(quiet)),
             Role::Joiner(joiner(quiet)),
             Role::Isolated(isolated(quiet)),
@@ -115,19 +112,16 @@ fn each_role_says_who_started_it_and_what_it_was_given() {
     }
     assert!(!Role::Topology.quiet() && !Role::Guardian { fd: 3 }.quiet());
 
-    for role in
-        [Role::Sample(run(), Mechanism::Vmm), Role::EveryMechanism(run()), Role::MechanismRun(sub(run()))]
+    // What a run of one mechanism hands over, typed as given: the paths its forecast speaks of.
+    let given = Some((Mechanism::Vmm, Sync::Memops, Fds::Pidfd));
+    assert_eq!(Role::Sample(run(), Mechanism::Vmm).handles(), given);
+    assert_eq!(Role::MechanismRun(sub(run())).handles(), given);
+    let defaults = Some((Mechanism::Pool, Sync::Events, Fds::Socket));
+    assert_eq!(Role::Sample(Run::default(), Mechanism::Pool).handles(), defaults);
+    assert_eq!(Role::Bench(bench(Mechanism::Pool)).handles(), defaults, "the benchmark's memory, and events");
+    for role in [every(run()), matrix, Role::Joiner(joiner(true)), Role::Child(child(false)), Role::Topology]
     {
-        assert!(role.by_pidfd(), "{role:?}");
-    }
-    let socket = Run::default();
-    for role in [
-        Role::Sample(socket.clone(), Mechanism::Vmm),
-        Role::EveryMechanism(socket.clone()),
-        Role::MechanismRun(sub(socket)),
-        Role::Child(child(false)),
-    ] {
-        assert!(!role.by_pidfd(), "{role:?}");
+        assert_eq!(role.handles(), None, "no one mechanism: {role:?}");
     }
 }
 
@@ -150,7 +144,7 @@ fn the_document_says_what_each_role_was_asked() {
     assert_eq!(Role::Sample(run(), Mechanism::Vmm).asked(), (Mode::Run, given.clone()));
     assert_eq!(Role::MechanismRun(sub(run())).asked(), (Mode::Run, given.clone()));
     let all = Options { ipc: "all".into(), ..given.clone() };
-    assert_eq!(Role::EveryMechanism(run()).asked(), (Mode::IpcAll, all.clone()));
+    assert_eq!(every(run()).asked(), (Mode::IpcAll, all.clone()));
     let matrix = Role::Matrix(run(), Isolation::parse("net").unwrap());
     let isolate = Some(Isolation::parse("net").unwrap().to_string());
     assert_eq!(matrix.asked(), (Mode::ContainerMatrix, Options { isolate, ..all }));
@@ -177,8 +171,11 @@ fn the_document_says_what_each_role_was_asked() {
         serve: Some(Address::Abstract("b".into()).to_string()),
         ..defaults.clone()
     };
-    assert_eq!(Role::Bench(bench(Some(Mechanism::Vmm))).asked(), (Mode::Bench, benched.clone()));
-    assert_eq!(Role::Bench(bench(None)).asked(), (Mode::Bench, Options { ipc: "all".into(), ..benched }));
+    assert_eq!(Role::Bench(bench(Mechanism::Vmm)).asked(), (Mode::Bench, benched.clone()));
+    assert_eq!(
+        Role::Bench(bench(Mechanism::Pool)).asked(),
+        (Mode::Bench, Options { ipc: "pool".into(), ..benched })
+    );
     let joined = Options { timeout_s: 7, ..defaults.clone() };
     assert_eq!(Role::Joiner(joiner(false)).asked(), (Mode::Run, joined.clone()));
     assert_eq!(Role::Isolated(isolated(false)).asked(), (Mode::Run, joined));
