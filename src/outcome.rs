@@ -49,6 +49,32 @@ impl Ending {
     }
 }
 
+/// How a run ended, in short: as a served run's server tells each joiner once the run is over, and as a
+/// row of `--ipc all` or a served sequence says it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum RunEnd {
+    Passed,
+    /// It failed: because process `process` failed, where one did, and why (the server's verdict).
+    Failed {
+        process: Option<usize>,
+        why: String,
+    },
+    /// It was waived after the joiner was admitted (a mechanism the devices lack, found at the export).
+    Waived(String),
+}
+
+impl RunEnd {
+    /// The end a run decided, in short.
+    pub fn of(ending: &Ending) -> Self {
+        let why = ending.reason.clone().unwrap_or_default();
+        match ending.status {
+            Status::Passed => Self::Passed,
+            Status::Waived => Self::Waived(why),
+            Status::Failed | Status::Interrupted => Self::Failed { process: None, why },
+        }
+    }
+}
+
 /// How a run ended, in a word.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]

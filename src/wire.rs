@@ -69,32 +69,9 @@ impl std::fmt::Display for Round {
     }
 }
 
-/// How a whole run ended, as its server tells each joiner once the run is over.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum RunEnd {
-    Passed,
-    /// It failed: because process `process` failed, where one did, and why (the server's verdict).
-    Failed {
-        process: Option<usize>,
-        why: String,
-    },
-    /// It was waived after the joiner was admitted (a mechanism the devices lack, found at the export).
-    Waived(String),
-}
+pub use crate::outcome::RunEnd;
 
 impl RunEnd {
-    /// The end a run decided (`outcome::Ending`), for a joiner.
-    pub fn of(ending: &crate::outcome::Ending) -> Self {
-        let why = ending.reason.clone().unwrap_or_default();
-        match ending.status {
-            crate::outcome::Status::Passed => Self::Passed,
-            crate::outcome::Status::Waived => Self::Waived(why),
-            crate::outcome::Status::Failed | crate::outcome::Status::Interrupted => {
-                Self::Failed { process: None, why }
-            }
-        }
-    }
-
     /// The same end, its reason through `why`.
     fn with_why(&self, why: impl Fn(&str) -> String) -> Self {
         match self {

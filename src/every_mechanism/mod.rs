@@ -14,6 +14,7 @@
 use anyhow::{Result, anyhow};
 
 use crate::ipc::Mechanism;
+use crate::outcome::RunEnd;
 use crate::outcome::{Outcome, Waiver};
 use crate::report::document::{Document, MechanismResult};
 use crate::report::{Ran, Results, Status};
@@ -28,19 +29,11 @@ pub(crate) use sub_run::run_one;
 pub(crate) use table::ending_word;
 pub use table::table;
 
-/// How one mechanism's run ended.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Ending {
-    Passed,
-    Failed(String),
-    Waived(String),
-}
-
 /// One row of the table.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Row {
     pub mechanism: Mechanism,
-    pub ending: Ending,
+    pub ending: RunEnd,
     /// `None` where the mechanism was not run.
     pub wall_ms: Option<f64>,
     /// The median over the children of their time to open every handle, divided by the process count.
@@ -52,16 +45,16 @@ pub struct Row {
 impl Row {
     /// The row of a mechanism not run (its ending to be set).
     fn not_run(mechanism: Mechanism) -> Self {
-        let ending = Ending::Waived(String::new());
+        let ending = RunEnd::Waived(String::new());
         Row { mechanism, ending, wall_ms: None, open_one_ms: None, document: None }
     }
 
     /// The row as the `--json` document carries it.
     fn result(&self) -> MechanismResult {
         let ending = match &self.ending {
-            Ending::Passed => (Status::Passed, None),
-            Ending::Failed(why) => (Status::Failed, Some(why.clone())),
-            Ending::Waived(why) => (Status::Waived, Some(why.clone())),
+            RunEnd::Passed => (Status::Passed, None),
+            RunEnd::Failed { why, .. } => (Status::Failed, Some(why.clone())),
+            RunEnd::Waived(why) => (Status::Waived, Some(why.clone())),
         };
         let document = self.document.clone();
         MechanismResult::new(self.mechanism.name(), ending, self.wall_ms, self.open_one_ms, document)
@@ -89,7 +82,7 @@ pub fn run(every: &EveryMechanism) -> Result<Ran> {
         let row = match (every.why_not_run(mechanism), &mut sequence) {
             (Some(reason), _) => {
                 say!("{reason}")?;
-                Row { ending: Ending::Waived(reason.to_owned()), ..Row::not_run(mechanism) }
+                Row { ending: RunEnd::Waived(reason.to_owned()), ..Row::not_run(mechanism) }
             }
             (None, Some(sequence)) => sequence.run(&each, mechanism)?,
             (None, None) => run_one(&each, mechanism, true)?,
@@ -108,15 +101,18 @@ pub fn run(every: &EveryMechanism) -> Result<Ran> {
 
 /// 1 if any failed, 2 if all were waived, 0 otherwise, with what each run did.
 pub fn outcome(rows: &[Row]) -> Outcome {
-    let failed: Vec<&str> =
-        rows.iter().filter(|r| matches!(r.ending, Ending::Failed(_))).map(|r| r.mechanism.name()).collect();
+    let failed: Vec<&str> = rows
+        .iter()
+        .filter(|r| matches!(r.ending, RunEnd::Failed { .. }))
+        .map(|r| r.mechanism.name())
+        .collect();
     if !failed.is_empty() {
         return Outcome::Failed(anyhow!("--ipc all: {} failed", failed.join(", ")));
     }
     let waived: Vec<(&str, &str)> = rows
         .iter()
         .filter_map(|r| match &r.ending {
-            Ending::Waived(why) => Some((r.mechanism.name(), why.as_str())),
+            RunEnd::Waived(why) => Some((r.mechanism.name(), why.as_str())),
             _ => None,
         })
         .collect();
@@ -139,23 +135,25 @@ mod tests {
     use super::table::open_one_ms;
     use super::*;
 
-    fn row(mechanism: Mechanism, ending: Ending) -> Row {
+    fn row(mechanism: Mechanism, ending: RunEnd) -> Row {
         Row { mechanism, ending, wall_ms: Some(1.0), open_one_ms: Some(0.25), document: None }
     }
 
     #[test]
     fn exit_1_if_any_failed_2_if_all_waived_0_otherwise() {
-        let waived = || Ending::Waived("no".into());
+        let waived = || RunEnd::Waived("no".into());
         let all_waived = [row(Mechanism::Legacy, waived()), row(Mechanism::Vmm, waived())];
         assert!(matches!(outcome(&all_waived), Outcome::Waived(_)));
-        let one_passed = [row(Mechanism::Legacy, Ending::Passed), row(Mechanism::Vmm, waived())];
+        let one_passed = [row(Mechanism::Legacy, RunEnd::Passed), row(Mechanism::Vmm, waived())];
         let Outcome::Passed(Some(summary)) = outcome(&one_passed) else { panic!("passed") };
         assert_eq!(
             summary, "every mechanism: legacy passed, vmm waived",
             "each run's ending, for the verdict"
         );
-        let one_failed =
-            [row(Mechanism::Legacy, Ending::Passed), row(Mechanism::Pool, Ending::Failed("x".into()))];
+        let one_failed = [
+            row(Mechanism::Legacy, RunEnd::Passed),
+            row(Mechanism::Pool, RunEnd::Failed { process: None, why: "x".into() }),
+        ];
         let Outcome::Failed(e) = outcome(&one_failed) else { panic!("failed") };
         assert!(e.to_string().contains("pool failed"));
     }

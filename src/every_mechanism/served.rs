@@ -14,7 +14,7 @@ use anyhow::{Context, Result};
 use nix::errno::Errno;
 use nix::sys::socket::{SockFlag, accept4, getsockopt, sockopt::PeerCredentials};
 
-use super::{Ending, Row, sub_run};
+use super::{Row, sub_run};
 use crate::guardian::Guardian;
 use crate::ipc::Mechanism;
 use crate::joiners;
@@ -76,7 +76,11 @@ impl Sequence {
             let why =
                 format!("not run: the sequence did not finish within {} s (--timeout)", timeout.as_secs());
             say!("{why}")?;
-            return Ok(self.ended(Row { mechanism, ending: Ending::Failed(why), ..Row::not_run(mechanism) }));
+            return Ok(self.ended(Row {
+                mechanism,
+                ending: RunEnd::Failed { process: None, why },
+                ..Row::not_run(mechanism)
+            }));
         }
         let (back, their_back) = crate::wire::descriptors::pair()?;
         let mut given =
@@ -95,11 +99,7 @@ impl Sequence {
     }
 
     fn ended(&mut self, row: Row) -> Row {
-        self.ends.push(match &row.ending {
-            Ending::Passed => RunEnd::Passed,
-            Ending::Failed(why) => RunEnd::Failed { process: None, why: why.clone() },
-            Ending::Waived(why) => RunEnd::Waived(why.clone()),
-        });
+        self.ends.push(row.ending.clone());
         row
     }
 

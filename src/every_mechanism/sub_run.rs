@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use nix::sys::signal::Signal;
 
-use super::{Ending, Row, table};
+use super::{Row, table};
 use crate::ipc::Mechanism;
+use crate::outcome::RunEnd;
 use crate::relaunch::{Echo, Ended, Followed, OnDrop, Output, Policies, Relaunch, Streams, follow};
 use crate::role::{MechanismRun, Role, Run, Served};
 use crate::signals::Interrupted;
@@ -93,7 +94,7 @@ pub(crate) fn run_one_inheriting(
         let wall_ms = Some(start.elapsed().as_secs_f64() * 1e3);
         return Ok(Row {
             mechanism,
-            ending: Ending::Failed(why),
+            ending: RunEnd::Failed { process: None, why },
             wall_ms,
             open_one_ms: None,
             document: None,
@@ -113,20 +114,25 @@ pub(crate) fn run_one_inheriting(
 
 /// How a run ended: its exit status, and why as its own document says (a run that wrote none is named by
 /// how it ended); never what it printed.
-fn ending_of(status: Ended, document: Option<&crate::report::Document>) -> Ending {
+fn ending_of(status: Ended, document: Option<&crate::report::Document>) -> RunEnd {
     let said = document.and_then(|d| d.reason.clone());
     let unsaid = |how: String| format!("{how}, without its document");
     match status {
-        Ended::Exited(0) => Ending::Passed,
+        Ended::Exited(0) => RunEnd::Passed,
         Ended::Exited(2) => {
-            Ending::Waived(said.unwrap_or_else(|| unsaid("waived (exit status 2)".to_owned())))
+            RunEnd::Waived(said.unwrap_or_else(|| unsaid("waived (exit status 2)".to_owned())))
         }
         Ended::Exited(code) if code > 128 => {
-            Ending::Failed(format!("stopped by {}", signal_name(code - 128)))
+            RunEnd::Failed { process: None, why: format!("stopped by {}", signal_name(code - 128)) }
         }
-        Ended::Killed(signal) => Ending::Failed(format!("killed by {signal}")),
-        Ended::Exited(code) => Ending::Failed(said.unwrap_or_else(|| unsaid(format!("exit status {code}")))),
-        Ended::Lost(e) => Ending::Failed(unsaid(format!("its exit status lost ({e})"))),
+        Ended::Killed(signal) => RunEnd::Failed { process: None, why: format!("killed by {signal}") },
+        Ended::Exited(code) => RunEnd::Failed {
+            process: None,
+            why: said.unwrap_or_else(|| unsaid(format!("exit status {code}"))),
+        },
+        Ended::Lost(e) => {
+            RunEnd::Failed { process: None, why: unsaid(format!("its exit status lost ({e})")) }
+        }
     }
 }
 
@@ -147,18 +153,24 @@ mod tests {
         document.reason = Some("No CUDA devices support IPC (the document's words)".into());
         assert_eq!(
             ending_of(exited(2), Some(&document)),
-            Ending::Waived("No CUDA devices support IPC (the document's words)".into())
+            RunEnd::Waived("No CUDA devices support IPC (the document's words)".into())
         );
         assert_eq!(
             ending_of(exited(2), None),
-            Ending::Waived("waived (exit status 2), without its document".into())
+            RunEnd::Waived("waived (exit status 2), without its document".into())
         );
-        assert_eq!(ending_of(exited(1), None), Ending::Failed("exit status 1, without its document".into()));
-        assert_eq!(ending_of(exited(143), None), Ending::Failed("stopped by SIGTERM".into()));
+        assert_eq!(
+            ending_of(exited(1), None),
+            RunEnd::Failed { process: None, why: "exit status 1, without its document".into() }
+        );
+        assert_eq!(
+            ending_of(exited(143), None),
+            RunEnd::Failed { process: None, why: "stopped by SIGTERM".into() }
+        );
         assert_eq!(
             ending_of(Ended::Killed(Signal::SIGKILL), None),
-            Ending::Failed("killed by SIGKILL".into())
+            RunEnd::Failed { process: None, why: "killed by SIGKILL".into() }
         );
-        assert_eq!(ending_of(exited(0), Some(&document)), Ending::Passed);
+        assert_eq!(ending_of(exited(0), Some(&document)), RunEnd::Passed);
     }
 }

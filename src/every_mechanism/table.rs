@@ -1,6 +1,7 @@
 //! What `--ipc all` shows of its runs: the table, and the open time read from each run's document.
 
-use super::{Ending, Row};
+use super::Row;
+use crate::outcome::RunEnd;
 use crate::report::document::RunResults;
 
 /// From a run's results: the median over the children of `open_handles`, divided by the process count.
@@ -12,11 +13,11 @@ pub fn open_one_ms(run: Option<&RunResults>) -> Option<f64> {
     (run.processes > 0).then(|| median / run.processes as f64)
 }
 
-fn result_text(result: &Ending) -> String {
+fn result_text(result: &RunEnd) -> String {
     match result {
-        Ending::Passed => "passed".into(),
-        Ending::Failed(why) => format!("FAILED: {why}"),
-        Ending::Waived(why) => format!("waived: {why}"),
+        RunEnd::Passed => "passed".into(),
+        RunEnd::Failed { why, .. } => format!("FAILED: {why}"),
+        RunEnd::Waived(why) => format!("waived: {why}"),
     }
 }
 
@@ -53,10 +54,10 @@ pub fn table(rows: &[Row]) -> String {
 }
 
 /// One word for how a mechanism's run ended: passed, failed or waived.
-pub fn ending_word(ending: &Ending) -> &'static str {
+pub fn ending_word(ending: &RunEnd) -> &'static str {
     match ending {
-        Ending::Passed => "passed",
-        Ending::Failed(_) => "failed",
-        Ending::Waived(_) => "waived",
+        RunEnd::Passed => "passed",
+        RunEnd::Failed { .. } => "failed",
+        RunEnd::Waived(_) => "waived",
     }
 }

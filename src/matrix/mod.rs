@@ -29,8 +29,8 @@ mod mps;
 
 use anyhow::{Result, anyhow};
 
-use crate::every_mechanism::Ending;
 use crate::isolation::Isolation;
+use crate::outcome::RunEnd;
 use crate::outcome::{Outcome, Waiver};
 use crate::report::{Document, Ran, Results, Status};
 use crate::role::Run;
@@ -77,22 +77,22 @@ fn short(error: &str) -> &str {
 }
 
 /// What a cell's run says of itself, in its typed document, beside how it exited; nothing it printed.
-fn classify(ending: &Ending, document: Option<&Document>) -> Cell {
+fn classify(ending: &RunEnd, document: Option<&Document>) -> Cell {
     let Some(document) = document else {
         return Cell::Broken(match ending {
-            Ending::Failed(why) | Ending::Waived(why) => why.clone(),
-            Ending::Passed => "it passed without its document".to_owned(),
+            RunEnd::Failed { why, .. } | RunEnd::Waived(why) => why.clone(),
+            RunEnd::Passed => "it passed without its document".to_owned(),
         });
     };
     let reason = || document.reason.clone().unwrap_or_else(|| "it gave no reason".to_owned());
     match (document.status, ending) {
-        (Status::Passed, Ending::Passed) => Cell::Ok,
+        (Status::Passed, RunEnd::Passed) => Cell::Ok,
         // The simulation waives what it does not model (entry.rs), and says so in the refusal it keeps.
-        (Status::Waived, Ending::Waived(_)) => match &document.refused {
+        (Status::Waived, RunEnd::Waived(_)) => match &document.refused {
             Some(refused) if refused.beyond_the_simulation => Cell::NotSimulated,
             _ => Cell::Waived,
         },
-        (Status::Failed, Ending::Failed(_)) => match &document.refused {
+        (Status::Failed, RunEnd::Failed { process: None, why: _ }) => match &document.refused {
             Some(refused) if refused.beyond_the_simulation => Cell::NotSimulated,
             Some(refused) => Cell::Failed {
                 error: refused.error.clone(),
@@ -334,11 +334,11 @@ mod tests {
 
     #[test]
     fn a_cell_is_named_by_the_drivers_typed_refusal_and_nothing_it_printed() {
-        let failed = Ending::Failed("x".into());
+        let failed = RunEnd::Failed { process: None, why: "x".into() };
         let passed = said(Status::Passed, "", None);
-        assert_eq!(classify(&Ending::Passed, Some(&passed)), Cell::Ok);
+        assert_eq!(classify(&RunEnd::Passed, Some(&passed)), Cell::Ok);
         let waived = said(Status::Waived, "No CUDA devices", None);
-        assert_eq!(classify(&Ending::Waived("w".into()), Some(&waived)), Cell::Waived);
+        assert_eq!(classify(&RunEnd::Waived("w".into()), Some(&waived)), Cell::Waived);
         let shm = said(Status::Failed, "opening", Some(refused("CUDA_ERROR_MAP_FAILED", true, false)));
         assert_eq!(
             classify(&failed, Some(&shm)),
@@ -361,7 +361,7 @@ mod tests {
         // As a run now ends where the simulation does not model a call: waived, its refusal kept.
         let waived_beyond =
             said(Status::Waived, "not simulated", Some(refused("CUDA_ERROR_NOT_SUPPORTED", false, true)));
-        let waived = Ending::Waived("not simulated".into());
+        let waived = RunEnd::Waived("not simulated".into());
         assert_eq!(classify(&waived, Some(&waived_beyond)), Cell::NotSimulated);
         assert_eq!(classify(&waived, Some(&said(Status::Waived, "no vmm", None))), Cell::Waived);
         // A failure that is no refusal, whatever its text says, fails the matrix, named.
