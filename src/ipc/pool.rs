@@ -9,9 +9,9 @@ use std::os::fd::{AsFd, OwnedFd};
 
 use anyhow::{Context, Result};
 
-use super::held::{Base, HeldBase, MemoryOn};
+use super::held::{HeldBase, MemoryOn};
 use super::spec::{Export, Spec};
-use crate::driver::{Capability, DevicePtr, Driver, IpcHandleBytes, RawPool};
+use crate::driver::{Capability, Driver, IpcHandleBytes, RawPool};
 
 /// NVIDIA's `streamOrderedAllocationIPC`: a memory pool per buffer, shared as a POSIX file descriptor, and
 /// the allocation as pointer export data.
@@ -29,22 +29,6 @@ type Pool<'d> = HeldBase<'d, RawPool>;
 /// An allocation of `bytes` from a pool, or a pointer imported from one, with the pool: what the exporter
 /// and each importer hold of a pool buffer. Freed on drop, then the pool is destroyed (or released).
 pub(super) type Allocation<'d> = MemoryOn<'d, RawPool>;
-
-impl Base for RawPool {
-    const RELEASING: &'static str = "destroying a memory pool";
-    const FREEING: &'static str = "freeing a pool allocation";
-
-    unsafe fn release(self, driver: &dyn Driver) -> Result<()> {
-        // SAFETY: the caller keeps this method's contract, which is `pool_destroy`'s.
-        unsafe { driver.pool_destroy(self) }
-    }
-
-    unsafe fn free(driver: &dyn Driver, ptr: DevicePtr, _bytes: usize) -> Result<()> {
-        // SAFETY: the caller keeps this method's contract; memory on a pool is one `pool_alloc` of it or one
-        // `pool_import_pointer` from it.
-        unsafe { driver.pool_free(ptr) }
-    }
-}
 
 /// The exporter's side: a new pool (its descriptor travels) and an allocation from it (its export data in
 /// the segment).

@@ -9,9 +9,9 @@ use std::os::fd::{AsFd, OwnedFd};
 
 use anyhow::{Context, Result, ensure};
 
-use super::held::{Base, HeldBase, MemoryOn};
+use super::held::{HeldBase, MemoryOn};
 use super::spec::{Export, Spec};
-use crate::driver::{Capability, DevicePtr, Driver, IpcHandleBytes, RawAllocation};
+use crate::driver::{Capability, Driver, IpcHandleBytes, RawAllocation};
 
 /// NVIDIA's `memMapIPCDrv`: a `cuMemCreate` allocation per buffer, shared as a POSIX file descriptor.
 pub const SPEC: Spec = Spec {
@@ -64,21 +64,6 @@ pub(super) type Allocation<'d> = HeldBase<'d, RawAllocation>;
 /// An allocation mapped for all its bytes, readable and writable by its device: what the exporter and each
 /// importer hold of a VMM or fabric buffer. Unmapped on drop, then the allocation is released.
 pub(super) type Mapping<'d> = MemoryOn<'d, RawAllocation>;
-
-impl Base for RawAllocation {
-    const RELEASING: &'static str = "releasing a VMM allocation";
-    const FREEING: &'static str = "unmapping a VMM buffer";
-
-    unsafe fn release(self, driver: &dyn Driver) -> Result<()> {
-        // SAFETY: the caller keeps this method's contract, which is `vmm_release`'s.
-        unsafe { driver.vmm_release(self) }
-    }
-
-    unsafe fn free(driver: &dyn Driver, ptr: DevicePtr, bytes: usize) -> Result<()> {
-        // SAFETY: the caller keeps this method's contract; memory on an allocation is one `vmm_map` of it.
-        unsafe { driver.vmm_unmap(ptr, bytes) }
-    }
-}
 
 /// Maps all `bytes` of `allocation`, on its device.
 pub(super) fn map(allocation: Allocation<'_>, bytes: usize) -> Result<Mapping<'_>> {
