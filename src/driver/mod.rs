@@ -6,7 +6,8 @@
 //! in each half: [`devices`] ([`Devices`]), [`memory`] ([`Memory`]), [`ipc`] ([`Ipc`]: legacy memory
 //! handles), [`events`] ([`Events`]: interprocess events and their handles), [`streams`] ([`Streams`]),
 //! [`kernels`] ([`Kernels`]), [`vmm`] ([`Vmm`]), [`fabric`] ([`Fabric`]) and [`pool`] ([`Pools`]).
-//! [`Driver`] is their sum: callers hold a `&dyn Driver` and import the concern they call.
+//! [`Driver`] is their sum: callers hold a `&dyn Driver`, on which every concern's methods are called
+//! (code that holds a driver of a named type imports the concern it calls).
 //! [`cuda::CudaDriver`] implements them with the CUDA driver API, loaded at run time (`cuda/<concern>.rs`).
 //! [`host::HostDriver`] implements them in host memory, asynchronously like a GPU, for the tests of the
 //! process protocol on machines without a GPU (`host/<concern>.rs`); it is chosen only through the
