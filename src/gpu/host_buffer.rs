@@ -4,7 +4,9 @@
 use anyhow::{Context, Result, ensure};
 use memmap2::{MmapMut, MmapOptions};
 
-use super::{DeviceMemory, Stream, warn_on_error};
+use super::memory::DeviceMemory;
+use super::release::release;
+use super::stream::Stream;
 use crate::driver::Driver;
 use crate::stop::StopCheck;
 
@@ -55,9 +57,10 @@ impl Drop for HostBuffer<'_> {
         if !self.pinned {
             return;
         }
-        let (driver, device, memory) = (self.driver, self.device, &mut self.memory);
+        let memory = &mut self.memory;
         // SAFETY: pinned by `pin`; every copy is synchronous, so none is pending.
-        let unpinned = driver.use_device(device).and_then(|()| unsafe { driver.unpin_host_memory(memory) });
-        warn_on_error("unpinning a host buffer", unpinned);
+        release(self.driver, self.device, "unpinning a host buffer", |d| unsafe {
+            d.unpin_host_memory(memory)
+        });
     }
 }

@@ -4,7 +4,7 @@
 
 use anyhow::{Context, Result, anyhow};
 
-use super::warn_on_error;
+use super::release::release;
 use crate::driver::{DevicePtr, Driver};
 
 /// Device memory that stays allocated or mapped while it is borrowed.
@@ -78,7 +78,6 @@ impl Drop for DeviceBuffer<'_> {
     fn drop(&mut self) {
         // SAFETY: the pointer came from `alloc` and is freed only here, once; cuMemFree waits for work that
         // still uses it (and the simulation keeps it mapped until that work has run).
-        let freed = self.driver.use_device(self.device).and_then(|()| unsafe { self.driver.free(self.ptr) });
-        warn_on_error("freeing a device buffer", freed);
+        release(self.driver, self.device, "freeing a device buffer", |d| unsafe { d.free(self.ptr) });
     }
 }

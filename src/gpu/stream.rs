@@ -4,8 +4,8 @@
 
 use anyhow::{Result, ensure};
 
-use super::DeviceMemory;
-use super::warn_on_error;
+use super::memory::DeviceMemory;
+use super::release::release;
 use crate::driver::{Driver, RawEvent, RawStream};
 use crate::stop::{self, StopCheck};
 
@@ -138,7 +138,6 @@ impl<'d> Stream<'d> {
 impl Drop for Stream<'_> {
     fn drop(&mut self) {
         // SAFETY: created by this driver, destroyed only here, once; queued work still runs.
-        let destroyed = self.bound().and_then(|driver| unsafe { driver.destroy_stream(self.raw) });
-        warn_on_error("destroying a stream", destroyed);
+        release(self.driver, self.device, "destroying a stream", |d| unsafe { d.destroy_stream(self.raw) });
     }
 }

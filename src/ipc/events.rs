@@ -3,9 +3,9 @@
 //!
 //! The driver backs an exported event with a file in `/dev/shm` named by the exporter's pid in its own
 //! namespace (see `driver_files`), which importers map by name. Each side reads which file it maps right
-//! after the export or the open: the exporter publishes that file's identity and removes its name once
-//! every importer has opened the event (the driver removes it when the exporter exits normally); an importer that mapped another file fails at once,
-//! instead of ordering its work with another process's event.
+//! after the export or the open: the exporter publishes that file's identity and removes its name once every
+//! importer has opened the event (the driver removes it when the exporter exits normally); an importer that
+//! mapped another file fails at once, instead of ordering its work with another process's event.
 
 use std::sync::Mutex;
 
@@ -14,7 +14,7 @@ use anyhow::{Context, Result};
 use super::diagnose::{self, Exporter, Opening};
 use crate::driver::{Driver, IpcHandleBytes, RawEvent};
 use crate::driver_files::{self, EventFile};
-use crate::gpu::{Event, warn_on_error};
+use crate::gpu::{Event, release};
 
 /// Held while this process exports or opens an event, so that the one driver file that appears in
 /// `/proc/self/maps` meanwhile is that event's.
@@ -32,80 +32,82 @@ fn with_new_file<T>(make: impl FnOnce() -> Result<T>) -> Result<(T, Option<Event
     Ok((made, file))
 }
 
-/// An interprocess event created and exported by this process (the parent): destroyed on drop. The driver
-/// releases an event whose recorded work is still pending once that work is done, so a failed run does not
-/// wait for work that a dead process recorded; a run that passed synchronises it first, as the original does.
-pub struct ExportedEvent<'d> {
+/// An interprocess event this process holds on `device`'s context, exported by it ([`ExportedEvent`]) or
+/// opened from another's handle ([`OpenedEvent`]): destroyed on drop. The driver releases an event whose
+/// recorded work is still pending once that work is done, so a failed run does not wait for work that a dead
+/// process recorded; a run that passed synchronises it first, as the original does.
+pub struct IpcEvent<'d, S: Side> {
     driver: &'d dyn Driver,
     device: i32,
     event: RawEvent,
+    side: S,
+}
+
+/// Which side of an interprocess event this process holds.
+pub trait Side {
+    /// What failed, where destroying the event fails.
+    const DESTROYING: &'static str;
+}
+
+/// The exporter's side (the parent's): the handle, and the driver's file behind the event as this process
+/// maps it (`None` where none appeared).
+pub struct Exported {
     handle: IpcHandleBytes,
-    /// The driver's file behind the event, as this process maps it; `None` where none appeared.
     file: Option<EventFile>,
 }
 
-impl<'d> ExportedEvent<'d> {
+impl Side for Exported {
+    const DESTROYING: &'static str = "destroying an exported event";
+}
+
+/// An importer's side.
+pub struct Opened;
+
+impl Side for Opened {
+    const DESTROYING: &'static str = "destroying an opened IPC event";
+}
+
+/// An interprocess event created and exported by this process (`cudaEventCreate(DisableTiming |
+/// Interprocess)` + `cudaIpcGetEventHandle`).
+pub type ExportedEvent<'d> = IpcEvent<'d, Exported>;
+
+/// Another process's event, opened in this one (`cudaIpcOpenEventHandle`).
+pub type OpenedEvent<'d> = IpcEvent<'d, Opened>;
+
+impl<'d> IpcEvent<'d, Exported> {
     /// `cudaEventCreate(DisableTiming | Interprocess)` + `cudaIpcGetEventHandle` on `device`.
     pub fn create(driver: &'d dyn Driver, device: i32) -> Result<Self> {
         driver.use_device(device)?;
         let (mut exported, file) = with_new_file(|| {
             let event = driver.create_interprocess_event()?;
-            let mut exported = Self { driver, device, event, handle: [0; 64], file: None };
+            let side = Exported { handle: [0; 64], file: None };
+            let mut exported = Self { driver, device, event, side };
             // SAFETY: the event was just created by this driver; `exported` destroys it if this fails.
-            exported.handle =
+            exported.side.handle =
                 unsafe { driver.ipc_get_event_handle(event) }.context("exporting an event's IPC handle")?;
             Ok(exported)
         })?;
-        exported.file = file;
+        exported.side.file = file;
         Ok(exported)
     }
 
     pub fn handle(&self) -> &IpcHandleBytes {
-        &self.handle
+        &self.side.handle
     }
 
     /// The driver's file behind the event, as this process maps it.
     pub fn file(&self) -> Option<&EventFile> {
-        self.file.as_ref()
+        self.side.file.as_ref()
     }
 
     /// Removes the name of the event's file, if it is still this event's: once every importer has opened
     /// the event, nothing needs it, and a name that is gone cannot be left behind.
     pub fn remove_file_name(&self) -> Result<()> {
-        self.file.as_ref().map_or(Ok(()), |file| file.remove_if_ours().map(drop))
+        self.side.file.as_ref().map_or(Ok(()), |file| file.remove_if_ours().map(drop))
     }
 }
 
-// SAFETY: the event was made on `device` by `driver` and is destroyed only when the owner is dropped.
-unsafe impl Event for ExportedEvent<'_> {
-    fn driver(&self) -> &dyn Driver {
-        self.driver
-    }
-    fn device(&self) -> i32 {
-        self.device
-    }
-    fn raw(&self) -> RawEvent {
-        self.event
-    }
-}
-
-impl Drop for ExportedEvent<'_> {
-    fn drop(&mut self) {
-        let d = self.driver;
-        // SAFETY: created by this driver, destroyed only here, once.
-        let destroyed = d.use_device(self.device).and_then(|()| unsafe { d.destroy_event(self.event) });
-        warn_on_error("destroying an exported event", destroyed);
-    }
-}
-
-/// Another process's event, opened in this one (`cudaIpcOpenEventHandle`): destroyed on drop.
-pub struct OpenedEvent<'d> {
-    driver: &'d dyn Driver,
-    device: i32,
-    event: RawEvent,
-}
-
-impl<'d> OpenedEvent<'d> {
+impl<'d> IpcEvent<'d, Opened> {
     /// Opens the event `handle` names on `device`'s context, and checks that the driver's file this process
     /// mapped for it is the one `exporter` made; a failure says why, from what this process can see.
     pub fn open(
@@ -119,7 +121,7 @@ impl<'d> OpenedEvent<'d> {
             let event = driver
                 .ipc_open_event_handle(handle)
                 .map_err(|e| diagnose::open_failed(e, Opening::Event, exporter))?;
-            Ok(Self { driver, device, event })
+            Ok(Self { driver, device, event, side: Opened })
         })?;
         match diagnose::collision(exporter, file.as_ref()) {
             Some(collision) => Err(collision), // `opened` is destroyed on the way out
@@ -128,8 +130,9 @@ impl<'d> OpenedEvent<'d> {
     }
 }
 
-// SAFETY: the event was opened on `device` by `driver` and is destroyed only when the view is dropped.
-unsafe impl Event for OpenedEvent<'_> {
+// SAFETY: the event was made or opened on `device` by `driver` and is destroyed only when the owner is
+// dropped.
+unsafe impl<S: Side> Event for IpcEvent<'_, S> {
     fn driver(&self) -> &dyn Driver {
         self.driver
     }
@@ -141,11 +144,9 @@ unsafe impl Event for OpenedEvent<'_> {
     }
 }
 
-impl Drop for OpenedEvent<'_> {
+impl<S: Side> Drop for IpcEvent<'_, S> {
     fn drop(&mut self) {
-        let d = self.driver;
-        // SAFETY: opened by this driver, destroyed only here, once.
-        let destroyed = d.use_device(self.device).and_then(|()| unsafe { d.destroy_event(self.event) });
-        warn_on_error("destroying an opened IPC event", destroyed);
+        // SAFETY: created or opened by this driver, destroyed only here, once.
+        release(self.driver, self.device, S::DESTROYING, |d| unsafe { d.destroy_event(self.event) });
     }
 }

@@ -12,10 +12,9 @@
 
 use anyhow::{Context, Result, ensure};
 
-use super::vmm::{Allocation, Mapping};
-use super::{Export as ExportRecord, Spec, ToOpen};
-use crate::driver::{Capability, DevicePtr, Driver, IpcHandleBytes, code, failed_code};
-use crate::gpu::DeviceMemory;
+use super::spec::{Export, Spec};
+use super::vmm::{self, Allocation, Mapping};
+use crate::driver::{Capability, Driver, IpcHandleBytes, code, failed_code};
 
 /// Fabric handles: a `cuMemCreate` allocation per buffer, shared as 64 bytes in the segment.
 pub const SPEC: Spec = Spec {
@@ -25,8 +24,6 @@ pub const SPEC: Spec = Spec {
     // VMM memory, which stream memory operations order as they do vmm's.
     refuses_memops: None,
     probe: Some(unsupported),
-    allocate,
-    open,
 };
 
 /// The words of the waiver where the device reports fabric handles and the trial is refused.
@@ -35,14 +32,6 @@ pub const NOT_PERMITTED: &str = "the device reports fabric handles, but this pro
 
 /// Where a process's IMEX channels are (`channel0`, ...), for the message of a refused trial.
 const IMEX_CHANNELS: &str = "/dev/nvidia-caps-imex-channels";
-
-fn allocate<'d>(driver: &'d dyn Driver, device: i32, bytes: usize) -> Result<Box<dyn ExportRecord + 'd>> {
-    Ok(Box::new(Export::allocate(driver, device, bytes)?))
-}
-
-fn open<'d>(driver: &'d dyn Driver, opening: ToOpen) -> Result<Box<dyn DeviceMemory + 'd>> {
-    Ok(Box::new(View::open(driver, opening.handle, opening.bytes, opening.device)?))
-}
 
 /// Whether this process may create fabric-shareable memory on `device`, asked by creating one granule of
 /// it (released at once); `Some(reason)` where it may not. A driver's refusal is a reason; any other
@@ -69,67 +58,30 @@ pub fn unsupported(driver: &dyn Driver, device: i32) -> Result<Option<String>> {
     }
 }
 
-/// The exporter's side. The mapping is declared first: unmapped before the allocation is released.
-pub struct Export<'d> {
-    mapping: Mapping<'d>,
-    _allocation: Allocation<'d>,
-    handle: IpcHandleBytes,
+/// The exporter's side: the allocation mapped here; its fabric handle travels in the segment.
+pub(super) fn export<'d>(driver: &'d dyn Driver, device: i32, bytes: usize) -> Result<Export<'d>> {
+    driver.use_device(device)?;
+    let mapped = bytes.next_multiple_of(driver.fabric_granularity(device)?);
+    let allocation = Allocation { driver, device, raw: driver.fabric_create(device, mapped)? };
+    let mapping = vmm::map(allocation, mapped)?;
+    // SAFETY: the allocation is alive (owned by `mapping`) and was made by fabric_create.
+    let handle =
+        unsafe { driver.fabric_export(mapping.base.raw) }.context("exporting a fabric allocation")?;
+    Ok(Export { memory: Box::new(mapping), handle, descriptor: None })
 }
 
-impl<'d> Export<'d> {
-    pub fn allocate(driver: &'d dyn Driver, device: i32, bytes: usize) -> Result<Self> {
-        driver.use_device(device)?;
-        let mapped = bytes.next_multiple_of(driver.fabric_granularity(device)?);
-        let allocation = Allocation { driver, device, raw: driver.fabric_create(device, mapped)? };
-        let mapping = Mapping::new(&allocation, mapped)?;
-        // SAFETY: the allocation is alive (owned by `allocation`) and was made by fabric_create.
-        let handle =
-            unsafe { driver.fabric_export(allocation.raw) }.context("exporting a fabric allocation")?;
-        Ok(Self { mapping, _allocation: allocation, handle })
-    }
-}
-
-// SAFETY: the mapping lives until the export is dropped, and holds at least the bytes asked for.
-unsafe impl DeviceMemory for Export<'_> {
-    fn ptr(&self) -> DevicePtr {
-        self.mapping.ptr
-    }
-    fn bytes(&self) -> usize {
-        self.mapping.bytes
-    }
-}
-
-impl ExportRecord for Export<'_> {
-    fn handle(&self) -> &IpcHandleBytes {
-        &self.handle
-    }
-}
-
-/// The importer's side.
-pub struct View<'d> {
-    mapping: Mapping<'d>,
-    _allocation: Allocation<'d>,
-}
-
-impl<'d> View<'d> {
-    pub fn open(driver: &'d dyn Driver, handle: &IpcHandleBytes, bytes: usize, device: i32) -> Result<Self> {
-        driver.use_device(device)?;
-        let allocation = Allocation { driver, device, raw: driver.fabric_import(handle)? };
-        // SAFETY: the allocation is alive (owned by `allocation`).
-        let granule = unsafe { driver.vmm_granularity_of(allocation.raw) }?;
-        let mapped = bytes.next_multiple_of(granule);
-        ensure!(mapped >= bytes, "a fabric allocation of {bytes} bytes cannot be mapped");
-        let mapping = Mapping::new(&allocation, mapped)?;
-        Ok(Self { mapping, _allocation: allocation })
-    }
-}
-
-// SAFETY: the mapping lives until the view is dropped.
-unsafe impl DeviceMemory for View<'_> {
-    fn ptr(&self) -> DevicePtr {
-        self.mapping.ptr
-    }
-    fn bytes(&self) -> usize {
-        self.mapping.bytes
-    }
+/// The importer's side: the allocation the handle names, mapped here.
+pub(super) fn open<'d>(
+    driver: &'d dyn Driver,
+    device: i32,
+    handle: &IpcHandleBytes,
+    bytes: usize,
+) -> Result<Mapping<'d>> {
+    driver.use_device(device)?;
+    let allocation = Allocation { driver, device, raw: driver.fabric_import(handle)? };
+    // SAFETY: the allocation is alive (owned by `allocation`).
+    let granule = unsafe { driver.vmm_granularity_of(allocation.raw) }?;
+    let mapped = bytes.next_multiple_of(granule);
+    ensure!(mapped >= bytes, "a fabric allocation of {bytes} bytes cannot be mapped");
+    vmm::map(allocation, mapped)
 }

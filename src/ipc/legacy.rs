@@ -5,59 +5,21 @@
 use anyhow::{Context, Result};
 
 use super::diagnose::{self, Exporter};
-use super::{Export as ExportRecord, Spec, ToOpen};
+use super::spec::{Export, Spec};
 use crate::driver::{DevicePtr, Driver, IpcHandleBytes};
-use crate::gpu::{DeviceBuffer, DeviceMemory, warn_on_error};
+use crate::gpu::{DeviceBuffer, DeviceMemory, release};
 
 /// The original's mechanism: nothing to ask of the attributes, but a trial export (see [`unsupported`]).
-pub const SPEC: Spec = Spec {
-    name: "legacy",
-    needs: &[],
-    descriptors: false,
-    refuses_memops: None,
-    probe: Some(unsupported),
-    allocate,
-    open,
-};
+pub const SPEC: Spec =
+    Spec { name: "legacy", needs: &[], descriptors: false, refuses_memops: None, probe: Some(unsupported) };
 
-fn allocate<'d>(driver: &'d dyn Driver, device: i32, bytes: usize) -> Result<Box<dyn ExportRecord + 'd>> {
-    Ok(Box::new(Export::allocate(driver, device, bytes)?))
-}
-
-fn open<'d>(driver: &'d dyn Driver, opening: ToOpen) -> Result<Box<dyn DeviceMemory + 'd>> {
-    Ok(Box::new(View::open(driver, opening.device, opening.handle, opening.bytes, opening.exporter)?))
-}
-
-/// A buffer allocated with `cudaMalloc` and exported: freed on drop.
-pub struct Export<'d> {
-    buffer: DeviceBuffer<'d>,
-    handle: IpcHandleBytes,
-}
-
-// SAFETY: the memory is the buffer's, freed only when the export is dropped.
-unsafe impl DeviceMemory for Export<'_> {
-    fn ptr(&self) -> DevicePtr {
-        self.buffer.ptr()
-    }
-    fn bytes(&self) -> usize {
-        self.buffer.bytes()
-    }
-}
-
-impl ExportRecord for Export<'_> {
-    fn handle(&self) -> &IpcHandleBytes {
-        &self.handle
-    }
-}
-
-impl<'d> Export<'d> {
-    pub fn allocate(driver: &'d dyn Driver, device: i32, bytes: usize) -> Result<Self> {
-        let buffer = DeviceBuffer::allocate(driver, device, bytes)?;
-        // SAFETY: the buffer was just allocated by this driver and is alive.
-        let handle =
-            unsafe { driver.ipc_get_mem_handle(buffer.ptr()) }.context("exporting a buffer's IPC handle")?;
-        Ok(Self { buffer, handle })
-    }
+/// `cudaMalloc` + `cudaIpcGetMemHandle` on `device`: the buffer (freed on drop) and its handle.
+pub(super) fn export<'d>(driver: &'d dyn Driver, device: i32, bytes: usize) -> Result<Export<'d>> {
+    let buffer = DeviceBuffer::allocate(driver, device, bytes)?;
+    // SAFETY: the buffer was just allocated by this driver and is alive.
+    let handle =
+        unsafe { driver.ipc_get_mem_handle(buffer.ptr()) }.context("exporting a buffer's IPC handle")?;
+    Ok(Export { memory: Box::new(buffer), handle, descriptor: None })
 }
 
 /// Another process's buffer, mapped with `cudaIpcOpenMemHandle` on `device`'s context: unmapped on drop.
@@ -98,10 +60,10 @@ unsafe impl DeviceMemory for View<'_> {
 
 impl Drop for View<'_> {
     fn drop(&mut self) {
-        let d = self.driver;
         // SAFETY: the mapping came from `ipc_open_mem_handle` and is closed only here, once.
-        let closed = d.use_device(self.device).and_then(|()| unsafe { d.ipc_close_mem_handle(self.ptr) });
-        warn_on_error("closing an opened IPC buffer", closed);
+        release(self.driver, self.device, "closing an opened IPC buffer", |d| unsafe {
+            d.ipc_close_mem_handle(self.ptr)
+        });
     }
 }
 

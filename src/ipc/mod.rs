@@ -1,37 +1,45 @@
 //! Ownership of what crosses process boundaries, for each IPC mechanism: the exporter owns its buffer and
 //! frees it on drop; an importer holds a view that unmaps, frees or closes what it opened on drop, and can
-//! free nothing of the exporter's. Each mechanism is one [`Spec`] in a file of its own, with one export
-//! record and one view record; [`ExportedBuffer`] and [`OpenedBuffer`] are the one interface over them, so
-//! that the parent and the children read the same whatever the mechanism:
+//! free nothing of the exporter's. Each mechanism is a file of its own: its [`Spec`] (facts and trial), an
+//! `export` that hands back the exporter's memory with what travels for it, and an `open` that hands back
+//! the importer's view. [`ExportedBuffer`] and [`OpenedBuffer`] are the one interface over them, each a
+//! `match` on the [`Mechanism`], so that the parent and the children read the same whatever the mechanism:
 //! - [`legacy`]: `cudaIpcGetMemHandle` / `cudaIpcOpenMemHandle`, the original's;
 //! - [`vmm`]: `cuMemCreate` allocations shared as file descriptors;
 //! - [`pool`]: allocations of a memory pool shared as a file descriptor and pointer export data;
 //! - [`fabric`]: `cuMemCreate` allocations shared as 64-byte fabric handles (an IMEX channel needed).
 //!
-//! The descriptors of vmm and pool travel over [`descriptors`], or are fetched by [`pidfd`] (`--fds pidfd`). The interprocess [`events`] are the same
-//! for all four; the device memory owners below them are in `gpu`. Where CUDA IPC cannot work at all (MIG
-//! across GPU instances, legacy on WSL2), [`platform`] says so.
+//! Exporting a buffer is three steps down: [`ExportedBuffer::allocate`], the mechanism's `export`, the
+//! driver's call. vmm, pool and fabric hold memory resting on a base (an allocation, a pool), written once
+//! in `held`. The descriptors of vmm and pool travel over [`descriptors`], or are fetched by [`pidfd`]
+//! (`--fds pidfd`). The interprocess [`events`] are the same for all four; the device memory owners below
+//! them are in `gpu`. Where CUDA IPC cannot work at all (MIG across GPU instances, legacy on WSL2),
+//! [`platform`] says so.
 
 pub mod diagnose;
 pub mod events;
 pub mod fabric;
+mod held;
 pub mod legacy;
 pub mod pidfd;
 pub mod platform;
 pub mod pool;
 pub mod refused;
+mod spec;
 pub mod vmm;
 
-use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use anyhow::{Result, anyhow};
 
-use crate::driver::{Capability, DevicePtr, Driver, IpcHandleBytes};
+use crate::driver::{DevicePtr, Driver, IpcHandleBytes};
 pub use crate::gpu::{DeviceBuffer, DeviceMemory, Event, Slice};
 pub use events::{ExportedEvent, OpenedEvent};
+pub use spec::Spec;
 
-/// How the buffers are shared between processes (`--ipc`). What each one is and does is its [`Spec`], in
-/// its own file: a new mechanism is a file, a variant here and a line in [`Mechanism::spec`].
+/// How the buffers are shared between processes (`--ipc`). What each one is and does is in its own file:
+/// a new mechanism is a file, a variant here and a line in each `match` on it ([`Mechanism::spec`],
+/// [`ExportedBuffer::allocate`], [`OpenedBuffer::open`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mechanism {
     Legacy,
@@ -69,60 +77,6 @@ pub enum Fds {
     Socket,
     /// Fetched by each importer with `pidfd_open` and `pidfd_getfd`.
     Pidfd,
-}
-
-/// One mechanism: its facts, and how it exports a buffer and opens another process's.
-pub struct Spec {
-    pub name: &'static str,
-    /// What each device must report (the attributes; legacy is asked by a trial export instead, fabric by
-    /// a trial allocation as well).
-    pub needs: &'static [Capability],
-    /// Whether each buffer comes with a file descriptor that must travel over a socket.
-    pub descriptors: bool,
-    /// Why stream memory operations cannot order this mechanism's memory, if they cannot.
-    pub refuses_memops: Option<&'static str>,
-    /// A trial that tells whether `device` can use it, beyond its attributes (it needs a context).
-    pub probe: Option<Probe>,
-    /// Allocates `bytes` on `device` and exports them.
-    pub allocate: Allocate,
-    /// Opens another process's buffer.
-    pub open: Open,
-}
-
-/// Why `device` cannot use a mechanism, found by trial; `None` if it can.
-pub type Probe = fn(&dyn Driver, i32) -> Result<Option<String>>;
-/// A mechanism's export of `bytes` on `device`.
-pub type Allocate = for<'d> fn(&'d dyn Driver, i32, usize) -> Result<Box<dyn Export + 'd>>;
-/// A mechanism's view of another process's buffer.
-pub type Open = for<'d> fn(&'d dyn Driver, ToOpen) -> Result<Box<dyn DeviceMemory + 'd>>;
-
-/// What an importer has to open another process's buffer.
-pub struct ToOpen<'a> {
-    pub handle: &'a IpcHandleBytes,
-    /// For the mechanisms with descriptors: the buffer's, closed whatever happens.
-    pub descriptor: Option<OwnedFd>,
-    pub bytes: usize,
-    /// The importer's device.
-    pub device: i32,
-    /// What the importer knows of the exporter, for the message of a failure.
-    pub exporter: &'a diagnose::Exporter,
-}
-
-impl ToOpen<'_> {
-    /// The descriptor a mechanism with descriptors needs.
-    pub fn take_descriptor(&mut self, mechanism: &str) -> Result<OwnedFd> {
-        self.descriptor.take().ok_or_else(|| anyhow!("no descriptor came for this {mechanism} buffer"))
-    }
-}
-
-/// An exporter's buffer, whatever the mechanism: device memory with what must travel for it.
-pub trait Export: DeviceMemory + Send {
-    /// The 64 bytes the segment carries for it.
-    fn handle(&self) -> &IpcHandleBytes;
-    /// The descriptor that must travel with the handle, for the mechanisms that have one.
-    fn descriptor(&self) -> Option<BorrowedFd<'_>> {
-        None
-    }
 }
 
 impl Mechanism {
@@ -184,31 +138,37 @@ pub fn memops_refusal(mechanism: Mechanism) -> String {
 
 /// A buffer allocated and exported by this process, by any mechanism: freed on drop.
 pub struct ExportedBuffer<'d> {
-    export: Box<dyn Export + 'd>,
+    export: spec::Export<'d>,
     bytes: usize,
 }
 
 impl<'d> ExportedBuffer<'d> {
     /// Allocates `bytes` on `device` and exports them by `mechanism`.
     pub fn allocate(driver: &'d dyn Driver, mechanism: Mechanism, device: i32, bytes: usize) -> Result<Self> {
-        Ok(Self { export: (mechanism.spec().allocate)(driver, device, bytes)?, bytes })
+        let export = match mechanism {
+            Mechanism::Legacy => legacy::export(driver, device, bytes),
+            Mechanism::Vmm => vmm::export(driver, device, bytes),
+            Mechanism::Pool => pool::export(driver, device, bytes),
+            Mechanism::Fabric => fabric::export(driver, device, bytes),
+        }?;
+        Ok(Self { export, bytes })
     }
 
     /// The 64 bytes the segment carries for it.
     pub fn handle(&self) -> &IpcHandleBytes {
-        self.export.handle()
+        &self.export.handle
     }
 
     /// The descriptor that must travel with the handle, for the mechanisms that have one.
     pub fn descriptor(&self) -> Option<BorrowedFd<'_>> {
-        self.export.descriptor()
+        self.export.descriptor.as_ref().map(AsFd::as_fd)
     }
 }
 
-// SAFETY: each mechanism's export owns its memory until it is dropped.
+// SAFETY: each mechanism's export owns its memory until it is dropped, with at least the bytes asked for.
 unsafe impl DeviceMemory for ExportedBuffer<'_> {
     fn ptr(&self) -> DevicePtr {
-        self.export.ptr()
+        self.export.memory.ptr()
     }
     fn bytes(&self) -> usize {
         self.bytes
@@ -234,8 +194,15 @@ impl<'d> OpenedBuffer<'d> {
         device: i32,
         exporter: &diagnose::Exporter,
     ) -> Result<Self> {
-        let opening = ToOpen { handle, descriptor, bytes, device, exporter };
-        Ok(Self { view: (mechanism.spec().open)(driver, opening)?, bytes })
+        let descriptor =
+            || descriptor.ok_or_else(|| anyhow!("no descriptor came for this {} buffer", mechanism.name()));
+        let view: Box<dyn DeviceMemory + 'd> = match mechanism {
+            Mechanism::Legacy => Box::new(legacy::View::open(driver, device, handle, bytes, exporter)?),
+            Mechanism::Vmm => Box::new(vmm::open(driver, device, handle, descriptor()?, bytes)?),
+            Mechanism::Pool => Box::new(pool::open(driver, device, handle, descriptor()?, bytes)?),
+            Mechanism::Fabric => Box::new(fabric::open(driver, device, handle, bytes)?),
+        };
+        Ok(Self { view, bytes })
     }
 }
 

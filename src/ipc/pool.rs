@@ -9,9 +9,9 @@ use std::os::fd::{AsFd, OwnedFd};
 
 use anyhow::{Context, Result};
 
-use super::{Export as ExportRecord, Spec, ToOpen};
-use crate::driver::{Capability, DevicePtr, Driver, IpcHandleBytes, RawPool};
-use crate::gpu::{DeviceMemory, warn_on_error};
+use super::held::{HeldBase, MemoryOn};
+use super::spec::{Export, Spec};
+use crate::driver::{Capability, Driver, IpcHandleBytes, RawPool};
 
 /// NVIDIA's `streamOrderedAllocationIPC`: a memory pool per buffer, shared as a POSIX file descriptor, and
 /// the allocation as pointer export data.
@@ -21,126 +21,43 @@ pub const SPEC: Spec = Spec {
     descriptors: true,
     refuses_memops: Some("stream memory operations refuse it (CUDA_ERROR_INVALID_VALUE on driver 580)"),
     probe: None,
-    allocate,
-    open,
 };
 
-fn allocate<'d>(driver: &'d dyn Driver, device: i32, bytes: usize) -> Result<Box<dyn ExportRecord + 'd>> {
-    Ok(Box::new(Export::allocate(driver, device, bytes)?))
-}
-
-fn open<'d>(driver: &'d dyn Driver, mut opening: ToOpen) -> Result<Box<dyn DeviceMemory + 'd>> {
-    let descriptor = opening.take_descriptor(SPEC.name)?;
-    Ok(Box::new(View::open(driver, opening.handle, descriptor, opening.bytes, opening.device)?))
-}
-
 /// A pool this process created or imported for `device`: destroyed on drop.
-struct Pool<'d> {
+type Pool<'d> = HeldBase<'d, RawPool>;
+
+/// An allocation of `bytes` from a pool, or a pointer imported from one, with the pool: what the exporter
+/// and each importer hold of a pool buffer. Freed on drop, then the pool is destroyed (or released).
+pub(super) type Allocation<'d> = MemoryOn<'d, RawPool>;
+
+/// The exporter's side: a new pool (its descriptor travels) and an allocation from it (its export data in
+/// the segment).
+pub(super) fn export<'d>(driver: &'d dyn Driver, device: i32, bytes: usize) -> Result<Export<'d>> {
+    driver.use_device(device)?;
+    let pool = Pool { driver, device, raw: driver.pool_create(device)? };
+    // SAFETY: the pool is alive (owned by `pool`).
+    let descriptor = unsafe { driver.pool_export(pool.raw) }.context("exporting a memory pool")?;
+    // SAFETY: as above.
+    let ptr = unsafe { driver.pool_alloc(pool.raw, bytes) }?;
+    let allocation = Allocation { base: pool, ptr, bytes };
+    // SAFETY: the allocation is alive (owned by `allocation`).
+    let handle =
+        unsafe { driver.pool_export_pointer(allocation.ptr) }.context("exporting a pool allocation")?;
+    Ok(Export { memory: Box::new(allocation), handle, descriptor: Some(descriptor) })
+}
+
+/// The importer's side: the pool imported, then the pointer; the descriptor is closed once imported.
+pub(super) fn open<'d>(
     driver: &'d dyn Driver,
     device: i32,
-    raw: RawPool,
-}
-
-impl Drop for Pool<'_> {
-    fn drop(&mut self) {
-        let d = self.driver;
-        // SAFETY: created by this driver, destroyed only here, after what was allocated from it was freed.
-        let destroyed = d.use_device(self.device).and_then(|()| unsafe { d.pool_destroy(self.raw) });
-        warn_on_error("destroying a memory pool", destroyed);
-    }
-}
-
-/// An allocation of `bytes` from a pool, or a pointer imported from one: freed on drop.
-struct Allocation<'d> {
-    driver: &'d dyn Driver,
-    device: i32,
-    ptr: DevicePtr,
-    bytes: usize,
-}
-
-impl Drop for Allocation<'_> {
-    fn drop(&mut self) {
-        let d = self.driver;
-        // SAFETY: allocated or imported once, freed only here; an importer frees before the exporter.
-        let freed = d.use_device(self.device).and_then(|()| unsafe { d.pool_free(self.ptr) });
-        warn_on_error("freeing a pool allocation", freed);
-    }
-}
-
-/// The exporter's side. The allocation is declared first: freed before the pool is destroyed.
-pub struct Export<'d> {
-    allocation: Allocation<'d>,
-    _pool: Pool<'d>,
-    handle: IpcHandleBytes,
+    handle: &IpcHandleBytes,
     descriptor: OwnedFd,
-}
-
-impl<'d> Export<'d> {
-    pub fn allocate(driver: &'d dyn Driver, device: i32, bytes: usize) -> Result<Self> {
-        driver.use_device(device)?;
-        let pool = Pool { driver, device, raw: driver.pool_create(device)? };
-        // SAFETY: the pool is alive (owned by `pool`).
-        let descriptor = unsafe { driver.pool_export(pool.raw) }.context("exporting a memory pool")?;
-        // SAFETY: as above.
-        let ptr = unsafe { driver.pool_alloc(pool.raw, bytes) }?;
-        let allocation = Allocation { driver, device, ptr, bytes };
-        // SAFETY: the allocation is alive (owned by `allocation`).
-        let handle =
-            unsafe { driver.pool_export_pointer(allocation.ptr) }.context("exporting a pool allocation")?;
-        Ok(Self { allocation, _pool: pool, handle, descriptor })
-    }
-}
-
-// SAFETY: the allocation lives until the export is dropped.
-unsafe impl DeviceMemory for Export<'_> {
-    fn ptr(&self) -> DevicePtr {
-        self.allocation.ptr
-    }
-    fn bytes(&self) -> usize {
-        self.allocation.bytes
-    }
-}
-
-impl ExportRecord for Export<'_> {
-    fn handle(&self) -> &IpcHandleBytes {
-        &self.handle
-    }
-    fn descriptor(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
-        Some(self.descriptor.as_fd())
-    }
-}
-
-/// The importer's side: the imported pointer, freed on drop, then the imported pool, released; the
-/// descriptor is closed once imported.
-pub struct View<'d> {
-    allocation: Allocation<'d>,
-    _pool: Pool<'d>,
-}
-
-impl<'d> View<'d> {
-    pub fn open(
-        driver: &'d dyn Driver,
-        handle: &IpcHandleBytes,
-        descriptor: OwnedFd,
-        bytes: usize,
-        device: i32,
-    ) -> Result<Self> {
-        driver.use_device(device)?;
-        let pool = Pool { driver, device, raw: driver.pool_import(descriptor.as_fd(), device)? };
-        drop(descriptor);
-        // SAFETY: the pool was just imported and is alive (owned by `pool`).
-        let ptr = unsafe { driver.pool_import_pointer(pool.raw, handle) }?;
-        Ok(Self { allocation: Allocation { driver, device, ptr, bytes }, _pool: pool })
-    }
-}
-
-// SAFETY: the imported pointer lives until the view is dropped; the exporter's allocation has the bytes the
-// segment declares, and is freed only after every view is closed.
-unsafe impl DeviceMemory for View<'_> {
-    fn ptr(&self) -> DevicePtr {
-        self.allocation.ptr
-    }
-    fn bytes(&self) -> usize {
-        self.allocation.bytes
-    }
+    bytes: usize,
+) -> Result<Allocation<'d>> {
+    driver.use_device(device)?;
+    let pool = Pool { driver, device, raw: driver.pool_import(descriptor.as_fd(), device)? };
+    drop(descriptor);
+    // SAFETY: the pool was just imported and is alive (owned by `pool`).
+    let ptr = unsafe { driver.pool_import_pointer(pool.raw, handle) }?;
+    Ok(Allocation { base: pool, ptr, bytes })
 }

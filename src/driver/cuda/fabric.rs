@@ -12,7 +12,8 @@ use anyhow::{Result, bail};
 use cudarc::driver::sys::{self, CUresult};
 
 use super::{CudaDriver, allocation_prop, check};
-use crate::driver::{IPC_HANDLE_SIZE, IpcHandleBytes, RawAllocation};
+use crate::driver::fabric::Fabric;
+use crate::driver::handles::{IPC_HANDLE_SIZE, IpcHandleBytes, RawAllocation};
 
 /// `CU_MEM_HANDLE_TYPE_FABRIC = 0x8` of `CUmemAllocationHandleType` (CUDA 12.3 `cuda.h`).
 const HANDLE_TYPE_FABRIC: sys::CUmemAllocationHandleType = sys::CUmemAllocationHandleType(0x8);
@@ -56,57 +57,59 @@ pub(super) fn attribute_by_number(device: i32, attribute: c_int) -> Result<Optio
 }
 
 /// Whether `device` reports fabric handles; no where the driver does not know the attribute.
-pub(super) fn supported(_: &CudaDriver, device: i32) -> Result<bool> {
+pub(super) fn supported(device: i32) -> Result<bool> {
     Ok(attribute_by_number(device, ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED)?.is_some_and(|v| v != 0))
 }
 
-pub(super) fn granularity(device: i32) -> Result<usize> {
-    let prop = allocation_prop(device, HANDLE_TYPE_FABRIC);
-    let mut granularity = 0usize;
-    let minimum = sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM;
-    // SAFETY: reads the structure, writes one size.
-    let rc = unsafe { sys::cuMemGetAllocationGranularity(&mut granularity, &prop, minimum) };
-    check(rc, "cuMemGetAllocationGranularity(fabric)")?;
-    Ok(granularity.max(1))
-}
+impl Fabric for CudaDriver {
+    fn fabric_granularity(&self, device: i32) -> Result<usize> {
+        let prop = allocation_prop(device, HANDLE_TYPE_FABRIC);
+        let mut granularity = 0usize;
+        let minimum = sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM;
+        // SAFETY: reads the structure, writes one size.
+        let rc = unsafe { sys::cuMemGetAllocationGranularity(&mut granularity, &prop, minimum) };
+        check(rc, "cuMemGetAllocationGranularity(fabric)")?;
+        Ok(granularity.max(1))
+    }
 
-pub(super) fn create(device: i32, bytes: usize) -> Result<RawAllocation> {
-    let prop = allocation_prop(device, HANDLE_TYPE_FABRIC);
-    let mut handle: sys::CUmemGenericAllocationHandle = 0;
-    // SAFETY: reads the structure, writes one handle, released by its owner.
-    let rc = unsafe { sys::cuMemCreate(&mut handle, bytes, &prop, 0) };
-    check(rc, &format!("cuMemCreate({bytes} bytes on device {device}, fabric handle)"))?;
-    Ok(RawAllocation(handle as u64))
-}
+    fn fabric_create(&self, device: i32, bytes: usize) -> Result<RawAllocation> {
+        let prop = allocation_prop(device, HANDLE_TYPE_FABRIC);
+        let mut handle: sys::CUmemGenericAllocationHandle = 0;
+        // SAFETY: reads the structure, writes one handle, released by its owner.
+        let rc = unsafe { sys::cuMemCreate(&mut handle, bytes, &prop, 0) };
+        check(rc, &format!("cuMemCreate({bytes} bytes on device {device}, fabric handle)"))?;
+        Ok(RawAllocation(handle as u64))
+    }
 
-pub(super) unsafe fn export(allocation: RawAllocation) -> Result<IpcHandleBytes> {
-    let mut fabric = CUmemFabricHandle { data: [0; IPC_HANDLE_SIZE] };
-    // SAFETY: for a fabric handle the driver writes one CUmemFabricHandle; the caller keeps the allocation
-    // alive.
-    let rc = unsafe {
-        sys::cuMemExportToShareableHandle(
-            (&mut fabric as *mut CUmemFabricHandle).cast(),
-            allocation.0 as _,
-            HANDLE_TYPE_FABRIC,
-            0,
-        )
-    };
-    check(rc, "cuMemExportToShareableHandle(fabric)")?;
-    Ok(fabric.data)
-}
+    unsafe fn fabric_export(&self, allocation: RawAllocation) -> Result<IpcHandleBytes> {
+        let mut fabric = CUmemFabricHandle { data: [0; IPC_HANDLE_SIZE] };
+        // SAFETY: for a fabric handle the driver writes one CUmemFabricHandle; the caller keeps the
+        // allocation alive.
+        let rc = unsafe {
+            sys::cuMemExportToShareableHandle(
+                (&mut fabric as *mut CUmemFabricHandle).cast(),
+                allocation.0 as _,
+                HANDLE_TYPE_FABRIC,
+                0,
+            )
+        };
+        check(rc, "cuMemExportToShareableHandle(fabric)")?;
+        Ok(fabric.data)
+    }
 
-pub(super) fn import(handle: &IpcHandleBytes) -> Result<RawAllocation> {
-    let mut fabric = CUmemFabricHandle { data: *handle };
-    let mut allocation: sys::CUmemGenericAllocationHandle = 0;
-    // SAFETY: for a fabric handle the driver reads one CUmemFabricHandle at the pointer (a forged one is an
-    // error) and writes one allocation handle, released by its owner.
-    let rc = unsafe {
-        sys::cuMemImportFromShareableHandle(
-            &mut allocation,
-            (&mut fabric as *mut CUmemFabricHandle).cast(),
-            HANDLE_TYPE_FABRIC,
-        )
-    };
-    check(rc, "cuMemImportFromShareableHandle(fabric)")?;
-    Ok(RawAllocation(allocation as u64))
+    fn fabric_import(&self, handle: &IpcHandleBytes) -> Result<RawAllocation> {
+        let mut fabric = CUmemFabricHandle { data: *handle };
+        let mut allocation: sys::CUmemGenericAllocationHandle = 0;
+        // SAFETY: for a fabric handle the driver reads one CUmemFabricHandle at the pointer (a forged one is
+        // an error) and writes one allocation handle, released by its owner.
+        let rc = unsafe {
+            sys::cuMemImportFromShareableHandle(
+                &mut allocation,
+                (&mut fabric as *mut CUmemFabricHandle).cast(),
+                HANDLE_TYPE_FABRIC,
+            )
+        };
+        check(rc, "cuMemImportFromShareableHandle(fabric)")?;
+        Ok(RawAllocation(allocation as u64))
+    }
 }

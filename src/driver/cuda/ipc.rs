@@ -1,76 +1,38 @@
-//! Legacy CUDA IPC: memory handles of `cuMemAlloc` memory, and interprocess events with their handles.
-//!
-//! cudarc's `result` layer has none of the IPC calls, nor a way to create an interprocess event (its
-//! `event::create` takes one `CUevent_flags`, a Rust enum of the single flags 0, 1, 2 and 4, so
-//! DISABLE_TIMING | INTERPROCESS (6) is not a value of it): those call `sys`. Destroying and querying an
-//! event go through `result`.
+//! Legacy CUDA IPC: memory handles of `cuMemAlloc` memory. cudarc's `result` layer has none of the IPC
+//! calls: these call `sys`.
 
 use std::ffi::c_uint;
 use std::mem::MaybeUninit;
 
 use anyhow::Result;
-use cudarc::driver::{result, sys};
+use cudarc::driver::sys;
 
-use super::{Named, check, event, ptr, ready};
-use crate::driver::{DevicePtr, IpcHandleBytes, RawEvent};
+use super::{CudaDriver, check, ptr};
+use crate::driver::handles::{DevicePtr, IpcHandleBytes};
+use crate::driver::ipc::Ipc;
 
-pub(super) unsafe fn get_mem_handle(p: DevicePtr) -> Result<IpcHandleBytes> {
-    let mut handle = MaybeUninit::<sys::CUipcMemHandle>::zeroed();
-    // `sys`: no IPC in the result layer. SAFETY: writes one 64-byte handle.
-    check(unsafe { sys::cuIpcGetMemHandle(handle.as_mut_ptr(), ptr(p)) }, "cuIpcGetMemHandle")?;
-    // SAFETY: zero-initialised and then filled by the driver; a handle is plain bytes.
-    Ok(unsafe { handle.assume_init() }.reserved.map(|b| b as u8))
-}
+impl Ipc for CudaDriver {
+    unsafe fn ipc_get_mem_handle(&self, p: DevicePtr) -> Result<IpcHandleBytes> {
+        let mut handle = MaybeUninit::<sys::CUipcMemHandle>::zeroed();
+        // `sys`: no IPC in the result layer. SAFETY: writes one 64-byte handle.
+        check(unsafe { sys::cuIpcGetMemHandle(handle.as_mut_ptr(), ptr(p)) }, "cuIpcGetMemHandle")?;
+        // SAFETY: zero-initialised and then filled by the driver; a handle is plain bytes.
+        Ok(unsafe { handle.assume_init() }.reserved.map(|b| b as u8))
+    }
 
-pub(super) fn open_mem_handle(handle: &IpcHandleBytes) -> Result<DevicePtr> {
-    let raw = sys::CUipcMemHandle { reserved: handle.map(|b| b as std::ffi::c_char) };
-    let mut p: sys::CUdeviceptr = 0;
-    let flags = sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as c_uint;
-    // `sys`: no IPC in the result layer. SAFETY: writes one device address, closed by the owner through
-    // `ipc_close_mem_handle`.
-    let rc = unsafe { sys::cuIpcOpenMemHandle_v2(&mut p, raw, flags) };
-    check(rc, "cuIpcOpenMemHandle")?;
-    Ok(DevicePtr(p as u64))
-}
+    fn ipc_open_mem_handle(&self, handle: &IpcHandleBytes) -> Result<DevicePtr> {
+        let raw = sys::CUipcMemHandle { reserved: handle.map(|b| b as std::ffi::c_char) };
+        let mut p: sys::CUdeviceptr = 0;
+        let flags = sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as c_uint;
+        // `sys`: no IPC in the result layer. SAFETY: writes one device address, closed by the owner through
+        // `ipc_close_mem_handle`.
+        let rc = unsafe { sys::cuIpcOpenMemHandle_v2(&mut p, raw, flags) };
+        check(rc, "cuIpcOpenMemHandle")?;
+        Ok(DevicePtr(p as u64))
+    }
 
-pub(super) unsafe fn close_mem_handle(p: DevicePtr) -> Result<()> {
-    // `sys`: no IPC in the result layer. SAFETY: the caller (ipc::OpenedBuffer) closes each mapping once.
-    check(unsafe { sys::cuIpcCloseMemHandle(ptr(p)) }, "cuIpcCloseMemHandle")
-}
-
-pub(super) fn create_interprocess_event() -> Result<RawEvent> {
-    let mut e: sys::CUevent = std::ptr::null_mut();
-    let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as c_uint
-        | sys::CUevent_flags::CU_EVENT_INTERPROCESS as c_uint;
-    // `sys`: the result layer's event::create cannot take these two flags together (see the module's
-    // comment). SAFETY: writes one event handle, destroyed by its owner.
-    check(unsafe { sys::cuEventCreate(&mut e, flags) }, "cuEventCreate(DisableTiming | Interprocess)")?;
-    Ok(RawEvent(e as u64))
-}
-
-pub(super) unsafe fn get_event_handle(e: RawEvent) -> Result<IpcHandleBytes> {
-    let mut handle = MaybeUninit::<sys::CUipcEventHandle>::zeroed();
-    // `sys`: no IPC in the result layer. SAFETY: writes one 64-byte handle.
-    check(unsafe { sys::cuIpcGetEventHandle(handle.as_mut_ptr(), event(e)) }, "cuIpcGetEventHandle")?;
-    // SAFETY: zero-initialised and then filled by the driver; a handle is plain bytes.
-    Ok(unsafe { handle.assume_init() }.reserved.map(|b| b as u8))
-}
-
-pub(super) fn open_event_handle(handle: &IpcHandleBytes) -> Result<RawEvent> {
-    let raw = sys::CUipcEventHandle { reserved: handle.map(|b| b as std::ffi::c_char) };
-    let mut e: sys::CUevent = std::ptr::null_mut();
-    // `sys`: no IPC in the result layer. SAFETY: writes one event handle, destroyed by its owner.
-    let rc = unsafe { sys::cuIpcOpenEventHandle(&mut e, raw) };
-    check(rc, "cuIpcOpenEventHandle")?;
-    Ok(RawEvent(e as u64))
-}
-
-pub(super) unsafe fn destroy_event(e: RawEvent) -> Result<()> {
-    // SAFETY: the owner destroys each event once.
-    unsafe { result::event::destroy(event(e)) }.named("cuEventDestroy")
-}
-
-pub(super) unsafe fn query_event(e: RawEvent) -> Result<bool> {
-    // SAFETY: the caller keeps the event alive.
-    ready(unsafe { result::event::query(event(e)) }, "cuEventQuery")
+    unsafe fn ipc_close_mem_handle(&self, p: DevicePtr) -> Result<()> {
+        // `sys`: no IPC in the result layer. SAFETY: the caller (ipc::legacy::View) closes each mapping once.
+        check(unsafe { sys::cuIpcCloseMemHandle(ptr(p)) }, "cuIpcCloseMemHandle")
+    }
 }

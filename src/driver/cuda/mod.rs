@@ -1,4 +1,4 @@
-//! The [`Driver`] of real GPUs: the CUDA driver API through cudarc, loaded at run time.
+//! The driver of real GPUs: the CUDA driver API through cudarc, loaded at run time.
 //!
 //! This module is where the program's CUDA `unsafe` lives. A call that cudarc's `result` layer has goes
 //! through it; the few it lacks (IPC, VMM, pool export and import, peer access, host registration,
@@ -7,18 +7,19 @@
 //! the driver's own words for it. [`symbols`] makes sure, before anything is called, that the driver has
 //! every entry point the program can reach: cudarc panics at the first use of one it lacks.
 //!
-//! By concern: [`devices`] (attributes, peers, contexts made current), [`memory`] (`cuMemAlloc`, copies to
-//! and from the host, pinned host memory), [`ipc`] (legacy IPC memory and interprocess events), [`streams`]
-//! (streams, events on them, the kernel, device copies, stream memory operations), [`vmm`], [`fabric`] (the
-//! names CUDA 11.4's bindings lack) and [`pool`];
-//! [`calls`] is the [`Driver`] trait, each call handed to the module of its concern. Every `unsafe fn` of
-//! those modules has the contract of the [`Driver`] method it implements. This file holds the driver
-//! (initialisation, the primary contexts and loaded modules it releases on drop) and what they share.
+//! Each concern's trait is implemented in the file of its name, with the real calls: [`devices`]
+//! (attributes, peers, contexts made current), [`memory`] (`cuMemAlloc`, the copy to the host, pinned host
+//! memory), [`ipc`] (legacy IPC memory handles), [`events`] (interprocess events and their handles),
+//! [`streams`] (streams, event records and waits on them, device copies, stream memory operations),
+//! [`kernels`] (the kernel's module, occupancy and launch), [`vmm`], [`fabric`] (the names CUDA 11.4's
+//! bindings lack) and [`pool`]. This file holds the driver (initialisation, the primary contexts and loaded
+//! modules it releases on drop) and what they share.
 
-mod calls;
 mod devices;
+mod events;
 mod fabric;
 mod ipc;
+mod kernels;
 mod memory;
 mod pool;
 mod streams;
@@ -34,7 +35,8 @@ use anyhow::{Result, anyhow, bail};
 use cudarc::driver::result::{self, DriverError};
 use cudarc::driver::sys::{self, CUresult};
 
-use super::{CallFailed, DevicePtr, RawEvent, RawFunction, RawPool, RawStream};
+use super::error::CallFailed;
+use super::handles::{DevicePtr, RawEvent, RawFunction, RawPool, RawStream};
 use crate::outcome::Waiver;
 use streams::StreamMemops;
 

@@ -15,9 +15,12 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result, ensure};
 
-use super::memory::{Mapping, decode, encode, refuse_own_pid};
+use super::ipc::{decode, encode, refuse_own_pid};
+use super::memory::Mapping;
 use super::{Held, HostDriver, failed, lock, owned};
-use crate::driver::{IpcHandleBytes, RawEvent, code};
+use crate::driver::error::code;
+use crate::driver::events::Events;
+use crate::driver::handles::{IpcHandleBytes, RawEvent};
 
 const EVENT_TAG: &[u8; 8] = b"SIMEVT\0\x02";
 /// An event's shared counters: the generation last recorded, and the highest one completed.
@@ -87,9 +90,9 @@ impl Table {
 }
 
 #[derive(Default)]
-pub(super) struct Events(Mutex<Table>);
+pub(super) struct EventTable(Mutex<Table>);
 
-impl Events {
+impl EventTable {
     /// The event `event`, for `call`.
     pub(super) fn get(&self, call: &str, event: RawEvent) -> Result<Arc<Event>> {
         let table = lock(&self.0)?;
@@ -123,103 +126,105 @@ fn file_name(pid: u32, n: i32) -> String {
     format!("/dev/shm/cuda.shm.0.{pid:x}.{n}")
 }
 
-pub(super) fn create(sim: &HostDriver) -> Result<RawEvent> {
-    use std::os::unix::fs::MetadataExt;
-    // Like the CUDA driver, the counters live in a file in /dev/shm named by our pid, which replaces any
-    // file of that name (made elsewhere by a process of the same pid number); removed only when this
-    // process ends normally, so that the tests see what a killed exporter leaves.
-    let n = {
-        let mut table = lock(&sim.events.0)?;
-        table.last_number += 1;
-        table.last_number
-    };
-    let name = file_name(std::process::id(), n);
-    // The file replaces whatever has the name (another process of our pid number may have made it, or be
-    // making it now): the old name goes, then the file is made anew under it. No other name is ever made,
-    // so a process killed at any moment leaves only what the driver would.
-    let mut attempts = 0;
-    let file = loop {
-        match std::fs::remove_file(&name) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                return Err(e).with_context(|| format!("replacing {name}, as the CUDA driver does"));
+impl Events for HostDriver {
+    fn create_interprocess_event(&self) -> Result<RawEvent> {
+        use std::os::unix::fs::MetadataExt;
+        // Like the CUDA driver, the counters live in a file in /dev/shm named by our pid, which replaces any
+        // file of that name (made elsewhere by a process of the same pid number); removed only when this
+        // process ends normally, so that the tests see what a killed exporter leaves.
+        let n = {
+            let mut table = lock(&self.events.0)?;
+            table.last_number += 1;
+            table.last_number
+        };
+        let name = file_name(std::process::id(), n);
+        // The file replaces whatever has the name (another process of our pid number may have made it, or be
+        // making it now): the old name goes, then the file is made anew under it. No other name is ever made,
+        // so a process killed at any moment leaves only what the driver would.
+        let mut attempts = 0;
+        let file = loop {
+            match std::fs::remove_file(&name) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(e).with_context(|| format!("replacing {name}, as the CUDA driver does"));
+                }
+                _ => {}
             }
-            _ => {}
+            match OpenOptions::new().read(true).write(true).create_new(true).open(&name) {
+                Ok(file) => break file,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempts < 10 => attempts += 1,
+                Err(e) => return Err(e).with_context(|| format!("creating {name}, as the CUDA driver does")),
+            }
+        };
+        // A creation that fails once the file is there takes its name away again, if it is still this file
+        // (out of descriptors, say): an event that was never made leaves no file.
+        let ours = file.metadata().ok().map(|m| (m.dev(), m.ino()));
+        let made = (|| {
+            file.set_len(EVENT_BYTES as u64)
+                .with_context(|| format!("sizing {name}, as the CUDA driver does"))?;
+            let kept = file.try_clone().context("dup of an event file")?;
+            let event = Event::new(Mapping::new(file, EVENT_BYTES)?, n)?;
+            Ok((kept, event))
+        })();
+        let (kept, event) = match made {
+            Ok(made) => made,
+            Err(e) => {
+                let named = std::fs::symlink_metadata(&name).ok().map(|m| (m.dev(), m.ino()));
+                if named.is_some() && named == ours {
+                    let _ = std::fs::remove_file(&name);
+                }
+                return Err(e);
+            }
+        };
+        let mut table = lock(&self.events.0)?;
+        table.files.push((name, kept));
+        Ok(table.insert(event, Origin::Exported))
+    }
+
+    unsafe fn ipc_get_event_handle(&self, event: RawEvent) -> Result<IpcHandleBytes> {
+        let call = "cuIpcGetEventHandle";
+        let table = lock(&self.events.0)?;
+        match table.events.get(&event.0) {
+            Some((event, Origin::Exported)) => {
+                Ok(encode(EVENT_TAG, std::process::id(), event.number, EVENT_BYTES as u64))
+            }
+            Some((_, Origin::Opened)) => {
+                Err(failed(call, code::INVALID_VALUE, "the event was opened, not created"))
+            }
+            None => Err(failed(call, code::INVALID_HANDLE, format!("no live event {:#x}", event.0))),
         }
-        match OpenOptions::new().read(true).write(true).create_new(true).open(&name) {
-            Ok(file) => break file,
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempts < 10 => attempts += 1,
-            Err(e) => return Err(e).with_context(|| format!("creating {name}, as the CUDA driver does")),
+    }
+
+    fn ipc_open_event_handle(&self, handle: &IpcHandleBytes) -> Result<RawEvent> {
+        let call = "cuIpcOpenEventHandle";
+        let (pid, n, len) = decode(handle, EVENT_TAG)
+            .ok_or_else(|| failed(call, code::INVALID_VALUE, "not a simulated event handle"))?;
+        if len != EVENT_BYTES as u64 {
+            return Err(failed(call, code::INVALID_VALUE, format!("the handle declares {len} bytes")));
         }
-    };
-    // A creation that fails once the file is there takes its name away again, if it is still this file
-    // (out of descriptors, say): an event that was never made leaves no file.
-    let ours = file.metadata().ok().map(|m| (m.dev(), m.ino()));
-    let made = (|| {
-        file.set_len(EVENT_BYTES as u64)
-            .with_context(|| format!("sizing {name}, as the CUDA driver does"))?;
-        let kept = file.try_clone().context("dup of an event file")?;
+        refuse_own_pid(call, pid)?;
+        // By name, in this process's /dev/shm: whatever file has the name now.
+        let name = file_name(pid, n);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&name)
+            .map_err(|e| failed(call, code::MAP_FAILED, format!("no {name} in this /dev/shm ({e})")))?;
+        let size = file.metadata().map(|m| m.len()).ok();
+        if size != Some(len) {
+            return Err(failed(call, code::MAP_FAILED, format!("{name} has {size:?} bytes, not {len}")));
+        }
         let event = Event::new(Mapping::new(file, EVENT_BYTES)?, n)?;
-        Ok((kept, event))
-    })();
-    let (kept, event) = match made {
-        Ok(made) => made,
-        Err(e) => {
-            let named = std::fs::symlink_metadata(&name).ok().map(|m| (m.dev(), m.ino()));
-            if named.is_some() && named == ours {
-                let _ = std::fs::remove_file(&name);
-            }
-            return Err(e);
-        }
-    };
-    let mut table = lock(&sim.events.0)?;
-    table.files.push((name, kept));
-    Ok(table.insert(event, Origin::Exported))
-}
-
-pub(super) fn handle(sim: &HostDriver, event: RawEvent) -> Result<IpcHandleBytes> {
-    let call = "cuIpcGetEventHandle";
-    let table = lock(&sim.events.0)?;
-    match table.events.get(&event.0) {
-        Some((event, Origin::Exported)) => {
-            Ok(encode(EVENT_TAG, std::process::id(), event.number, EVENT_BYTES as u64))
-        }
-        Some((_, Origin::Opened)) => {
-            Err(failed(call, code::INVALID_VALUE, "the event was opened, not created"))
-        }
-        None => Err(failed(call, code::INVALID_HANDLE, format!("no live event {:#x}", event.0))),
+        Ok(lock(&self.events.0)?.insert(event, Origin::Opened))
     }
-}
 
-pub(super) fn open(sim: &HostDriver, handle: &IpcHandleBytes) -> Result<RawEvent> {
-    let call = "cuIpcOpenEventHandle";
-    let (pid, n, len) = decode(handle, EVENT_TAG)
-        .ok_or_else(|| failed(call, code::INVALID_VALUE, "not a simulated event handle"))?;
-    if len != EVENT_BYTES as u64 {
-        return Err(failed(call, code::INVALID_VALUE, format!("the handle declares {len} bytes")));
+    unsafe fn destroy_event(&self, event: RawEvent) -> Result<()> {
+        let removed = lock(&self.events.0)?.events.remove(&event.0);
+        let why = || failed("cuEventDestroy", code::INVALID_HANDLE, format!("no live event {:#x}", event.0));
+        removed.map(drop).ok_or_else(why)
     }
-    refuse_own_pid(call, pid)?;
-    // By name, in this process's /dev/shm: whatever file has the name now.
-    let name = file_name(pid, n);
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&name)
-        .map_err(|e| failed(call, code::MAP_FAILED, format!("no {name} in this /dev/shm ({e})")))?;
-    let size = file.metadata().map(|m| m.len()).ok();
-    if size != Some(len) {
-        return Err(failed(call, code::MAP_FAILED, format!("{name} has {size:?} bytes, not {len}")));
+
+    unsafe fn query_event(&self, event: RawEvent) -> Result<bool> {
+        let event = self.events.get("cuEventQuery", event)?;
+        Ok(event.reached(event.recorded().load(Ordering::Acquire)))
     }
-    let event = Event::new(Mapping::new(file, EVENT_BYTES)?, n)?;
-    Ok(lock(&sim.events.0)?.insert(event, Origin::Opened))
-}
-
-pub(super) fn destroy(sim: &HostDriver, event: RawEvent) -> Result<()> {
-    let removed = lock(&sim.events.0)?.events.remove(&event.0);
-    let why = || failed("cuEventDestroy", code::INVALID_HANDLE, format!("no live event {:#x}", event.0));
-    removed.map(drop).ok_or_else(why)
-}
-
-pub(super) fn query(sim: &HostDriver, event: RawEvent) -> Result<bool> {
-    let event = sim.events.get("cuEventQuery", event)?;
-    Ok(event.reached(event.recorded().load(Ordering::Acquire)))
 }

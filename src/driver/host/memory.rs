@@ -1,23 +1,23 @@
 //! Simulated device memory: one table of every buffer this process can address, keyed by its address, with
 //! what made it (`cuMemAlloc`, a legacy IPC open, a VMM mapping, a pool allocation or an imported pool
 //! pointer), so that each is freed only by the call that matches its kind, as with CUDA, and the driver can
-//! say what is left when it goes away; legacy IPC memory handles; and the host ranges pinned, in the same
-//! table. [`Mapping`], a shared mapping of a memfd or a file, is what every kind of memory and every event
-//! lives in.
+//! say what is left when it goes away; and the host ranges pinned, in the same table. [`Mapping`], a shared
+//! mapping of a memfd or a file, is what every kind of memory and every event lives in. `cuMemAlloc`, the
+//! copy to the host and pinning are answered here ([`Memory`]).
 
 use std::collections::{BTreeMap, HashMap};
-use std::fs::{File, OpenOptions};
-use std::os::fd::AsRawFd;
+use std::fs::File;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{Arc, Mutex};
 
-use anyhow::{Context, Result, anyhow, ensure};
+use anyhow::{Context, Result, ensure};
 use memmap2::{MmapOptions, MmapRaw};
 use nix::sys::memfd::{MFdFlags, memfd_create};
 
-use super::{CURRENT, Held, HostDriver, SimulatedDevice, beyond, failed, lock, owned};
-use crate::driver::{DevicePtr, IPC_HANDLE_SIZE, IpcHandleBytes, code};
-
-const BUFFER_TAG: &[u8; 8] = b"SIMIPC\0\x02";
+use super::{CURRENT, Held, HostDriver, failed, lock, owned};
+use crate::driver::error::code;
+use crate::driver::handles::DevicePtr;
+use crate::driver::memory::Memory;
 
 /// A shared mapping of a memfd or a file: a buffer, or an event's counters.
 pub(super) struct Mapping {
@@ -55,6 +55,11 @@ impl Mapping {
         self.map.len()
     }
 
+    /// This process's descriptor of the memfd or file, which another process opens by number.
+    pub(super) fn raw_fd(&self) -> RawFd {
+        self.file.as_raw_fd()
+    }
+
     fn start(&self) -> u64 {
         self.map.as_mut_ptr() as u64
     }
@@ -65,54 +70,9 @@ impl Mapping {
     }
 }
 
-/// A simulated IPC handle: `tag`, then the exporter's pid, a number of its own (a descriptor, an event's
-/// number) and a length.
-pub(super) fn encode(tag: &[u8; 8], pid: u32, number: i32, len: u64) -> IpcHandleBytes {
-    let mut handle = [0u8; IPC_HANDLE_SIZE];
-    handle[..8].copy_from_slice(tag);
-    handle[8..12].copy_from_slice(&pid.to_le_bytes());
-    handle[12..16].copy_from_slice(&number.to_le_bytes());
-    handle[16..24].copy_from_slice(&len.to_le_bytes());
-    handle
-}
-
-/// What [`encode`] put in `handle`; `None` if it is not a handle of `tag`'s kind.
-pub(super) fn decode(handle: &IpcHandleBytes, tag: &[u8; 8]) -> Option<(u32, i32, u64)> {
-    if &handle[..8] != tag {
-        return None;
-    }
-    let word = |at: usize| [handle[at], handle[at + 1], handle[at + 2], handle[at + 3]];
-    let mut len = [0u8; 8];
-    len.copy_from_slice(&handle[16..24]);
-    Some((u32::from_le_bytes(word(8)), i32::from_le_bytes(word(12)), u64::from_le_bytes(len)))
-}
-
 /// The device made current on this thread, -1 if none.
 pub(super) fn current_device() -> i32 {
     CURRENT.with(|current| current.get())
-}
-
-/// The /proc of the PID namespace this process was started in, kept before its own was mounted over it
-/// (`--isolate pid`): where the exporter of a handle, the process that started this one, is visible. The
-/// CUDA driver reaches another process's memory through its kernel module; the simulation, through this.
-static OUTER_PROC: std::sync::OnceLock<std::os::fd::OwnedFd> = std::sync::OnceLock::new();
-
-/// Keeps `proc` (a descriptor of the /proc this process had before it mounted its own).
-pub fn keep_outer_proc(proc: std::os::fd::OwnedFd) {
-    let _ = OUTER_PROC.set(proc);
-}
-
-/// How the simulation says that what it was asked is beyond what it models (not how the driver answers).
-pub const BEYOND_THE_SIMULATION: &str = "beyond the simulation";
-
-/// The handle of another process whose pid number is this process's own: the CUDA driver takes it for one
-/// of its own and refuses it, as when two containers' first processes (both pid 1) meet.
-pub(super) fn refuse_own_pid(call: &str, exporter: u32) -> Result<()> {
-    if exporter == std::process::id() {
-        let why = format!("the exporter's pid number is this process's own ({exporter})");
-        return Err(failed(call, code::INVALID_CONTEXT, why));
-    }
-    Ok(())
 }
 
 /// What made a buffer, and so which call frees it.
@@ -145,9 +105,9 @@ struct Table {
 
 /// Every buffer this process can address, and its pinned host memory.
 #[derive(Default)]
-pub(super) struct Memory(Mutex<Table>);
+pub(super) struct BufferTable(Mutex<Table>);
 
-impl Memory {
+impl BufferTable {
     /// Makes `mapping` addressable, as memory of `kind`.
     pub(super) fn insert(&self, mapping: Arc<Mapping>, kind: Kind) -> Result<DevicePtr> {
         let start = mapping.start();
@@ -251,68 +211,28 @@ fn not_memory(call: &str, ptr: DevicePtr) -> anyhow::Error {
     failed(call, code::INVALID_VALUE, format!("{:#x} is no live simulated buffer", ptr.0))
 }
 
-pub(super) fn alloc(sim: &HostDriver, bytes: usize) -> Result<DevicePtr> {
-    sim.memory.insert(Mapping::create(bytes)?, Kind::Allocated { device: current_device() })
-}
-
-pub(super) fn free(sim: &HostDriver, ptr: DevicePtr) -> Result<()> {
-    sim.memory.remove("cuMemFree", ptr, |kind, _| matches!(kind, Kind::Allocated { .. })).map(drop)
-}
-
-pub(super) fn ipc_get_mem_handle(sim: &HostDriver, ptr: DevicePtr) -> Result<IpcHandleBytes> {
-    let call = "cuIpcGetMemHandle";
-    let (mapping, kind) = sim.memory.get(call, ptr)?;
-    let Kind::Allocated { device } = kind else {
-        return Err(failed(
-            call,
-            code::INVALID_VALUE,
-            format!("{:#x} is {kind:?} memory, not cuMemAlloc's", ptr.0),
-        ));
-    };
-    if sim.device(call, device).is_ok_and(|d| d.lacks(SimulatedDevice::NoLegacyIpc)) {
-        return Err(failed(call, code::NOT_SUPPORTED, format!("device {device} has no legacy IPC")));
+impl Memory for HostDriver {
+    fn alloc(&self, bytes: usize) -> Result<DevicePtr> {
+        self.memory.insert(Mapping::create(bytes)?, Kind::Allocated { device: current_device() })
     }
-    if sim.device(call, device).is_ok_and(|d| d.has(SimulatedDevice::Wsl)) {
-        return Err(failed(call, code::NOT_SUPPORTED, "WSL2 has no legacy IPC"));
-    }
-    Ok(encode(BUFFER_TAG, std::process::id(), mapping.file.as_raw_fd(), mapping.len() as u64))
-}
 
-pub(super) fn ipc_open_mem_handle(sim: &HostDriver, handle: &IpcHandleBytes) -> Result<DevicePtr> {
-    let call = "cuIpcOpenMemHandle";
-    let (pid, fd, len) = decode(handle, BUFFER_TAG)
-        .ok_or_else(|| failed(call, code::INVALID_VALUE, "not a simulated legacy memory handle"))?;
-    refuse_own_pid(call, pid)?;
-    let path = match OUTER_PROC.get() {
-        Some(proc) => format!("/proc/self/fd/{}/{pid}/fd/{fd}", proc.as_raw_fd()),
-        None => format!("/proc/{pid}/fd/{fd}"),
-    };
-    let file = OpenOptions::new().read(true).write(true).open(&path).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::PermissionDenied {
-            // The driver's kernel module reaches the memory whatever the namespaces; /proc does not.
-            let why = format!(
-                "it opens another process's memory as {path}, which a process in another user namespace \
-                 may not ({e}); the CUDA driver's kernel module is not held back so"
-            );
-            return beyond(call, code::NOT_SUPPORTED, why);
-        }
-        // A process in another PID namespace (`unshare --pid`) does not see the exporter in its /proc; the
-        // driver's kernel module reaches the memory all the same (the H200 host passes there).
-        let why = format!(
-            "the exporting process is not visible from here ({path}: {e}); the CUDA driver's kernel module \
-             reaches it whatever the namespaces"
-        );
-        beyond(call, code::NOT_SUPPORTED, why)
-    })?;
-    let size = file.metadata().with_context(|| format!("fstat of {path}"))?.len();
-    if size != len {
-        let why = format!("{path} has {size} bytes, the handle says {len}");
-        return Err(failed(call, code::INVALID_VALUE, why));
+    unsafe fn free(&self, ptr: DevicePtr) -> Result<()> {
+        self.memory.remove("cuMemFree", ptr, |kind, _| matches!(kind, Kind::Allocated { .. })).map(drop)
     }
-    let bytes = usize::try_from(len).map_err(|_| anyhow!("{len} bytes do not fit this address space"))?;
-    sim.memory.insert(Mapping::new(file, bytes)?, Kind::Opened)
-}
 
-pub(super) fn ipc_close_mem_handle(sim: &HostDriver, ptr: DevicePtr) -> Result<()> {
-    sim.memory.remove("cuIpcCloseMemHandle", ptr, |kind, _| kind == Kind::Opened).map(drop)
+    unsafe fn copy_to_host(&self, dst: &mut [u8], src: DevicePtr) -> Result<()> {
+        let (_mapping, start) = self.memory.range("cuMemcpyDtoH", src, dst.len())?;
+        // SAFETY: `range` checked that dst.len() bytes from `start` lie in a live mapping; `dst` is a
+        // distinct host slice. The copy is done when this returns.
+        unsafe { std::ptr::copy_nonoverlapping(start as *const u8, dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+
+    unsafe fn pin_host_memory(&self, host: &mut [u8]) -> Result<bool> {
+        self.memory.pin(host).map(|()| true)
+    }
+
+    unsafe fn unpin_host_memory(&self, host: &mut [u8]) -> Result<()> {
+        self.memory.unpin(host)
+    }
 }

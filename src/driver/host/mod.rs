@@ -47,16 +47,19 @@
 //! that line, so every owner's `Drop` is seen to do its work. A process that exits without dropping its
 //! driver (killed, or `exit` from a signal handler) says nothing.
 //!
-//! The simulation by concern: [`memory`] (every addressable buffer, legacy IPC memory, pinned host memory),
-//! [`events`] (interprocess events and their `/dev/shm` files), [`streams`] (streams, kernels, copies,
-//! stream memory operations), [`vmm`] and [`pool`]; [`calls`] is the [`Driver`](super::Driver) trait, each
-//! call handed to the module of its concern. This file holds the devices, chosen by the environment, and
-//! what the tables share.
+//! The simulation by concern, each file implementing the trait of its name for [`HostDriver`]: [`devices`]
+//! (the devices' answers), [`memory`] (every addressable buffer, `cuMemAlloc`, pinned host memory),
+//! [`ipc`] (legacy IPC memory handles, and the shape of every simulated handle), [`events`] (interprocess
+//! events and their `/dev/shm` files), [`streams`] (streams, copies, stream memory operations), [`kernels`],
+//! [`vmm`], [`fabric`] and [`pool`]. This file holds the driver, its devices as the environment chose
+//! them, and what the tables share.
 
-mod calls;
+mod devices;
 mod events;
+mod fabric;
+mod ipc;
+mod kernels;
 mod memory;
-pub use memory::{BEYOND_THE_SIMULATION, keep_outer_proc};
 mod pool;
 mod streams;
 mod vmm;
@@ -67,7 +70,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use anyhow::{Result, anyhow};
 
-use super::{CallFailed, code};
+use super::devices::{foreign_proc, uuid_text};
+use super::error::{CallFailed, code};
 
 /// The environment variable that selects the simulation (test-only; README documents it).
 pub const SIMULATE_ENV: &str = "SIMPLE_IPC_SIMULATE_GPUS";
@@ -103,7 +107,7 @@ pub fn simulated_gpus() -> Option<Vec<String>> {
         Ok(list) => visible_devices(&list, count),
         Err(_) => (0..count as i32).collect(),
     };
-    Some(physical.into_iter().map(|d| crate::driver::uuid_text(&simulated_uuid(d))).collect())
+    Some(physical.into_iter().map(|d| uuid_text(&simulated_uuid(d))).collect())
 }
 
 /// The simulated L2 cache: small, so that the benchmark's marking of cache-sized rows shows in tests.
@@ -184,19 +188,32 @@ pub struct HostDriver {
     /// The visible devices, each with its ordinal on the machine (its UUID's number), by `CUDA_VISIBLE_DEVICES`.
     devices: Vec<Defects>,
     physical: Vec<i32>,
-    memory: memory::Memory,
-    events: events::Events,
-    streams: streams::Streams,
-    vmm: vmm::Allocations,
-    pools: pool::Pools,
+    memory: memory::BufferTable,
+    events: events::EventTable,
+    streams: streams::StreamTable,
+    vmm: vmm::AllocationTable,
+    pools: pool::PoolTable,
     /// An xorshift state: kernel run times, names of temporary files.
     random: AtomicU64,
+}
+
+/// The /proc of the PID namespace this process was started in, kept before its own was mounted over it
+/// (`--isolate pid`): where the exporter of a handle, the process that started this one, is visible. The
+/// CUDA driver reaches another process's memory through its kernel module; the simulation, through this.
+static OUTER_PROC: std::sync::OnceLock<std::os::fd::OwnedFd> = std::sync::OnceLock::new();
+
+/// Keeps `proc` (a descriptor of the /proc this process had before it mounted its own).
+pub fn keep_outer_proc(proc: std::os::fd::OwnedFd) {
+    let _ = OUTER_PROC.set(proc);
 }
 
 thread_local! {
     /// The device `use_device` made current on this thread, as CUDA keeps it per thread.
     static CURRENT: std::cell::Cell<i32> = const { std::cell::Cell::new(-1) };
 }
+
+/// How the simulation says that what it was asked is beyond what it models (not how the driver answers).
+pub const BEYOND_THE_SIMULATION: &str = "beyond the simulation";
 
 /// A simulated driver call's failure: the code the CUDA driver answers in that case, in the driver's words,
 /// and why the simulation answered it.
@@ -263,9 +280,9 @@ impl HostDriver {
             return Ok(None);
         };
         // As the CUDA driver's cuInit in a PID namespace whose /proc is another's.
-        if super::foreign_proc().is_some() {
+        if foreign_proc().is_some() {
             let why = "this process's pid is not the one /proc says";
-            return Err(failed("cuInit", super::code::OPERATING_SYSTEM, why));
+            return Err(failed("cuInit", code::OPERATING_SYSTEM, why));
         }
         let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
         Self::new(&spec.to_string_lossy(), visible.as_deref()).map(Some)
@@ -300,11 +317,11 @@ impl HostDriver {
         Ok(Self {
             devices,
             physical,
-            memory: memory::Memory::default(),
-            events: events::Events::default(),
-            streams: streams::Streams::default(),
-            vmm: vmm::Allocations::default(),
-            pools: pool::Pools::default(),
+            memory: memory::BufferTable::default(),
+            events: events::EventTable::default(),
+            streams: streams::StreamTable::default(),
+            vmm: vmm::AllocationTable::default(),
+            pools: pool::PoolTable::default(),
             random: AtomicU64::new(seed | 1),
         })
     }
@@ -347,7 +364,7 @@ fn visible_devices(list: &str, count: usize) -> Vec<i32> {
         let named = match entry.parse::<usize>() {
             Ok(ordinal) => (ordinal < count).then_some(ordinal as i32),
             Err(_) if entry.starts_with("GPU-") && entry.len() > 4 => {
-                (0..count as i32).find(|&d| crate::driver::uuid_text(&simulated_uuid(d)).starts_with(entry))
+                (0..count as i32).find(|&d| uuid_text(&simulated_uuid(d)).starts_with(entry))
             }
             Err(_) => None,
         };
@@ -370,13 +387,17 @@ pub(super) fn simulated_uuid(device: i32) -> [u8; 16] {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::driver::{Driver, failed_code};
+    use crate::driver::devices::{Capability, Devices};
+    use crate::driver::error::failed_code;
+    use crate::driver::ipc::Ipc;
+    use crate::driver::memory::Memory;
+    use crate::driver::streams::Streams;
 
     /// `CUDA_VISIBLE_DEVICES` keeps the devices it names, in its order, each with its own UUID; the list
     /// ends at the first entry that names none; none kept is `cuInit`'s `CUDA_ERROR_NO_DEVICE`.
     #[test]
     fn cuda_visible_devices_is_honoured_as_by_the_driver() {
-        let uuid = |d| crate::driver::uuid_text(&simulated_uuid(d));
+        let uuid = |d| uuid_text(&simulated_uuid(d));
         assert_eq!(visible_devices("1,0", 3), [1, 0]);
         assert_eq!(visible_devices("2,7,0", 3), [2], "the list ends at an ordinal that names none");
         assert_eq!(visible_devices(&uuid(2), 3), [2]);
@@ -386,7 +407,7 @@ mod tests {
         assert_eq!(sim.device_count().unwrap(), 1);
         let info = sim.device_info(0).unwrap();
         assert_eq!(info.uuid, simulated_uuid(1), "device 0 here is the machine's device 1");
-        assert!(!sim.supports(0, crate::driver::Capability::VirtualMemory).unwrap(), "with its defects");
+        assert!(!sim.supports(0, Capability::VirtualMemory).unwrap(), "with its defects");
         let none = HostDriver::new("ok,ok", Some("")).err().unwrap();
         assert!(none.is::<crate::outcome::Waiver>() && none.to_string().contains("CUDA_ERROR_NO_DEVICE"));
     }

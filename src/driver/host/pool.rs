@@ -11,9 +11,12 @@ use std::sync::Mutex;
 use anyhow::{Context, Result};
 use nix::sys::memfd::{MFdFlags, memfd_create};
 
-use super::memory::{Kind, Mapping, decode, encode};
+use super::ipc::{decode, encode};
+use super::memory::{Kind, Mapping};
 use super::{Held, HostDriver, failed, lock, owned};
-use crate::driver::{DevicePtr, IpcHandleBytes, RawPool, code};
+use crate::driver::error::code;
+use crate::driver::handles::{DevicePtr, IpcHandleBytes, RawPool};
+use crate::driver::pool::Pools;
 
 const POOL_POINTER_TAG: &[u8; 8] = b"SIMPTR\0\x02";
 
@@ -32,9 +35,9 @@ struct Table {
 
 /// The pools this process holds.
 #[derive(Default)]
-pub(super) struct Pools(Mutex<Table>);
+pub(super) struct PoolTable(Mutex<Table>);
 
-impl Pools {
+impl PoolTable {
     fn insert(&self, file: File, imported: bool) -> Result<RawPool> {
         let mut table = lock(&self.0)?;
         table.last_id += 1;
@@ -66,75 +69,82 @@ fn page_size() -> u64 {
     nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE).ok().flatten().map_or(4096, |p| p as u64)
 }
 
-pub(super) fn create(sim: &HostDriver, device: i32) -> Result<RawPool> {
-    sim.device("cuMemPoolCreate", device)?;
-    let fd = memfd_create(c"simple-ipc-simulated-pool", MFdFlags::MFD_CLOEXEC).context("memfd_create")?;
-    sim.pools.insert(File::from(fd), false)
-}
+impl Pools for HostDriver {
+    fn pool_create(&self, device: i32) -> Result<RawPool> {
+        self.device("cuMemPoolCreate", device)?;
+        let fd = memfd_create(c"simple-ipc-simulated-pool", MFdFlags::MFD_CLOEXEC).context("memfd_create")?;
+        self.pools.insert(File::from(fd), false)
+    }
 
-pub(super) fn export(sim: &HostDriver, pool: RawPool) -> Result<OwnedFd> {
-    Ok(OwnedFd::from(sim.pools.file("cuMemPoolExportToShareableHandle", pool)?))
-}
+    unsafe fn pool_export(&self, pool: RawPool) -> Result<OwnedFd> {
+        Ok(OwnedFd::from(self.pools.file("cuMemPoolExportToShareableHandle", pool)?))
+    }
 
-pub(super) fn import(sim: &HostDriver, fd: BorrowedFd, device: i32) -> Result<RawPool> {
-    sim.device("cuMemPoolSetAccess", device)?;
-    let file = File::from(fd.try_clone_to_owned().context("dup of an imported descriptor")?);
-    sim.pools.insert(file, true)
-}
+    fn pool_import(&self, fd: BorrowedFd, device: i32) -> Result<RawPool> {
+        self.device("cuMemPoolSetAccess", device)?;
+        let file = File::from(fd.try_clone_to_owned().context("dup of an imported descriptor")?);
+        self.pools.insert(file, true)
+    }
 
-pub(super) fn alloc(sim: &HostDriver, pool: RawPool, bytes: usize) -> Result<DevicePtr> {
-    let call = "cuMemAllocFromPoolAsync";
-    let (file, offset) = {
-        let mut table = lock(&sim.pools.0)?;
-        let found = table.pools.get_mut(&pool.0).ok_or_else(|| no_pool(call, pool))?;
-        if found.imported {
-            return Err(failed(call, code::INVALID_VALUE, "an imported pool cannot allocate"));
-        }
-        let offset = found.used;
-        found.used += (bytes as u64).next_multiple_of(page_size());
-        found.file.set_len(found.used).context("growing a simulated pool")?;
-        (found.file.try_clone().context("dup of a simulated pool")?, offset)
-    };
-    sim.memory.insert(Mapping::at(file, offset, bytes)?, Kind::PoolAllocated { offset })
-}
+    unsafe fn pool_alloc(&self, pool: RawPool, bytes: usize) -> Result<DevicePtr> {
+        let call = "cuMemAllocFromPoolAsync";
+        let (file, offset) = {
+            let mut table = lock(&self.pools.0)?;
+            let found = table.pools.get_mut(&pool.0).ok_or_else(|| no_pool(call, pool))?;
+            if found.imported {
+                return Err(failed(call, code::INVALID_VALUE, "an imported pool cannot allocate"));
+            }
+            let offset = found.used;
+            found.used += (bytes as u64).next_multiple_of(page_size());
+            found.file.set_len(found.used).context("growing a simulated pool")?;
+            (found.file.try_clone().context("dup of a simulated pool")?, offset)
+        };
+        self.memory.insert(Mapping::at(file, offset, bytes)?, Kind::PoolAllocated { offset })
+    }
 
-pub(super) fn export_pointer(sim: &HostDriver, ptr: DevicePtr) -> Result<IpcHandleBytes> {
-    let call = "cuMemPoolExportPointer";
-    let (mapping, kind) = sim.memory.get(call, ptr)?;
-    let Kind::PoolAllocated { offset } = kind else {
-        return Err(failed(
-            call,
-            code::INVALID_VALUE,
-            format!("{:#x} is {kind:?} memory, not a pool's", ptr.0),
-        ));
-    };
-    let mut data = encode(POOL_POINTER_TAG, 0, 0, mapping.len() as u64);
-    data[24..32].copy_from_slice(&offset.to_le_bytes());
-    Ok(data)
-}
+    unsafe fn pool_export_pointer(&self, ptr: DevicePtr) -> Result<IpcHandleBytes> {
+        let call = "cuMemPoolExportPointer";
+        let (mapping, kind) = self.memory.get(call, ptr)?;
+        let Kind::PoolAllocated { offset } = kind else {
+            return Err(failed(
+                call,
+                code::INVALID_VALUE,
+                format!("{:#x} is {kind:?} memory, not a pool's", ptr.0),
+            ));
+        };
+        let mut data = encode(POOL_POINTER_TAG, 0, 0, mapping.len() as u64);
+        data[24..32].copy_from_slice(&offset.to_le_bytes());
+        Ok(data)
+    }
 
-pub(super) fn import_pointer(sim: &HostDriver, pool: RawPool, data: &IpcHandleBytes) -> Result<DevicePtr> {
-    let call = "cuMemPoolImportPointer";
-    let (_, _, len) = decode(data, POOL_POINTER_TAG)
-        .ok_or_else(|| failed(call, code::INVALID_VALUE, "not pointer export data"))?;
-    let mut offset = [0u8; 8];
-    offset.copy_from_slice(&data[24..32]);
-    let offset = u64::from_le_bytes(offset);
-    let file = sim.pools.file(call, pool)?;
-    let size = file.metadata().context("fstat of a simulated pool")?.len();
-    let bytes = usize::try_from(len).ok().filter(|_| offset.checked_add(len).is_some_and(|end| end <= size));
-    let bytes = bytes.ok_or_else(|| {
-        failed(call, code::INVALID_VALUE, format!("{len} bytes at {offset} lie outside the pool's {size}"))
-    })?;
-    sim.memory.insert(Mapping::at(file, offset, bytes)?, Kind::PoolImported)
-}
+    unsafe fn pool_import_pointer(&self, pool: RawPool, data: &IpcHandleBytes) -> Result<DevicePtr> {
+        let call = "cuMemPoolImportPointer";
+        let (_, _, len) = decode(data, POOL_POINTER_TAG)
+            .ok_or_else(|| failed(call, code::INVALID_VALUE, "not pointer export data"))?;
+        let mut offset = [0u8; 8];
+        offset.copy_from_slice(&data[24..32]);
+        let offset = u64::from_le_bytes(offset);
+        let file = self.pools.file(call, pool)?;
+        let size = file.metadata().context("fstat of a simulated pool")?.len();
+        let bytes =
+            usize::try_from(len).ok().filter(|_| offset.checked_add(len).is_some_and(|end| end <= size));
+        let bytes = bytes.ok_or_else(|| {
+            failed(
+                call,
+                code::INVALID_VALUE,
+                format!("{len} bytes at {offset} lie outside the pool's {size}"),
+            )
+        })?;
+        self.memory.insert(Mapping::at(file, offset, bytes)?, Kind::PoolImported)
+    }
 
-pub(super) fn free(sim: &HostDriver, ptr: DevicePtr) -> Result<()> {
-    let frees = |kind, _| matches!(kind, Kind::PoolAllocated { .. } | Kind::PoolImported);
-    sim.memory.remove("cuMemFreeAsync", ptr, frees).map(drop)
-}
+    unsafe fn pool_free(&self, ptr: DevicePtr) -> Result<()> {
+        let frees = |kind, _| matches!(kind, Kind::PoolAllocated { .. } | Kind::PoolImported);
+        self.memory.remove("cuMemFreeAsync", ptr, frees).map(drop)
+    }
 
-pub(super) fn destroy(sim: &HostDriver, pool: RawPool) -> Result<()> {
-    let removed = lock(&sim.pools.0)?.pools.remove(&pool.0);
-    removed.map(drop).ok_or_else(|| no_pool("cuMemPoolDestroy", pool))
+    unsafe fn pool_destroy(&self, pool: RawPool) -> Result<()> {
+        let removed = lock(&self.pools.0)?.pools.remove(&pool.0);
+        removed.map(drop).ok_or_else(|| no_pool("cuMemPoolDestroy", pool))
+    }
 }

@@ -1,33 +1,26 @@
 //! The simulated virtual memory management API (`memMapIPCDrv`): one table of the physical allocations
 //! this process made or imported, each a memfd of a multiple of the granularity, exported as a new
 //! descriptor of it. A mapping of one is memory in [`super::memory`]'s table, which outlives the release of
-//! its allocation as with CUDA.
-//!
-//! Fabric-shareable allocations are in the same table, marked so: each is exported only as what it was
-//! made for, as with CUDA. A simulated fabric handle is 64 bytes that name the allocation the way a legacy
-//! memory handle names its buffer: the exporter's pid and the number of its descriptor of the memfd, and the
-//! size; importing it opens `/proc/<pid>/fd/<fd>`. So, unlike a real fabric handle, it needs the exporter
-//! visible in this process's `/proc` (one PID namespace, or one where its pid is another process's). Creating
-//! one is refused with `CUDA_ERROR_NOT_PERMITTED` unless the device was given an IMEX channel (`imex`), as on
-//! a host without `/dev/nvidia-caps-imex-channels/`.
+//! its allocation as with CUDA. Fabric-shareable allocations (see [`super::fabric`]) are in the same table,
+//! marked so: each is exported only as what it was made for, as with CUDA.
 
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::fs::File;
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::Mutex;
 
 use anyhow::{Context, Result};
 use nix::sys::memfd::{MFdFlags, memfd_create};
 
-use super::memory::{Kind, Mapping, decode, encode};
-use super::{Held, HostDriver, SIMULATED_GRANULARITY, SimulatedDevice, failed, lock, owned};
-use crate::driver::{DevicePtr, IpcHandleBytes, RawAllocation, code};
-
-const FABRIC_TAG: &[u8; 8] = b"SIMFABRC";
+use super::memory::{Kind, Mapping};
+use super::{Held, HostDriver, SIMULATED_GRANULARITY, failed, lock, owned};
+use crate::driver::error::code;
+use crate::driver::handles::{DevicePtr, RawAllocation};
+use crate::driver::vmm::Vmm;
 
 /// What an allocation can be exported as (its `requestedHandleTypes`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Shareable {
+pub(super) enum Shareable {
     PosixFd,
     Fabric,
 }
@@ -45,10 +38,10 @@ struct Table {
 
 /// The physical allocations this process holds.
 #[derive(Default)]
-pub(super) struct Allocations(Mutex<Table>);
+pub(super) struct AllocationTable(Mutex<Table>);
 
-impl Allocations {
-    fn insert(&self, file: File, shareable: Shareable) -> Result<RawAllocation> {
+impl AllocationTable {
+    pub(super) fn insert(&self, file: File, shareable: Shareable) -> Result<RawAllocation> {
         let mut table = lock(&self.0)?;
         table.last_id += 1;
         let id = table.last_id;
@@ -64,7 +57,7 @@ impl Allocations {
     }
 
     /// The number of this process's own descriptor of a fabric allocation's memfd, and its size.
-    fn fabric_descriptor(&self, call: &str, allocation: RawAllocation) -> Result<(i32, u64)> {
+    pub(super) fn fabric_descriptor(&self, call: &str, allocation: RawAllocation) -> Result<(RawFd, u64)> {
         let table = lock(&self.0)?;
         let found = table.allocations.get(&allocation.0).ok_or_else(|| no_allocation(call, allocation))?;
         if found.shareable != Shareable::Fabric {
@@ -96,13 +89,8 @@ fn no_allocation(call: &str, allocation: RawAllocation) -> anyhow::Error {
     failed(call, code::INVALID_VALUE, format!("no live allocation {:#x}", allocation.0))
 }
 
-pub(super) fn create(sim: &HostDriver, device: i32, bytes: usize) -> Result<RawAllocation> {
-    sim.device("cuMemCreate", device)?;
-    sim.vmm.insert(new_memfd("cuMemCreate", bytes)?, Shareable::PosixFd)
-}
-
 /// A memfd of `bytes`, which must be a multiple of the granularity.
-fn new_memfd(call: &str, bytes: usize) -> Result<File> {
+pub(super) fn new_memfd(call: &str, bytes: usize) -> Result<File> {
     if bytes == 0 || !bytes.is_multiple_of(SIMULATED_GRANULARITY) {
         let why = format!("{bytes} bytes is not a multiple of the granularity {SIMULATED_GRANULARITY}");
         return Err(failed(call, code::INVALID_VALUE, why));
@@ -113,137 +101,65 @@ fn new_memfd(call: &str, bytes: usize) -> Result<File> {
     Ok(file)
 }
 
-pub(super) fn export(sim: &HostDriver, allocation: RawAllocation) -> Result<OwnedFd> {
-    let call = "cuMemExportToShareableHandle";
-    let (file, shareable) = sim.vmm.file(call, allocation)?;
-    if shareable != Shareable::PosixFd {
-        return Err(not_exportable_as(call, allocation, shareable, Shareable::PosixFd));
+impl Vmm for HostDriver {
+    fn vmm_granularity(&self, device: i32) -> Result<usize> {
+        self.device("cuMemGetAllocationGranularity", device)?;
+        Ok(SIMULATED_GRANULARITY)
     }
-    Ok(OwnedFd::from(file))
-}
 
-pub(super) fn import(sim: &HostDriver, fd: BorrowedFd) -> Result<RawAllocation> {
-    let call = "cuMemImportFromShareableHandle";
-    let file = File::from(fd.try_clone_to_owned().context("dup of an imported descriptor")?);
-    let bytes = file.metadata().context("fstat of an imported allocation")?.len();
-    if bytes == 0 || !bytes.is_multiple_of(SIMULATED_GRANULARITY as u64) {
-        return Err(failed(call, code::INVALID_VALUE, format!("not a simulated allocation ({bytes} bytes)")));
+    fn vmm_create(&self, device: i32, bytes: usize) -> Result<RawAllocation> {
+        self.device("cuMemCreate", device)?;
+        self.vmm.insert(new_memfd("cuMemCreate", bytes)?, Shareable::PosixFd)
     }
-    sim.vmm.insert(file, Shareable::PosixFd)
-}
 
-/// `cuMemCreate` with `CU_MEM_HANDLE_TYPE_FABRIC`: refused unless the device reports fabric handles and has
-/// an IMEX channel.
-pub(super) fn fabric_create(sim: &HostDriver, device: i32, bytes: usize) -> Result<RawAllocation> {
-    let call = format!("cuMemCreate({bytes} bytes on device {device}, fabric handle)");
-    let kind = sim.device(&call, device)?;
-    if kind.lacks(SimulatedDevice::NoFabric) {
-        return Err(failed(call, code::NOT_SUPPORTED, format!("device {device} has no fabric handles")));
-    }
-    if !kind.has(SimulatedDevice::Imex) {
-        let why = "no IMEX channel: /dev/nvidia-caps-imex-channels/ is absent, as on the H200 host";
-        return Err(failed(call, code::NOT_PERMITTED, why));
-    }
-    sim.vmm.insert(new_memfd(&call, bytes)?, Shareable::Fabric)
-}
-
-pub(super) fn fabric_export(sim: &HostDriver, allocation: RawAllocation) -> Result<IpcHandleBytes> {
-    let (fd, bytes) = sim.vmm.fabric_descriptor("cuMemExportToShareableHandle", allocation)?;
-    Ok(encode(FABRIC_TAG, std::process::id(), fd, bytes))
-}
-
-pub(super) fn fabric_import(sim: &HostDriver, handle: &IpcHandleBytes) -> Result<RawAllocation> {
-    let call = "cuMemImportFromShareableHandle";
-    let (pid, fd, len) = decode(handle, FABRIC_TAG)
-        .ok_or_else(|| failed(call, code::INVALID_VALUE, "not a simulated fabric handle"))?;
-    if pid == std::process::id() {
-        // Its /proc entry would be this process's own descriptor: the simulation cannot tell them apart.
-        let why = format!(
-            "the simulation names a fabric allocation by its exporter's pid, here this one's ({pid})"
-        );
-        return Err(failed(call, code::INVALID_VALUE, why));
-    }
-    let path = format!("/proc/{pid}/fd/{fd}");
-    let file = OpenOptions::new().read(true).write(true).open(&path).map_err(|e| {
-        let why = format!(
-            "the simulation needs the exporter visible in /proc, a real fabric handle does not ({path}: {e})"
-        );
-        failed(call, code::INVALID_VALUE, why)
-    })?;
-    let size = file.metadata().with_context(|| format!("fstat of {path}"))?.len();
-    if size != len || !size.is_multiple_of(SIMULATED_GRANULARITY as u64) {
-        let why = format!("{path} has {size} bytes, the handle says {len}");
-        return Err(failed(call, code::INVALID_VALUE, why));
-    }
-    sim.vmm.insert(file, Shareable::Fabric)
-}
-
-/// The granularity an allocation was made with: the simulation has one.
-pub(super) fn granularity_of(sim: &HostDriver, allocation: RawAllocation) -> Result<usize> {
-    sim.vmm.file("cuMemGetAllocationPropertiesFromHandle", allocation)?;
-    Ok(SIMULATED_GRANULARITY)
-}
-
-pub(super) fn map(
-    sim: &HostDriver,
-    allocation: RawAllocation,
-    bytes: usize,
-    device: i32,
-) -> Result<DevicePtr> {
-    let call = "cuMemMap";
-    sim.device("cuMemSetAccess", device)?;
-    let (file, _) = sim.vmm.file(call, allocation)?;
-    let size = file.metadata().context("fstat of a simulated allocation")?.len();
-    if size != bytes as u64 {
-        let why = format!("the allocation has {size} bytes, not {bytes}");
-        return Err(failed(call, code::INVALID_VALUE, why));
-    }
-    sim.memory.insert(Mapping::at(file, 0, bytes)?, Kind::VmmMapped)
-}
-
-pub(super) fn unmap(sim: &HostDriver, ptr: DevicePtr, bytes: usize) -> Result<()> {
-    let frees = |kind, len| kind == Kind::VmmMapped && len == bytes;
-    sim.memory.remove("cuMemUnmap", ptr, frees).map(drop)
-}
-
-pub(super) fn release(sim: &HostDriver, allocation: RawAllocation) -> Result<()> {
-    let removed = lock(&sim.vmm.0)?.allocations.remove(&allocation.0);
-    removed.map(drop).ok_or_else(|| no_allocation("cuMemRelease", allocation))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::super::HostDriver;
-    use crate::driver::{Capability, Driver, code, failed_code};
-
-    /// The device reports fabric handles, but without an IMEX channel (`imex`) creating one is refused with
-    /// `CUDA_ERROR_NOT_PERMITTED`, as on the H200 host; `no-fabric` reports none. A fabric allocation is
-    /// exported only as a fabric handle, and is named when it is still held.
-    #[test]
-    fn fabric_allocations_need_an_imex_channel_and_export_only_as_fabric_handles() {
-        let mut sim = HostDriver::new("ok,ok+imex,no-fabric+imex", None).unwrap();
-        let granule = sim.fabric_granularity(0).unwrap();
-        assert!(sim.supports(0, Capability::FabricHandles).unwrap());
-        assert!(!sim.supports(2, Capability::FabricHandles).unwrap());
-        let refused = sim.fabric_create(0, granule).unwrap_err();
-        assert_eq!(failed_code(&refused), Some(code::NOT_PERMITTED), "{refused:#}");
-        assert!(format!("{refused:#}").contains("CUDA_ERROR_NOT_PERMITTED (800)"), "{refused:#}");
-        assert_eq!(failed_code(&sim.fabric_create(2, granule).unwrap_err()), Some(code::NOT_SUPPORTED));
-        let fabric = sim.fabric_create(1, granule).unwrap();
-        let posix = sim.vmm_create(1, granule).unwrap();
-        // SAFETY: (test) both allocations are this driver's and alive until released below.
-        unsafe {
-            assert_eq!(failed_code(&sim.vmm_export(fabric).unwrap_err()), Some(code::INVALID_VALUE));
-            assert_eq!(failed_code(&sim.fabric_export(posix).unwrap_err()), Some(code::INVALID_VALUE));
-            let handle = sim.fabric_export(fabric).unwrap();
-            // Its own handle names this process: the simulation cannot import it here (a child does).
-            assert_eq!(failed_code(&sim.fabric_import(&handle).unwrap_err()), Some(code::INVALID_VALUE));
-            assert_eq!(failed_code(&sim.fabric_import(&[0; 64]).unwrap_err()), Some(code::INVALID_VALUE));
-            assert_eq!(sim.vmm_granularity_of(fabric).unwrap(), granule);
-            assert_eq!(sim.still_held(), ["1 VMM allocation", "1 fabric allocation"]);
-            sim.vmm_release(fabric).unwrap();
-            sim.vmm_release(posix).unwrap();
+    unsafe fn vmm_export(&self, allocation: RawAllocation) -> Result<OwnedFd> {
+        let call = "cuMemExportToShareableHandle";
+        let (file, shareable) = self.vmm.file(call, allocation)?;
+        if shareable != Shareable::PosixFd {
+            return Err(not_exportable_as(call, allocation, shareable, Shareable::PosixFd));
         }
-        assert_eq!(sim.still_held(), Vec::<String>::new());
+        Ok(OwnedFd::from(file))
+    }
+
+    fn vmm_import(&self, fd: BorrowedFd) -> Result<RawAllocation> {
+        let call = "cuMemImportFromShareableHandle";
+        let file = File::from(fd.try_clone_to_owned().context("dup of an imported descriptor")?);
+        let bytes = file.metadata().context("fstat of an imported allocation")?.len();
+        if bytes == 0 || !bytes.is_multiple_of(SIMULATED_GRANULARITY as u64) {
+            return Err(failed(
+                call,
+                code::INVALID_VALUE,
+                format!("not a simulated allocation ({bytes} bytes)"),
+            ));
+        }
+        self.vmm.insert(file, Shareable::PosixFd)
+    }
+
+    /// The granularity an allocation was made with: the simulation has one.
+    unsafe fn vmm_granularity_of(&self, allocation: RawAllocation) -> Result<usize> {
+        self.vmm.file("cuMemGetAllocationPropertiesFromHandle", allocation)?;
+        Ok(SIMULATED_GRANULARITY)
+    }
+
+    unsafe fn vmm_map(&self, allocation: RawAllocation, bytes: usize, device: i32) -> Result<DevicePtr> {
+        let call = "cuMemMap";
+        self.device("cuMemSetAccess", device)?;
+        let (file, _) = self.vmm.file(call, allocation)?;
+        let size = file.metadata().context("fstat of a simulated allocation")?.len();
+        if size != bytes as u64 {
+            let why = format!("the allocation has {size} bytes, not {bytes}");
+            return Err(failed(call, code::INVALID_VALUE, why));
+        }
+        self.memory.insert(Mapping::at(file, 0, bytes)?, Kind::VmmMapped)
+    }
+
+    unsafe fn vmm_unmap(&self, ptr: DevicePtr, bytes: usize) -> Result<()> {
+        let frees = |kind, len| kind == Kind::VmmMapped && len == bytes;
+        self.memory.remove("cuMemUnmap", ptr, frees).map(drop)
+    }
+
+    unsafe fn vmm_release(&self, allocation: RawAllocation) -> Result<()> {
+        let removed = lock(&self.vmm.0)?.allocations.remove(&allocation.0);
+        removed.map(drop).ok_or_else(|| no_allocation("cuMemRelease", allocation))
     }
 }
