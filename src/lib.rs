@@ -12,11 +12,7 @@ pub(crate) mod output;
 mod entry;
 pub use entry::main;
 
-pub(crate) mod attach;
-pub(crate) mod barrier;
 pub(crate) mod bench;
-pub(crate) mod child;
-pub(crate) mod children;
 pub(crate) mod cli;
 pub(crate) mod container;
 pub(crate) mod devices;
@@ -37,7 +33,6 @@ pub(crate) mod matrix;
 pub(crate) mod meeting;
 pub(crate) mod numa;
 pub(crate) mod outcome;
-pub(crate) mod parent;
 pub(crate) mod peers;
 pub mod phase;
 pub(crate) mod placement;
@@ -46,12 +41,15 @@ pub(crate) mod progress;
 pub(crate) mod relaunch;
 pub(crate) mod report;
 pub(crate) mod role;
-pub mod segment;
+pub(crate) mod sample;
 pub(crate) mod setup;
 pub(crate) mod signals;
 pub(crate) mod stop;
 pub(crate) mod timings;
 pub(crate) mod topology;
 pub(crate) mod verdict;
-pub(crate) mod verify;
 pub(crate) mod wire;
+
+// The story's modules, by the paths the rest of the crate (and the tests) use.
+pub use sample::segment;
+pub(crate) use sample::{attach, barrier, child, children, parent, verify};
