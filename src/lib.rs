@@ -12,6 +12,7 @@ pub(crate) mod output;
 mod entry;
 pub use entry::main;
 
+pub(crate) mod barrier;
 pub(crate) mod bench;
 pub(crate) mod cli;
 pub(crate) mod container;
@@ -42,14 +43,18 @@ pub(crate) mod relaunch;
 pub(crate) mod report;
 pub(crate) mod role;
 pub(crate) mod sample;
+pub mod segment;
 pub(crate) mod setup;
+pub(crate) mod sigbus;
 pub(crate) mod signals;
 pub(crate) mod stop;
 pub(crate) mod timings;
+pub(crate) mod tool;
 pub(crate) mod topology;
 pub(crate) mod verdict;
 pub(crate) mod wire;
 
-// The story's modules, by the paths the rest of the crate (and the tests) use.
-pub use sample::segment;
-pub(crate) use sample::{attach, barrier, child, children, parent, verify};
+// The paths the rest of the crate (and the tests) knew the story by: the tool's parent and child, which
+// start it, and the story's own modules.
+pub(crate) use sample::attach;
+pub(crate) use tool::{child, parent};

@@ -1,58 +1,62 @@
 //! A child (the original's `childProcess`): attach to the parent's segment, open every process's buffer and
-//! event, write the others' buffers round-robin with `simpleKernel`, and check its own buffer.
+//! event (step 6), write the others' buffers round-robin with `simpleKernel`, each write ordered by the
+//! buffer's event and every step closed by the barrier (step 7), check its own buffer (step 8), and close
+//! what it opened before it says it finished (step 9).
 //!
 //! Every wait here ends early when the run is aborted, the parent dies or a stop signal comes; whatever was
-//! opened is closed by its owner on the way out.
+//! opened is closed by its owner on the way out. The tool's options reach it through [`ChildExtras`].
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::Ordering;
 
 use anyhow::{Context, Result, anyhow, bail};
 
-use crate::attach;
+use super::attach;
+use super::extras::{ChildExtras, WriteOrder};
+use super::verify::{expected_byte, find_mismatches};
 use crate::barrier;
 use crate::driver::Driver;
-use crate::fault;
 use crate::gpu::Stream;
 use crate::gpu::host_buffer::{self, HostBuffer};
 use crate::gpu::kernel::SimpleKernel;
 use crate::inherit;
 use crate::ipc::diagnose::Exporter;
-use crate::ipc::{Mechanism, OpenedBuffer, OpenedEvent, Slice, Sync, pidfd};
-use crate::numa::{self, Sysfs};
+use crate::ipc::{Mechanism, OpenedBuffer, OpenedEvent};
 use crate::phase::{Phase, Who};
 use crate::segment::{self, Segment};
 use crate::stop::StopCheck;
 use crate::timings::Stopwatch;
-use crate::verify::{expected_byte, find_mismatches};
 use crate::wire::descriptors;
 
-/// A child the parent started: its index, and the segment and descriptor socket it inherited.
-pub fn run(index: usize, segment_fd: Option<i32>, socket_fd: Option<i32>) -> Result<()> {
+/// `childProcess` for a child its parent started: the parent's pid (`getppid`), its segment
+/// `simpleIPCshm<ppid>` (`sharedMemoryOpen`, here inherited as a descriptor), then its part.
+pub(crate) fn child_process(
+    index: usize,
+    segment_fd: Option<i32>,
+    socket_fd: Option<i32>,
+    extras: &dyn ChildExtras,
+) -> Result<()> {
     let watch = Stopwatch::start(Who::Child(index), Phase::Attach)?;
     let (segment, parent_pid) = attach::segment(index, segment_fd)?;
     let socket = socket_fd.map(|fd| inherit::take(fd, "descriptor socket")).transpose()?;
-    take_part(index, watch, &segment, socket, &attach::Parent::Pid(parent_pid))
+    take_part(index, watch, &segment, socket, &attach::Parent::Pid(parent_pid), extras)
 }
 
 /// Everything a child does once it has its segment, whoever handed it over (its parent, or the server it
 /// joined: see `join`), with `socket` the one its buffers' descriptors come over (vmm and pool).
-pub fn take_part(
+pub(crate) fn take_part(
     index: usize,
     watch: Stopwatch,
     segment: &Segment,
     socket: Option<OwnedFd>,
     parent: &attach::Parent,
+    extras: &dyn ChildExtras,
 ) -> Result<()> {
     let state = segment.state();
     let mut watch = watch.report_to(&state.progress[index]);
     let n = state.process_count();
     let mechanism = Mechanism::from_code(state.mechanism.load(Ordering::Relaxed))
         .context("the segment names an IPC mechanism this program does not know")?;
-    let pidfd = state.options.load(Ordering::Relaxed) & segment::OPTION_FDS_PIDFD != 0;
-    if mechanism.uses_descriptors() && socket.is_none() && !pidfd {
-        bail!("--ipc {} needs a descriptor socket, and none was given", mechanism.name());
-    }
     let stop = move || -> Result<()> { attach::still_running(state, parent) };
     // Faulting in the host buffer for the copy back needs no CUDA: it runs while CUDA starts.
     let size = state.data_size();
@@ -60,6 +64,8 @@ pub fn take_part(
         .spawn(move || host_buffer::fault_in(size))
         .context("starting the host buffer thread")?;
 
+    // cudaSetDevice(shm->devices[id]), cudaGetDeviceProperties, cudaStreamCreateWithFlags, and the kernel's
+    // grid from cudaOccupancyMaxActiveBlocksPerMultiprocessor.
     watch.enter(Phase::CudaStart)?;
     let driver = attach::driver(state, index)?;
     let driver: &dyn Driver = &*driver;
@@ -67,13 +73,7 @@ pub fn take_part(
 
     watch.enter(Phase::Context)?;
     say!("Process {index}: Starting on device {device}...")?;
-    if state.options.load(Ordering::Relaxed) & segment::OPTION_BIND_NUMA != 0 {
-        let bus = driver.device_info(device)?.pci_bus_id;
-        match numa::bind_to_device_node(&Sysfs::default(), bus.as_deref())? {
-            Some(place) => say!("Process {index}: bound to the CPUs of device {device}'s NUMA {place}"),
-            None => say!("Process {index}: device {device} has no known NUMA node; not bound"),
-        }?;
-    }
+    extras.place(driver, device, state)?;
     let stream = Stream::non_blocking(driver, device)?;
 
     watch.enter(Phase::Prepare)?;
@@ -87,28 +87,14 @@ pub fn take_part(
     barrier::wait_until(&state.run_state, |s| s != segment::RunState::Starting as u32, &stop)?;
     stop.check()?;
 
+    // Step 6, open: cudaIpcOpenMemHandle and cudaIpcOpenEventHandle for every process's buffer and event.
     watch.enter(Phase::OpenHandles)?;
     state.descriptors[index][0].store(open_descriptors()?, Ordering::Relaxed);
-    let mut descriptors: Vec<Option<OwnedFd>> = match &socket {
-        Some(socket) => {
-            descriptors::receive(socket.as_fd(), mechanism.code(), n, &stop)?.into_iter().map(Some).collect()
-        }
-        // --fds pidfd: fetched from the exporter, by the numbers it published.
-        None if pidfd && mechanism.uses_descriptors() => {
-            let exporter = exporter_pid(parent, state.parent_pid.load(Ordering::Relaxed))?;
-            (0..n)
-                .map(|other| {
-                    let number = state.descriptor_numbers[other].load(Ordering::Relaxed);
-                    pidfd::fetch(exporter, number, other).map(Some)
-                })
-                .collect::<Result<_>>()?
-        }
-        None => (0..n).map(|_| None).collect(),
+    let mut descriptors = match extras.fetched_descriptors(socket.is_some(), state, mechanism)? {
+        Some(fetched) => fetched.into_iter().map(Some).collect(),
+        None => received(socket.as_ref(), n, mechanism, &stop)?,
     };
-    let sync = state.sync();
-    let memops = sync == Sync::Memops;
-    // With --sync memops, each buffer has its flag after the data.
-    let allocated = if memops { size + segment::FLAG_BYTES } else { size };
+    let allocated = size + extras.bytes_after_data(state);
     let mut buffers = Vec::with_capacity(n);
     let mut events = Vec::with_capacity(n);
     for (other, descriptor) in descriptors.iter_mut().enumerate() {
@@ -120,55 +106,46 @@ pub fn take_part(
             OpenedBuffer::open(driver, mechanism, &handle, descriptor.take(), allocated, device, &exporter)
                 .with_context(|| format!("opening the {} buffer of process {other}", mechanism.name()))?,
         );
-        // --sync memops orders the round-robin without interprocess events: it opens none.
-        if !memops {
-            events.push(
-                OpenedEvent::open(driver, device, &state.event_handles[other].load(), &exporter)
-                    .with_context(|| format!("opening the event of process {other}"))?,
-            );
-        }
+        let event = &state.event_handles[other].load();
+        events.extend(
+            extras
+                .event(state, &mut || OpenedEvent::open(driver, device, event, &exporter))
+                .with_context(|| format!("opening the event of process {other}"))?,
+        );
     }
     state.opened.fetch_add(1, Ordering::AcqRel);
 
-    // The round-robin: at step i, write buffer (i + index) % n, after its last writer, then tell the next one.
+    // Step 7, the round-robin: at step i, write buffer (i + id) % n after its last writer
+    // (cudaStreamWaitEvent), then tell the next one (cudaEventRecord); barrierWait keeps all at one step.
     watch.enter(Phase::RoundRobin)?;
-    let handover = match sync {
-        Sync::Memops => {
-            let flags =
-                buffers.iter().map(|b| Slice::of(b, size, segment::FLAG_BYTES)).collect::<Result<_>>()?;
-            Handover::Flags(flags)
-        }
-        Sync::Events => Handover::Events(&events),
+    let order = match extras.write_order(state, &buffers)? {
+        Some(other) => other,
+        None => Box::new(Events(&events)),
     };
     let barrier = state.barrier(n);
-    if fault::lies(Who::Child(index)) {
-        // A test of the parent's own check: a process that did nothing writes into the segment that it
-        // finished, and says it ended well.
-        watch.finish().publish(state, index);
-        state.finished.fetch_add(1, Ordering::AcqRel);
-        return Ok(());
-    }
+    extras.before_writing(&mut watch, state)?;
     for step in 0..n {
         let target = (step + index) % n;
-        handover.before_writing(&stream, target, step)?;
+        order.before_writing(&stream, target, step)?;
         kernel
             .launch(&stream, &buffers[target], size, index as u8)
             .with_context(|| format!("launching simpleKernel on the buffer of process {target}"))?;
-        handover.after_writing(&stream, target, step)?;
+        order.after_writing(&stream, target, step)?;
         barrier.wait(&stop).with_context(|| format!("in the barrier after step {step}"))?;
         if index == 0 {
             say!("Step {step} done")?;
         }
     }
 
-    // Our own buffer was written last by process (index + 1) % n, at the last step.
+    // Step 8, verify: our own buffer was written last by process (id + 1) % n, at the last step; wait for
+    // that write, copy the buffer back (cudaMemcpyAsync, cudaStreamSynchronize) and compare.
     watch.enter(Phase::CopyBack)?;
-    handover.before_writing(&stream, index, n)?;
+    order.before_writing(&stream, index, n)?;
     let data = host.copy_from(&buffers[index], size, &stream, &stop).context("copying the buffer back")?;
     say!("Process {index}: verifying...")?;
     watch.enter(Phase::Verify)?;
     let expected = expected_byte(index, n);
-    fault::corrupt_if_asked(Who::Child(index), data, expected);
+    extras.before_comparing(data, expected);
     let mismatches = find_mismatches(data, expected)?;
     if let Some((offset, value)) = mismatches.first {
         bail!(
@@ -177,8 +154,10 @@ pub fn take_part(
         );
     }
 
+    // Step 9, clean up: cudaIpcCloseMemHandle, cudaEventDestroy, cudaStreamDestroy, before it says that it
+    // finished.
     watch.enter(Phase::CleanUp)?;
-    drop(handover);
+    drop(order);
     drop((events, buffers, host, kernel, stream));
     state.descriptors[index][1].store(open_descriptors()?, Ordering::Relaxed);
     watch.finish().publish(state, index);
@@ -188,44 +167,37 @@ pub fn take_part(
     Ok(())
 }
 
-/// How a writer of a buffer waits for the one before it and tells the one after it (`--sync`).
-enum Handover<'a, 'd> {
-    /// The original's: the stream waits for the buffer's interprocess event, and records it after the kernel.
-    Events(&'a [OpenedEvent<'d>]),
-    /// Stream memory operations on the buffer's flag, which counts the writes done: the stream waits until
-    /// the flag says `step` writes are done, and writes `step + 1` after the kernel.
-    Flags(Vec<Slice<'a>>),
-}
-
-impl Handover<'_, '_> {
-    /// Work on `stream` from now on waits until buffer `target` has been written `step` times.
-    fn before_writing(&self, stream: &Stream, target: usize, step: usize) -> Result<()> {
-        match self {
-            Handover::Events(events) => stream.wait_for(&events[target]),
-            Handover::Flags(flags) => stream.wait_flag(&flags[target], step as u32),
+/// Step 6's descriptors: every buffer's (vmm and pool), in process order, over `socket`; none for the
+/// mechanisms that need none.
+fn received(
+    socket: Option<&OwnedFd>,
+    n: usize,
+    mechanism: Mechanism,
+    stop: &dyn StopCheck,
+) -> Result<Vec<Option<OwnedFd>>> {
+    match socket {
+        Some(socket) => Ok(descriptors::receive(socket.as_fd(), mechanism.code(), n, stop)?
+            .into_iter()
+            .map(Some)
+            .collect()),
+        None if mechanism.uses_descriptors() => {
+            bail!("--ipc {} needs a descriptor socket, and none was given", mechanism.name())
         }
-    }
-
-    /// Tells the next writer of buffer `target` that the write of `step` is done, once the stream's work is.
-    fn after_writing(&self, stream: &Stream, target: usize, step: usize) -> Result<()> {
-        match self {
-            Handover::Events(events) => stream.record(&events[target]),
-            Handover::Flags(flags) => stream.write_flag(&flags[target], step as u32 + 1),
-        }
+        None => Ok((0..n).map(|_| None).collect()),
     }
 }
 
-/// The exporter's pid as this process sees it: its parent's, or the server's as the connection's peer
-/// credentials say (the kernel gives 0 for a process outside this one's PID namespace), or in a served
-/// sequence the run below it that `published` its pid (see `pidfd::exporter_seen_from`).
-fn exporter_pid(parent: &attach::Parent, published: u32) -> Result<u32> {
-    match parent {
-        attach::Parent::Pid(pid) => Ok(*pid as u32),
-        attach::Parent::Server { connection, .. } => {
-            let peer = nix::sys::socket::getsockopt(*connection, nix::sys::socket::sockopt::PeerCredentials)
-                .context("asking the socket for the server's pid (SO_PEERCRED)")?;
-            pidfd::exporter_seen_from(peer.pid().max(0) as u32, published)
-        }
+/// The original's order: the stream waits for the buffer's interprocess event (`cudaStreamWaitEvent`), and
+/// records it after the kernel (`cudaEventRecord`).
+struct Events<'a, 'd>(&'a [OpenedEvent<'d>]);
+
+impl WriteOrder for Events<'_, '_> {
+    fn before_writing(&self, stream: &Stream, target: usize, _step: usize) -> Result<()> {
+        stream.wait_for(&self.0[target])
+    }
+
+    fn after_writing(&self, stream: &Stream, target: usize, _step: usize) -> Result<()> {
+        stream.record(&self.0[target])
     }
 }
 
