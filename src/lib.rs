@@ -1,10 +1,11 @@
 //! simple-ipc: a Rust port of NVIDIA's CUDA sample `simpleIPC`.
 //!
-//! The story, in the order of the original: `parent` creates the `segment`, chooses the `devices`,
-//! exports a buffer and an event per process through `ipc` handles and starts the `children`; each
-//! `child` opens every handle, writes the others' buffers round-robin with `gpu::kernel`, synchronised by
-//! IPC events and the `barrier`, and checks its own buffer (`verify`). The GPU is reached through
-//! `driver`; `signals`, `fault` and `timings` serve the parent and the children alike.
+//! The story, in the order of the original, is `sample` (its `mod.rs` lists the steps): the parent creates
+//! the `segment`, chooses the `devices`, exports a buffer and an event per process through `ipc` handles
+//! and starts its children; each child opens every handle, writes the others' buffers round-robin with
+//! `gpu::kernel`, synchronised by IPC events and the `barrier`, and checks its own buffer. What the tool
+//! adds to it is `tool`, through the story's seams. The GPU is reached through `driver`; `signals`,
+//! `fault` and `timings` serve the parent and the children alike.
 
 #[macro_use]
 pub(crate) mod output;
@@ -54,7 +55,7 @@ pub(crate) mod topology;
 pub(crate) mod verdict;
 pub(crate) mod wire;
 
-// The paths the rest of the crate (and the tests) knew the story by: the tool's parent and child, which
-// start it, and the story's own modules.
+// The paths entry.rs knows the story by (the tool's parent and child, which start it); they go once it
+// imports `sample` and `tool` itself.
 pub(crate) use sample::attach;
 pub(crate) use tool::{child, parent};
