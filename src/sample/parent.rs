@@ -80,9 +80,8 @@ pub(crate) fn parent_process(
         mechanism: mechanism.code(),
     });
 
-    // Step 3, export every process's buffer and event into the segment (`export`), and step 4,
-    // spawnProcess once per process (`children`). vmm and pool: a socket per child, whose other end it
-    // inherits, for the descriptors.
+    // Step 3, export: every process's buffer and event, their handles into the segment (`export`). vmm and
+    // pool: a socket per child, whose other end it inherits, for the descriptors.
     let (sockets, mut their_sockets) = descriptor_sockets(mechanism, extras.descriptor_sockets(n))?;
     let exporter = Exporter {
         driver,
@@ -94,6 +93,8 @@ pub(crate) fn parent_process(
         sockets,
         guardian: &guardian,
     };
+    // Step 4, spawnProcess once per process: this program again, as child INDEX with the segment
+    // (`Children::spawn`); or the processes the tool lets in instead (`--serve`, `--isolate`).
     let spawn = |their_sockets: &mut Vec<_>| -> Result<Box<dyn Processes + '_>> {
         Ok(match extras.others(&segment, &guardian, n, their_sockets, started)? {
             Some(others) => others,
@@ -108,7 +109,9 @@ pub(crate) fn parent_process(
             )?),
         })
     };
-    // Declared before the children: dropped (events destroyed, buffers freed) after them.
+    // The original exports, then spawns (`--sequential`); here the children start first, so that their CUDA
+    // start-up overlaps the exports. Declared before the children: dropped (events destroyed, buffers freed)
+    // after them.
     let exports;
     let mut children;
     if sample.sequential {
