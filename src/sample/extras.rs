@@ -181,7 +181,7 @@ pub(crate) trait Processes {
 }
 
 /// How a writer of a buffer waits for the one before it and tells the one after it: the original's
-/// interprocess events ([`Events`]), or the tool's (`--sync memops`).
+/// interprocess events (`Events`, in `child`), or the tool's (`--sync memops`).
 pub(crate) trait WriteOrder {
     /// Work on `stream` from now on waits until buffer `target` has been written `step` times.
     fn before_writing(&self, stream: &Stream, target: usize, step: usize) -> Result<()>;
