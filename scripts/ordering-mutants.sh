@@ -7,14 +7,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-# Each mutant: a name, and a sed script applied to src/child.rs.
+# Each mutant: a name, the file it changes (the original's order in the story's child, the memops order in the
+# tool's), and a sed script applied to that file.
 mutants=(
-  "no event wait or record in the round-robin|s/Handover::Events(events) => stream\.wait_for(&events\[target\]),/Handover::Events(_) => Ok(()),/;s/Handover::Events(events) => stream\.record(&events\[target\]),/Handover::Events(_) => Ok(()),/"
-  "the round-robin waits on another buffer's event|s/stream\.wait_for(&events\[target\])/stream.wait_for(\&events[(target + 1) % events.len()])/"
-  "no wait for the last writer before the copy back|s/^ *handover\.before_writing(&stream, index, n)?;\$//"
-  "no event record in the round-robin|s/Handover::Events(events) => stream\.record(&events\[target\]),/Handover::Events(events) => Ok(drop(events)),/"
-  "--sync memops: no flag wait|s/Handover::Flags(flags) => stream\.wait_flag(&flags\[target\], step as u32),/Handover::Flags(_) => Ok(()),/"
-  "--sync memops: the flag says one write more than was done|s/stream\.write_flag(&flags\[target\], step as u32 + 1)/stream.write_flag(\&flags[target], step as u32 + 2)/"
+  "no event wait or record in the round-robin|src/sample/child.rs|s/stream\.wait_for(&self\.0\[target\])/Ok(())/;s/stream\.record(&self\.0\[target\])/Ok(())/"
+  "the round-robin waits on another buffer's event|src/sample/child.rs|s/stream\.wait_for(&self\.0\[target\])/stream.wait_for(\&self.0[(target + 1) % self.0.len()])/"
+  "no wait for the last writer before the copy back|src/sample/child.rs|s/^ *order\.before_writing(&stream, index, n)?;\$//"
+  "no event record in the round-robin|src/sample/child.rs|s/stream\.record(&self\.0\[target\])/Ok(())/"
+  "--sync memops: no flag wait|src/tool/memops.rs|s/stream\.wait_flag(&self\.0\[target\], step as u32)/Ok(())/"
+  "--sync memops: the flag says one write more than was done|src/tool/memops.rs|s/stream\.write_flag(&self\.0\[target\], step as u32 + 1)/stream.write_flag(\&self.0[target], step as u32 + 2)/"
 )
 export CARGO_TARGET_DIR="$PWD/target/ordering-mutants"
 # What git tracks, and nothing else: an untracked build directory in the tree (a target of another name) would
@@ -29,10 +30,12 @@ fi
 caught=0
 for mutant in "${mutants[@]}"; do
   name=${mutant%%|*}
-  script=${mutant#*|}
+  rest=${mutant#*|}
+  file=${rest%%|*}
+  script=${rest#*|}
   copy
-  sed -i "$script" "$work/tree/src/child.rs"
-  if diff -q src/child.rs "$work/tree/src/child.rs" >/dev/null; then
+  sed -i "$script" "$work/tree/$file"
+  if diff -q "$file" "$work/tree/$file" >/dev/null; then
     echo "ordering mutant NOT APPLIED (the source changed; update this script): $name"
     exit 1
   fi

@@ -14,10 +14,9 @@ use crate::output::READER_GONE_STATUS;
 use crate::report::{self, Status};
 use crate::role::Role;
 use crate::signals::Interrupted;
+use crate::tool::{child, parent};
 use crate::verdict::{self, is_reader_gone, reader_gone};
-use crate::{
-    bench, child, cli, devices, driver, every_mechanism, fault, guardian, join, parent, signals, topology,
-};
+use crate::{bench, cli, devices, driver, every_mechanism, fault, guardian, join, signals, topology};
 
 /// The whole program: what `main` runs.
 pub fn main() -> ExitCode {
@@ -206,7 +205,7 @@ fn ended_by(who: &str, e: &anyhow::Error) -> Ending {
             (status, why.unwrap_or_default(), code)
         }
         // A child of a run its parent waived: the parent says why; nothing failed.
-        e if e.chain().any(|cause| cause.is::<crate::attach::RunWaived>()) => {
+        e if e.chain().any(|cause| cause.is::<crate::sample::attach::RunWaived>()) => {
             (Status::Waived, e.to_string(), EXIT_WAIVED)
         }
         // The simulation was asked what it does not model: a limit of this test's, not a failure of CUDA

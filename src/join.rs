@@ -10,15 +10,15 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use nix::sys::socket::connect;
 
-use crate::attach;
-use crate::child;
 use crate::meeting::{self, Address};
 use crate::outcome::{Outcome, Waiver};
 use crate::phase::{Phase, Who};
 use crate::role::Joiner;
+use crate::sample::attach;
 use crate::segment;
 use crate::signals;
 use crate::timings::Stopwatch;
+use crate::tool::child;
 use crate::wire::{self, Heard, Message, Round, RunEnd};
 
 /// A process its parent started to join (`--isolate`) found the run over before it joined: the parent has

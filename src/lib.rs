@@ -1,10 +1,11 @@
 //! simple-ipc: a Rust port of NVIDIA's CUDA sample `simpleIPC`.
 //!
-//! The story, in the order of the original: `parent` creates the `segment`, chooses the `devices`,
-//! exports a buffer and an event per process through `ipc` handles and starts the `children`; each
-//! `child` opens every handle, writes the others' buffers round-robin with `gpu::kernel`, synchronised by
-//! IPC events and the `barrier`, and checks its own buffer (`verify`). The GPU is reached through
-//! `driver`; `signals`, `fault` and `timings` serve the parent and the children alike.
+//! The story, in the order of the original, is `sample` (its `mod.rs` lists the steps): the parent creates
+//! the `segment`, chooses the `devices`, exports a buffer and an event per process through `ipc` handles
+//! and starts its children; each child opens every handle, writes the others' buffers round-robin with
+//! `gpu::kernel`, synchronised by IPC events and the `barrier`, and checks its own buffer. What the tool
+//! adds to it is `tool`, through the story's seams. The GPU is reached through `driver`; `signals`,
+//! `fault` and `timings` serve the parent and the children alike.
 
 #[macro_use]
 pub(crate) mod output;
@@ -12,11 +13,8 @@ pub(crate) mod output;
 mod entry;
 pub use entry::main;
 
-pub(crate) mod attach;
 pub(crate) mod barrier;
 pub(crate) mod bench;
-pub(crate) mod child;
-pub(crate) mod children;
 pub(crate) mod cli;
 pub(crate) mod container;
 pub(crate) mod devices;
@@ -37,7 +35,6 @@ pub(crate) mod matrix;
 pub(crate) mod meeting;
 pub(crate) mod numa;
 pub(crate) mod outcome;
-pub(crate) mod parent;
 pub(crate) mod peers;
 pub mod phase;
 pub(crate) mod placement;
@@ -46,12 +43,14 @@ pub(crate) mod progress;
 pub(crate) mod relaunch;
 pub(crate) mod report;
 pub(crate) mod role;
+pub(crate) mod sample;
 pub mod segment;
 pub(crate) mod setup;
+pub(crate) mod sigbus;
 pub(crate) mod signals;
 pub(crate) mod stop;
 pub(crate) mod timings;
+pub(crate) mod tool;
 pub(crate) mod topology;
 pub(crate) mod verdict;
-pub(crate) mod verify;
 pub(crate) mod wire;

@@ -479,7 +479,7 @@ fn each_example_is_a_served_run_the_program_takes() {
 
 /// The texts of the fixes in Kubernetes' words: each `kubernetes:` string of the forecasts' fixes
 /// (src/placement/), what a failed open says of Kubernetes (src/ipc/diagnose.rs), what a joiner that lacks
-/// its GPU is told (src/attach.rs), and the Kubernetes column of docs/placement.md's table of least changes.
+/// its GPU is told (src/sample/attach.rs), and the Kubernetes column of docs/placement.md's table of least changes.
 fn kubernetes_fixes() -> Vec<(String, String)> {
     let mut fixes = Vec::new();
     // A Rust string literal's text from its opening quote on, its lines continued by `\` joined.
@@ -514,7 +514,7 @@ fn kubernetes_fixes() -> Vec<(String, String)> {
             }
         }
     }
-    for source in ["src/ipc/diagnose.rs", "src/attach.rs"] {
+    for source in ["src/ipc/diagnose.rs", "src/sample/attach.rs"] {
         let code = read(source);
         for (at, _) in code.match_indices("Kubernetes") {
             let line = code[..at].rsplit('\n').next().unwrap_or("");

@@ -18,6 +18,7 @@ use std::fmt;
 use anyhow::{Result, bail};
 
 mod enter;
+pub(crate) mod launch;
 mod outside;
 
 pub use enter::enter;

@@ -1,7 +1,8 @@
-//! The parent's children: started by re-executing this program (`/proc/self/exe`) with their index and the
-//! segment's descriptor, watched until they all exit, and stopped together as soon as one fails, a signal
-//! comes or the watchdog's deadline passes. Dropping [`Children`] stops and reaps whatever still runs, so no
-//! path out of the parent leaves a child behind. They are the parent's peers (`peers`), as joiners are.
+//! Step 4, spawnProcess, and step 5, waitProcess: the parent's children, started by re-executing this
+//! program (`/proc/self/exe`) with their index and the segment's descriptor, watched until they all exit,
+//! and stopped together as soon as one fails, a signal comes or the watchdog's deadline passes. Dropping
+//! [`Children`] stops and reaps whatever still runs, so no path out of the parent leaves a child behind.
+//! They are the parent's peers (`peers`), as joiners are: both are [`Processes`] to the parent.
 
 use std::ops::Range;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -10,11 +11,12 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, anyhow, bail};
 use nix::sys::signal::Signal;
 
-use crate::ipc::diagnose::Diagnosis;
-use crate::peers::{PeerFailed, Peers};
+use super::extras::Processes;
+use crate::peers::{self, PeerFailed, Peers};
 use crate::relaunch::{Ended, OnDrop, Process, Relaunch};
 use crate::role::{Child, Role};
 use crate::segment::{Segment, SharedState};
+use crate::sigbus;
 use crate::timings::{Timeout, progress_of};
 
 /// How long stopped children get to close what they opened before they are killed: every wait of a child
@@ -27,7 +29,7 @@ struct Running {
 }
 
 /// How a child ended, if badly (see `peers` for what that means for the run). One killed by SIGBUS is
-/// said with its likely cause and fix ([`bus_error`]), which the `--json` document carries as fields.
+/// said with its likely cause and fix (`sigbus`), which the `--json` document carries as fields.
 fn failed(index: usize, ended: Ended) -> Option<PeerFailed> {
     let (how, by) = match ended {
         Ended::Exited(0) => return None,
@@ -35,7 +37,7 @@ fn failed(index: usize, ended: Ended) -> Option<PeerFailed> {
             (format!("exit code {code}"), code.checked_sub(128).and_then(|n| Signal::try_from(n).ok()))
         }
         Ended::Killed(Signal::SIGBUS) => {
-            let why = bus_error();
+            let why = sigbus::diagnosis();
             let how = format!("killed by SIGBUS: {why}");
             return Some(PeerFailed {
                 by: Some(Signal::SIGBUS),
@@ -49,46 +51,6 @@ fn failed(index: usize, ended: Ended) -> Option<PeerFailed> {
         Ended::Lost(e) => (format!("its exit status was lost: {e}"), None),
     };
     Some(PeerFailed { by, ..PeerFailed::new(index, how) })
-}
-
-/// The likely cause of a process of the run killed by SIGBUS, with /dev/shm's size and room as this
-/// process sees it now, and the fix. A file in a tmpfs that is full does not fail to grow: its pages are
-/// given as they are touched, and a page tmpfs cannot give is SIGBUS to whoever touches it (a file that
-/// `ftruncate` sized, mapped and written: the CUDA driver's interprocess events in /dev/shm, NCCL's buffers),
-/// never an error a program could say. Docker gives a container 64 MiB of /dev/shm.
-pub(crate) fn bus_error() -> Diagnosis {
-    let shm = crate::placement::dev_shm(std::path::Path::new("/dev/shm"));
-    bus_error_with(shm.map(|shm| (shm.size_bytes, shm.free_bytes)))
-}
-
-/// [`bus_error`] for /dev/shm of `room`: its size and free bytes, where it could be read.
-fn bus_error_with(room: Option<(u64, u64)>) -> Diagnosis {
-    let room = match room {
-        Some((size, free)) => {
-            format!("here /dev/shm is {}, {} of it free now", size_text(size), size_text(free))
-        }
-        None => "/dev/shm could not be read here (statvfs)".to_owned(),
-    };
-    Diagnosis::new(
-        format!(
-            "most likely a full /dev/shm, where the CUDA driver keeps a file for each interprocess event: a \
-             page that a full tmpfs cannot give is SIGBUS, not an error; {room}"
-        ),
-        "; what fixes it: ",
-        "a larger /dev/shm: Docker --shm-size=1g; Kubernetes an emptyDir of medium: Memory, sizeLimit: 1Gi, \
-         mounted at /dev/shm"
-            .to_owned(),
-    )
-}
-
-/// `bytes` as people write a size: 4 KiB, 64 MiB, 1 GiB (rounded down), or bytes below 1 KiB.
-fn size_text(bytes: u64) -> String {
-    match bytes {
-        b if b >= 1 << 30 => format!("{} GiB", b >> 30),
-        b if b >= 1 << 20 => format!("{} MiB", b >> 20),
-        b if b >= 1 << 10 => format!("{} KiB", b >> 10),
-        b => format!("{b} bytes"),
-    }
 }
 
 /// The running children of one run, with the segment they share.
@@ -207,6 +169,16 @@ impl<'s> Children<'s> {
     }
 }
 
+impl Processes for Children<'_> {
+    fn wait(&mut self, enough: &dyn Fn() -> bool, tick: &mut dyn FnMut()) -> Result<()> {
+        peers::wait(self, enough, tick, || None)
+    }
+
+    fn stop(&mut self) {
+        Children::stop(self, None);
+    }
+}
+
 impl Peers for Children<'_> {
     const STOPPED: &'static str = "every process stopped";
 
@@ -237,21 +209,10 @@ impl Drop for Children<'_> {
 mod tests {
     use super::*;
 
-    /// A child killed by SIGBUS names /dev/shm, its size and room, and the fix, in its words and as the
-    /// diagnosis the `--json` document carries; any other signal is said as it was.
+    /// A child killed by SIGBUS is said with /dev/shm and the fix, in its words and as the diagnosis the
+    /// `--json` document carries; any other signal is said as it was.
     #[test]
     fn a_child_killed_by_sigbus_names_dev_shm_and_the_fix() {
-        let why = bus_error_with(Some((64 << 10, 0)));
-        assert!(
-            why.cause.contains("full /dev/shm")
-                && why.cause.ends_with("here /dev/shm is 64 KiB, 0 bytes of it free now"),
-            "{why}"
-        );
-        assert!(
-            why.fix.contains("Docker --shm-size=1g") && why.fix.contains("medium: Memory, sizeLimit"),
-            "{why}"
-        );
-        assert!(bus_error_with(None).cause.ends_with("/dev/shm could not be read here (statvfs)"));
         let failure = failed(1, Ended::Killed(Signal::SIGBUS)).expect("a failure");
         let said = failure.to_string();
         assert!(
@@ -266,7 +227,5 @@ mod tests {
             (killed.to_string().as_str(), killed.diagnosis),
             ("Process 2 failed! (killed by SIGSEGV)", None)
         );
-        assert_eq!(size_text(3 << 30), "3 GiB");
-        assert_eq!(size_text(1536), "1 KiB");
     }
 }

@@ -1,70 +1,13 @@
-//! The checks at the end of a run: a child's of its own buffer, and the check a server (or the parent of an
-//! isolated run) makes of every buffer itself, so that its verdict rests on what it saw, never on what the
-//! processes that joined it say. Each copies the buffer back and compares it with the byte the round-robin
-//! must leave in it everywhere, in parallel.
+//! Step 8, verify: the byte the round-robin must leave in every byte of each buffer, and the comparison of
+//! a buffer's copy with it (the original's loop over `verification_buffer`), in parallel. The parent's own
+//! check of every buffer (`--serve`, `--isolate`) uses them too (`tool::own_check`).
 
-use anyhow::{Context, Result, anyhow, bail};
-
-use crate::driver::Driver;
-use crate::fault;
-use crate::gpu::host_buffer::{self, HostBuffer};
-use crate::gpu::{DeviceMemory, Stream};
-use crate::phase::Who;
-use crate::stop::StopCheck;
+use anyhow::{Result, anyhow};
 
 /// The byte that buffer `index` of `n` holds everywhere after the round-robin: at the last step, process
 /// `(index + 1) % n` writes its index into it.
 pub fn expected_byte(index: usize, n: usize) -> u8 {
     ((index + 1) % n) as u8
-}
-
-/// The byte a checking parent fills every buffer with before the run: no process writes it (there are at
-/// most 32), so a buffer nobody wrote cannot pass, whatever the allocation held before.
-pub const UNWRITTEN: u8 = 0xEE;
-
-/// The parent's own check: copies back every buffer it exported (`buffers[i]` on `devices[i]`, `bytes`
-/// long) and compares each with the byte the round-robin must leave in it.
-pub fn every_buffer(
-    driver: &dyn Driver,
-    buffers: &[&dyn DeviceMemory],
-    devices: &[i32],
-    bytes: usize,
-    stop: &dyn StopCheck,
-) -> Result<()> {
-    let n = buffers.len();
-    let mut wrong = Vec::new();
-    let mut host: Option<(i32, HostBuffer, Stream)> = None;
-    for (index, (&buffer, &device)) in buffers.iter().zip(devices).enumerate() {
-        // One host buffer and stream per device, made as the device comes (the buffers are in device order).
-        if host.as_ref().is_none_or(|(d, ..)| *d != device) {
-            drop(host.take()); // unpinned before the next is pinned
-            let memory = host_buffer::fault_in(bytes)?;
-            host = Some((
-                device,
-                HostBuffer::pin(driver, device, memory)?,
-                Stream::non_blocking(driver, device)?,
-            ));
-        }
-        let Some((_, host, stream)) = host.as_mut() else { continue };
-        let data = host
-            .copy_from(buffer, bytes, stream, stop)
-            .with_context(|| format!("copying back the buffer of process {index} to check it"))?;
-        let expected = expected_byte(index, n);
-        fault::corrupt_if_asked(Who::Parent, data, expected);
-        let found = find_mismatches(data, expected)?;
-        if let Some((offset, value)) = found.first {
-            let said = if value == UNWRITTEN { " (the byte it held before the run: unwritten)" } else { "" };
-            wrong.push(format!(
-                "the buffer of process {index} has {} of {bytes} bytes that are not {expected}; the first, at \
-                 offset {offset}, is {value}{said}",
-                found.count
-            ));
-        }
-    }
-    if !wrong.is_empty() {
-        bail!("the parent's own check of every buffer failed: {}", wrong.join("; "));
-    }
-    Ok(())
 }
 
 /// What the comparison found.
@@ -157,7 +100,6 @@ mod tests {
     fn the_last_writer_of_each_buffer_is_the_next_process() {
         assert_eq!((0..4).map(|i| expected_byte(i, 4)).collect::<Vec<_>>(), [1, 2, 3, 0]);
         assert_eq!(expected_byte(0, 1), 0);
-        assert!((0..32).all(|i| (1..=32).all(|n| expected_byte(i % n, n) != UNWRITTEN)));
     }
 
     #[test]

@@ -1,32 +1,32 @@
-//! The parent's team: the children it starts, the processes that join it (`--serve`), or the processes it
-//! starts in namespaces of their own (`--isolate`), which join it; one way to wait for them and to stop them.
+//! The processes that come instead of the sample's children (step 4's seam, `ParentExtras::others`): those
+//! that join the parent (`--serve`), or those it starts in namespaces of their own (`--isolate`), which join
+//! it; waited for and stopped as the children are (`sample::children::Processes`).
 
 use std::os::fd::OwnedFd;
 use std::time::Instant;
 
 use anyhow::Result;
 
-use super::isolated;
-use crate::children::Children;
 use crate::guardian::Guardian;
+use crate::isolation::launch::Launched;
 use crate::joiners::{Audience, Joiners};
 use crate::peers;
 use crate::role::Run;
+use crate::sample::extras::Processes;
 use crate::segment::{Segment, SharedState};
 
-/// The run's other processes: the children this parent starts, the processes that join it (`--serve`), or
-/// the processes it starts in namespaces of their own, which join it (`--isolate`).
+/// The run's other processes where they are not the sample's children: the processes that join it
+/// (`--serve`), or the processes it starts in namespaces of their own, which join it (`--isolate`).
 pub(super) enum Team<'s> {
-    Started(Children<'s>),
     Joined(Joiners<'s>),
     /// Dropped in this order: the joiners' connections close, then the processes end.
-    Isolated(Joiners<'s>, isolated::Launched<'s>),
+    Isolated(Joiners<'s>, Launched<'s>),
 }
 
 impl<'s> Team<'s> {
-    /// Starts the children, or, with `--serve`, listens for the processes that join instead (each gets its
-    /// end of its descriptor socket from `their_sockets` when it joins, and is told how the run ended by
-    /// `audience`).
+    /// With `--isolate`, starts the processes that join; with `--serve`, listens for the processes that
+    /// join (each gets its end of its descriptor socket from `their_sockets` when it joins, and is told how
+    /// the run ended by `audience`); else `None`: the children come.
     pub(super) fn start(
         run: &Run,
         segment: &'s Segment,
@@ -35,10 +35,10 @@ impl<'s> Team<'s> {
         started: Instant,
         audience: &'s Audience,
         guardian: &'s Guardian,
-    ) -> Result<Self> {
+    ) -> Result<Option<Self>> {
         let timeout = run.timeout;
         if let Some(isolation) = &run.isolate {
-            let mut launched = isolated::Launched::prepare(isolation, guardian, &audience.refused)?;
+            let mut launched = Launched::prepare(isolation, guardian, &audience.refused)?;
             let address = launched.address();
             let sockets = std::mem::take(their_sockets);
             let joiners = Joiners::listen(segment, address.clone(), n, sockets, started, timeout)?
@@ -51,13 +51,9 @@ impl<'s> Team<'s> {
             say!(
                 "Isolated ({isolation}): {n} processes started in namespaces of their own join at {address}"
             )?;
-            return Ok(Team::Isolated(joiners, launched));
+            return Ok(Some(Team::Isolated(joiners, launched)));
         }
-        let Some(address) = &run.serve else {
-            // --quiet reaches the children: they print nothing either.
-            let children = Children::spawn(segment, 0..n, false, run.quiet, their_sockets, started, timeout)?;
-            return Ok(Team::Started(children));
-        };
+        let Some(address) = &run.serve else { return Ok(None) };
         let sockets = std::mem::take(their_sockets);
         let joiners = match audience.is_in_sequence() {
             true => Joiners::in_sequence(segment, audience, n, sockets, started, timeout)?,
@@ -70,14 +66,13 @@ impl<'s> Team<'s> {
             "Serving the run at {address}: waiting for {n} {processes} to join (--join {address}), {}",
             gpus_of(segment.state(), n)
         )?;
-        Ok(Team::Joined(joiners))
+        Ok(Some(Team::Joined(joiners)))
     }
+}
 
-    /// Waits until each has ended well, or `enough()`; the first failure stops the others (see
-    /// `peers::wait`).
-    pub(super) fn wait(&mut self, enough: impl Fn() -> bool, tick: impl FnMut()) -> Result<()> {
+impl Processes for Team<'_> {
+    fn wait(&mut self, enough: &dyn Fn() -> bool, tick: &mut dyn FnMut()) -> Result<()> {
         match self {
-            Team::Started(children) => peers::wait(children, enough, tick, || None),
             Team::Joined(joiners) => peers::wait(joiners, enough, tick, || None),
             Team::Isolated(joiners, launched) => {
                 peers::wait(joiners, enough, tick, || launched.ended_early())
@@ -85,9 +80,8 @@ impl<'s> Team<'s> {
         }
     }
 
-    pub(super) fn stop(&mut self) {
+    fn stop(&mut self) {
         match self {
-            Team::Started(children) => children.stop(None),
             Team::Joined(joiners) | Team::Isolated(joiners, ..) => joiners.stop(),
         }
     }

@@ -1,6 +1,7 @@
-//! The parent's exports (the original's allocate-and-export step): each chosen device's context, every
-//! process's buffer and event exported into the segment, in parallel per device, and (vmm and pool) the
-//! descriptors sent to each child.
+//! Step 3, export (the original's allocate-and-export loop: `cudaMalloc` and `cudaIpcGetMemHandle`,
+//! `cudaEventCreate(cudaEventInterprocess)` and `cudaIpcGetEventHandle`, for every process): each chosen
+//! device's context, every process's buffer and event exported into the segment, in parallel per device, and
+//! (vmm and pool) the descriptors sent to each child. The tool's additions come through [`ExportExtras`].
 
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::Ordering;
@@ -8,18 +9,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow};
 
+use super::extras::ExportExtras;
 use crate::devices;
 use crate::driver::Driver;
-use crate::fault;
-use crate::gpu::Stream;
 use crate::guardian::Guardian;
-use crate::ipc::{ExportedBuffer, ExportedEvent, Mechanism, ProcessExports, Slice, Sync};
+use crate::ipc::{ExportedBuffer, ExportedEvent, Mechanism, ProcessExports};
 use crate::outcome::Waiver;
 use crate::phase::Phase;
-use crate::segment::{self, SharedState};
-use crate::signals;
+use crate::segment::SharedState;
 use crate::timings::Stopwatch;
-use crate::verify;
 use crate::wire::descriptors;
 
 /// The exports of some processes, with their indices.
@@ -40,10 +38,8 @@ pub(super) struct Exporter<'a, 'd> {
     pub(super) chosen: &'a [i32],
     pub(super) process_devices: &'a [i32],
     pub(super) mechanism: Mechanism,
-    /// `--sync`; with memops, each buffer has a flag after its data, zeroed before the children may use it.
-    pub(super) sync: Sync,
-    /// Each buffer's data is filled with [`verify::UNWRITTEN`] first, for the parent's own check.
-    pub(super) unwritten: bool,
+    /// What the tool adds to each buffer and event.
+    pub(super) extras: &'a dyn ExportExtras,
     /// The parent's end of each child's descriptor socket (vmm and pool only).
     pub(super) sockets: Vec<OwnedFd>,
     /// Told of each event's file as soon as it exists.
@@ -109,35 +105,21 @@ impl<'d> Exporter<'_, 'd> {
         {
             return Err(Waiver(reason).into());
         }
-        let mut exported = Vec::new();
         let data = self.state.data_size();
-        let memops = self.sync == Sync::Memops;
-        let flag = if memops { segment::FLAG_BYTES } else { 0 };
-        let stream =
-            if memops || self.unwritten { Some(Stream::non_blocking(driver, device)?) } else { None };
+        let bytes = data + self.extras.bytes_after_data();
+        let mut exported = Vec::new();
         for (index, _) in self.process_devices.iter().enumerate().filter(|(_, d)| **d == device) {
-            // --sync memops orders the round-robin without interprocess events: it makes none.
-            let event = match self.sync {
-                Sync::Memops => None,
-                Sync::Events => Some(
-                    self.guardian.covering(|| ExportedEvent::create(driver, device), ExportedEvent::file)?,
-                ),
-            };
-            let buffer = ExportedBuffer::allocate(driver, self.mechanism, device, data + flag)
+            // cudaEventCreate(cudaEventDisableTiming | cudaEventInterprocess), its file told to the guardian.
+            let event = self.extras.event(&mut || {
+                self.guardian.covering(|| ExportedEvent::create(driver, device), ExportedEvent::file)
+            })?;
+            // cudaMalloc(DATA_SIZE), exportable as the mechanism asks.
+            let buffer = ExportedBuffer::allocate(driver, self.mechanism, device, bytes)
                 .with_context(|| format!("the {} buffer of process {index}", self.mechanism.name()))?;
-            if let Some(stream) = &stream {
-                if memops {
-                    stream.fill(&Slice::of(&buffer, data, flag)?, 0, flag)?; // no write done yet
-                }
-                if self.unwritten {
-                    stream.fill(&buffer, verify::UNWRITTEN, data)?;
-                }
-            }
             exported.push((index, ProcessExports { event, buffer }));
         }
-        if let Some(stream) = &stream {
-            stream.synchronize(&signals::check)?;
-        }
+        let buffers: Vec<&ExportedBuffer> = exported.iter().map(|(_, e)| &e.buffer).collect();
+        self.extras.prepare(driver, device, &buffers, data)?;
         Ok((context, exported))
     }
 
@@ -148,11 +130,9 @@ impl<'d> Exporter<'_, 'd> {
         }
         let all: Vec<BorrowedFd> = exports.iter().filter_map(|e| e.buffer.descriptor()).collect();
         for (child, socket) in self.sockets.iter().enumerate() {
-            match fault::descriptor_fault() {
-                None => descriptors::send(socket, self.mechanism.code(), &all),
-                Some(fault) => descriptors::send_wrong(socket, self.mechanism.code(), &all, fault),
-            }
-            .with_context(|| format!("sending process {child} its descriptors"))?;
+            self.extras
+                .send_descriptors(socket, self.mechanism.code(), &all)
+                .with_context(|| format!("sending process {child} its descriptors"))?;
         }
         Ok(())
     }

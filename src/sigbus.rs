@@ -1,0 +1,67 @@
+//! A process of the run killed by SIGBUS: its likely cause (a full /dev/shm), with /dev/shm's size and room
+//! as this process sees it, and the fix, for the failure the parent says and the `--json` document.
+
+use crate::ipc::diagnose::Diagnosis;
+
+/// The likely cause of a process of the run killed by SIGBUS, with /dev/shm's size and room as this
+/// process sees it now, and the fix. A file in a tmpfs that is full does not fail to grow: its pages are
+/// given as they are touched, and a page tmpfs cannot give is SIGBUS to whoever touches it (a file that
+/// `ftruncate` sized, mapped and written: the CUDA driver's interprocess events in /dev/shm, NCCL's buffers),
+/// never an error a program could say. Docker gives a container 64 MiB of /dev/shm.
+pub(crate) fn diagnosis() -> Diagnosis {
+    let shm = crate::placement::dev_shm(std::path::Path::new("/dev/shm"));
+    diagnosis_with(shm.map(|shm| (shm.size_bytes, shm.free_bytes)))
+}
+
+/// [`diagnosis`] for /dev/shm of `room`: its size and free bytes, where it could be read.
+fn diagnosis_with(room: Option<(u64, u64)>) -> Diagnosis {
+    let room = match room {
+        Some((size, free)) => {
+            format!("here /dev/shm is {}, {} of it free now", size_text(size), size_text(free))
+        }
+        None => "/dev/shm could not be read here (statvfs)".to_owned(),
+    };
+    Diagnosis::new(
+        format!(
+            "most likely a full /dev/shm, where the CUDA driver keeps a file for each interprocess event: a \
+             page that a full tmpfs cannot give is SIGBUS, not an error; {room}"
+        ),
+        "; what fixes it: ",
+        "a larger /dev/shm: Docker --shm-size=1g; Kubernetes an emptyDir of medium: Memory, sizeLimit: 1Gi, \
+         mounted at /dev/shm"
+            .to_owned(),
+    )
+}
+
+/// `bytes` as people write a size: 4 KiB, 64 MiB, 1 GiB (rounded down), or bytes below 1 KiB.
+fn size_text(bytes: u64) -> String {
+    match bytes {
+        b if b >= 1 << 30 => format!("{} GiB", b >> 30),
+        b if b >= 1 << 20 => format!("{} MiB", b >> 20),
+        b if b >= 1 << 10 => format!("{} KiB", b >> 10),
+        b => format!("{b} bytes"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The diagnosis names /dev/shm, its size and room (or that it could not be read), and the fix.
+    #[test]
+    fn names_dev_shm_its_room_and_the_fix() {
+        let why = diagnosis_with(Some((64 << 10, 0)));
+        assert!(
+            why.cause.contains("full /dev/shm")
+                && why.cause.ends_with("here /dev/shm is 64 KiB, 0 bytes of it free now"),
+            "{why}"
+        );
+        assert!(
+            why.fix.contains("Docker --shm-size=1g") && why.fix.contains("medium: Memory, sizeLimit"),
+            "{why}"
+        );
+        assert!(diagnosis_with(None).cause.ends_with("/dev/shm could not be read here (statvfs)"));
+        assert_eq!(size_text(3 << 30), "3 GiB");
+        assert_eq!(size_text(1536), "1 KiB");
+    }
+}
