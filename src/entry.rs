@@ -65,8 +65,7 @@ pub fn main() -> ExitCode {
     let by_pidfd = role.by_pidfd();
     let opened = match (role.report_fd(), role.json()) {
         (Some(fd), _) => report::open_inherited(fd, asked.clone()).map(Some),
-        (None, Some(path)) => report::open(path, asked.clone()).map(Some),
-        _ => Ok(None),
+        (None, json) => report::open(json, role.metrics(), asked.clone()),
     };
     let mut document = match opened {
         Ok(document) => document,
@@ -82,6 +81,8 @@ pub fn main() -> ExitCode {
     // which says why a waived run was waived: once, not also on the line before.
     let ends_with_a_verdict = role.started_by_a_user();
     let started = std::time::Instant::now();
+    let mut began =
+        crate::node::RunStart::now(matches!(role, Role::Sample(..) | Role::Bench(_) | Role::MechanismRun(_)));
     let (outcome, mut found, tell) = match run(role, &mut document) {
         Ok(report::Ran { outcome, found, tell }) => (outcome, found, tell),
         Err(e) => (Outcome::Failed(e), report::Found::default(), None),
@@ -105,6 +106,7 @@ pub fn main() -> ExitCode {
         },
         Outcome::Failed(e) => ended_by(&who, e),
     };
+    report::look_at_the_kernel_log(&mut began, status, asked.0, &mut found, &mut reason);
     let summary = match &outcome {
         Outcome::Passed(summary) => summary.as_deref(),
         _ => None,
@@ -278,6 +280,9 @@ fn run(role: Role, document: &mut Option<report::Opened>) -> anyhow::Result<repo
             "SIMULATED GPUs ({}): a test of the process protocol in host memory, not of a GPU",
             driver::host::SIMULATE_ENV
         )?;
+    }
+    if !joins && let Some(hook) = crate::node::test_hook_said() {
+        say!("{hook}")?;
     }
     match role {
         Role::Guardian { fd } => guardian::watch(fd).map(|()| Outcome::Passed(None).into()),
