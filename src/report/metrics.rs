@@ -121,7 +121,7 @@ struct Family {
     series: Vec<(Labels, f64)>,
 }
 
-/// The metrics of one document, each family once, in the order first given.
+/// The metrics of one document, each family once.
 #[derive(Default)]
 struct Metrics {
     families: Vec<Family>,
@@ -153,12 +153,16 @@ impl Metrics {
         }
     }
 
-    /// The exposition's text: each family's `# HELP` and `# TYPE` lines, then its series.
+    /// The exposition's text: each family's `# HELP` and `# TYPE` lines, then its series; the families in
+    /// [`HELP`]'s order.
     fn text(&self) -> String {
+        let at = |name: &str| HELP.iter().position(|(n, _)| *n == name).unwrap_or(HELP.len());
+        let mut families: Vec<&Family> = self.families.iter().collect();
+        families.sort_by_key(|family| at(family.name));
         let mut text = String::new();
-        for family in &self.families {
+        for family in families {
             let name = format!("{PREFIX}{}", family.name);
-            let help = HELP.iter().find(|(n, _)| *n == family.name).map_or("", |(_, help)| help);
+            let help = HELP.get(at(family.name)).map_or("", |(_, help)| help);
             let _ = writeln!(text, "# HELP {name} {help}\n# TYPE {name} gauge");
             for (labels, value) in &family.series {
                 let labels: Vec<String> =
@@ -545,6 +549,19 @@ mod tests {
         assert!(text.contains(&format!("{} 2\n", of(79))), "counted: {text}");
         assert!(text.contains(&format!("{} 1\n", of(31))), "{text}");
         assert_eq!(text.matches("# TYPE simple_ipc_xid_errors gauge").count(), 1, "{text}");
+    }
+
+    /// docs/metrics.md names every metric, in the order written.
+    #[test]
+    fn docs_metrics_md_lists_every_metric_in_order() {
+        let doc = include_str!("../../docs/metrics.md");
+        let mut from = 0;
+        for (name, _) in HELP {
+            let row = format!("| `{PREFIX}{name}` |");
+            let at =
+                doc[from..].find(&row).unwrap_or_else(|| panic!("docs/metrics.md lacks {row} (in order)"));
+            from += at + row.len();
+        }
     }
 
     #[test]
