@@ -191,6 +191,28 @@ fn run_with_both(dir: &Path, command: &mut Command) -> (Option<i32>, String, Val
     (out.status.code(), said, doc, metrics_of(&metrics))
 }
 
+/// A served run on two simulated GPUs: `server` (its environment and options given) serving at an abstract
+/// socket of this test's (`name`), and two joiners (each given the test fault `fault`, if any); the exit
+/// status of the server and of each joiner.
+fn served(name: &str, mut server: Command, fault: Option<&str>) -> (Option<i32>, Vec<Option<i32>>) {
+    let socket = format!("@simple-ipc-test-node-{name}-{}", std::process::id());
+    server.args(["--serve", &socket]).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::null());
+    let mut server = server.spawn().unwrap();
+    assert_eq!(common::wait_for_lines(&mut server, "waiting for", 1, Duration::from_secs(10)), 1);
+    let joiners: Vec<_> = (0..2)
+        .map(|_| {
+            let mut joiner = simulated("ok,ok");
+            joiner.args(["--join", &socket]).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+            if let Some(fault) = fault {
+                joiner.env(FAULT, fault);
+            }
+            joiner.spawn().unwrap()
+        })
+        .collect();
+    let server = server.wait().unwrap().code();
+    (server, joiners.into_iter().map(|mut joiner| joiner.wait().unwrap().code()).collect())
+}
+
 /// The last line of standard output: the verdict.
 fn verdict(said: &str) -> &str {
     said.lines().rfind(|l| l.starts_with("PASSED") || l.starts_with("FAILED")).unwrap_or_default()
@@ -310,24 +332,11 @@ fn the_benchmark_names_an_xid_at_its_end() {
 fn a_served_runs_document_names_the_xid_of_a_joiners_gpu() {
     let dir = scratch("served");
     let log = kernel_log(dir.path(), &[(DURING, &format!("NVRM: Xid ({GPU_1}): 31, pid=9, name=joiner"))]);
-    let socket = format!("@simple-ipc-test-node-xid-{}", std::process::id());
     let json = dir.path().join("server.json");
     let mut server = simulated("ok,ok");
-    server.env(KERNEL_LOG, &log).args(["--serve", &socket, "--json"]).arg(&json);
-    let mut server =
-        server.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
-    assert_eq!(common::wait_for_lines(&mut server, "waiting for", 1, Duration::from_secs(10)), 1);
-    let joiners: Vec<_> = (0..2)
-        .map(|_| {
-            let mut joiner = simulated("ok,ok");
-            joiner.args(["--join", &socket]).env(FAULT, "child1@round-robin:error");
-            joiner.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap()
-        })
-        .collect();
-    assert_eq!(server.wait().unwrap().code(), Some(1));
-    for mut joiner in joiners {
-        let _ = joiner.wait();
-    }
+    server.env(KERNEL_LOG, &log).arg("--json").arg(&json);
+    let (server, joiners) = served("xid", server, Some("child1@round-robin:error"));
+    assert_eq!((server, joiners.len()), (Some(1), 2));
     let doc = common::document(&json);
     assert_eq!(
         (doc["xid"][0]["xid"].as_u64(), doc["xid"][0]["device"].as_i64()),
@@ -419,24 +428,10 @@ fn the_benchmarks_figures_are_in_the_metrics() {
 #[test]
 fn what_a_served_runs_joiners_share_is_in_the_metrics() {
     let dir = scratch("serve");
-    let socket = format!("@simple-ipc-test-node-serve-{}", std::process::id());
     let prom = dir.path().join("served.prom");
     let mut server = simulated("ok,ok");
-    server.args(["--serve", &socket, "--metrics"]).arg(&prom);
-    let mut server =
-        server.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
-    assert_eq!(common::wait_for_lines(&mut server, "waiting for", 1, Duration::from_secs(10)), 1);
-    let joiners: Vec<_> = (0..2)
-        .map(|_| {
-            let mut joiner = simulated("ok,ok");
-            joiner.args(["--join", &socket]).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
-            joiner.spawn().unwrap()
-        })
-        .collect();
-    assert_eq!(server.wait().unwrap().code(), Some(0));
-    for mut joiner in joiners {
-        assert_eq!(joiner.wait().unwrap().code(), Some(0));
-    }
+    server.arg("--metrics").arg(&prom);
+    assert_eq!(served("metrics", server, None), (Some(0), vec![Some(0), Some(0)]));
     let metrics = metrics_of(&prom);
     for process in ["0", "1"] {
         let pid = [("process", process), ("fact", "pid_namespace"), ("same", "same")];
