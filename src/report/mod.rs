@@ -453,6 +453,28 @@ mod tests {
         assert!(open(Some(dir), None, asked()).is_err(), "a directory is refused");
     }
 
+    /// Where one form of the document could not be written, the other says so: a pass or a waiver is a
+    /// failure for that reason (as `main` says it), a reader gone is an interruption (141), and a failure
+    /// stays the failure it was.
+    #[test]
+    fn the_other_form_says_what_could_not_be_written() {
+        let mut passed = document::example();
+        (passed.status, passed.reason, passed.exit_status) = (Status::Passed, None, 0);
+        passed.summary = Some("2 processes".into());
+        assert_eq!(not_written(&passed, &Ok(())), None);
+        let full = not_written(&passed, &Err(anyhow::anyhow!("disk full"))).unwrap();
+        assert_eq!(
+            (full.status, full.reason.as_deref(), full.exit_status),
+            (Status::Failed, Some("disk full"), 1)
+        );
+        assert_eq!(full.summary, None);
+        let gone = not_written(&passed, &Err(crate::output::ReaderGone.into())).unwrap();
+        assert_eq!((gone.status, gone.exit_status), (Status::Interrupted, 141));
+        let failed = document::example();
+        let still = not_written(&failed, &Err(anyhow::anyhow!("disk full"))).unwrap();
+        assert_eq!((still.status, still.reason), (Status::Failed, failed.reason.clone()));
+    }
+
     #[test]
     fn the_kernel_modules_version_is_read_from_its_line() {
         let proprietary = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.65.06  Sun Jul 27 07:09:38 UTC 2025\nGCC version:  gcc version 12.3.0\n";
