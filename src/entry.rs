@@ -65,8 +65,7 @@ pub fn main() -> ExitCode {
     let handles = role.handles();
     let opened = match (role.report_fd(), role.json()) {
         (Some(fd), _) => report::open_inherited(fd, asked.clone()).map(Some),
-        (None, Some(path)) => report::open(path, asked.clone()).map(Some),
-        _ => Ok(None),
+        (None, json) => report::open(json, role.metrics(), asked.clone()),
     };
     let document = match opened {
         Ok(document) => document,
@@ -83,6 +82,8 @@ pub fn main() -> ExitCode {
     let inside = role.inside_an_isolation();
     let ends_with_a_verdict = role.started_by_a_user() || inside;
     let started = std::time::Instant::now();
+    let mut began =
+        crate::node::RunStart::now(matches!(role, Role::Sample(..) | Role::Bench(_) | Role::MechanismRun(_)));
     let (outcome, mut found, tell) = match run(role) {
         Ok(report::Ran { outcome, found, tell }) => (outcome, found, tell),
         Err(e) => (Outcome::Failed(e), report::Found::default(), None),
@@ -108,6 +109,7 @@ pub fn main() -> ExitCode {
         Outcome::Failed(e) => ended_by(&who, e),
         Outcome::Ended(ending) => ending.clone(),
     };
+    report::look_at_the_kernel_log(&mut began, status, asked.0, &mut found, &mut reason);
     let summary = summary.as_deref();
     // The last line says how the run ended, for the roles a user starts (not a child, the guardian, a run
     // of one mechanism under --ipc all, whose top parent says it, or the run inside an isolation, whose
@@ -286,6 +288,9 @@ fn run(role: Role) -> anyhow::Result<report::Ran> {
             "SIMULATED GPUs ({}): a test of the process protocol in host memory, not of a GPU",
             driver::host::SIMULATE_ENV
         )?;
+    }
+    if !joins && let Some(hook) = crate::node::test_hook_said() {
+        say!("{hook}")?;
     }
     match role {
         Role::Guardian { fd } => guardian::watch(fd).map(|()| Outcome::Passed(None).into()),

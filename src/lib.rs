@@ -33,6 +33,7 @@ pub(crate) mod joiners;
 pub(crate) mod made_path;
 pub(crate) mod matrix;
 pub(crate) mod meeting;
+pub(crate) mod node;
 pub(crate) mod numa;
 pub(crate) mod outcome;
 pub(crate) mod peers;

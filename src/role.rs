@@ -60,6 +60,8 @@ pub(crate) struct Run {
     pub isolate: Option<Isolation>,
     /// `--json FILE`.
     pub json: Option<PathBuf>,
+    /// `--metrics FILE`.
+    pub metrics: Option<PathBuf>,
 }
 
 impl Default for Run {
@@ -77,6 +79,7 @@ impl Default for Run {
             serve: None,
             isolate: None,
             json: None,
+            metrics: None,
         }
     }
 }
@@ -105,6 +108,7 @@ pub(crate) struct Bench {
     pub quiet: bool,
     pub serve: Option<Address>,
     pub json: Option<PathBuf>,
+    pub metrics: Option<PathBuf>,
 }
 
 /// What a child is given: its index, the segment's descriptor and its end of its descriptor socket.
@@ -229,6 +233,17 @@ impl Role {
             | Role::EveryMechanism(EveryMechanism { run, .. })
             | Role::Matrix(run, _) => run.json.as_deref(),
             Role::Bench(bench) => bench.json.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// `--metrics FILE`.
+    pub(crate) fn metrics(&self) -> Option<&Path> {
+        match self {
+            Role::Sample(run, _)
+            | Role::EveryMechanism(EveryMechanism { run, .. })
+            | Role::Matrix(run, _) => run.metrics.as_deref(),
+            Role::Bench(bench) => bench.metrics.as_deref(),
             _ => None,
         }
     }

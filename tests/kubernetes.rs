@@ -59,6 +59,10 @@ fn examples() -> Vec<Example> {
         .collect()
 }
 
+/// The node's directory that node_exporter's textfile collector reads (`--collector.textfile.directory`),
+/// which the fleet's check writes its `--metrics` into: the one hostPath examples may share (a file each).
+const TEXTFILE_DIRECTORY: &str = "/var/lib/node_exporter/textfile_collector";
+
 /// The kinds the examples may hold, with the API group version of each.
 const KINDS: [(&str, &str); 7] = [
     ("Pod", "v1"),
@@ -290,6 +294,16 @@ fn run_of(example: &Example, entry_point: &[String]) -> Option<Run> {
                     let volume = mounted_at(index, spec, container, socket);
                     joiners.push((Invocation { args, ..invocation }, volume));
                 } else {
+                    if let Some(metrics) = value_of(&args, "--metrics").filter(|m| *m != "-") {
+                        let volume = mounted_at(index, spec, container, metrics);
+                        let textfile = format!("hostPath {TEXTFILE_DIRECTORY}");
+                        assert_eq!(
+                            volume,
+                            Some(textfile),
+                            "{at}: --metrics {metrics} in the textfile directory"
+                        );
+                        assert!(metrics.ends_with(".prom"), "{at}: the collector reads *.prom: {metrics}");
+                    }
                     alone.push(AloneRun {
                         at: at.clone(),
                         invocation: Invocation { args, ..invocation },
@@ -435,10 +449,21 @@ fn entry_point() -> Vec<String> {
 fn run_alone(name: &str, run: &AloneRun) {
     let at = &run.at;
     let simulated = vec!["ok"; run.gpus as usize].join(",");
+    // `--metrics` into the node's textfile directory: here, into one of the test's own.
+    let dir = common::scratch("kubernetes-metrics");
+    let metrics = dir.path().join("simple-ipc.prom");
+    let mut args = run.invocation.args.clone();
+    if let Some(at) = args.iter().position(|a| a == "--metrics") {
+        args[at + 1] = metrics.display().to_string();
+    }
     let mut check = Command::new(bin());
-    check.args(&run.invocation.args).env(SIMULATE, &simulated).env_remove(FAULT);
+    check.args(&args).env(SIMULATE, &simulated).env_remove(FAULT);
     let out = common::run(&mut check);
     assert_eq!(out.status.code(), Some(0), "{name}: {at}: {}", text(&out));
+    if args.iter().any(|a| a == "--metrics") {
+        let written = std::fs::read_to_string(&metrics).unwrap_or_else(|e| panic!("{at}: --metrics: {e}"));
+        assert!(written.contains("simple_ipc_status{status=\"passed\"} 1\n"), "{at}: {written}");
+    }
     if value_of(&run.invocation.args, "--json") == Some("-") {
         let document: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
             panic!("{at}: standard output is not the document alone: {e}: {}", text(&out))
@@ -839,7 +864,8 @@ fn the_examples_can_be_applied_together() {
                 );
             }
             for volume in spec.get("volumes").and_then(Value::as_sequence).into_iter().flatten() {
-                if let Some(path) = volume.get("hostPath").and_then(|h| str_at(h, "path")) {
+                let path = volume.get("hostPath").and_then(|h| str_at(h, "path"));
+                if let Some(path) = path.filter(|path| *path != TEXTFILE_DIRECTORY) {
                     assert_eq!(
                         path,
                         format!("/run/simple-ipc/{}", stem(file)),

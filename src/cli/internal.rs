@@ -268,8 +268,17 @@ mod tests {
         for long in user::long_options() {
             // What a run of one mechanism is never given: its document goes to its pipe, and the other modes'
             // options are theirs.
-            let not_a_run =
-                ["help", "version", "generate", "json", "join", "topology", "bench", "bench-max-bytes"];
+            let not_a_run = [
+                "help",
+                "version",
+                "generate",
+                "json",
+                "metrics",
+                "join",
+                "topology",
+                "bench",
+                "bench-max-bytes",
+            ];
             assert!(
                 not_a_run.contains(&long.as_str()) || written.contains(&long),
                 "--{long} is never written"

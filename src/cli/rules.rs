@@ -55,7 +55,8 @@ impl Options {
                 )));
             };
             let (max_bytes, quiet, serve, json) = (self.bench_max_bytes, self.quiet, self.serve, self.json);
-            return Ok(Role::Bench(Bench { mechanism, max_bytes, timeout, quiet, serve, json }));
+            let metrics = self.metrics;
+            return Ok(Role::Bench(Bench { mechanism, max_bytes, timeout, quiet, serve, json, metrics }));
         }
         let mut run = Run {
             sync: self.sync,
@@ -69,6 +70,7 @@ impl Options {
             serve: self.serve,
             isolate: self.isolate,
             json: self.json,
+            metrics: self.metrics,
         };
         let unorderable = |mechanism| cannot_order(run.sync, mechanism);
         Ok(match (mechanism, run.isolate.take()) {

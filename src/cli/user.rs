@@ -107,7 +107,7 @@ pub(super) struct Options {
     ///
     /// Another mode: no run.
     #[arg(long, help_heading = RUN, conflicts_with_all = ["sequential", "timings", "json", "procs_per_device",
-          "bind_numa", "ipc", "sync", "timeout", "quiet", "fds"])]
+          "bind_numa", "ipc", "sync", "timeout", "quiet", "fds", "metrics"])]
     pub topology: bool,
 
     // The mechanism.
@@ -159,7 +159,7 @@ pub(super) struct Options {
     /// --quiet and --bench (then the run must be the benchmark).
     #[arg(long, value_name = "SOCKET", value_parser = parse_address, help_heading = CONTAINERS,
           value_hint = ValueHint::FilePath, conflicts_with_all = ["topology", "serve",
-          "sequential", "timings", "json", "procs_per_device", "bind_numa", "sync", "ipc", "fds"])]
+          "sequential", "timings", "json", "procs_per_device", "bind_numa", "sync", "ipc", "fds", "metrics"])]
     pub join: Option<Address>,
 
     /// Run the processes in namespaces of their own, as in containers (with --ipc all: the matrix).
@@ -182,6 +182,17 @@ pub(super) struct Options {
     /// standard output, and every other line on standard error.
     #[arg(long, value_name = "FILE", help_heading = OUTPUT, value_hint = ValueHint::FilePath)]
     pub json: Option<PathBuf>,
+
+    /// Write the run's metrics to FILE in Prometheus' text format, however the run ends.
+    ///
+    /// How it ended (status, exit status), each phase's time per process, each mechanism's result (--ipc
+    /// all), the matrix's cells, the benchmark's figures, MPS, what the processes of a served run share, and
+    /// the Xid errors the kernel logged for the run's GPUs: for node_exporter's textfile collector (a FILE
+    /// ending in .prom in its directory) or a Pushgateway. FILE is replaced whole once the run has ended (a
+    /// temporary file beside it, renamed over it). `-`: on standard output, every other line on standard
+    /// error.
+    #[arg(long, value_name = "FILE", help_heading = OUTPUT, value_hint = ValueHint::FilePath)]
+    pub metrics: Option<PathBuf>,
 
     /// Print nothing on standard output but the verdict line.
     ///

@@ -1,6 +1,7 @@
-//! Where the `--json` document goes, checked before anything runs, and writing it there whole: a file
-//! replaced by a rename (so that the path holds the old document or the whole new one), the pipe back to
-//! the process that started this run, or standard output (`--json -`).
+//! Where the `--json` document (or the `--metrics` file) goes, checked before anything runs, and writing it
+//! there whole: a file replaced by a rename (so that the path holds the old document or the whole new one,
+//! as node_exporter's textfile collector needs of a metrics file), the pipe back to the process that
+//! started this run, or standard output (`--json -`, `--metrics -`).
 //!
 //! A file may be asked for in a directory that others can write in (`/tmp`, as root), where another user
 //! may have made the name first. The document is written as careful tools write there, so that the name
@@ -22,14 +23,47 @@ use std::path::{Component, Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 
-/// The `--json` path that means standard output.
-const STANDARD_OUTPUT: &str = "-";
+/// The `--json` (or `--metrics`) path that means standard output.
+pub(super) const STANDARD_OUTPUT: &str = "-";
 
 /// The permissions of a new document, less the umask: anyone may read it, only its owner write it.
 const NEW_FILE_MODE: u32 = 0o644;
 
 /// How many symbolic links a path may take before it is refused, as the kernel's `ELOOP` (40).
 const MOST_LINKS: usize = 40;
+
+/// Which form of the document a destination takes: the JSON document, or its metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Output {
+    Json,
+    Metrics,
+}
+
+impl Output {
+    /// Its option.
+    fn option(self) -> &'static str {
+        match self {
+            Output::Json => "--json",
+            Output::Metrics => "--metrics",
+        }
+    }
+
+    /// What it is, in messages.
+    fn what(self) -> &'static str {
+        match self {
+            Output::Json => "document",
+            Output::Metrics => "metrics",
+        }
+    }
+
+    /// Its option and what it is: `--json document`, `--metrics file`.
+    fn named(self) -> &'static str {
+        match self {
+            Output::Json => "--json document",
+            Output::Metrics => "--metrics file",
+        }
+    }
+}
 
 /// Where the document goes.
 pub(super) enum Destination {
@@ -44,40 +78,41 @@ pub(super) enum Destination {
 }
 
 impl Destination {
-    /// Checks `path` for `--json` (see [`report`](super)'s doc): `-` is standard output, and every other line of the
-    /// run goes to standard error from now on.
-    pub(super) fn checked(path: &Path) -> Result<Self> {
+    /// Checks `path` for `--json` or `--metrics` (`output`; see [`report`](super)'s doc): `-` is standard
+    /// output, and every other line of the run goes to standard error from now on.
+    pub(super) fn checked(output: Output, path: &Path) -> Result<Self> {
         if path.as_os_str() == STANDARD_OUTPUT {
             return Ok(Self::StandardOutput(crate::output::lines_to_standard_error()?));
         }
+        let (option, what) = (output.option(), output.what());
         let shown = path.display();
-        let target = resolved(path).with_context(|| format!("--json {shown}"))?;
+        let target = resolved(path).with_context(|| format!("{option} {shown}"))?;
         match std::fs::metadata(&target) {
             Ok(meta) => {
                 let kind = meta.file_type();
                 if !kind.is_file() {
-                    let what = if kind.is_fifo() { "a FIFO" } else { "not a regular file" };
-                    bail!("--json {shown} is {what}; give the path of a regular file");
+                    let kind = if kind.is_fifo() { "a FIFO" } else { "not a regular file" };
+                    bail!("{option} {shown} is {kind}; give the path of a regular file");
                 }
                 if standard_files().contains(&(meta.dev(), meta.ino())) {
                     bail!(
-                        "--json {shown} is the file this run's standard output or error goes to: writing the \
-                         document there would destroy what the run prints and what the file held; give another file, \
-                         or --json - for the document alone on standard output (every other line then goes to \
-                         standard error)"
+                        "{option} {shown} is the file this run's standard output or error goes to: writing \
+                         the {what} there would destroy what the run prints and what the file held; give \
+                         another file, or {option} - for the {what} alone on standard output (every other \
+                         line then goes to standard error)"
                     );
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 if std::fs::symlink_metadata(path).is_ok_and(|meta| meta.file_type().is_symlink()) {
-                    bail!("--json {shown} is a symbolic link to nothing; give the path of a regular file");
+                    bail!("{option} {shown} is a symbolic link to nothing; give the path of a regular file");
                 }
             }
-            Err(e) => return Err(e).with_context(|| format!("--json {shown}")),
+            Err(e) => return Err(e).with_context(|| format!("{option} {shown}")),
         }
         let dir = directory_of(&target);
         nix::unistd::access(dir, nix::unistd::AccessFlags::W_OK)
-            .with_context(|| format!("--json {shown}: cannot write in {}", dir.display()))?;
+            .with_context(|| format!("{option} {shown}: cannot write in {}", dir.display()))?;
         Ok(Self::File(target))
     }
 
@@ -86,9 +121,15 @@ impl Destination {
         matches!(self, Self::File(_))
     }
 
-    /// Writes `text` to a new file beside the path, renamed over it (or to the inherited pipe, or to standard
-    /// output: `Err(ReaderGone)` where its reader went away before it took the whole document).
-    pub(super) fn write(&self, given: &Path, text: &str) -> Result<()> {
+    /// Whether this and `other` are the same file (two outputs of one run must not be).
+    pub(super) fn same_file(&self, other: &Destination) -> bool {
+        matches!((self, other), (Self::File(a), Self::File(b)) if a == b)
+    }
+
+    /// Writes `text` (`output`, given as `given`) to a new file beside the path, renamed over it (or to the
+    /// inherited pipe, or to standard output: `Err(ReaderGone)` where its reader went away before it took
+    /// the whole document).
+    pub(super) fn write(&self, output: Output, given: &Path, text: &str) -> Result<()> {
         let target = match self {
             Self::File(target) => target,
             Self::Inherited(pipe) => {
@@ -102,7 +143,7 @@ impl Destination {
             }
         };
         replace(target, text)
-            .with_context(|| format!("could not write the --json document {}", given.display()))
+            .with_context(|| format!("could not write the {} {}", output.named(), given.display()))
     }
 }
 

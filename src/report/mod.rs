@@ -28,11 +28,13 @@
 
 mod destination;
 pub mod document;
+mod kernel_log;
+mod metrics;
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use destination::Destination;
+use destination::{Destination, Output};
 
 use crate::driver::Driver;
 use crate::ipc::diagnose::Diagnosis;
@@ -42,20 +44,43 @@ use crate::placement::{Placement, paths_of};
 pub use document::MatrixCell;
 use document::{BenchResults, Device, DriverFacts, MechanismResult, Mode, Options, RunResults};
 pub use document::{Document, Refused, Status};
+pub use kernel_log::look_at_the_kernel_log;
 
 /// The document of this run, opened by `main` before anything runs ([`open`], [`open_inherited`]) and
-/// written by [`Made::write`] (or [`finish`]) once the verdict is known.
+/// written by [`Made::write`] (or [`finish`]) once the verdict is known: as JSON (`--json`, or the pipe to
+/// the process that started the run) and as metrics (`--metrics`), either or both.
 pub struct Opened {
-    /// The path as given, to name in messages; empty for an inherited pipe.
-    given: PathBuf,
-    destination: Destination,
+    json: Option<Target>,
+    metrics: Option<Target>,
     mode: Mode,
     options: Options,
 }
 
+/// Where one form of the document goes.
+struct Target {
+    output: Output,
+    /// The path as given, to name in messages; empty for an inherited pipe.
+    given: PathBuf,
+    destination: Destination,
+}
+
+impl Target {
+    fn checked(output: Output, path: &Path) -> Result<Self> {
+        Ok(Self { output, given: path.to_owned(), destination: Destination::checked(output, path)? })
+    }
+
+    fn json(destination: Destination) -> Self {
+        Self { output: Output::Json, given: PathBuf::new(), destination }
+    }
+
+    fn write(&self, text: &str) -> Result<()> {
+        self.destination.write(self.output, &self.given, text)
+    }
+}
+
 impl Opened {
-    fn new(given: PathBuf, destination: Destination, (mode, options): (Mode, Options)) -> Self {
-        Self { given, destination, mode, options }
+    fn new(json: Option<Target>, metrics: Option<Target>, (mode, options): (Mode, Options)) -> Self {
+        Self { json, metrics, mode, options }
     }
 }
 
@@ -101,6 +126,8 @@ pub struct Found {
     /// A refusal that a process which joined this run reported in its own document (see
     /// `parent::isolated`).
     pub refused: Option<Refused>,
+    /// What the kernel's log said of the run's GPUs, where it was read ([`look_at_the_kernel_log`]).
+    kernel_log: Option<crate::node::KernelLog>,
 }
 
 impl Ran {
@@ -135,17 +162,35 @@ impl From<Outcome> for Ran {
     }
 }
 
-/// Checks `path` for `--json` (see the module's doc) as the document of this run (`asked`: its mode and options); `-` is standard
-/// output, and every other line of the run goes to standard error from now on. Call it before anything is
-/// written or started.
-pub fn open(path: &Path, asked: (Mode, Options)) -> Result<Opened> {
-    Ok(Opened::new(path.to_owned(), Destination::checked(path)?, asked))
+/// Checks `json` for `--json` and `metrics` for `--metrics` (see the module's doc) as the document of this
+/// run (`asked`: its mode and options); `-` is standard output, and every other line of the run goes to
+/// standard error from now on. `None` where neither is given. Call it before anything is written or started.
+pub fn open(json: Option<&Path>, metrics: Option<&Path>, asked: (Mode, Options)) -> Result<Option<Opened>> {
+    if json.is_none() && metrics.is_none() {
+        return Ok(None);
+    }
+    let standard_output = Path::new(destination::STANDARD_OUTPUT);
+    if json == Some(standard_output) && metrics == Some(standard_output) {
+        anyhow::bail!("--json - and --metrics - cannot both have standard output: give --metrics a file")
+    }
+    let json = json.map(|path| Target::checked(Output::Json, path)).transpose()?;
+    let metrics = metrics.map(|path| Target::checked(Output::Metrics, path)).transpose()?;
+    if let (Some(json), Some(metrics)) = (&json, &metrics)
+        && json.destination.same_file(&metrics.destination)
+    {
+        anyhow::bail!(
+            "--json {} and --metrics {} are the same file: each would replace the other; give two files",
+            json.given.display(),
+            metrics.given.display()
+        )
+    }
+    Ok(Some(Opened::new(json, metrics, asked)))
 }
 
 /// The inherited descriptor `fd` (`--report-fd`) as the document of this run (`asked`: its mode and options).
 pub fn open_inherited(fd: std::os::fd::RawFd, asked: (Mode, Options)) -> Result<Opened> {
     let pipe = std::fs::File::from(crate::inherit::take(fd, "--report-fd")?);
-    Ok(Opened::new(PathBuf::new(), Destination::Inherited(pipe), asked))
+    Ok(Opened::new(Some(Target::json(Destination::Inherited(pipe))), None, asked))
 }
 
 impl Found {
@@ -224,7 +269,8 @@ impl<'a> Verdict<'a> {
 
 /// The whole document of `opened`, with the verdict and what the role found.
 fn document(opened: &Opened, verdict: &Verdict, found: Found) -> Document {
-    let Found { results, placement, mut driver, mut devices, refused } = found;
+    let Found { results, placement, mut driver, mut devices, refused, kernel_log } = found;
+    let kernel_log = kernel_log.unwrap_or_default();
     let (mut run, mut mechanisms, mut bench, mut matrix) = (None, None, None, None);
     match results {
         // What the process that ran it wrote, with the verdict as decided here.
@@ -256,8 +302,20 @@ fn document(opened: &Opened, verdict: &Verdict, found: Found) -> Document {
         version: env!("CARGO_PKG_VERSION").into(),
         status: verdict.status,
         reason: verdict.reason.map(str::to_owned),
-        cause: verdict.diagnosis.map(|d| d.cause.clone()),
-        fix: verdict.diagnosis.map(|d| d.fix.clone()),
+        cause: kernel_log::beside(
+            verdict.diagnosis.map(|d| d.cause.clone()),
+            &kernel_log,
+            verdict.status,
+            |x| {
+                format!(
+                    "the kernel logged Xid {} on GPU {} ({}): {}",
+                    x.xid, x.device, x.pci_bus_id, x.meaning
+                )
+            },
+        ),
+        fix: kernel_log::beside(verdict.diagnosis.map(|d| d.fix.clone()), &kernel_log, verdict.status, |x| {
+            format!("Xid {}: {}", x.xid, x.action)
+        }),
         // A refusal counts only where the run failed, or was waived because the simulation does not model
         // what was refused (which the refusal says, for the container matrix's "not simulated").
         refused: match verdict.status {
@@ -265,6 +323,8 @@ fn document(opened: &Opened, verdict: &Verdict, found: Found) -> Document {
             Status::Waived => verdict.refused.clone().or(refused).filter(|r| r.beyond_the_simulation),
             _ => None,
         },
+        xid: kernel_log.xid,
+        kernel_log: kernel_log.unread,
         summary: verdict.summary.map(str::to_owned),
         exit_status: verdict.exit_status,
         mode: opened.mode,
@@ -297,17 +357,35 @@ pub fn made(opened: Option<Opened>, verdict: &Verdict, found: Found) -> Option<M
 
 impl Made {
     /// Writes the document: to a new file beside the path, renamed over it (or to the inherited pipe, or to
-    /// standard output).
+    /// standard output), and its metrics likewise. Where one could not be written, the other says so: the
+    /// run did not pass (as `main` then says it), or its reader went away.
     pub fn write(&self) -> Result<()> {
-        let text = document::text(&self.document).context("writing the --json document")?;
-        self.opened.destination.write(&self.opened.given, &text)
+        let metrics_written = self.write_metrics(&self.document);
+        let document = not_written(&self.document, &metrics_written);
+        let json_written = match &self.opened.json {
+            Some(json) => document::text(document.as_ref().unwrap_or(&self.document))
+                .context("writing the --json document")
+                .and_then(|text| json.write(&text)),
+            None => Ok(()),
+        };
+        if metrics_written.is_ok()
+            && let Some(document) = not_written(&self.document, &json_written)
+        {
+            self.write_metrics(&document)?;
+        }
+        json_written.and(metrics_written)
+    }
+
+    fn write_metrics(&self, document: &Document) -> Result<()> {
+        self.opened.metrics.as_ref().map_or(Ok(()), |metrics| metrics.write(&metrics::text(document)))
     }
 
     /// The run ended otherwise after its document was written: interrupted, for `reason`, with
     /// `exit_status` (the verdict line found the reader of standard output gone). A file is written again
     /// to say so; a stream (a pipe, standard output) has taken the document already, and is left alone.
     pub fn rewrite_interrupted(&mut self, reason: String, exit_status: u8) -> Result<()> {
-        if !self.opened.destination.is_file() {
+        let is_file = |target: &Option<Target>| target.as_ref().is_some_and(|t| t.destination.is_file());
+        if !is_file(&self.opened.json) && !is_file(&self.opened.metrics) {
             return Ok(());
         }
         let document = &mut self.document;
@@ -315,8 +393,35 @@ impl Made {
         (document.reason, document.exit_status) = (Some(reason), exit_status);
         // What only a pass or a failure carries (as `document` leaves them out of an interrupted run's).
         (document.summary, document.cause, document.fix, document.refused) = (None, None, None, None);
-        self.write()
+        if is_file(&self.opened.metrics) {
+            self.write_metrics(&self.document)?;
+        }
+        match &self.opened.json {
+            Some(json) if json.destination.is_file() => {
+                json.write(&document::text(&self.document).context("writing the --json document")?)
+            }
+            _ => Ok(()),
+        }
     }
+}
+
+/// `document` as it must read where the other form of it could not be written (`written`): the run did not
+/// pass (a pass or a waiver becomes a failure, for that reason), or its reader went away (interrupted, 141);
+/// `None` where it was written.
+fn not_written(document: &Document, written: &Result<()>) -> Option<Document> {
+    let Err(e) = written else { return None };
+    let mut document = document.clone();
+    if e.chain().any(|cause| cause.is::<crate::output::ReaderGone>()) {
+        document.status = Status::Interrupted;
+        document.reason = Some(crate::output::ReaderGone.to_string());
+        document.exit_status = crate::output::READER_GONE_STATUS;
+    } else if matches!(document.status, Status::Passed | Status::Waived) {
+        document.status = Status::Failed;
+        document.reason = Some(format!("{e:#}"));
+        document.exit_status = crate::outcome::EXIT_FAILURE;
+        document.summary = None;
+    }
+    Some(document)
 }
 
 #[cfg(test)]
@@ -333,7 +438,7 @@ mod tests {
         let dir = tmp.path();
         let file = dir.join("t.json");
         std::fs::write(&file, "an old and much longer document").unwrap();
-        let opened = open(&file, asked()).unwrap();
+        let opened = open(Some(&file), None, asked()).unwrap().unwrap();
         assert_eq!(std::fs::read_to_string(&file).unwrap(), "an old and much longer document", "not yet");
         let diagnosis = Diagnosis::new("the cause".into(), "; what fixes it: ", "the fix".into());
         let failed = Verdict { diagnosis: Some(&diagnosis), ..Verdict::of(Status::Failed, "x", 1) };
@@ -348,10 +453,32 @@ mod tests {
 
         let fifo = dir.join("fifo");
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
-        let Err(refused) = open(&fifo, asked()) else { panic!("a FIFO is refused") };
+        let Err(refused) = open(Some(&fifo), None, asked()) else { panic!("a FIFO is refused") };
         assert!(format!("{refused:#}").contains("is a FIFO"), "{refused:#}");
-        assert!(open(&dir.join("no/such/dir/t.json"), asked()).is_err());
-        assert!(open(dir, asked()).is_err(), "a directory is refused");
+        assert!(open(Some(&dir.join("no/such/dir/t.json")), None, asked()).is_err());
+        assert!(open(Some(dir), None, asked()).is_err(), "a directory is refused");
+    }
+
+    /// Where one form of the document could not be written, the other says so: a pass or a waiver is a
+    /// failure for that reason (as `main` says it), a reader gone is an interruption (141), and a failure
+    /// stays the failure it was.
+    #[test]
+    fn the_other_form_says_what_could_not_be_written() {
+        let mut passed = document::example();
+        (passed.status, passed.reason, passed.exit_status) = (Status::Passed, None, 0);
+        passed.summary = Some("2 processes".into());
+        assert_eq!(not_written(&passed, &Ok(())), None);
+        let full = not_written(&passed, &Err(anyhow::anyhow!("disk full"))).unwrap();
+        assert_eq!(
+            (full.status, full.reason.as_deref(), full.exit_status),
+            (Status::Failed, Some("disk full"), 1)
+        );
+        assert_eq!(full.summary, None);
+        let gone = not_written(&passed, &Err(crate::output::ReaderGone.into())).unwrap();
+        assert_eq!((gone.status, gone.exit_status), (Status::Interrupted, 141));
+        let failed = document::example();
+        let still = not_written(&failed, &Err(anyhow::anyhow!("disk full"))).unwrap();
+        assert_eq!((still.status, still.reason), (Status::Failed, failed.reason.clone()));
     }
 
     #[test]

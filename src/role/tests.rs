@@ -15,6 +15,7 @@ fn run() -> Run {
         serve: Some(Address::Abstract("s".into())),
         isolate: Some(Isolation::parse("pid").unwrap()),
         json: Some("run.json".into()),
+        metrics: Some("run.prom".into()),
     }
 }
 
@@ -30,6 +31,7 @@ fn bench(mechanism: Mechanism) -> Bench {
         quiet: true,
         serve: Some(Address::Abstract("b".into())),
         json: Some("bench.json".into()),
+        metrics: None,
     }
 }
 
@@ -90,6 +92,12 @@ fn each_role_says_who_started_it_and_what_it_was_given() {
     }
     assert_eq!(users[1].json(), Some(Path::new("bench.json")));
     assert_eq!(Role::Topology.json(), None);
+    for role in [&users[0], &users[3], &users[4]] {
+        assert_eq!(role.metrics(), Some(Path::new("run.prom")), "{role:?}");
+    }
+    for role in users[1..3].iter().chain(&users[5..]).chain(&ours) {
+        assert_eq!(role.metrics(), None, "{role:?}");
+    }
 
     let quiet = |quiet: bool| {
         let run = Run { quiet, ..Run::default() };

@@ -31,7 +31,7 @@ impl Devices for HostDriver {
             unified_addressing: !kind.lacks(SimulatedDevice::NoUnifiedAddressing),
             default_compute_mode: !kind.lacks(SimulatedDevice::ExclusiveComputeMode),
             multiprocessors: 2,
-            pci_bus_id: None,
+            pci_bus_id: crate::node::simulated_pci_bus_id(self.physical[device as usize]),
             l2_cache_bytes: SIMULATED_L2_BYTES,
             uuid: simulated_uuid(self.physical[device as usize]),
             // `mig`: a MIG device of its own, named as nvidia-smi -L names one.

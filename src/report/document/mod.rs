@@ -33,6 +33,13 @@ pub struct Document {
     /// this process, or in one that joined it): the typed facts of that refusal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refused: Option<Refused>,
+    /// The Xid errors the kernel logged for the run's GPUs while it ran, where the run failed or was the
+    /// benchmark (see `node`): absent where there is none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub xid: Vec<crate::node::Xid>,
+    /// Why the kernel's log could not be read, where it was to be read for Xid errors and could not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_log: Option<String>,
     /// What a run that passed did, as its verdict line says it (`2 processes on 2 GPUs, ...`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<String>,
@@ -239,6 +246,8 @@ mod tests {
             cause: None,
             fix: None,
             refused: None,
+            xid: Vec::new(),
+            kernel_log: None,
             summary: None,
             exit_status: 1,
             mode: Mode::Run,

@@ -1,0 +1,349 @@
+//! NVIDIA's Xid errors in the kernel's log (`NVRM: Xid (PCI:0000:17:00): 31, pid=..., ...`): found among the
+//! records of a run (`kmsg`), kept where they name one of the run's GPUs by its PCI address, and named as
+//! NVIDIA's Xid catalogue names them, with what to do ([`catalogue`]): whether the program is at fault, or
+//! the node needs attention.
+
+use serde::{Deserialize, Serialize};
+
+use super::kmsg::{self, Record, RunStart};
+
+/// One of the run's GPUs, to match the log's lines against.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Gpu {
+    /// Its index, as this process numbers it.
+    pub index: i32,
+    pub uuid: String,
+    /// As CUDA writes it: `0000:17:00.0`.
+    pub pci_bus_id: String,
+}
+
+/// Whose the fault an Xid reports most likely is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Whose {
+    /// The program's (or a process of the run's): a bad address, a fault of its kernel, a process that ended
+    /// with work in flight. The GPU goes on serving others.
+    Program,
+    /// The node's: its GPU memory, its bus, its links or its firmware. The node needs attention (drain,
+    /// reset, replace), not the program.
+    Node,
+    /// A number this program does not know.
+    NotKnown,
+}
+
+/// An Xid the kernel logged during the run for one of its GPUs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Xid {
+    /// Its number.
+    pub xid: u32,
+    /// The GPU: its index as the run numbers it, its UUID and PCI address.
+    pub device: i32,
+    pub uuid: String,
+    pub pci_bus_id: String,
+    /// From the run's start to the record, by the kernel's log clock.
+    pub seconds_into_run: f64,
+    /// The record's text, as the kernel logged it (control characters escaped).
+    pub message: String,
+    /// What NVIDIA's Xid catalogue says it means.
+    pub meaning: String,
+    /// What to do.
+    pub action: String,
+    pub whose: Whose,
+}
+
+/// What the kernel's log said of a run's GPUs: its Xids, or why it could not be read.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct KernelLog {
+    pub xid: Vec<Xid>,
+    /// Why the log could not be read, where it could not.
+    pub unread: Option<String>,
+}
+
+/// The Xids of the run's `gpus` that the kernel logged since `start`; `None` where no GPU has a PCI address
+/// to match (a simulation), which reads nothing.
+pub fn look(start: &mut RunStart, gpus: &[Gpu]) -> Option<KernelLog> {
+    if gpus.is_empty() {
+        return None;
+    }
+    let began = start.micros();
+    Some(match kmsg::since(start) {
+        Ok(records) => KernelLog { xid: of_gpus(&records, gpus, began), unread: None },
+        Err(why) => KernelLog { xid: Vec::new(), unread: Some(why) },
+    })
+}
+
+/// The Xid lines among `records` that name one of `gpus`, in the log's order; `began`: the run's start on
+/// the log's clock (microseconds).
+fn of_gpus(records: &[Record], gpus: &[Gpu], began: u64) -> Vec<Xid> {
+    records
+        .iter()
+        .filter_map(|record| {
+            let (address, number) = xid_line(&record.message)?;
+            let gpu = gpus.iter().find(|gpu| PciAddress::parse(&gpu.pci_bus_id) == Some(address))?;
+            let (meaning, action, whose) = catalogue(number);
+            Some(Xid {
+                xid: number,
+                device: gpu.index,
+                uuid: gpu.uuid.clone(),
+                pci_bus_id: gpu.pci_bus_id.clone(),
+                seconds_into_run: (record.micros as f64 - began as f64) / 1e6,
+                message: escaped(&record.message),
+                meaning: meaning.to_owned(),
+                action: action.to_owned(),
+                whose,
+            })
+        })
+        .collect()
+}
+
+/// A GPU's place on the PCI bus: domain, bus and device (the function left out: the log's Xid lines do
+/// not write it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct PciAddress {
+    domain: u32,
+    bus: u32,
+    device: u32,
+}
+
+impl PciAddress {
+    /// From `0000:17:00`, `0000:17:00.0` or `00000000:17:00.0` (hexadecimal, any case).
+    fn parse(text: &str) -> Option<Self> {
+        let mut parts = text.trim().split(':');
+        let (domain, bus, device) = (parts.next()?, parts.next()?, parts.next()?);
+        let device = device.split_once('.').map_or(device, |(device, _function)| device);
+        let hex = |part: &str| u32::from_str_radix(part, 16).ok();
+        match parts.next() {
+            Some(_) => None,
+            None => Some(Self { domain: hex(domain)?, bus: hex(bus)?, device: hex(device)? }),
+        }
+    }
+}
+
+/// The GPU and the Xid's number of an Xid line: `NVRM: Xid (PCI:0000:17:00): 31, ...` (drivers before 470
+/// write the address without `PCI:`).
+fn xid_line(message: &str) -> Option<(PciAddress, u32)> {
+    let (_, rest) = message.split_once("NVRM: Xid (")?;
+    let (address, rest) = rest.split_once(')')?;
+    let address = PciAddress::parse(address.strip_prefix("PCI:").unwrap_or(address))?;
+    let number = rest.strip_prefix(':')?.trim_start();
+    let digits = number.find(|c: char| !c.is_ascii_digit()).unwrap_or(number.len());
+    Some((address, number[..digits].parse().ok()?))
+}
+
+/// What NVIDIA's Xid catalogue (docs.nvidia.com/deploy/xid-errors) says Xid `number` means, what to do,
+/// and whose the fault most likely is.
+pub fn catalogue(number: u32) -> (&'static str, &'static str, Whose) {
+    const NODE_ECC: &str = "the node needs attention, not the program: drain the GPU, reset it (nvidia-smi \
+                            -r) and read nvidia-smi -q -d ECC,ROW_REMAPPER; if it repeats, replace the GPU";
+    const GSP: &str = "the node needs attention, not the program: drain it and reset the GPU (or reboot); if \
+                       it repeats, update the driver and the GPU's firmware";
+    match number {
+        13 => (
+            "graphics engine exception: a kernel faulted (an illegal address or instruction, an out-of-range \
+             access), most often the program's own bug",
+            "run the program under compute-sanitizer; if other programs raise it on this GPU too, run the \
+             GPU's diagnostics (dcgmi diag -r 3)",
+            Whose::Program,
+        ),
+        31 => (
+            "GPU memory page fault (MMU fault): the GPU was asked for an address that is not mapped; after \
+             an IPC failure, a mapping used after its exporter freed the memory or ended",
+            "make every exporter outlive its importers' use of the mapping (importers close first, then the \
+             exporter frees), and look for a process of the run that died first; a bad pointer shows under \
+             compute-sanitizer; if it repeats with working programs, the driver or the GPU",
+            Whose::Program,
+        ),
+        43 => (
+            "GPU stopped processing: the driver stopped a program's work after a fault of its own (often \
+             beside Xid 13 or 31); the GPU goes on serving others",
+            "look at the program named in the line (its pid); the node needs nothing unless it repeats \
+             across programs",
+            Whose::Program,
+        ),
+        45 => (
+            "preemptive cleanup: the driver removed a program's GPU channels because it ended (was killed, \
+             or exited) with work in flight, or after an earlier error",
+            "expected where a process of the run was killed or failed; otherwise read the Xid before it",
+            Whose::Program,
+        ),
+        48 => {
+            ("double-bit ECC error: the GPU's memory returned an uncorrectable error", NODE_ECC, Whose::Node)
+        }
+        63 => (
+            "ECC page retirement or row remapping recorded: a failing row of the GPU's memory is to be \
+             retired or remapped",
+            "the node needs attention, not the program: the remapping takes effect when the GPU is reset; \
+             drain and reset it when it is idle",
+            Whose::Node,
+        ),
+        64 => (
+            "ECC page retirement or row remapping failed: a failing row of the GPU's memory could not be \
+             recorded",
+            NODE_ECC,
+            Whose::Node,
+        ),
+        74 => (
+            "NVLink error: a link between GPUs (or to an NVSwitch) failed",
+            "the node needs attention, not the program: read nvidia-smi nvlink -e, reset the GPUs; if it \
+             repeats, the hardware",
+            Whose::Node,
+        ),
+        79 => (
+            "GPU has fallen off the bus: the GPU no longer answers on PCIe",
+            "the node needs attention, not the program: the GPU is gone until it is reset or the node \
+             rebooted; drain the node, and check its power, cooling and PCIe slot (the kernel's lines around \
+             the Xid); if it repeats, the hardware",
+            Whose::Node,
+        ),
+        94 => (
+            "contained ECC error: an uncorrectable memory error, contained to the programs that used that \
+             memory; the GPU goes on for the others",
+            "the node needs attention, not the program: reset the GPU when it is idle, so that the row is \
+             remapped",
+            Whose::Node,
+        ),
+        95 => (
+            "uncontained ECC error: an uncorrectable memory error that reached every program on the GPU",
+            NODE_ECC,
+            Whose::Node,
+        ),
+        119 => (
+            "GSP RPC timeout: the GPU's System Processor did not answer the driver in time",
+            GSP,
+            Whose::Node,
+        ),
+        120 => ("GSP error: the GPU's System Processor's firmware failed", GSP, Whose::Node),
+        _ => (
+            "an Xid this program does not know",
+            "look its number up in NVIDIA's Xid catalogue (docs.nvidia.com/deploy/xid-errors)",
+            Whose::NotKnown,
+        ),
+    }
+}
+
+impl KernelLog {
+    /// The Xids in a few words, for a verdict line (`the kernel logged Xid 31 (GPU memory page fault ...) on
+    /// GPU 0 (0000:17:00.0)`), each number and GPU once; `None` where there is none.
+    pub fn named(&self) -> Option<String> {
+        let mut seen: Vec<(u32, i32, usize)> = Vec::new();
+        for xid in &self.xid {
+            match seen.iter_mut().find(|(n, d, _)| (*n, *d) == (xid.xid, xid.device)) {
+                Some((_, _, times)) => *times += 1,
+                None => seen.push((xid.xid, xid.device, 1)),
+            }
+        }
+        let named: Vec<String> = seen
+            .iter()
+            .filter_map(|&(number, device, times)| {
+                let xid = self.xid.iter().find(|x| (x.xid, x.device) == (number, device))?;
+                let short = xid.meaning.split(':').next().unwrap_or_default();
+                let times = if times > 1 { format!(" ({times} times)") } else { String::new() };
+                Some(format!("Xid {number} ({short}) on GPU {device} ({}){times}", xid.pci_bus_id))
+            })
+            .collect();
+        (!named.is_empty()).then(|| format!("the kernel logged {}", named.join(", ")))
+    }
+
+    /// Each Xid in a line of its own: when, what it means and what to do.
+    pub fn lines(&self) -> Vec<String> {
+        self.xid
+            .iter()
+            .map(|x| {
+                format!(
+                    "the kernel logged Xid {} on GPU {} ({}) {:.3} s into the run: {}; what to do: {} [{}]",
+                    x.xid, x.device, x.pci_bus_id, x.seconds_into_run, x.meaning, x.action, x.message
+                )
+            })
+            .collect()
+    }
+}
+
+/// `text` with each control character escaped, fit to print.
+fn escaped(text: &str) -> String {
+    text.chars().map(|c| if c.is_control() { c.escape_debug().to_string() } else { c.to_string() }).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpu(index: i32, pci_bus_id: &str) -> Gpu {
+        Gpu { index, uuid: format!("GPU-{index}"), pci_bus_id: pci_bus_id.into() }
+    }
+
+    fn record(micros: u64, message: &str) -> Record {
+        Record { micros, message: message.into() }
+    }
+
+    /// The address is read in each form the driver and CUDA write it, any case; the Xid's number after it.
+    #[test]
+    fn an_xid_line_gives_its_gpu_and_number() {
+        let at = |d, b, v| PciAddress { domain: d, bus: b, device: v };
+        for (line, expected) in [
+            ("NVRM: Xid (PCI:0000:17:00): 31, pid=1234, name=a.out, Ch 00000008", Some((at(0, 0x17, 0), 31))),
+            (
+                "NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus.",
+                Some((at(0, 0x3b, 0), 79)),
+            ),
+            ("NVRM: Xid (0001:C1:02): 13, Graphics SM Warp Exception", Some((at(1, 0xc1, 2), 13))),
+            ("NVRM: Xid (PCI:0000:17:00): 119, Timeout after 6s", Some((at(0, 0x17, 0), 119))),
+            ("NVRM: GPU at PCI:0000:17:00: GPU-6511edb2", None),
+            ("NVRM: Xid (PCI:0000:17:00): x, no number", None),
+            ("NVRM: Xid (PCI:zz:17:00): 31, bad address", None),
+        ] {
+            assert_eq!(xid_line(line), expected, "{line}");
+        }
+        assert_eq!(PciAddress::parse("00000000:17:00.0"), Some(at(0, 0x17, 0)), "nvidia-smi's form");
+        assert_eq!(PciAddress::parse("0000:17:00.0"), PciAddress::parse("0000:17:00"), "CUDA's, the log's");
+        assert_eq!(PciAddress::parse("0000:17:00:00"), None);
+    }
+
+    /// Only the run's GPUs' Xids are kept, each with its GPU, its time into the run and the catalogue's
+    /// words; another GPU's, or a line of no Xid, are not.
+    #[test]
+    fn only_the_runs_gpus_xids_are_named() {
+        let gpus = [gpu(0, "0000:17:00.0"), gpu(1, "00000000:3B:00.0")];
+        let records = [
+            record(2_500_000, "NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus."),
+            record(2_600_000, "NVRM: Xid (PCI:0000:99:00): 31, pid=7, another node's GPU"),
+            record(2_700_000, "nvidia-nvlink: Nvlink Core is being initialized"),
+            record(3_000_000, "NVRM: Xid (PCI:0000:17:00): 31, pid=7, name=simple-ipc\u{1b}[2J"),
+            record(3_100_000, "NVRM: Xid (PCI:0000:17:00): 31, pid=7, name=simple-ipc"),
+        ];
+        let found = of_gpus(&records, &gpus, 2_000_000);
+        let summary: Vec<(u32, i32, f64)> =
+            found.iter().map(|x| (x.xid, x.device, x.seconds_into_run)).collect();
+        assert_eq!(summary, vec![(79, 1, 0.5), (31, 0, 1.0), (31, 0, 1.1)]);
+        assert_eq!((found[0].whose, found[1].whose), (Whose::Node, Whose::Program));
+        assert!(found[0].action.starts_with("the node needs attention, not the program"), "{found:?}");
+        assert!(found[1].meaning.contains("a mapping used after its exporter freed"), "{found:?}");
+        assert!(found[1].message.ends_with("simple-ipc\\u{1b}[2J"), "escaped: {found:?}");
+        let log = KernelLog { xid: found, unread: None };
+        assert_eq!(
+            log.named().as_deref(),
+            Some(
+                "the kernel logged Xid 79 (GPU has fallen off the bus) on GPU 1 (00000000:3B:00.0), Xid 31 \
+                 (GPU memory page fault (MMU fault)) on GPU 0 (0000:17:00.0) (2 times)"
+            )
+        );
+        assert_eq!(log.lines().len(), 3);
+        assert_eq!(KernelLog::default().named(), None);
+    }
+
+    /// Every Xid the issue names is in the catalogue with whose fault it is; any other number says so.
+    #[test]
+    fn the_catalogue_names_each_xid_and_says_so_of_one_it_lacks() {
+        for number in [13, 31, 43, 45] {
+            assert_eq!(catalogue(number).2, Whose::Program, "Xid {number}");
+        }
+        for number in [48, 63, 64, 74, 79, 94, 95, 119, 120] {
+            let (meaning, action, whose) = catalogue(number);
+            assert_eq!(whose, Whose::Node, "Xid {number}");
+            assert!(action.starts_with("the node needs attention, not the program"), "{number}: {action}");
+            assert!(!meaning.contains("does not know"), "{number}");
+        }
+        let (meaning, action, whose) = catalogue(9999);
+        assert_eq!((meaning, whose), ("an Xid this program does not know", Whose::NotKnown));
+        assert!(action.contains("xid-errors"), "{action}");
+    }
+}
