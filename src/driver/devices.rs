@@ -81,6 +81,12 @@ pub trait Devices {
     fn use_device(&self, device: i32) -> Result<()>;
     /// Whether `device` offers `what`.
     fn supports(&self, device: i32, what: Capability) -> Result<bool>;
+    /// Ends this driver with the process, which exits now and uses it no more: as the original's child,
+    /// which exits without releasing its context. The simulation drops itself here (what a process still
+    /// holds is counted at its drop).
+    fn end_with_the_process(self: Box<Self>) {
+        drop(self)
+    }
 }
 
 /// The MIG device that CUDA's device `ordinal` is, where the variables that choose the devices name it so:

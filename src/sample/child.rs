@@ -67,8 +67,8 @@ pub(crate) fn take_part(
     // cudaSetDevice(shm->devices[id]), cudaGetDeviceProperties, cudaStreamCreateWithFlags, and the kernel's
     // grid from cudaOccupancyMaxActiveBlocksPerMultiprocessor.
     watch.enter(Phase::CudaStart)?;
-    let driver = attach::driver(state, index)?;
-    let driver: &dyn Driver = &*driver;
+    let cuda = attach::driver(state, index)?;
+    let driver: &dyn Driver = &*cuda;
     let device = attach::device(driver, state, index)?;
 
     watch.enter(Phase::Context)?;
@@ -162,8 +162,9 @@ pub(crate) fn take_part(
     state.descriptors[index][1].store(open_descriptors()?, Ordering::Relaxed);
     watch.finish().publish(state, index);
     say!("Process {index} complete!")?;
-    // The parent may free the buffers now, while this process tears its CUDA context down.
+    // The parent may free the buffers now, while this process ends, and its CUDA context with it.
     state.finished.fetch_add(1, Ordering::AcqRel);
+    cuda.end_with_the_process();
     Ok(())
 }
 

@@ -19,6 +19,13 @@ pub(super) fn driver_version() -> Result<i32> {
 }
 
 impl Devices for CudaDriver {
+    /// The contexts and modules are left to the process's exit, which reclaims them as its descriptors of
+    /// the driver close: on the H200 host a run of 16 processes ended about 60 ms sooner (cold and warm)
+    /// than when each child released its context first, as each release waits its turn in the driver.
+    fn end_with_the_process(self: Box<Self>) {
+        std::mem::forget(self)
+    }
+
     fn version(&self) -> Result<i32> {
         driver_version()
     }
