@@ -13,6 +13,7 @@ pub(crate) mod output;
 mod entry;
 pub use entry::main;
 
+pub(crate) mod access;
 pub(crate) mod barrier;
 pub(crate) mod bench;
 pub(crate) mod cli;

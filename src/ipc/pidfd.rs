@@ -21,7 +21,7 @@ use nix::errno::Errno;
 use serde::{Deserialize, Serialize};
 
 use super::diagnose::Diagnosis;
-use crate::placement::Place;
+use crate::access::Access;
 
 /// What else needs neither a shared PID namespace nor ptrace permission.
 const SOCKET_FIX: &str = "or --fds socket, which needs neither";
@@ -181,7 +181,7 @@ pub fn fetch(pid: u32, fd: i32, owner: usize) -> Result<OwnedFd> {
             (PidfdRefusal::NotVisible { pid }, not_visible(&format!("pid {pid} is no process here")))
         }
         Errno::EPERM => {
-            let obstacles = obstacles(pid, &Place::here());
+            let obstacles = obstacles(pid, &Access::here());
             let diagnosis = ptrace_refused(&obstacles);
             (PidfdRefusal::Ptrace { obstacles }, diagnosis)
         }
@@ -251,7 +251,7 @@ fn not_visible(seen: &str) -> Diagnosis {
 
 /// Which of the kernel's ptrace conditions this process (`here`) fails towards the exporter `pid`, read
 /// from /proc.
-fn obstacles(pid: u32, here: &Place) -> Vec<Obstacle> {
+fn obstacles(pid: u32, here: &Access) -> Vec<Obstacle> {
     let theirs = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let field = |name: &str| {
         theirs.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(':').map(|v| v.trim().to_owned()))
@@ -262,7 +262,7 @@ fn obstacles(pid: u32, here: &Place) -> Vec<Obstacle> {
     };
     let hex = |v: Option<String>| v.and_then(|h| u64::from_str_radix(&h, 16).ok());
     let mut why = Vec::new();
-    if !here.capabilities.sys_ptrace {
+    if !here.sys_ptrace {
         let their_uid = field("Uid").and_then(|u| u.split_whitespace().next()?.parse::<u32>().ok());
         if let Some(uid) = their_uid.filter(|u| *u != here.uid) {
             why.push(Obstacle::OtherUid { exporter: uid, importer: here.uid });

@@ -94,12 +94,7 @@ pub struct Place {
 impl Place {
     /// This process's place, read now.
     pub fn here() -> Self {
-        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-        let field = |name: &str| {
-            status.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(':').map(|v| v.trim().to_owned()))
-        };
-        let effective = field("CapEff").and_then(|hex| u64::from_str_radix(&hex, 16).ok()).unwrap_or(0);
-        let has = |bit: u32| effective & (1u64 << bit) != 0;
+        let access = crate::access::Access::here();
         let env = |name: &str| std::env::var(name).ok();
         Place {
             pid: std::process::id(),
@@ -125,11 +120,15 @@ impl Place {
                 std::fs::read_dir("/dev/nvidia-caps-imex-channels")
                     .is_ok_and(|mut entries| entries.next().is_some())
             }),
-            uid: nix::unistd::geteuid().as_raw(),
-            in_user_namespace: read_trimmed("/proc/self/uid_map").is_some_and(|map| !is_identity_map(&map)),
-            capabilities: Capabilities { sys_ptrace: has(19), sys_nice: has(23), ipc_lock: has(14) },
-            ptrace_scope: read_trimmed("/proc/sys/kernel/yama/ptrace_scope").and_then(|s| s.parse().ok()),
-            seccomp: field("Seccomp").and_then(|s| s.parse().ok()),
+            uid: access.uid,
+            in_user_namespace: access.in_user_namespace,
+            capabilities: Capabilities {
+                sys_ptrace: access.sys_ptrace,
+                sys_nice: access.sys_nice,
+                ipc_lock: access.ipc_lock,
+            },
+            ptrace_scope: access.ptrace_scope,
+            seccomp: access.seccomp,
             mps: mps::Mps::here(),
             settings: libraries::SETTINGS
                 .iter()
@@ -317,12 +316,6 @@ fn read_trimmed(path: &str) -> Option<String> {
     std::fs::read_to_string(path).ok().map(|s| s.trim().to_owned())
 }
 
-/// Whether a uid map is the node's own: every uid to itself (`0 0 4294967295`).
-fn is_identity_map(map: &str) -> bool {
-    let fields: Vec<&str> = map.split_whitespace().collect();
-    fields == ["0", "0", "4294967295"]
-}
-
 /// `/dev/shm` at `path` as this process sees it (statfs, statvfs); `None` where it cannot be read.
 pub(crate) fn dev_shm(path: &std::path::Path) -> Option<DevShm> {
     use std::os::unix::fs::MetadataExt;
@@ -363,13 +356,6 @@ mod tests {
         assert_eq!(visible(&all, Some("1,7,0")), Some(vec!["GPU-bbb".into()]), "ends at one that names none");
         assert_eq!(visible(&all, Some("")), Some(vec![]));
         assert_eq!(visible(&all, Some("MIG-1234")), None, "not known");
-    }
-
-    #[test]
-    fn only_the_identity_of_every_uid_is_the_nodes_own_user_namespace() {
-        assert!(is_identity_map("         0          0 4294967295\n".trim()));
-        assert!(!is_identity_map("0 1000 1"));
-        assert!(!is_identity_map("0 0 65536"));
     }
 
     #[test]

@@ -23,8 +23,8 @@ fn a_descriptor_is_fetched_and_a_missing_pid_named() {
 
 #[test]
 fn a_refusal_names_what_this_process_lacks() {
-    let mut here = Place::here();
-    here.capabilities.sys_ptrace = false;
+    let mut here = Access::here();
+    here.sys_ptrace = false;
     here.ptrace_scope = Some(1);
     here.seccomp = Some(2);
     let found = obstacles(std::process::id(), &here);
@@ -43,7 +43,7 @@ fn a_refusal_names_what_this_process_lacks() {
         assert!(said.contains(words), "{words}: {said}");
     }
     // With the capability, in a user namespace of its own: the capability is that namespace's.
-    here.capabilities.sys_ptrace = true;
+    here.sys_ptrace = true;
     here.in_user_namespace = true;
     let found = obstacles(std::process::id(), &here);
     assert_eq!(found, [Obstacle::OwnUserNamespace]);
@@ -58,12 +58,12 @@ fn a_refusal_names_what_this_process_lacks() {
 #[test]
 fn each_obstacle_is_named_only_where_it_stands() {
     let me = std::process::id();
-    let mut here = Place::here();
+    let mut here = Access::here();
     (here.ptrace_scope, here.seccomp, here.in_user_namespace) = (None, None, false);
-    here.capabilities.sys_ptrace = false;
+    here.sys_ptrace = false;
     assert_eq!(obstacles(me, &here), [Obstacle::NoCapSysPtrace], "{here:?}");
     let uid = here.uid;
-    let other = Place { uid: uid + 1, ptrace_scope: Some(2), seccomp: Some(0), ..here.clone() };
+    let other = Access { uid: uid + 1, ptrace_scope: Some(2), seccomp: Some(0), ..here };
     let expected = [
         Obstacle::OtherUid { exporter: uid, importer: uid + 1 },
         Obstacle::YamaScope { scope: 2 },
@@ -72,9 +72,9 @@ fn each_obstacle_is_named_only_where_it_stands() {
     assert_eq!(obstacles(me, &other), expected);
     let nobody = obstacles(i32::MAX as u32 - 1, &here);
     assert_eq!(nobody, [Obstacle::NoCapSysPtrace, Obstacle::ExporterUnreadable]);
-    here.capabilities.sys_ptrace = true;
+    here.sys_ptrace = true;
     assert_eq!(obstacles(me, &here), [], "the capability overrides the rest");
-    let closed = Place { ptrace_scope: Some(3), uid: uid + 1, seccomp: Some(2), ..here.clone() };
+    let closed = Access { ptrace_scope: Some(3), uid: uid + 1, seccomp: Some(2), ..here };
     assert_eq!(obstacles(me, &closed), [Obstacle::YamaScope { scope: 3 }], "scope 3 whatever the capability");
     let said = Obstacle::YamaScope { scope: 3 }.to_string();
     assert!(said.contains("ptrace_scope is 3: no process may"), "{said}");
