@@ -44,16 +44,6 @@ const OPENING_CALLS: [&str; 5] = [
 ];
 
 impl Refused {
-    /// Who refused: the driver, the simulation beyond what it models, or the kernel (a descriptor's fetch).
-    pub fn by(&self) -> crate::placement::RefusedBy {
-        use crate::placement::RefusedBy;
-        match (self.pidfd.is_some(), self.beyond_the_simulation) {
-            (true, _) => RefusedBy::Kernel,
-            (false, true) => RefusedBy::BeyondTheSimulation,
-            (false, false) => RefusedBy::Driver,
-        }
-    }
-
     /// The refusal that `error` is, if a driver call that opens another process's handle made it: from
     /// the driver's typed error and the diagnosis under it, not from their text.
     pub fn of(error: &anyhow::Error) -> Option<Self> {
@@ -97,7 +87,6 @@ impl Refused {
 mod tests {
     use super::*;
     use crate::driver::CallFailed;
-    use crate::placement::RefusedBy;
 
     fn failed(call: &str, code: u32, beyond_the_simulation: bool) -> anyhow::Error {
         let failed = CallFailed { call: call.into(), code, text: "words".into(), beyond_the_simulation };
@@ -128,14 +117,12 @@ mod tests {
                 pidfd: None,
             }
         );
-        assert_eq!(refused.by(), RefusedBy::Driver);
+        assert!(!refused.beyond_the_simulation && refused.pidfd.is_none(), "the driver's");
         let memory = Refused::of(&failed("cuIpcOpenMemHandle", 999, true)).expect("a refusal");
         assert_eq!((memory.error.as_str(), memory.event, &memory.fix), ("CUDA_ERROR_UNKNOWN", false, &None));
-        assert_eq!(memory.by(), RefusedBy::BeyondTheSimulation);
+        assert!(memory.beyond_the_simulation, "the simulation's");
         let unnamed = Refused::of(&failed("cuMemPoolImportPointer", 4242, false)).expect("a refusal");
         assert_eq!(unnamed.error, "CUresult 4242");
         assert_eq!(Refused::of(&failed("cuMemAlloc", 2, false)), None, "not a call that opens a handle");
-        let kernel = Refused { pidfd: Some(PidfdRefusal::NoSuchCall), beyond_the_simulation: true, ..memory };
-        assert_eq!(kernel.by(), RefusedBy::Kernel);
     }
 }

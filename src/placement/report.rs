@@ -60,6 +60,18 @@ pub enum RefusedBy {
     Kernel,
 }
 
+impl RefusedBy {
+    /// Who refused `refused`: the kernel where it was a descriptor's fetch, else the simulation where it
+    /// answered beyond what it models, else the driver.
+    pub fn of(refused: &crate::ipc::refused::Refused) -> Self {
+        match (refused.pidfd.is_some(), refused.beyond_the_simulation) {
+            (true, _) => RefusedBy::Kernel,
+            (false, true) => RefusedBy::BeyondTheSimulation,
+            (false, false) => RefusedBy::Driver,
+        }
+    }
+}
+
 /// One path's forecast (the worst over the processes that joined) beside its outcome.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Against {
@@ -316,6 +328,28 @@ fn word(verdict: &Verdict) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Who refused: the kernel for a descriptor's fetch (whatever else it says), then the simulation beyond
+    /// what it models, then the driver.
+    #[test]
+    fn who_refused_is_read_from_the_refusal() {
+        use crate::ipc::pidfd::PidfdRefusal;
+        use crate::ipc::refused::Refused;
+        let driver = Refused {
+            call: "cuIpcOpenMemHandle".into(),
+            code: 201,
+            error: "CUDA_ERROR_INVALID_CONTEXT".into(),
+            event: false,
+            fix: None,
+            beyond_the_simulation: false,
+            pidfd: None,
+        };
+        assert_eq!(RefusedBy::of(&driver), RefusedBy::Driver);
+        let simulation = Refused { beyond_the_simulation: true, ..driver.clone() };
+        assert_eq!(RefusedBy::of(&simulation), RefusedBy::BeyondTheSimulation);
+        let kernel = Refused { pidfd: Some(PidfdRefusal::NoSuchCall), ..simulation };
+        assert_eq!(RefusedBy::of(&kernel), RefusedBy::Kernel);
+    }
     use crate::placement::share::tests::place;
 
     #[test]

@@ -238,7 +238,7 @@ pub fn forecast_against_outcome(
     refused: Option<&Refused>,
 ) -> String {
     let paths = handles.map_or_else(Vec::new, |(mechanism, sync, fds)| paths_of(mechanism, sync, fds));
-    let refused = refused.map(|r| (r.event, r.error.as_str(), r.by()));
+    let refused = refused.map(|r| (r.event, r.error.as_str(), crate::placement::RefusedBy::of(r)));
     let against = placement.against(&paths, passed, refused);
     let mut text = crate::placement::against_text(&against);
     text.push_str(&placement.measure_libraries(&against));
