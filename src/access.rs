@@ -55,6 +55,15 @@ pub(crate) fn is_identity_map(map: &str) -> bool {
     fields == ["0", "0", "4294967295"]
 }
 
+/// Whether this process is in a user namespace of its own in which it is root while its user outside is
+/// not (`/proc/self/uid_map` maps 0 to another uid): what `enter` gives a user who is not root with any
+/// isolation. Read, not remembered: the answer is the kernel's.
+pub fn in_user_namespace_as_another_user() -> bool {
+    let map = std::fs::read_to_string("/proc/self/uid_map").unwrap_or_default();
+    let first: Vec<&str> = map.split_whitespace().take(3).collect();
+    matches!(first.as_slice(), ["0", outer, _] if *outer != "0")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

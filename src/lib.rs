@@ -34,6 +34,7 @@ pub(crate) mod joiners;
 pub(crate) mod made_path;
 pub(crate) mod matrix;
 pub(crate) mod meeting;
+pub(crate) mod namespace_kinds;
 pub(crate) mod node;
 pub(crate) mod numa;
 pub(crate) mod outcome;

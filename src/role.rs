@@ -8,8 +8,8 @@ use std::os::fd::RawFd;
 use std::path::{Path, PathBuf};
 
 use crate::ipc::{Fds, Mechanism, Sync};
-use crate::isolation::Isolation;
 use crate::meeting::Address;
+use crate::namespace_kinds::Isolation;
 use crate::report::document::{Mode, Options};
 use crate::timings::Timeout;
 use crate::wire::Round;

@@ -8,8 +8,8 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use super::user::{self, parse_address};
 use super::values::parse_timeout;
-use crate::isolation::Isolation;
 use crate::meeting::Address;
+use crate::namespace_kinds::Isolation;
 use crate::role::{Child, Isolated, Joiner, MechanismRun, Role, Served};
 use crate::segment::MAX_PROCESSES;
 use crate::timings::Timeout;
@@ -48,7 +48,7 @@ enum Sub {
     Join {
         #[arg(value_name = "SOCKET", value_parser = parse_address)]
         address: Address,
-        #[arg(long, value_name = "KINDS", value_parser = crate::isolation::parse_arg)]
+        #[arg(long, value_name = "KINDS", value_parser = crate::namespace_kinds::parse_arg)]
         isolated: Isolation,
         #[arg(long, value_name = "FD")]
         report_fd: i32,

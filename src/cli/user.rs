@@ -169,9 +169,9 @@ pub(super) struct Options {
     /// in a user namespace: no root needed), container (Docker's default: pid, shm, ipc, net, uts, cgroup);
     /// `joiners:KINDS` leaves the parent where it is. With --ipc all: the table of every boundary of KINDS
     /// by every kind of handle (each cell a run whose --ipc and --sync the table sets).
-    #[arg(long, value_name = "KINDS", value_parser = crate::isolation::parse_arg, help_heading = CONTAINERS,
+    #[arg(long, value_name = "KINDS", value_parser = crate::namespace_kinds::parse_arg, help_heading = CONTAINERS,
           conflicts_with_all = ["bench", "topology", "serve", "join", "sequential"])]
-    pub isolate: Option<crate::isolation::Isolation>,
+    pub isolate: Option<crate::namespace_kinds::Isolation>,
 
     // Output.
     /// Write one JSON document to FILE however the run ends.

@@ -44,15 +44,6 @@ fn unavailable(kind: &str, error: Errno) -> anyhow::Error {
     Waiver(format!("this host gives this process no {kind} namespace of its own ({why})")).into()
 }
 
-/// Whether this process is in a user namespace of its own in which it is root while its user outside is
-/// not (`/proc/self/uid_map` maps 0 to another uid): what `enter` gives a user who is not root with any
-/// isolation. Read, not remembered: the answer is the kernel's.
-pub fn in_user_namespace_as_another_user() -> bool {
-    let map = std::fs::read_to_string("/proc/self/uid_map").unwrap_or_default();
-    let first: Vec<&str> = map.split_whitespace().take(3).collect();
-    matches!(first.as_slice(), ["0", outer, _] if *outer != "0")
-}
-
 /// How long the init gives the run's process to stop in order, once the process outside is gone (a parent
 /// gives the processes it started 0.7 s to end).
 const STOP_GRACE: Duration = Duration::from_secs(2);
