@@ -3,13 +3,12 @@
 //! its descriptors, and saying where they stand once all have joined.
 
 use std::os::fd::{AsFd, OwnedFd};
-use std::time::Instant;
 
 use anyhow::{Context, Result};
 use nix::errno::Errno;
 use nix::sys::socket::{accept4, sockopt::PeerCredentials};
 
-use super::{ASK_WITHIN, DOOR_PER_LOOK, Joined, Joiners, MAX_WAITING, PER_PEER, Waiting};
+use super::{DOOR_PER_LOOK, Joined, Joiners, MAX_WAITING, PER_PEER, Waiting};
 use crate::meeting;
 use crate::placement::{Place, Placement};
 use crate::wire::{self, Heard, Message};
@@ -31,7 +30,7 @@ impl Joiners<'_> {
         // Those that have asked to join by now are admitted; the silent ones are let go after a while, and
         // one that says anything else, or leaves, takes no place.
         let mut still = Vec::new();
-        for waiting in std::mem::take(&mut self.waiting) {
+        for mut waiting in std::mem::take(&mut self.waiting) {
             match wire::hear(&waiting.connection, 0) {
                 Ok(Heard::Said(Message::Ask { bench_only, place }, _)) => match &waiting
                     .refusal
@@ -50,7 +49,7 @@ impl Joiners<'_> {
                     }
                     None => self.admit(waiting.connection, waiting.pid, place)?,
                 },
-                Ok(Heard::Nothing) if waiting.since.elapsed() < ASK_WITHIN => still.push(waiting),
+                Ok(Heard::Nothing) if waiting.look() => still.push(waiting),
                 _ => {}
             }
         }
@@ -77,7 +76,7 @@ impl Joiners<'_> {
         if self.waiting.len() >= MAX_WAITING || of_this_peer >= PER_PEER {
             return; // dropped: too many connections that have not asked yet
         }
-        self.waiting.push(Waiting { connection, pid: peer.pid(), since: Instant::now(), refusal });
+        self.waiting.push(Waiting::new(connection, peer.pid(), refusal));
     }
 
     /// Admits a process that asked to join, or refuses it when the run has all its processes.

@@ -63,8 +63,33 @@ struct Joined {
 struct Waiting {
     connection: OwnedFd,
     pid: i32,
-    since: Instant,
+    /// How long it has had to ask (see [`Waiting::look`]).
+    waited: Duration,
+    last_look: Instant,
     refusal: Option<String>,
+}
+
+/// The most of one gap between two looks at a waiting connection that counts against [`ASK_WITHIN`]: a
+/// server held stopped (Ctrl-Z) or starved of a CPU counts only this much.
+const LOOK_COUNTS_AT_MOST: Duration = Duration::from_millis(50);
+
+impl Waiting {
+    fn new(connection: OwnedFd, pid: i32, refusal: Option<String>) -> Self {
+        Self { connection, pid, waited: Duration::ZERO, last_look: Instant::now(), refusal }
+    }
+
+    /// Counts the time since the last look against [`ASK_WITHIN`], at most [`LOOK_COUNTS_AT_MOST`], and
+    /// none while the process that connected is stopped (Ctrl-Z holds a whole isolated run, server and
+    /// joiners, for as long as the user likes); true while it still has time to ask.
+    fn look(&mut self) -> bool {
+        let gap = self.last_look.elapsed().min(LOOK_COUNTS_AT_MOST);
+        self.last_look = Instant::now();
+        let stopped = crate::proc_stat::read(self.pid).is_some_and(|stat| matches!(stat.state, 'T' | 't'));
+        if !stopped {
+            self.waited += gap;
+        }
+        self.waited < ASK_WITHIN
+    }
 }
 
 /// The served run's joiners.
@@ -291,5 +316,49 @@ impl Drop for Joiners<'_> {
     fn drop(&mut self) {
         self.stop();
         self.remove_socket_file();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A connection whose process is stopped (Ctrl-Z holding the whole isolated run) keeps its place at
+    /// the door for as long as it is stopped; once it runs, it has ASK_WITHIN to ask, counted only while
+    /// the door looks.
+    #[test]
+    fn a_stopped_joiner_keeps_its_time_to_ask() {
+        let (ours, _theirs) = crate::wire::descriptors::pair().unwrap();
+        /// Killed and reaped however the test ends (stopped, it would outlive a failed assertion).
+        struct Sleeper(std::process::Child);
+        impl Drop for Sleeper {
+            fn drop(&mut self) {
+                let _ = self.0.kill();
+                let _ = self.0.wait();
+            }
+        }
+        let sleeper = Sleeper(std::process::Command::new("sleep").arg("30").spawn().unwrap());
+        let pid = sleeper.0.id() as i32;
+        let signal = |signal| nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal).unwrap();
+        signal(nix::sys::signal::Signal::SIGSTOP);
+        while crate::proc_stat::read(pid).is_none_or(|s| s.state != 'T') {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let mut waiting = Waiting::new(ours, pid, None);
+        let start = Instant::now();
+        while start.elapsed() < ASK_WITHIN * 2 {
+            assert!(waiting.look(), "stopped, it keeps its time");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        signal(nix::sys::signal::Signal::SIGCONT);
+        let running = Instant::now();
+        while waiting.look() {
+            assert!(running.elapsed() < ASK_WITHIN * 3, "running, its time runs out");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // (The first look after SIGCONT counts the gap since the one before it.)
+        let ran = running.elapsed() + LOOK_COUNTS_AT_MOST;
+        assert!(ran >= ASK_WITHIN, "after ASK_WITHIN of looks: {ran:?}");
+        drop(sleeper);
     }
 }
