@@ -12,7 +12,7 @@ trap 'rm -rf "$work"' EXIT
 mutants=(
   "no event wait or record in the round-robin|src/sample/child.rs|s/stream\.wait_for(&self\.0\[target\])/Ok(())/;s/stream\.record(&self\.0\[target\])/Ok(())/"
   "the round-robin waits on another buffer's event|src/sample/child.rs|s/stream\.wait_for(&self\.0\[target\])/stream.wait_for(\&self.0[(target + 1) % self.0.len()])/"
-  "no wait for the last writer before the copy back|src/sample/child.rs|s/^ *order\.before_writing(&stream, index, n)?;\$//"
+  "no wait for the last writer before the copy back|src/sample/child.rs|s/^ *order\.wait_for_writes(&stream, index, n)?;\$//"
   "no event record in the round-robin|src/sample/child.rs|s/stream\.record(&self\.0\[target\])/Ok(())/"
   "--sync memops: no flag wait|src/tool/memops.rs|s/stream\.wait_flag(&self\.0\[target\], step as u32)/Ok(())/"
   "--sync memops: the flag says one write more than was done|src/tool/memops.rs|s/stream\.write_flag(&self\.0\[target\], step as u32 + 1)/stream.write_flag(\&self.0[target], step as u32 + 2)/"

@@ -126,7 +126,7 @@ pub(crate) fn take_part(
     extras.before_writing(&mut watch, state)?;
     for step in 0..n {
         let target = (step + index) % n;
-        order.before_writing(&stream, target, step)?;
+        order.wait_for_writes(&stream, target, step)?;
         kernel
             .launch(&stream, &buffers[target], size, index as u8)
             .with_context(|| format!("launching simpleKernel on the buffer of process {target}"))?;
@@ -140,7 +140,7 @@ pub(crate) fn take_part(
     // Step 8, verify: our own buffer was written last by process (id + 1) % n, at the last step; wait for
     // that write, copy the buffer back (cudaMemcpyAsync, cudaStreamSynchronize) and compare.
     watch.enter(Phase::CopyBack)?;
-    order.before_writing(&stream, index, n)?;
+    order.wait_for_writes(&stream, index, n)?;
     let data = host.copy_from(&buffers[index], size, &stream, &stop).context("copying the buffer back")?;
     say!("Process {index}: verifying...")?;
     watch.enter(Phase::Verify)?;
@@ -193,7 +193,7 @@ fn received(
 struct Events<'a, 'd>(&'a [OpenedEvent<'d>]);
 
 impl WriteOrder for Events<'_, '_> {
-    fn before_writing(&self, stream: &Stream, target: usize, _step: usize) -> Result<()> {
+    fn wait_for_writes(&self, stream: &Stream, target: usize, _step: usize) -> Result<()> {
         stream.wait_for(&self.0[target])
     }
 

@@ -184,7 +184,7 @@ pub(crate) trait Processes {
 /// interprocess events (`Events`, in `child`), or the tool's (`--sync memops`).
 pub(crate) trait WriteOrder {
     /// Work on `stream` from now on waits until buffer `target` has been written `step` times.
-    fn before_writing(&self, stream: &Stream, target: usize, step: usize) -> Result<()>;
+    fn wait_for_writes(&self, stream: &Stream, target: usize, step: usize) -> Result<()>;
     /// Tells the next writer of buffer `target` that the write of `step` is done, once the stream's work is.
     fn after_writing(&self, stream: &Stream, target: usize, step: usize) -> Result<()>;
 }

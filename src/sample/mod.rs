@@ -7,20 +7,26 @@
 //!    `describe_run` fills `nprocesses` and `devices`.
 //! 2. device filter (`parent_process`): unified addressing, the default compute mode, peers both ways
 //!    (`devices::select`), then the mechanism's own needs (`fit_devices`); with none left, "No CUDA devices
-//!    support IPC" waives the run.
+//!    support IPC" waives the run. The original's `cudaDeviceEnablePeerAccess` in that loop is done once the
+//!    handles are published, off the children's path (`devices::enable_peers`, from `export.rs`).
 //! 3. export: `cudaMalloc` + `cudaIpcGetMemHandle` and `cudaEventCreate(cudaEventInterprocess)` +
-//!    `cudaIpcGetEventHandle`, per process (`sample/export.rs`, `Exporter::export_device`).
+//!    `cudaIpcGetEventHandle`, per process (`sample/export.rs`, `Exporter::export_device`). The calls
+//!    themselves are three steps down: `ipc::ExportedBuffer::allocate` picks the mechanism, `ipc/legacy.rs`
+//!    `export` makes the handle, and the driver's `cuIpcGetMemHandle` is in `driver/cuda/ipc.rs`; the
+//!    event's in `ipc/events.rs` (`IpcEvent::create`).
 //! 4. spawn: `spawnProcess`, this program again once per process (`sample/children.rs`, `Children::spawn`).
 //! 5. wait: `waitProcess`, "Process %d failed!" (`parent_process`; `Children` through `peers::wait`).
 //! 6. open, in `childProcess` (`sample/child.rs`: `child_process` does `sharedMemoryOpen`, `take_part` the
 //!    rest): `cudaIpcOpenMemHandle` and `cudaIpcOpenEventHandle` for every process.
 //! 7. round-robin (`take_part`): per step `cudaStreamWaitEvent`, `simpleKernel`, `cudaEventRecord`
 //!    (`Events`), then `barrierWait` (`barrier.rs`, `Barrier::wait`) and "Step %d done".
-//! 8. verify (`take_part`): wait for the last writer, copy back, compare every byte with `(id + 1) % n`
-//!    (`sample/verify.rs`).
+//! 8. verify (`take_part`): wait for the last writer (`wait_for_writes`, the step's `cudaStreamWaitEvent`),
+//!    copy back, compare every byte with `(id + 1) % n` (`sample/verify.rs`).
 //! 9. clean-up order: each child closes what it opened before it says it finished (`take_part`'s end); then
 //!    the parent synchronises and destroys the events, frees the buffers and reaps the children
-//!    (`parent_process`'s end).
+//!    (`parent_process`'s end). `cudaIpcCloseMemHandle`, `cudaEventDestroy` and `cudaFree` are the drops of
+//!    the values that own them (an opened handle's view closes it; an export's owner frees it), so the
+//!    order is the order those values are declared in, which the comments there say.
 //!
 //! What the port adds to the story itself: the segment is an anonymous memfd that the children inherit,
 //! the children start while the parent exports (`--sequential`: the original's order), every wait can be

@@ -25,7 +25,7 @@ impl<'a> Flags<'a> {
 }
 
 impl WriteOrder for Flags<'_> {
-    fn before_writing(&self, stream: &Stream, target: usize, step: usize) -> Result<()> {
+    fn wait_for_writes(&self, stream: &Stream, target: usize, step: usize) -> Result<()> {
         stream.wait_flag(&self.0[target], step as u32)
     }
 
