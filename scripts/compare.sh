@@ -3,7 +3,8 @@
 # defaults), and the project's floor (scripts/floor/ipc-floor.cu: the least program doing the same IPC work,
 # events, kernel and copy back included) against simple-ipc with the same number of processes, for N = 1
 # (or the GPU count) up to 16; each IPC mechanism against legacy; and, where nvidia-cuda-mps-control is
-# found, whole runs under an MPS daemon of its own against the same runs without.
+# found, whole runs under an MPS daemon of its own against the same runs without. It prints the date, the
+# driver and the GPUs first, so that pasted figures carry them.
 #   scripts/compare.sh SIMPLE_IPC ORIGINAL [ROUNDS]     (ORIGINAL "-": no NVIDIA sample on this host; the
 #                                                     floor and the mechanisms are compared still)
 # The floor is built here from the repository with nvcc (NVCC, or nvcc on PATH; FLOOR_ARCH, default
@@ -21,6 +22,15 @@ fi
 ours=$(realpath "$1"); original=$2; rounds=${3:-5}
 [ "$original" = - ] || original=$(realpath "$original")
 repo=$(cd "$(dirname "$0")/.." && pwd)
+
+# The host, first (nvidia-smi lists all of the host's GPUs, whatever CUDA_VISIBLE_DEVICES says).
+smi=$(nvidia-smi --query-gpu=driver_version,name,persistence_mode --format=csv,noheader 2>/dev/null)
+driver=$(echo "$smi" | cut -s -d, -f1 | sed 's/^ *//' | sort -u | paste -sd/)
+names=$(echo "$smi" | cut -s -d, -f2 | sed 's/^ *//' | sort | uniq -c | awk '{ c = $1; $1 = ""; printf "%s%dx%s", (NR > 1 ? ", " : ""), c, $0 }')
+persistent=$(echo "$smi" | cut -s -d, -f3 | grep -c Enabled)
+echo "== $(date '+%Y-%m-%d %H:%M %Z'); driver ${driver:-unknown (nvidia-smi failed)}; the host's GPUs: ${names:-unknown}; persistence mode on ${persistent} of them"
+[ "$persistent" = 0 ] || echo "   (with persistence mode on, the driver stays initialised between runs)"
+
 build=$(mktemp -d); trap 'rm -rf "$build"' EXIT
 floor=$build/ipc-floor
 # shellcheck disable=SC2086 # FLOOR_ARCH may be several flags
