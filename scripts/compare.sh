@@ -11,7 +11,9 @@
 # as on a node with persistence mode or with another CUDA process up). So the comparisons run twice, cold
 # and then warm, where a context holder of this script's own (a few lines of CUDA built here, holding a
 # context on every visible GPU) is up for the length of the warm sections and ended by its pid when they
-# end. WARM=0 runs the cold sections only, WARM=1 the warm ones only, WARM=both (the default) both.
+# end. WARM=0 runs the cold sections only, WARM=1 the warm ones only, WARM=both (the default) both. The MPS
+# section measures its "without" runs cold (before its daemon starts, no holder) and warm (the holder, no
+# daemon), since a daemon keeps the driver initialised, and gives each ratio with its baseline.
 # It prints the date, the driver and the GPUs first, so that pasted figures carry them.
 # The floor and the holder are built here with nvcc (NVCC, or nvcc on PATH; FLOOR_ARCH, default
 # -arch=native, picks the floor's GPU code). NVIDIA's sample is built by hand on that host (keep its code
@@ -199,24 +201,42 @@ for state in $states; do
 done
 
 # Under MPS (a daemon of this script's own, private pipe and log directories, quit at the end), against the
-# same run without: whole runs for 1, 4 and 16 processes, paired rounds; each run under MPS must say so.
+# same runs without it, cold and warm: whole runs for 1, 4 and 16 processes (--ipc legacy). A daemon keeps
+# the driver initialised, and it cannot come and go between runs without its server's start landing in
+# them, so the three are measured in turn, each $rounds runs: without MPS cold (before the daemon starts,
+# no holder), without MPS warm (the holder, no daemon), under MPS (the daemon, its server started by an
+# untimed run, no holder); each run under MPS must say so. Prints "median bad" of $rounds runs with $1 processes per device ($2 "mps": each must say
+# MPS).
+runs() {
+  local v=() bad=0 t rc
+  for _ in $(seq "$rounds"); do
+    read -r t rc < <(ms "$ours" --procs-per-device "$1"); v+=("$t"); [ "$rc" = 0 ] || bad=1
+    [ "${2:-}" != mps ] || grep -q 'under MPS' "$build/out" || bad=1
+  done
+  echo "$(echo "${v[*]}" | median) $bad"
+}
 if command -v nvidia-cuda-mps-control >/dev/null; then
   mps=$(mktemp -d /tmp/simple-ipc-compare-mps-XXXXXX); mkdir -p "$mps/pipe" "$mps/log"
+  counts=(); for n in 1 4 16; do [ $((n % gpus)) = 0 ] && counts+=("$n"); done
+  declare -A cold=() warm=() under=() bad=()
+  for n in "${counts[@]}"; do cold[$n]=-; warm[$n]=-; under[$n]=-; bad[$n]=0; done
+  for state in $states; do
+    if [ "$state" = warm ]; then CUDA_MPS_PIPE_DIRECTORY="$mps/none" hold || continue; fi
+    for n in "${counts[@]}"; do
+      read -r t b < <(CUDA_MPS_PIPE_DIRECTORY="$mps/none" runs $((n / gpus)))
+      if [ "$state" = warm ]; then warm[$n]=$t; else cold[$n]=$t; fi
+      [ "$b" = 0 ] || bad[$n]=1
+    done
+    release
+  done
   if CUDA_MPS_PIPE_DIRECTORY="$mps/pipe" CUDA_MPS_LOG_DIRECTORY="$mps/log" nvidia-cuda-mps-control -d; then
     mps_up=1
     for _ in $(seq 100); do [ -S "$mps/pipe/control" ] && break; sleep 0.05; done
-    echo "-- under MPS against without, whole runs (--ipc legacy):"
-    printf "%10s %12s %14s %8s\n" processes "no MPS, ms" "under MPS, ms" ratio
-    for n in 1 4 16; do
-      [ $((n % gpus)) = 0 ] || continue
-      w=(); u=(); bad=0
-      for _ in $(seq "$rounds"); do
-        read -r t rc < <(CUDA_MPS_PIPE_DIRECTORY="$mps/none" ms "$ours" --procs-per-device $((n / gpus))); w+=("$t"); [ "$rc" = 0 ] || bad=1
-        read -r t rc < <(CUDA_MPS_PIPE_DIRECTORY="$mps/pipe" ms "$ours" --procs-per-device $((n / gpus))); u+=("$t")
-        { [ "$rc" = 0 ] && grep -q 'under MPS' "$build/out"; } || bad=1
-      done
-      mw=$(echo "${w[*]}" | median); mu=$(echo "${u[*]}" | median)
-      printf "%10s %12s %14s %8s%s\n" "$n" "$mw" "$mu" "$(ratio "$mu" "$mw")" "$([ $bad = 1 ] && echo '  (A RUN FAILED or did not say MPS)')"
+    # One run, untimed, starts the daemon's server, as the holder is up before the warm runs.
+    CUDA_MPS_PIPE_DIRECTORY="$mps/pipe" "$ours" >/dev/null 2>&1
+    for n in "${counts[@]}"; do
+      read -r t b < <(CUDA_MPS_PIPE_DIRECTORY="$mps/pipe" runs $((n / gpus)) mps)
+      under[$n]=$t; [ "$b" = 0 ] || bad[$n]=1
     done
     echo quit | CUDA_MPS_PIPE_DIRECTORY="$mps/pipe" nvidia-cuda-mps-control
     mps_up=0
@@ -224,4 +244,16 @@ if command -v nvidia-cuda-mps-control >/dev/null; then
   else
     echo "-- under MPS: nvidia-cuda-mps-control -d failed"
   fi
+  echo "-- under MPS against without, whole runs (--ipc legacy), $rounds runs each, in turn: without MPS cold"
+  echo "   (before the daemon, no other context), without MPS warm (the holder, no daemon), under MPS (the"
+  echo "   daemon, which keeps the driver warm itself); MPS/cold: under MPS against a cold driver, MPS/warm:"
+  echo "   against a warm one, what MPS itself changes:"
+  printf "%10s %16s %16s %14s %9s %9s\n" processes "no MPS cold, ms" "no MPS warm, ms" "under MPS, ms" MPS/cold MPS/warm
+  for n in "${counts[@]}"; do
+    rc_=-; rw_=-
+    [ "${cold[$n]}" = - ] || [ "${under[$n]}" = - ] || rc_=$(ratio "${under[$n]}" "${cold[$n]}")
+    [ "${warm[$n]}" = - ] || [ "${under[$n]}" = - ] || rw_=$(ratio "${under[$n]}" "${warm[$n]}")
+    printf "%10s %16s %16s %14s %9s %9s%s\n" "$n" "${cold[$n]}" "${warm[$n]}" "${under[$n]}" "$rc_" "$rw_" \
+      "$([ "${bad[$n]}" = 1 ] && echo '  (A RUN FAILED or did not say MPS)')"
+  done
 fi
