@@ -1145,3 +1145,47 @@ fn a_socket_under_dev_shm_for_processes_with_their_own_is_named() {
     assert!(said.contains("set TMPDIR to a directory outside /dev/shm"), "{said}");
     assert!(!said.contains("ended with exit status"), "{said}");
 }
+
+/// An invoker that left SIGTERM ignored (`trap '' TERM`), then the process outside killed by SIGKILL: the
+/// run's death signal, SIGTERM, would be ignored too (inherited, and kept), and the run went on without
+/// anyone to say its verdict; it is SIGKILL then, and nothing of the run is left (without a PID namespace
+/// its guardian cleans up; with one, the init takes the namespace down).
+#[test]
+fn a_run_whose_invoker_ignores_sigterm_does_not_outlive_its_outside() {
+    let Some(_turn) = isolated_turn("a_run_whose_invoker_ignores_sigterm_does_not_outlive_its_outside")
+    else {
+        return;
+    };
+    for isolate in ["net", "shm"] {
+        let tmp = Tmp::new("term-ignored");
+        let mark = format!("{}-term-ignored-{isolate}", std::process::id());
+        let _end = EndMarked(mark.clone());
+        let bin = bin();
+        let mut child = Command::new("bash")
+            .args(["-c", "trap '' TERM; exec \"$0\" \"$@\""])
+            .arg(&bin)
+            .args(["--isolate", isolate, "--ipc", "vmm", "--sync", "memops", "--procs-per-device", "2"])
+            .args(["--timeout", "0"])
+            .env(SIMULATE, "ok")
+            .env(FAULT, "child1@round-robin:hang")
+            .env("SIMPLE_IPC_TEST_MARK", &mark)
+            .env("TMPDIR", tmp.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        while marked(&mark).len() < 4 && start.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(marked(&mark).len() >= 4, "{isolate}: the run's processes are there");
+        std::thread::sleep(Duration::from_millis(300));
+        nix::sys::signal::kill(Pid::from_raw(child.id() as i32), Signal::SIGKILL).unwrap();
+        child.wait().unwrap();
+        let left = wait_all_gone(&mark, Duration::from_secs(5));
+        assert_eq!(left, Vec::<u32>::new(), "{isolate}: the run outlived the process outside");
+        assert_eq!(tmp.entries(), Vec::<String>::new(), "{isolate}: nothing left in TMPDIR");
+    }
+}

@@ -56,8 +56,9 @@ pub(crate) fn run_one_inheriting(
             .to_args(),
         )
         .streams(Streams::Piped)
-        // The run must not outlive the top parent: SIGTERM, which it handles as an orderly stop.
-        .death_signal(Signal::SIGTERM)
+        // The run must not outlive the top parent: SIGTERM, which it handles as an orderly stop (SIGKILL
+        // where the invoker left SIGTERM ignored).
+        .stopped_at_death()?
         .on_drop(OnDrop::Stop { signal: Some(Signal::SIGTERM), grace: STOP_GRACE });
     for fd in given {
         launch.give(fd);

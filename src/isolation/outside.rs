@@ -50,7 +50,7 @@ pub(crate) fn run_inside(run: &Run, mechanism: Mechanism, served: Option<&Served
         // A group of its own: a signal to the user's job reaches the run once, through this process; if
         // this process is killed, the run stops in order.
         .own_group()
-        .death_signal(Signal::SIGTERM)
+        .stopped_at_death()?
         .killing_what_it_started()
         .on_drop(OnDrop::Stop { signal: Some(Signal::SIGTERM), grace: STOP_GRACE });
     let started = Instant::now();

@@ -129,6 +129,14 @@ impl Relaunch {
         self
     }
 
+    /// Its death signal is SIGTERM, which it takes as an orderly stop, unless the invoker left SIGTERM
+    /// ignored (which it would inherit, and `signals` keeps): then SIGKILL, so that it never outlives this
+    /// process.
+    pub(crate) fn stopped_at_death(&mut self) -> Result<&mut Self> {
+        let heard = !crate::signals::is_ignored(Signal::SIGTERM)?;
+        Ok(self.death_signal(if heard { Signal::SIGTERM } else { Signal::SIGKILL }))
+    }
+
     /// A session and process group of its own: a signal to this run's group does not reach it.
     pub(crate) fn new_session(&mut self) -> &mut Self {
         self.session = true;
@@ -368,8 +376,11 @@ impl Drop for Process {
 pub(crate) fn stop_all<'a>(processes: impl IntoIterator<Item = &'a mut Process>) -> Vec<bool> {
     let mut processes: Vec<&mut Process> = processes.into_iter().collect();
     for process in &processes {
-        if let OnDrop::Stop { signal: Some(signal), .. } = process.on_drop {
-            process.signal(signal);
+        match process.on_drop {
+            OnDrop::Stop { signal: Some(signal), .. } => process.signal(signal),
+            // One stopped by hand (SIGSTOP) would stay stopped for good once left: it is continued first.
+            OnDrop::Leave { .. } => process.signal(Signal::SIGCONT),
+            OnDrop::Stop { signal: None, .. } => {}
         }
     }
     let start = Instant::now();

@@ -281,3 +281,22 @@ fn one_that_ends_on_its_stop_signal_was_not_killed() {
     assert_eq!(stop_all([&mut process]), [false]);
     assert_eq!(process.try_wait(), Some(Ended::Killed(Signal::SIGTERM)));
 }
+
+/// A process left to end on its own (the guardian) that someone stopped (SIGSTOP) is continued when its
+/// handle goes: left stopped, it would stay so for good, its work undone.
+#[test]
+fn a_stopped_process_left_to_end_on_its_own_is_continued_first() {
+    let mut process = sh("exec sleep 0.2").on_drop(OnDrop::Leave { within: Duration::ZERO }).spawn().unwrap();
+    let pid = process.pid();
+    kill(pid, Signal::SIGSTOP).unwrap();
+    while !process.is_stopped() {
+        std::thread::sleep(LOOK);
+    }
+    stop_all([&mut process]);
+    let continued = Instant::now();
+    while process.is_stopped() && continued.elapsed() < Duration::from_secs(2) {
+        std::thread::sleep(LOOK);
+    }
+    assert!(!process.is_stopped(), "process {pid} was left stopped");
+    assert_eq!(process.wait(), Ended::Exited(0), "it went on to its end");
+}
