@@ -12,7 +12,7 @@ use std::os::fd::RawFd;
 use crate::outcome::{EXIT_FAILURE, EXIT_WAIVED, Ending, Outcome};
 use crate::output::READER_GONE_STATUS;
 use crate::report::{self, Status};
-use crate::role::Role;
+use crate::role::{MechanismRun, Role};
 use crate::signals::Interrupted;
 use crate::tool::{child, parent};
 use crate::verdict::{self, is_reader_gone, reader_gone};
@@ -255,13 +255,13 @@ fn run(role: Role) -> anyhow::Result<report::Ran> {
         Role::MechanismRun(sub) => sub.run.isolate.as_ref().map(|isolation| (&sub.run, isolation, true)),
         _ => None,
     };
-    let outside = |fd: Option<RawFd>| fd.map(|fd| crate::inherit::take(fd, "--outside-fd")).transpose();
+    let outside = |fd: RawFd| crate::inherit::take(fd, "--outside-fd");
     match (&role, isolate) {
         (Role::Isolated(isolated), _) => {
             crate::isolation::enter(&isolated.isolation, outside(isolated.outside_fd)?)?
         }
-        (Role::MechanismRun(sub), Some((_, isolation, _))) if sub.outside_fd.is_some() => {
-            crate::isolation::enter(isolation, outside(sub.outside_fd)?)?
+        (Role::MechanismRun(MechanismRun { outside_fd: Some(fd), .. }), Some((_, isolation, _))) => {
+            crate::isolation::enter(isolation, outside(*fd)?)?
         }
         _ => {}
     }

@@ -159,7 +159,7 @@ pub(crate) struct Isolated {
     pub isolation: Isolation,
     pub report_fd: RawFd,
     /// Its socket to the run that started it (see `relaunch::Relaunch::outside_socket`).
-    pub outside_fd: Option<RawFd>,
+    pub outside_fd: RawFd,
     /// Its address, `--timeout` and `--quiet` (never the benchmark: `--isolate` is refused with it).
     pub joiner: Joiner,
 }
@@ -182,7 +182,7 @@ impl Role {
                 args.extend(["join".into(), joiner.address.to_string()]);
                 valued(&mut args, "--isolated", Some(isolation));
                 valued(&mut args, "--report-fd", Some(report_fd));
-                valued(&mut args, "--outside-fd", outside_fd.as_ref());
+                valued(&mut args, "--outside-fd", Some(outside_fd));
                 valued(&mut args, "--timeout", Some(joiner.timeout));
                 flag(&mut args, "--quiet", joiner.quiet);
             }

@@ -54,7 +54,7 @@ enum Sub {
         report_fd: i32,
         /// Its socket to the run that started it.
         #[arg(long, value_name = "FD")]
-        outside_fd: Option<i32>,
+        outside_fd: i32,
         #[arg(long, value_name = "SECONDS", value_parser = parse_timeout)]
         timeout: Timeout,
         #[arg(long)]
@@ -153,7 +153,7 @@ mod tests {
         let isolated = |kinds| Isolated {
             isolation: Isolation::parse(kinds).unwrap(),
             report_fd: 7,
-            outside_fd: Some(8),
+            outside_fd: 8,
             joiner: joiner.clone(),
         };
         let sub = |mechanism, run: Run, served| MechanismRun {

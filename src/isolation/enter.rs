@@ -27,7 +27,7 @@ use nix::sys::signal::{SigSet, SigmaskHow, Signal, kill};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::stat::Mode;
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
-use nix::unistd::{ForkResult, Pid, fork, getegid, geteuid, pipe2, setsid};
+use nix::unistd::{ForkResult, Pid, fork, getegid, geteuid, setsid};
 
 use super::{Isolation, Kind};
 use crate::outcome::Waiver;
@@ -52,11 +52,10 @@ const STOP_GRACE: Duration = Duration::from_secs(2);
 const LEFT_GRACE: Duration = Duration::from_secs(1);
 
 /// Puts this process into fresh namespaces of the kinds `isolation` asks for (nothing for none). With
-/// `pid`, this returns in the namespace's second process; the process that called it never returns: where
-/// the process that started it gave it a socket (`outside`, see `relaunch::Relaunch::outside_socket`), it
-/// says the init's pid there and ends, and the init is adopted by that process; otherwise it stays, passing
-/// stop signals on to the init, until the init ends.
-pub fn enter(isolation: &Isolation, outside: Option<OwnedFd>) -> Result<()> {
+/// `pid`, this returns in the namespace's second process; the process that called it never returns: it
+/// says the init's pid on the socket the process that started it gave it (`outside`, see
+/// `relaunch::Relaunch::outside_socket`) and ends, and that process adopts the init.
+pub fn enter(isolation: &Isolation, outside: OwnedFd) -> Result<()> {
     if isolation.kinds.is_empty() {
         return Ok(());
     }
@@ -148,36 +147,19 @@ pub(super) fn passed_on_signals() -> Result<SigSet> {
 
 /// After `unshare(CLONE_NEWPID)` the namespace begins with this process's next child: that child becomes
 /// the init, whose child in turn is the run's process, which returns from here. This process hands the
-/// init over to the process outside (`outside`) and ends, or stays to pass stop signals on to it.
-fn become_second_process(outside: Option<OwnedFd>) -> Result<()> {
+/// init over to the process outside (`outside`) and ends.
+fn become_second_process(outside: OwnedFd) -> Result<()> {
     let mut waited = passed_on_signals()?;
     waited.add(Signal::SIGCHLD);
     let before =
         waited.thread_swap_mask(SigmaskHow::SIG_BLOCK).context("blocking signals to pass them on")?;
-    // The init knows that the process outside lives while this socket (or pipe) is open.
-    let outside_lives = match outside {
-        Some(socket) => {
-            // SAFETY: this process has one thread (checked by `enter`), so the child may run any code.
-            let forked = unsafe { fork() }.context("fork into the new PID namespace")?;
-            if let ForkResult::Parent { child } = forked {
-                hand_over(child, &socket)
-            }
-            socket
-        }
-        None => {
-            let (outside_lives, outside_end) =
-                pipe2(OFlag::O_CLOEXEC).context("pipe2 for an isolated process")?;
-            // SAFETY: as above: one thread.
-            match unsafe { fork() }.context("fork into the new PID namespace")? {
-                ForkResult::Parent { child } => {
-                    drop(outside_lives);
-                    pass_on_until_it_ends(child, &waited, outside_end)
-                }
-                ForkResult::Child => drop(outside_end),
-            }
-            outside_lives
-        }
-    };
+    // The init knows that the process outside lives while this socket is open.
+    // SAFETY: this process has one thread (checked by `enter`), so the child may run any code.
+    let forked = unsafe { fork() }.context("fork into the new PID namespace")?;
+    if let ForkResult::Parent { child } = forked {
+        hand_over(child, &outside)
+    }
+    let outside_lives = outside;
     own_proc()?;
     // The init: its own session, so that a kill of the invoker's process group reaches the process outside
     // only, and the init can then stop the run in order instead of dying with everything in the namespace.
@@ -211,28 +193,6 @@ fn status_of(status: WaitStatus) -> Option<i32> {
         WaitStatus::Exited(_, code) => Some(code),
         WaitStatus::Signaled(_, signal, _) => Some(128 + signal as i32),
         _ => None,
-    }
-}
-
-/// The process that was started: passes stop signals on to the init and exits as it does. `_outside_end`
-/// is held open until then.
-fn pass_on_until_it_ends(init: Pid, waited: &SigSet, _outside_end: OwnedFd) -> ! {
-    loop {
-        match waited.wait() {
-            Ok(Signal::SIGCHLD) => match waitpid(init, Some(WaitPidFlag::WNOHANG)) {
-                Ok(status) => {
-                    if let Some(code) = status_of(status) {
-                        exit_now(code);
-                    }
-                }
-                Err(Errno::EINTR) => {}
-                Err(_) => exit_now(1),
-            },
-            Ok(signal) => {
-                let _ = kill(init, signal);
-            }
-            Err(_) => {}
-        }
     }
 }
 

@@ -148,7 +148,7 @@ impl<'g> Launched<'g> {
         for _ in 0..n {
             let mut start = Relaunch::new("an isolated process");
             let fd = start.report_pipe()?;
-            let outside_fd = Some(start.outside_socket()?);
+            let outside_fd = start.outside_socket()?;
             let isolated =
                 Isolated { isolation: isolation.clone(), report_fd: fd, outside_fd, joiner: joiner.clone() };
             start.args(Role::Isolated(isolated).to_args());

@@ -51,7 +51,7 @@ fn isolated(quiet: bool) -> Isolated {
     Isolated {
         isolation: Isolation::parse("pid").unwrap(),
         report_fd: 7,
-        outside_fd: None,
+        outside_fd: 8,
         joiner: joiner(quiet),
     }
 }
