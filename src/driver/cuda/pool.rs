@@ -91,11 +91,11 @@ impl Pools for CudaDriver {
     }
 
     unsafe fn pool_free(&self, p: DevicePtr) -> Result<()> {
-        let null_stream: sys::CUstream = std::ptr::null_mut();
+        // cuMemFree, which frees a pool's allocation (or an imported pointer) at once, as cuMemPoolImportPointer
+        // allows: cuMemFreeAsync on the null stream, then its synchronisation, cost a process's first free
+        // about 10 ms more on driver 580 (the null stream's first use), on the children's path to the end.
         // SAFETY: the caller frees each pointer once, with no work pending on it.
-        unsafe { result::free_async(ptr(p), null_stream) }.named("cuMemFreeAsync")?;
-        // SAFETY: the null stream exists as long as the context.
-        unsafe { result::stream::synchronize(null_stream) }.named("cuStreamSynchronize")
+        unsafe { result::free_sync(ptr(p)) }.named("cuMemFree")
     }
 
     unsafe fn pool_destroy(&self, p: RawPool) -> Result<()> {

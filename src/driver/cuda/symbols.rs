@@ -51,7 +51,6 @@ const CALLED: &[&str] = &[
     "cuLaunchKernel",
     "cuMemPoolCreate",
     "cuMemAllocFromPoolAsync",
-    "cuMemFreeAsync",
     "cuMemPoolDestroy",
     // Through `sys`, which alone has them.
     "cuDriverGetVersion",
@@ -160,7 +159,6 @@ mod tests {
         ("launch_kernel", "cuLaunchKernel"),
         ("mem_pool::create", "cuMemPoolCreate"),
         ("mem_pool::alloc_async", "cuMemAllocFromPoolAsync"),
-        ("free_async", "cuMemFreeAsync"),
         ("mem_pool::destroy", "cuMemPoolDestroy"),
     ];
 
