@@ -202,7 +202,11 @@ fn ended_by(who: &str, e: &anyhow::Error) -> Ending {
         }
         // Quietly, as a C program killed by SIGPIPE. A run of `--ipc all` whose reader went away was stopped
         // for it, and says so as `Interrupted(SIGPIPE)` (this program ignores SIGPIPE: nothing else says it).
-        e if e.chain().any(is_reader_gone) => {
+        // ... also a process of a run that was stopped because the reader went away, before it wrote.
+        e if e.chain().any(is_reader_gone)
+            || (e.chain().any(|cause| cause.is::<crate::sample::attach::RunAborted>())
+                && crate::output::reader_gone()) =>
+        {
             let (status, why, code) = reader_gone();
             (status, why.unwrap_or_default(), code)
         }

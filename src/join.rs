@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use nix::sys::socket::connect;
 
+use crate::driver::Driver;
 use crate::meeting::{self, Address};
 use crate::outcome::{Outcome, Waiver};
 use crate::phase::{Phase, Who};
@@ -75,6 +76,35 @@ fn watchdog(deadline: Instant, timeout: Duration) {
     drop(spawned);
 }
 
+/// `cuInit` begun on a thread of its own as the joiner starts, so that it overlaps the wait for the server.
+/// Dropped unused (a joiner refused, or one of a benchmark, which starts its own), it still waits for the
+/// thread: a process must not exit while a thread is inside the driver.
+struct CudaStarting(Option<std::thread::JoinHandle<Result<Box<dyn Driver>>>>);
+
+impl CudaStarting {
+    fn now() -> Result<Self> {
+        let thread = std::thread::Builder::new().name("cuda start".into()).spawn(crate::driver::load);
+        Ok(Self(Some(thread.context("starting the thread that starts CUDA")?)))
+    }
+
+    /// The driver, once loaded (or why not).
+    fn driver(mut self) -> Result<Box<dyn Driver>> {
+        match self.0.take().map(std::thread::JoinHandle::join) {
+            Some(Ok(loaded)) => loaded,
+            Some(Err(_)) => bail!("the thread that started CUDA failed"),
+            None => crate::driver::load(),
+        }
+    }
+}
+
+impl Drop for CudaStarting {
+    fn drop(&mut self) {
+        if let Some(thread) = self.0.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
 /// Joins the run at `address`, and, where the server says it is one of a sequence of runs (`--serve --ipc
 /// all`), each run after it that it is admitted to, over the same connection, until the sequence's top
 /// parent says how every run ended; fails if any of them failed. `timeout` bounds the whole of it.
@@ -86,10 +116,13 @@ pub fn run(joiner: &Joiner, started_by_server: bool) -> Result<Outcome> {
     if let Some((at, timeout)) = deadline {
         watchdog(at, timeout);
     }
+    // CUDA starts while this process waits for its server and to be admitted (the first run's; each later
+    // run of a sequence starts its own).
+    let mut cuda = Some(CudaStarting::now()?);
     let connection = connect_to(address, started_by_server, timeout)?;
     let mut took_part: Vec<(Round, Result<()>)> = Vec::new();
     let ends = loop {
-        match take_part_once(address, &connection, deadline, bench, started_by_server)? {
+        match take_part_once(address, &connection, deadline, bench, started_by_server, cuda.take())? {
             Answer::TookPart(ended, None, _) => return ended.map(|()| Outcome::Passed(None)),
             Answer::TookPart(ended, Some(round), end) => {
                 // A run waived once this process had joined is waived, as the sequence's table says.
@@ -209,7 +242,10 @@ fn connect_to(address: &Address, started_by_server: bool, timeout: Option<Durati
                         }
                     );
                 }
-                std::thread::sleep(Duration::from_millis(20));
+                // Started beside its server, a joiner connects within a few ms of its listening; one that
+                // waits longer for it looks less often.
+                let often = since.elapsed() < Duration::from_secs(2);
+                std::thread::sleep(Duration::from_millis(if often { 2 } else { 20 }));
             }
             Err(e) => {
                 return Err(e).with_context(|| {
@@ -280,6 +316,7 @@ fn take_part_once(
     deadline: Option<(Instant, Duration)>,
     bench_asked: bool,
     started_by_server: bool,
+    cuda: Option<CudaStarting>,
 ) -> Result<Answer> {
     // A server that refuses a stranger at once may have closed already: its refusal is read next.
     let place = Some(Box::new(crate::placement::Place::here()));
@@ -314,7 +351,7 @@ fn take_part_once(
     let (index, round) = (admission.index, admission.round);
     let server = attach::Parent::Server { connection, deadline };
     // However its part ends, from the segment's checks on, the server is told why: its verdict names it.
-    let ended = take_part(address, admission, &server, bench_asked);
+    let ended = take_part(address, admission, &server, bench_asked, cuda);
     let (status, why) = match &ended {
         Ok(()) => (crate::outcome::EXIT_SUCCESS, String::new()),
         Err(e) => (crate::outcome::EXIT_FAILURE, format!("{e:#}")),
@@ -339,6 +376,7 @@ fn take_part(
     admission: meeting::Admission,
     server: &attach::Parent,
     bench_asked: bool,
+    cuda: Option<CudaStarting>,
 ) -> Result<()> {
     let index = admission.index;
     let watch = Stopwatch::start(Who::Child(index), Phase::Attach)?;
@@ -354,7 +392,8 @@ fn take_part(
     if bench {
         crate::bench::produce(index, watch, &segment, admission.descriptor_socket, server)
     } else {
-        child::take_part(index, watch, &segment, admission.descriptor_socket, server)
+        let start_cuda = || cuda.map_or_else(crate::driver::load, CudaStarting::driver);
+        child::take_part(index, watch, &segment, admission.descriptor_socket, server, start_cuda)
     }
 }
 

@@ -60,7 +60,7 @@ pub const OPTION_FDS_PIDFD: u32 = 8;
 /// flag shares it with nothing the kernel writes).
 pub const FLAG_BYTES: usize = 256;
 /// Changes whenever `SharedState` does, so that mismatched binaries refuse each other's segments.
-pub const LAYOUT_VERSION: u32 = 9;
+pub const LAYOUT_VERSION: u32 = 10;
 /// Bytes of an IPC memory or event handle (`CU_HANDLE_SIZE`): the segment carries them as opaque bytes.
 pub const HANDLE_SIZE: usize = 64;
 /// The bytes of one handle.
@@ -125,9 +125,10 @@ pub struct SharedState {
 impl SharedState {
     pub fn run_state(&self) -> RunState {
         match self.run_state.load(Ordering::Acquire) {
-            0 => RunState::Starting,
-            1 => RunState::Ready,
-            3 => RunState::Waived,
+            0 => RunState::Planning,
+            1 => RunState::Starting,
+            2 => RunState::Ready,
+            4 => RunState::Waived,
             _ => RunState::Aborted,
         }
     }
@@ -167,7 +168,8 @@ impl SharedState {
         }
     }
 
-    /// Writes who runs where, before any child starts.
+    /// Writes who runs where, and lets the children that started before it was known go on (`Planning` to
+    /// `Starting`, in release order: what they read next is written).
     pub fn describe_run(&self, run: &RunPlan) {
         self.nprocesses.store(run.devices.len() as u64, Ordering::Relaxed);
         self.procs_per_device.store(run.procs_per_device as u32, Ordering::Relaxed);
@@ -184,6 +186,13 @@ impl SharedState {
                 word.store(u64::from_le_bytes(le), Ordering::Relaxed);
             }
         }
+        let _ = self.run_state.compare_exchange(
+            RunState::Planning as u32,
+            RunState::Starting as u32,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+        futex::wake_all(&self.run_state);
     }
 
     /// Places process `index` on `device`, whose UUID is `uuid` (the benchmark's producer, at each pair).
@@ -236,7 +245,8 @@ impl SharedState {
         futex::wake_all(&self.sense);
     }
 
-    /// Checks what a child relies on, so that a forged, stale, zeroed or foreign segment is refused.
+    /// Checks what a child relies on, so that a forged, stale, zeroed or foreign segment is refused: the
+    /// header, and the plan where it is written (else [`SharedState::validate_plan`] once it is).
     pub fn validate(&self, actual_size: usize) -> Result<()> {
         let magic = self.magic.load(Ordering::Relaxed);
         ensure!(magic == MAGIC, "not a simple-ipc segment (magic {magic:#018x}, expected {MAGIC:#018x})");
@@ -251,6 +261,15 @@ impl SharedState {
             "segment declares {declared} bytes and has {actual_size}; this program's layout has {}",
             size_of::<SharedState>()
         );
+        match self.run_state() {
+            // Not written yet, or never to be (the run was waived or aborted before): the wait for it stops.
+            RunState::Planning | RunState::Waived | RunState::Aborted => Ok(()),
+            RunState::Starting | RunState::Ready => self.validate_plan(),
+        }
+    }
+
+    /// Checks the run's plan (`describe_run`): the number of processes, the buffers' size, the devices.
+    pub fn validate_plan(&self) -> Result<()> {
         let n = self.process_count();
         ensure!(
             (1..=MAX_PROCESSES).contains(&n),

@@ -31,8 +31,36 @@ pub fn start(
     before_selection: impl FnOnce() -> Result<()>,
     found: &mut Found,
 ) -> Result<Result<Setup, Waiver>> {
+    let (segment, guardian) = segment_and_guardian()?;
+    Ok(cuda_and_devices(before_selection, found)?.map(|(cuda, chosen)| Setup {
+        cuda,
+        guardian,
+        segment,
+        chosen,
+    }))
+}
+
+/// The segment `simpleIPCshm<our pid>`, its header written, and the guardian, started.
+pub fn segment_and_guardian() -> Result<(Segment, Guardian)> {
     let segment = Segment::create(&segment::name_for(std::process::id()))?;
-    let guardian = Guardian::start()?;
+    Ok((segment, Guardian::start()?))
+}
+
+/// Whether a CUDA driver library is here to load (no GPU is asked: that is `cuInit`'s, in
+/// [`cuda_and_devices`]). The library stays loaded.
+pub fn cuda_library_here() -> bool {
+    crate::driver::library_here()
+}
+
+/// The driver, and the devices that fit (never none).
+pub type CudaAndDevices = (Box<dyn Driver>, Vec<i32>);
+
+/// The driver (`cuInit`) and the devices that fit (`devices::select`, never none), or the waiver where there
+/// is no driver or no device fits; `before_selection` runs between the two. Both are noted in `found`.
+pub fn cuda_and_devices(
+    before_selection: impl FnOnce() -> Result<()>,
+    found: &mut Found,
+) -> Result<Result<CudaAndDevices, Waiver>> {
     let cuda = match devices::load_or_waive()? {
         Ok(cuda) => cuda,
         Err(waiver) => return Ok(Err(waiver)),
@@ -44,5 +72,5 @@ pub fn start(
     if chosen.is_empty() {
         return Ok(Err(Waiver("No CUDA devices support IPC".into())));
     }
-    Ok(Ok(Setup { cuda, guardian, segment, chosen }))
+    Ok(Ok((cuda, chosen)))
 }

@@ -142,6 +142,86 @@ fn a_child_failing_at_any_phase_stops_everything() {
     }
 }
 
+/// The first device's children start before the parent has chosen the devices (their CUDA start overlaps
+/// the parent's), and wait in the segment for the plan: with the parent held in its device selection, the
+/// children of device 0 are there and have said nothing yet, the others are not started.
+#[test]
+fn the_first_devices_children_start_before_the_devices_are_chosen() {
+    let mut parent = simulated("ok,ok")
+        .args(["--procs-per-device", "2"])
+        .env(FAULT, "parent@device-selection:hang")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("the binary starts");
+    let pid = parent.id();
+    let said_cp = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stdout = parent.stdout.take().expect("piped");
+    let seen = said_cp.clone();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            if line.starts_with("CP:") || line.starts_with("Process") {
+                seen.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+    });
+    let children = || {
+        let mut indices: Vec<String> = common::descendants(pid)
+            .into_iter()
+            .filter_map(|p| {
+                let cmdline = std::fs::read(format!("/proc/{p}/cmdline")).ok()?;
+                let args: Vec<String> =
+                    cmdline.split(|&b| b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+                let at = args.iter().position(|a| a == "child")?;
+                args.get(at + 1).cloned()
+            })
+            .collect();
+        indices.sort();
+        indices
+    };
+    let start = std::time::Instant::now();
+    while children().len() < 2 && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Time for a child that should not be there to show.
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        children(),
+        ["0", "1"],
+        "device 0's children, and only they, start before the devices are chosen"
+    );
+    assert!(
+        !said_cp.load(std::sync::atomic::Ordering::SeqCst),
+        "a child says its first line only once the plan is there"
+    );
+    kill(Pid::from_raw(pid as i32), Signal::SIGKILL).unwrap();
+    parent.wait().unwrap();
+    assert!(
+        wait_group_gone(pid, Duration::from_secs(3)).is_some(),
+        "the early children outlived their parent"
+    );
+    common::assert_run_clean(pid, "protocol");
+}
+
+/// A run waived once its first children started (no device fits) says nothing of them: they stop quietly,
+/// and the output is the parent's alone.
+#[test]
+fn a_run_waived_after_its_first_children_started_is_the_parents_words_alone() {
+    let mut command = simulated("no-uva");
+    command.args(["--procs-per-device", "3"]);
+    let (pid, out) = common::run_with_pid(&mut command);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 4, "{stdout}");
+    assert_eq!(lines[2], "Device 0 does not support unified addressing, skipping...");
+    assert!(lines[3].starts_with("WAIVED (exit 2, not a failure"), "{stdout}");
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "", "the stopped children say nothing");
+    common::assert_run_clean(pid, "protocol");
+}
+
 #[test]
 fn parent_killed_leaves_no_child_and_no_segment() {
     let mut parent = start_hanging_run(4);

@@ -63,6 +63,12 @@ impl<T> Driver for T where
 {
 }
 
+/// Whether a driver library is here to load, without asking it for a GPU: the simulation where the tests
+/// ask for it, else `libcuda`, which stays loaded for [`load`].
+pub fn library_here() -> bool {
+    std::env::var_os(host::SIMULATE_ENV).is_some() || cuda::CudaDriver::library_here()
+}
+
 /// The driver for this process: the host simulation when the tests ask for it, else CUDA.
 /// `Err(Waiver)` (no library, no driver, no device) means the run is waived.
 pub fn load() -> Result<Box<dyn Driver>> {

@@ -8,7 +8,8 @@ use std::sync::atomic::Ordering;
 use anyhow::{Context, Result, bail, ensure};
 use nix::unistd::getppid;
 
-use crate::driver::{self, Driver, uuid_text};
+use crate::barrier;
+use crate::driver::{Driver, uuid_text};
 use crate::ipc::diagnose::Diagnosis;
 use crate::meeting;
 use crate::outcome::Waiver;
@@ -27,6 +28,19 @@ impl std::fmt::Display for RunWaived {
 }
 
 impl std::error::Error for RunWaived {}
+
+/// The run was aborted while this process took part: another process failed, or the parent was interrupted
+/// (or its output's reader went away: then this process ends as quietly as the parent).
+#[derive(Debug)]
+pub struct RunAborted;
+
+impl std::fmt::Display for RunAborted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("stopped: the run was aborted (another process failed or the parent was interrupted)")
+    }
+}
+
+impl std::error::Error for RunAborted {}
 
 /// The process whose run this is, and how to tell that it is gone.
 pub enum Parent<'a> {
@@ -49,10 +63,11 @@ pub fn joined_segment(index: usize, processes: usize, fd: OwnedFd) -> Result<Seg
     Ok(segment)
 }
 
-/// The CUDA driver, for process `index`: where this process sees no GPU at all (a container given none,
-/// `CUDA_VISIBLE_DEVICES=`), the failure says which GPU the run gives it and what gives it that GPU.
-pub fn driver(state: &SharedState, index: usize) -> Result<Box<dyn Driver>> {
-    driver::load().map_err(|e| match (e.downcast_ref::<Waiver>(), state.device_uuid_of(index)) {
+/// The CUDA driver, for process `index`, as `loaded` (read once the plan is there): where this process sees
+/// no GPU at all (a container given none, `CUDA_VISIBLE_DEVICES=`), the failure says which GPU the run
+/// gives it and what gives it that GPU.
+pub fn driver(state: &SharedState, index: usize, loaded: Result<Box<dyn Driver>>) -> Result<Box<dyn Driver>> {
+    loaded.map_err(|e| match (e.downcast_ref::<Waiver>(), state.device_uuid_of(index)) {
         (Some(none), Some(uuid)) => lacks_gpu(index, &uuid_text(&uuid), &none.to_string()).into(),
         _ => not_waived(e.context("starting CUDA")),
     })
@@ -116,24 +131,39 @@ pub fn device(driver: &dyn Driver, state: &SharedState, index: usize) -> Result<
 }
 
 /// Maps the parent's segment (`simpleIPCshm<getppid()>`), inherited as descriptor `segment_fd`, after
-/// checking it. Returns the segment and the parent's pid.
+/// checking it. Returns the segment and the parent's pid. The run's plan may not be in it yet (see
+/// [`wait_for_the_plan`]).
 pub fn segment(index: usize, segment_fd: Option<i32>) -> Result<(Segment, i32)> {
+    ensure!(
+        index < segment::MAX_PROCESSES,
+        "this is process {index}; a run has at most {} processes",
+        segment::MAX_PROCESSES
+    );
     let parent_pid = getppid().as_raw();
-    let name = segment::name_for(parent_pid as u32);
-    say!("CP: lshmName = {name}")?;
     let segment = segment_fd
         .context("no segment descriptor: children are started by the parent, not by hand")
         .and_then(Segment::open_inherited)
         .context("Failed to create shared memory slab")?;
-    let state = segment.state();
-    let n = state.process_count();
-    ensure!(index < n, "this is process {index}, but the segment has {n} processes");
-    let creator = state.parent_pid.load(Ordering::Relaxed);
+    let creator = segment.state().parent_pid.load(Ordering::Relaxed);
     ensure!(
         creator == parent_pid as u32,
         "the segment was made by process {creator}, not by our parent {parent_pid}"
     );
     Ok((segment, parent_pid))
+}
+
+/// Waits until the parent has written the run's plan (`describe_run`: how many processes, who runs where,
+/// the mechanism): the first device's children start before the devices are chosen. `Err(RunWaived)`
+/// where the parent waived the run instead. Then checks that the plan has a place for process `index`.
+pub fn wait_for_the_plan(state: &SharedState, index: usize, parent: &Parent) -> Result<()> {
+    let stop = || still_running(state, parent);
+    let planning = segment::RunState::Planning as u32;
+    barrier::wait_until(&state.run_state, |s| s != planning, &stop)?;
+    stop()?;
+    state.validate_plan().context("Failed to create shared memory slab")?;
+    let n = state.process_count();
+    ensure!(index < n, "this is process {index}, but the segment has {n} processes");
+    Ok(())
 }
 
 /// The stop check of every wait in a process attached to the parent's segment (a child, a joiner, the
@@ -144,7 +174,7 @@ pub fn still_running(state: &SharedState, parent: &Parent) -> Result<()> {
         return Err(RunWaived.into());
     }
     if state.run_state() == segment::RunState::Aborted {
-        bail!("stopped: the run was aborted (another process failed or the parent was interrupted)");
+        return Err(RunAborted.into());
     }
     match parent {
         Parent::Pid(pid) if getppid().as_raw() != *pid => bail!("stopped: the parent process {pid} is gone"),

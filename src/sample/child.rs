@@ -15,7 +15,7 @@ use super::attach;
 use super::extras::{ChildExtras, WriteOrder};
 use super::verify::{expected_byte, find_mismatches};
 use crate::barrier;
-use crate::driver::Driver;
+use crate::driver::{self, Driver};
 use crate::gpu::Stream;
 use crate::gpu::host_buffer::{self, HostBuffer};
 use crate::gpu::kernel::SimpleKernel;
@@ -39,26 +39,41 @@ pub(crate) fn child_process(
     let watch = Stopwatch::start(Who::Child(index), Phase::Attach)?;
     let (segment, parent_pid) = attach::segment(index, segment_fd)?;
     let socket = socket_fd.map(|fd| inherit::take(fd, "descriptor socket")).transpose()?;
-    take_part(index, watch, &segment, socket, &attach::Parent::Pid(parent_pid), extras)
+    take_part(index, watch, &segment, socket, &attach::Parent::Pid(parent_pid), driver::load, extras)
 }
 
 /// Everything a child does once it has its segment, whoever handed it over (its parent, or the server it
-/// joined: see `join`), with `socket` the one its buffers' descriptors come over (vmm and pool).
+/// joined: see `join`), with `socket` the one its buffers' descriptors come over (vmm and pool), and
+/// `start_cuda` what starts CUDA in this process (`cuInit`; a joiner began it as it started).
 pub(crate) fn take_part(
     index: usize,
     watch: Stopwatch,
     segment: &Segment,
     socket: Option<OwnedFd>,
     parent: &attach::Parent,
+    start_cuda: impl FnOnce() -> Result<Box<dyn Driver>>,
     extras: &dyn ChildExtras,
 ) -> Result<()> {
     let state = segment.state();
     let mut watch = watch.report_to(&state.progress[index]);
+    let stop = move || -> Result<()> { attach::still_running(state, parent) };
+
+    // CUDA first: the first device's children start while the parent is still choosing the devices.
+    watch.enter(Phase::CudaStart)?;
+    let cuda = start_cuda();
+    // Then the plan: how many processes, who runs where, the mechanism. A parent that found no GPU either
+    // waives the run, and this process stops without a word.
+    attach::wait_for_the_plan(state, index, parent)?;
+    if let attach::Parent::Pid(pid) = parent {
+        // The original's first line, once the run goes on (a joiner said it as it joined).
+        say!("CP: lshmName = {}", segment::name_for(*pid as u32))?;
+    }
+    let cuda = attach::driver(state, index, cuda)?;
+    let driver: &dyn Driver = &*cuda;
     let n = state.process_count();
     let mechanism = Mechanism::from_code(state.mechanism.load(Ordering::Relaxed))
         .context("the segment names an IPC mechanism this program does not know")?;
-    let stop = move || -> Result<()> { attach::still_running(state, parent) };
-    // Faulting in the host buffer for the copy back needs no CUDA: it runs while CUDA starts.
+    // Faulting in the host buffer for the copy back needs no CUDA: it runs while the context is made.
     let size = state.data_size();
     let host_memory = std::thread::Builder::new()
         .spawn(move || host_buffer::fault_in(size))
@@ -66,9 +81,6 @@ pub(crate) fn take_part(
 
     // cudaSetDevice(shm->devices[id]), cudaGetDeviceProperties, cudaStreamCreateWithFlags, and the kernel's
     // grid from cudaOccupancyMaxActiveBlocksPerMultiprocessor.
-    watch.enter(Phase::CudaStart)?;
-    let cuda = attach::driver(state, index)?;
-    let driver: &dyn Driver = &*cuda;
     let device = attach::device(driver, state, index)?;
 
     watch.enter(Phase::Context)?;
@@ -164,7 +176,7 @@ pub(crate) fn take_part(
     say!("Process {index} complete!")?;
     // The parent may free the buffers now, while this process ends, and its CUDA context with it.
     state.finished.fetch_add(1, Ordering::AcqRel);
-    cuda.end_with_the_process();
+    extras.leave_cuda(cuda);
     Ok(())
 }
 

@@ -15,7 +15,7 @@ use super::extras::Processes;
 use crate::peers::{self, PeerFailed, Peers};
 use crate::relaunch::{Ended, OnDrop, Process, Relaunch};
 use crate::role::{Child, Role};
-use crate::segment::{Segment, SharedState};
+use crate::segment::Segment;
 use crate::sigbus;
 use crate::timings::{Timeout, progress_of};
 
@@ -55,10 +55,13 @@ fn failed(index: usize, ended: Ended) -> Option<PeerFailed> {
 
 /// The running children of one run, with the segment they share.
 pub struct Children<'s> {
-    state: &'s SharedState,
+    segment: &'s Segment,
     running: Vec<Running>,
     /// When the watchdog stops the run (`--timeout`); `None`: never.
     deadline: Option<(Instant, Duration)>,
+    /// The benchmark's producer, and `--quiet`: what each child is told.
+    bench: bool,
+    quiet: bool,
 }
 
 impl<'s> Children<'s> {
@@ -75,14 +78,28 @@ impl<'s> Children<'s> {
         started: Instant,
         timeout: Timeout,
     ) -> Result<Self> {
-        let state = segment.state();
         let deadline = timeout.deadline_from(started);
-        let mut children = Self { state, running: Vec::with_capacity(indices.len()), deadline };
-        let fd = segment.fd();
+        let mut children = Self { segment, running: Vec::new(), deadline, bench, quiet };
+        // On error, `children` is dropped here and stops the ones already started.
+        children.spawn_more(indices, sockets)?;
+        Ok(children)
+    }
+
+    /// Starts a child for each index more, as [`Children::spawn`] does: the first device's children start
+    /// before the devices are chosen, the others once they are.
+    pub fn spawn_more(&mut self, indices: Range<usize>, sockets: &[OwnedFd]) -> Result<()> {
+        let fd = self.segment.fd();
         let first = indices.start;
+        self.running.reserve(indices.len());
         for index in indices {
             let socket = sockets.get(index - first).map(AsRawFd::as_raw_fd);
-            let child = Child { index: index as u32, segment_fd: Some(fd), socket_fd: socket, bench, quiet };
+            let child = Child {
+                index: index as u32,
+                segment_fd: Some(fd),
+                socket_fd: socket,
+                bench: self.bench,
+                quiet: self.quiet,
+            };
             let mut start = Relaunch::new(format!("process {index}"));
             start.args(Role::Child(child).to_args()).keep(fd);
             if let Some(socket) = socket {
@@ -91,10 +108,9 @@ impl<'s> Children<'s> {
             // Stopped by the abort flag in the segment (see `stop`), then killed.
             start.death_signal(Signal::SIGKILL);
             start.on_drop(OnDrop::Stop { signal: None, grace: GRACE });
-            // On error, `children` is dropped here and stops the ones already started.
-            children.running.push(Running { index, process: start.spawn()? });
+            self.running.push(Running { index, process: start.spawn()? });
         }
-        Ok(children)
+        Ok(())
     }
 
     /// Which children are still running, and the phase each one reported last.
@@ -103,7 +119,8 @@ impl<'s> Children<'s> {
             .running
             .iter()
             .map(|child| {
-                let word = self.state.progress[child.index].load(std::sync::atomic::Ordering::Acquire);
+                let word =
+                    self.segment.state().progress[child.index].load(std::sync::atomic::Ordering::Acquire);
                 let stopped = if child.process.is_stopped() { ", stopped (SIGSTOP)" } else { "" };
                 format!("process {} was {}{stopped}", child.index, progress_of(word))
             })
@@ -159,7 +176,7 @@ impl<'s> Children<'s> {
         if self.running.is_empty() {
             return;
         }
-        self.state.abort();
+        self.segment.state().abort();
         let killed = crate::relaunch::stop_all(self.running.iter_mut().map(|child| &mut child.process));
         for (child, _) in self.running.drain(..).zip(killed).filter(|(_, killed)| *killed) {
             if let Some(failed) = failed {
@@ -172,6 +189,10 @@ impl<'s> Children<'s> {
 impl Processes for Children<'_> {
     fn wait(&mut self, enough: &dyn Fn() -> bool, tick: &mut dyn FnMut()) -> Result<()> {
         peers::wait(self, enough, tick, || None)
+    }
+
+    fn check_alive(&mut self) -> Result<()> {
+        self.check_all_alive()
     }
 
     fn stop(&mut self) {

@@ -49,11 +49,18 @@ pub(super) struct Exporter<'a, 'd> {
 impl<'d> Exporter<'_, 'd> {
     /// Makes each chosen device's context current, allocates and exports every process's buffer and event
     /// into the segment (and, for vmm and pool, sends every child the descriptors), then lets the children go
-    /// on. Several devices are set up in parallel, one thread each. `next` is the phase the parent enters when
-    /// the handles are published.
-    pub(super) fn export_all(self, watch: &mut Stopwatch, next: Phase) -> Result<Vec<ProcessExports<'d>>> {
+    /// on. Several devices are set up in parallel, one thread each, while this thread calls `meanwhile` every
+    /// millisecond (the processes already started are watched, joiners admitted). `next` is the phase the
+    /// parent enters when the handles are published.
+    pub(super) fn export_all(
+        self,
+        watch: &mut Stopwatch,
+        next: Phase,
+        meanwhile: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<Vec<ProcessExports<'d>>> {
         let this = &self;
-        let per_device: Vec<Result<(Duration, Indexed<'d>)>> = std::thread::scope(|scope| {
+        type PerDevice<'d> = Vec<Result<(Duration, Indexed<'d>)>>;
+        let per_device = std::thread::scope(|scope| -> Result<PerDevice<'d>> {
             let mut workers = Vec::with_capacity(this.chosen.len());
             for &device in this.chosen {
                 let worker = std::thread::Builder::new()
@@ -61,11 +68,17 @@ impl<'d> Exporter<'_, 'd> {
                     .with_context(|| format!("starting the set-up thread of device {device}"));
                 workers.push(worker);
             }
+            // The workers that failed to start are joined below; a failure meanwhile waits for the others
+            // (the scope joins them) and is the export's.
+            while workers.iter().any(|w| w.as_ref().is_ok_and(|w| !w.is_finished())) {
+                meanwhile()?;
+                std::thread::sleep(Duration::from_millis(1));
+            }
             let joined = workers.into_iter().map(|worker| {
                 worker?.join().unwrap_or_else(|_| Err(anyhow!("a device set-up thread failed")))
             });
-            joined.collect()
-        });
+            Ok(joined.collect())
+        })?;
         let mut exports: Indexed<'d> = Vec::with_capacity(self.process_devices.len());
         let mut slowest_context = Duration::ZERO;
         for result in per_device {

@@ -53,6 +53,12 @@ pub(crate) trait ParentExtras {
     /// Step 3, on each device's set-up thread.
     fn export(&self) -> &dyn ExportExtras;
 
+    /// Step 4, known from the start: whether the children are this program's own (`false` where others
+    /// come instead, below); the first device's are started before the devices are chosen.
+    fn children_come(&self) -> bool {
+        true
+    }
+
     /// Step 4: the processes that come instead of the children (`--serve`: they join; `--isolate`: started
     /// in namespaces of their own, they join); `None`: the children.
     fn others<'s>(
@@ -168,6 +174,12 @@ pub(crate) trait ChildExtras {
 
     /// Step 8, before the comparison: a test fault may change the copy of the buffer.
     fn before_comparing(&self, _data: &mut [u8], _expected: u8) {}
+
+    /// Step 9, once it said it finished: CUDA is left to the process's exit, which follows, as the original's
+    /// child leaves it (a joiner, whose exit waits for the server's word, releases it now instead).
+    fn leave_cuda(&self, cuda: Box<dyn Driver>) {
+        cuda.end_with_the_process();
+    }
 }
 
 /// The run's other processes, however they came: the children (`spawnProcess`), or the processes that the
@@ -176,6 +188,9 @@ pub(crate) trait Processes {
     /// `waitProcess` for each: returns once each has ended well, or `enough()`, calling `tick` as it
     /// watches; the first failure stops the others (see `peers::wait`).
     fn wait(&mut self, enough: &dyn Fn() -> bool, tick: &mut dyn FnMut()) -> Result<()>;
+    /// While the parent works (its exports): admits whoever is at the door (joiners), and fails once one has
+    /// ended or the watchdog's deadline has passed.
+    fn check_alive(&mut self) -> Result<()>;
     /// Stops them all: the run was waived after they started.
     fn stop(&mut self);
 }

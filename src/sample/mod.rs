@@ -14,7 +14,9 @@
 //!    themselves are three steps down: `ipc::ExportedBuffer::allocate` picks the mechanism, `ipc/legacy.rs`
 //!    `export` makes the handle, and the driver's `cuIpcGetMemHandle` is in `driver/cuda/ipc.rs`; the
 //!    event's in `ipc/events.rs` (`IpcEvent::create`).
-//! 4. spawn: `spawnProcess`, this program again once per process (`sample/children.rs`, `Children::spawn`).
+//! 4. spawn: `spawnProcess`, this program again once per process (`sample/children.rs`, `Children::spawn`);
+//!    the first device's processes are started before step 2, so that their `cuInit` runs beside the
+//!    parent's, and wait in the segment for the plan (`attach::wait_for_the_plan`).
 //! 5. wait: `waitProcess`, "Process %d failed!" (`parent_process`; `Children` through `peers::wait`).
 //! 6. open, in `childProcess` (`sample/child.rs`: `child_process` does `sharedMemoryOpen`, `take_part` the
 //!    rest): `cudaIpcOpenMemHandle` and `cudaIpcOpenEventHandle` for every process.
@@ -29,7 +31,8 @@
 //!    order is the order those values are declared in, which the comments there say.
 //!
 //! What the port adds to the story itself: the segment is an anonymous memfd that the children inherit,
-//! the children start while the parent exports (`--sequential`: the original's order), every wait can be
+//! the children start before the parent has chosen the devices (the first device's) or while it exports
+//! (`--sequential`: the original's order), every wait can be
 //! stopped (`attach`, `barrier`), and there are mechanisms besides the original's legacy handles (`--ipc
 //! vmm`, `pool`, `fabric`, in `ipc`). The tool's branches (serving and isolation, pidfd descriptors, memops
 //! ordering, NUMA, test faults, MPS, the report) are outside, in `tool`, and reach the story only through

@@ -3,8 +3,9 @@
 //! them (step 5) and the clean-up (step 9). Each step is a few lines here; the tool's options reach it
 //! through [`ParentExtras`].
 //!
-//! Unlike the original, the children start as soon as the devices are chosen, so that their CUDA start-up
-//! overlaps the parent's allocations; they wait in the segment until the handles are there (`--sequential`
+//! Unlike the original, the children start before the parent's exports: the first device's even before the
+//! parent starts CUDA (they start theirs meanwhile, then wait in the segment for the plan), the others as
+//! soon as the devices are chosen; they wait in the segment until the handles are there (`--sequential`
 //! keeps the original's order). Ownership sets the clean-up order: the exports are declared before the
 //! children, so the children are stopped and reaped before any buffer is freed.
 
@@ -50,25 +51,60 @@ pub(crate) fn parent_process(
     let started = Instant::now();
     let mut watch = Stopwatch::start(Who::Parent, Phase::CudaStart)?;
     say!("PP: lshmName = {}", segment::name_for(std::process::id()))?;
-    // Step 1, sharedMemoryCreate: the segment simpleIPCshm<pid> (`segment`); then step 2, the original's
-    // device filter: unified addressing, the default compute mode, peers both ways (`devices::select`).
-    let setup = match setup::start(|| watch.enter(Phase::DeviceSelection), found)? {
-        Ok(setup) => setup,
-        Err(waiver) => return Ok(waiver.into()),
-    };
-    // Dropped in the reverse order: the guardian (which removes the driver's files for our events if we are
-    // killed) outlives the exports, declared later, and the segment outlives all.
-    let setup::Setup { segment, guardian, cuda, chosen } = setup;
+    // Step 1, sharedMemoryCreate: the segment simpleIPCshm<pid> (`segment`), and the guardian, which removes
+    // the driver's files for our events if we are killed. Dropped in the reverse order of these declarations:
+    // the children first (stopped and reaped), then the exports (events destroyed, buffers freed), CUDA,
+    // the guardian, and the segment last.
+    let (segment, guardian) = setup::segment_and_guardian()?;
     let state = segment.state();
+    let cuda: Box<dyn Driver>;
+    let exports;
+    let mut children: Box<dyn Processes + '_>;
+    // Step 4, begun: where the children are this program's own, the first device's start now, so that their
+    // CUDA start overlaps the parent's; they wait in the segment until the devices are chosen (`--sequential`
+    // keeps the original's order: every child once everything is exported).
+    let early = match extras.children_come() && !sample.sequential && setup::cuda_library_here() {
+        true => sample.procs_per_device.min(segment::MAX_PROCESSES),
+        false => 0,
+    };
+    let (mut sockets, their_sockets) = descriptor_sockets(mechanism, extras.descriptor_sockets(early))?;
+    let mut first = None;
+    if early > 0 {
+        first = Some(Children::spawn(
+            &segment,
+            0..early,
+            false,
+            sample.quiet,
+            &their_sockets,
+            started,
+            sample.timeout,
+        )?);
+    }
+    drop(their_sockets);
+    // A waiver once children started: they stop quietly (the parent says why).
+    let waived = |first: Option<Children>, waiver: Waiver| -> Result<Outcome> {
+        state.waive();
+        drop(first);
+        Ok(waiver.into())
+    };
+    // Step 2, the original's device filter: unified addressing, the default compute mode, peers both ways
+    // (`devices::select`).
+    let chosen = match setup::cuda_and_devices(|| watch.enter(Phase::DeviceSelection), found)? {
+        Ok((driver, chosen)) => {
+            cuda = driver;
+            chosen
+        }
+        Err(waiver) => return waived(first, waiver),
+    };
     let driver: &dyn Driver = &*cuda;
     // Step 2, continued: of those, the devices fit for the mechanism ("No CUDA devices support IPC": none).
     let (chosen, process_devices) = match fit_devices(sample, extras, driver, &chosen)? {
         Ok(fit) => fit,
-        Err(waiver) => return Ok(waiver.into()),
+        Err(waiver) => return waived(first, waiver),
     };
     let n = process_devices.len();
     extras.devices_chosen(driver, &chosen, n)?;
-    // shm->nprocesses and shm->devices: who runs where, written before any child starts.
+    // shm->nprocesses and shm->devices: who runs where; the children that started wait for it.
     let uuids =
         process_devices.iter().map(|&d| Ok(driver.device_info(d)?.uuid)).collect::<Result<Vec<_>>>()?;
     state.describe_run(&RunPlan {
@@ -82,7 +118,9 @@ pub(crate) fn parent_process(
 
     // Step 3, export: every process's buffer and event, their handles into the segment (`export`). vmm and
     // pool: a socket per child, whose other end it inherits, for the descriptors.
-    let (sockets, mut their_sockets) = descriptor_sockets(mechanism, extras.descriptor_sockets(n))?;
+    let (more_sockets, mut their_sockets) =
+        descriptor_sockets(mechanism, extras.descriptor_sockets(n).saturating_sub(sockets.len()))?;
+    sockets.extend(more_sockets);
     let exporter = Exporter {
         driver,
         state,
@@ -94,29 +132,36 @@ pub(crate) fn parent_process(
         guardian: &guardian,
     };
     // Step 4, spawnProcess once per process: this program again, as child INDEX with the segment
-    // (`Children::spawn`); or the processes the tool lets in instead (`--serve`, `--isolate`).
-    let spawn = |their_sockets: &mut Vec<_>| -> Result<Box<dyn Processes + '_>> {
-        Ok(match extras.others(&segment, &guardian, n, their_sockets, started)? {
-            Some(others) => others,
-            None => Box::new(Children::spawn(
-                &segment,
-                0..n,
-                false,
-                sample.quiet,
-                their_sockets,
-                started,
-                sample.timeout,
-            )?),
-        })
+    // (`Children::spawn`), those not started yet; or the processes the tool lets in instead (`--serve`,
+    // `--isolate`).
+    let (segment, guardian) = (&segment, &guardian);
+    let spawn = move |their_sockets: &mut Vec<_>| {
+        let processes: Box<dyn Processes + '_> = match first {
+            Some(mut first) => {
+                first.spawn_more(early..n, their_sockets)?;
+                Box::new(first)
+            }
+            None => match extras.others(segment, guardian, n, their_sockets, started)? {
+                Some(others) => others,
+                None => Box::new(Children::spawn(
+                    segment,
+                    0..n,
+                    false,
+                    sample.quiet,
+                    their_sockets,
+                    started,
+                    sample.timeout,
+                )?),
+            },
+        };
+        anyhow::Ok(processes)
     };
     // The original exports, then spawns (`--sequential`); here the children start first, so that their CUDA
-    // start-up overlaps the exports. Declared before the children: dropped (events destroyed, buffers freed)
-    // after them.
-    let exports;
-    let mut children;
+    // start-up overlaps the exports.
     if sample.sequential {
         watch.enter(Phase::AllocateExport)?;
-        exports = match missing_waived(exporter.export_all(&mut watch, Phase::StartChildren))? {
+        exports = match missing_waived(exporter.export_all(&mut watch, Phase::StartChildren, &mut || Ok(())))?
+        {
             Ok(exported) => exported,
             Err(reason) => return Ok(lacking(mechanism, reason).into()),
         };
@@ -125,7 +170,9 @@ pub(crate) fn parent_process(
         watch.enter(Phase::StartChildren)?;
         children = spawn(&mut their_sockets)?;
         watch.enter(Phase::AllocateExport)?;
-        exports = match missing_waived(exporter.export_all(&mut watch, Phase::WaitChildren))? {
+        // Meanwhile, the processes are watched, and joiners admitted as they come.
+        let exported = exporter.export_all(&mut watch, Phase::WaitChildren, &mut || children.check_alive());
+        exports = match missing_waived(exported)? {
             Ok(exported) => exported,
             Err(reason) => {
                 state.waive();

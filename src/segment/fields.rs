@@ -10,15 +10,18 @@ use super::{HANDLE_SIZE, HandleBytes};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u32)]
 pub enum RunState {
-    /// Header and devices written; buffers and events not yet exported.
-    Starting = 0,
+    /// Only the header is written: the parent is still choosing the devices (the first device's children
+    /// start CUDA meanwhile), so the number of processes and who runs where are not known yet.
+    Planning = 0,
+    /// The plan is written (`nprocesses`, `devices`, the mechanism); buffers and events not yet exported.
+    Starting = 1,
     /// Every handle is in the segment: children may open them.
-    Ready = 1,
+    Ready = 2,
     /// A process failed or the run was interrupted: everybody stops.
-    Aborted = 2,
-    /// The parent found the mechanism missing once the children had started: everybody stops, quietly
-    /// (nothing failed).
-    Waived = 3,
+    Aborted = 3,
+    /// The parent waived the run once children had started (no device, or the mechanism missing):
+    /// everybody stops, quietly (nothing failed).
+    Waived = 4,
 }
 
 /// One IPC handle's 64 bytes, as atomics.

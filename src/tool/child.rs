@@ -31,13 +31,14 @@ pub fn take_part(
     segment: &Segment,
     socket: Option<OwnedFd>,
     parent: &Parent,
+    start_cuda: impl FnOnce() -> Result<Box<dyn Driver>>,
 ) -> Result<()> {
     let server = match parent {
         Parent::Server { connection, .. } => Some(*connection),
         Parent::Pid(_) => None,
     };
     let options = Options { index, server };
-    said_it_finished(story::take_part(index, watch, segment, socket, parent, &options))
+    said_it_finished(story::take_part(index, watch, segment, socket, parent, start_cuda, &options))
 }
 
 /// A process the `lie` fault names ended here, having said in the segment that it finished.
@@ -154,5 +155,14 @@ impl ChildExtras for Options<'_> {
 
     fn before_comparing(&self, data: &mut [u8], expected: u8) {
         fault::corrupt_if_asked(Who::Child(self.index), data, expected);
+    }
+
+    fn leave_cuda(&self, cuda: Box<dyn Driver>) {
+        match self.server {
+            // A joiner's exit waits for the server, which checks every buffer itself meanwhile: its context
+            // is released while it does.
+            Some(_) => drop(cuda),
+            None => cuda.end_with_the_process(),
+        }
     }
 }

@@ -135,6 +135,10 @@ impl ParentExtras for RunExtras<'_> {
         &self.export
     }
 
+    fn children_come(&self) -> bool {
+        self.run.serve.is_none() && self.run.isolate.is_none()
+    }
+
     fn others<'s>(
         &'s self,
         segment: &'s Segment,

@@ -80,6 +80,16 @@ impl Processes for Team<'_> {
         }
     }
 
+    fn check_alive(&mut self) -> Result<()> {
+        match self {
+            Team::Joined(joiners) => joiners.check_alive(),
+            Team::Isolated(joiners, launched) => match launched.ended_early() {
+                Some(ended) => Err(ended),
+                None => joiners.check_alive(),
+            },
+        }
+    }
+
     fn stop(&mut self) {
         match self {
             Team::Joined(joiners) | Team::Isolated(joiners, ..) => joiners.stop(),

@@ -33,6 +33,7 @@ use std::sync::Mutex;
 
 use anyhow::{Result, anyhow, bail};
 use cudarc::driver::result::{self, DriverError};
+use cudarc::driver::sys::culib as keep_the_library;
 use cudarc::driver::sys::{self, CUresult};
 
 use super::error::CallFailed;
@@ -104,6 +105,19 @@ fn means_no_gpu(result: CUresult) -> bool {
 }
 
 impl CudaDriver {
+    /// Whether `libcuda` loads here; it stays loaded, so that [`CudaDriver::load`] finds it at once.
+    pub fn library_here() -> bool {
+        // `sys`: the result layer has no such test. SAFETY: only dlopens the library by its usual names (its
+        // initialisers start nothing); nothing is called through it.
+        let present = unsafe { sys::is_culib_present() };
+        if present {
+            // SAFETY: as above; `culib` opens the library just found (it cannot miss it) and keeps it for the
+            // process's life.
+            let _ = unsafe { keep_the_library() };
+        }
+        present
+    }
+
     /// Loads `libcuda` and initialises it; `Waiver` when this machine has no usable GPU.
     pub fn load() -> Result<Self> {
         // `sys`: the result layer has no such test. SAFETY: only tries to dlopen the library by its usual
