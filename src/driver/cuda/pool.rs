@@ -91,11 +91,14 @@ impl Pools for CudaDriver {
     }
 
     unsafe fn pool_free(&self, p: DevicePtr) -> Result<()> {
-        // cuMemFree, which frees a pool's allocation (or an imported pointer) at once, as cuMemPoolImportPointer
-        // allows: cuMemFreeAsync on the null stream, then its synchronisation, cost a process's first free
-        // about 10 ms more on driver 580 (the null stream's first use), on the children's path to the end.
+        // A process's first cuMemFreeAsync costs 8-12 ms on driver 580, on any stream; cuMemFree is quicker
+        // for an imported pointer, but compute-sanitizer then counts the import as leaked (H200 host, see
+        // docs/measurements.md), so the documented free it is.
+        let null_stream: sys::CUstream = std::ptr::null_mut();
         // SAFETY: the caller frees each pointer once, with no work pending on it.
-        unsafe { result::free_sync(ptr(p)) }.named("cuMemFree")
+        unsafe { result::free_async(ptr(p), null_stream) }.named("cuMemFreeAsync")?;
+        // SAFETY: the null stream exists as long as the context.
+        unsafe { result::stream::synchronize(null_stream) }.named("cuStreamSynchronize")
     }
 
     unsafe fn pool_destroy(&self, p: RawPool) -> Result<()> {

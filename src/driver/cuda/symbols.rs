@@ -51,6 +51,7 @@ const CALLED: &[&str] = &[
     "cuLaunchKernel",
     "cuMemPoolCreate",
     "cuMemAllocFromPoolAsync",
+    "cuMemFreeAsync",
     "cuMemPoolDestroy",
     // Through `sys`, which alone has them.
     "cuDriverGetVersion",
@@ -159,6 +160,7 @@ mod tests {
         ("launch_kernel", "cuLaunchKernel"),
         ("mem_pool::create", "cuMemPoolCreate"),
         ("mem_pool::alloc_async", "cuMemAllocFromPoolAsync"),
+        ("free_async", "cuMemFreeAsync"),
         ("mem_pool::destroy", "cuMemPoolDestroy"),
     ];
 
