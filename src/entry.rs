@@ -214,6 +214,10 @@ fn ended_by(who: &str, e: &anyhow::Error) -> Ending {
         e if e.chain().any(|cause| cause.is::<crate::sample::attach::RunWaived>()) => {
             (Status::Waived, e.to_string(), EXIT_WAIVED)
         }
+        // A child whose parent ended the run before its plan: the parent says why.
+        e if e.chain().any(|cause| cause.is::<crate::sample::attach::NoPlan>()) => {
+            (Status::Failed, e.to_string(), EXIT_FAILURE)
+        }
         // The simulation was asked what it does not model: a limit of this test's, not a failure of CUDA
         // IPC, and waived as the container matrix's cells are ("not simulated").
         e if let Some(what) = beyond_the_simulation(e) => {

@@ -96,32 +96,43 @@ pub(crate) fn wait<P: Peers>(
         if enough() {
             return Ok(());
         }
-        if let Err(stopped) = signals::check().and_then(|()| peers.check_deadline()) {
-            peers.stop(None);
-            return Err(stopped);
-        }
-        if let Some(failure) = peers.look()? {
-            let seen = Instant::now();
-            let verdict = failure.verdict();
-            let Some(failure) = verdict.downcast_ref::<PeerFailed>() else {
-                // The reader went away, or the whole group was stopped: no peer is to blame.
-                peers.stop(None);
-                return Err(verdict);
-            };
-            peers.stop(Some(failure.index));
-            warn!(
-                "simple-ipc: {} {:.0} ms after process {} was seen to fail",
-                P::STOPPED,
-                seen.elapsed().as_secs_f64() * 1e3,
-                failure.index
-            );
-            return Err(verdict);
-        }
-        if let Some(failure) = ended_early() {
-            peers.stop(None);
-            return Err(failure);
-        }
+        look_once(peers, &mut ended_early)?;
         std::thread::sleep(POLL);
+    }
+    Ok(())
+}
+
+/// One look of [`wait`], for a process that works while its peers run (the parent while it exports): a stop
+/// signal or the deadline stops them all; the first peer that failed stops the others and is the error,
+/// said as `wait` says it.
+pub(crate) fn look_once<P: Peers>(
+    peers: &mut P,
+    mut ended_early: impl FnMut() -> Option<anyhow::Error>,
+) -> Result<()> {
+    if let Err(stopped) = signals::check().and_then(|()| peers.check_deadline()) {
+        peers.stop(None);
+        return Err(stopped);
+    }
+    if let Some(failure) = peers.look()? {
+        let seen = Instant::now();
+        let verdict = failure.verdict();
+        let Some(failure) = verdict.downcast_ref::<PeerFailed>() else {
+            // The reader went away, or the whole group was stopped: no peer is to blame.
+            peers.stop(None);
+            return Err(verdict);
+        };
+        peers.stop(Some(failure.index));
+        warn!(
+            "simple-ipc: {} {:.0} ms after process {} was seen to fail",
+            P::STOPPED,
+            seen.elapsed().as_secs_f64() * 1e3,
+            failure.index
+        );
+        return Err(verdict);
+    }
+    if let Some(failure) = ended_early() {
+        peers.stop(None);
+        return Err(failure);
     }
     Ok(())
 }

@@ -222,6 +222,29 @@ fn a_run_waived_after_its_first_children_started_is_the_parents_words_alone() {
     common::assert_run_clean(pid, "protocol");
 }
 
+/// A parent that fails before it has chosen the devices (a fault there; more processes than a run can have)
+/// fails alone: the children it started early stop without a word of their own.
+#[test]
+fn a_parent_failing_before_the_plan_is_the_only_one_to_say_so() {
+    let cases: [(&str, &[&str], Option<&str>); 2] = [
+        ("ok,ok", &["--procs-per-device", "2"], Some("parent@device-selection:error")),
+        ("ok,ok", &["--procs-per-device", "17"], None),
+    ];
+    for (gpus, args, fault) in cases {
+        let mut command = simulated(gpus);
+        command.args(args);
+        if let Some(fault) = fault {
+            command.env(FAULT, fault);
+        }
+        let (pid, out) = common::run_with_pid(&mut command);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", text(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("Process "), "{args:?}: a child spoke: {stderr}");
+        assert!(String::from_utf8_lossy(&out.stdout).contains("FAILED (exit 1)"), "{}", text(&out));
+        common::assert_run_clean(pid, "protocol");
+    }
+}
+
 #[test]
 fn parent_killed_leaves_no_child_and_no_segment() {
     let mut parent = start_hanging_run(4);

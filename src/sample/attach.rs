@@ -29,6 +29,19 @@ impl std::fmt::Display for RunWaived {
 
 impl std::error::Error for RunWaived {}
 
+/// The parent ended the run before it wrote the plan (it failed, or was stopped, choosing the devices): this
+/// process stops, and has nothing to say (the parent says why).
+#[derive(Debug)]
+pub struct NoPlan;
+
+impl std::fmt::Display for NoPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("stopped: the parent ended the run before it chose the devices (it says why)")
+    }
+}
+
+impl std::error::Error for NoPlan {}
+
 /// The run was aborted while this process took part: another process failed, or the parent was interrupted
 /// (or its output's reader went away: then this process ends as quietly as the parent).
 #[derive(Debug)]
@@ -158,8 +171,14 @@ pub fn segment(index: usize, segment_fd: Option<i32>) -> Result<(Segment, i32)> 
 pub fn wait_for_the_plan(state: &SharedState, index: usize, parent: &Parent) -> Result<()> {
     let stop = || still_running(state, parent);
     let planning = segment::RunState::Planning as u32;
-    barrier::wait_until(&state.run_state, |s| s != planning, &stop)?;
-    stop()?;
+    let before_the_plan = |e: anyhow::Error| match e.is::<RunAborted>() && state.process_count() == 0 {
+        // An abort with no plan written is the parent's ending (a signal, or the parent gone, is said as
+        // ever; an abort once the plan is there, a failure of another process, too).
+        true => NoPlan.into(),
+        false => e,
+    };
+    barrier::wait_until(&state.run_state, |s| s != planning, &stop).map_err(before_the_plan)?;
+    stop().map_err(before_the_plan)?;
     state.validate_plan().context("Failed to create shared memory slab")?;
     let n = state.process_count();
     ensure!(index < n, "this is process {index}, but the segment has {n} processes");

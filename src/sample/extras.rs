@@ -188,8 +188,8 @@ pub(crate) trait Processes {
     /// `waitProcess` for each: returns once each has ended well, or `enough()`, calling `tick` as it
     /// watches; the first failure stops the others (see `peers::wait`).
     fn wait(&mut self, enough: &dyn Fn() -> bool, tick: &mut dyn FnMut()) -> Result<()>;
-    /// While the parent works (its exports): admits whoever is at the door (joiners), and fails once one has
-    /// ended or the watchdog's deadline has passed.
+    /// While the parent works (its exports), one look of `wait`: admits whoever is at the door (joiners); the
+    /// first that failed, a stop signal or the watchdog's deadline stops them all, and is the error.
     fn check_alive(&mut self) -> Result<()>;
     /// Stops them all: the run was waived after they started.
     fn stop(&mut self);

@@ -63,8 +63,9 @@ pub(crate) fn parent_process(
     // Step 4, begun: where the children are this program's own, the first device's start now, so that their
     // CUDA start overlaps the parent's; they wait in the segment until the devices are chosen (`--sequential`
     // keeps the original's order: every child once everything is exported).
+    // (--procs-per-device is at most MAX_PROCESSES, the parser's bound.)
     let early = match extras.children_come() && !sample.sequential && setup::cuda_library_here() {
-        true => sample.procs_per_device.min(segment::MAX_PROCESSES),
+        true => sample.procs_per_device,
         false => 0,
     };
     let (mut sockets, their_sockets) = descriptor_sockets(mechanism, extras.descriptor_sockets(early))?;

@@ -82,11 +82,8 @@ impl Processes for Team<'_> {
 
     fn check_alive(&mut self) -> Result<()> {
         match self {
-            Team::Joined(joiners) => joiners.check_alive(),
-            Team::Isolated(joiners, launched) => match launched.ended_early() {
-                Some(ended) => Err(ended),
-                None => joiners.check_alive(),
-            },
+            Team::Joined(joiners) => peers::look_once(joiners, || None),
+            Team::Isolated(joiners, launched) => peers::look_once(joiners, || launched.ended_early()),
         }
     }
 
