@@ -44,38 +44,6 @@ enum Answer {
     SequenceEnded(Vec<RunEnd>),
 }
 
-/// How long past its `--timeout` a joiner has to stop in order before its watchdog ends it.
-const STOP_GRACE: Duration = Duration::from_secs(3);
-
-/// A joiner's last word on its deadline. Its own checks stop it in order where it waits (to connect, to be
-/// admitted, in the barrier); but a call that never returns (a hung GPU, a driver call held up) would keep it
-/// past its `--timeout` for good once its server is gone, for no other process of this program watches it.
-/// A thread of its own says so at the deadline and a grace, and ends the process (exit 1).
-fn watchdog(deadline: Instant, timeout: Duration) {
-    let Some(at) = deadline.checked_add(STOP_GRACE) else { return };
-    let started = Instant::now();
-    let spawned = std::thread::Builder::new().name("watchdog".into()).spawn(move || {
-        while let Some(left) = at.checked_duration_since(Instant::now()).filter(|left| !left.is_zero()) {
-            std::thread::sleep(left);
-        }
-        let why = format!(
-            "this process did not finish within --timeout {} s (nor {} s more to stop in order): its own \
-             watchdog ended it",
-            timeout.as_secs_f64(),
-            STOP_GRACE.as_secs()
-        );
-        warn!("simple-ipc: {why}");
-        let line =
-            crate::verdict::line(crate::report::Status::Failed, Some(&why), None, 1, started.elapsed());
-        let _ = crate::output::verdict(&line);
-        // SAFETY: ends the process at once, without the destructors of a main thread stuck in a call; the
-        // kernel and the driver release what it held.
-        unsafe { nix::libc::_exit(1) }
-    });
-    // Detached: it ends with the process, which ends first where the joiner finishes in time.
-    drop(spawned);
-}
-
 /// `cuInit` begun on a thread of its own as the joiner starts, so that it overlaps the wait for the server.
 /// Dropped unused (a joiner refused, or one of a benchmark, which starts its own), it still waits for the
 /// thread: a process must not exit while a thread is inside the driver.
@@ -113,9 +81,8 @@ impl Drop for CudaStarting {
 pub fn run(joiner: &Joiner, started_by_server: bool) -> Result<Outcome> {
     let (address, timeout, bench) = (&joiner.address, joiner.timeout.limit(), joiner.bench);
     let deadline = joiner.timeout.deadline_from(Instant::now());
-    if let Some((at, timeout)) = deadline {
-        watchdog(at, timeout);
-    }
+    // No other process of this program watches a joiner: a call that never returns would keep it for good.
+    let _watchdog = crate::watchdog::Watchdog::start(deadline);
     // CUDA starts while this process waits for its server and to be admitted (the first run's; each later
     // run of a sequence starts its own).
     let mut cuda = Some(CudaStarting::now()?);

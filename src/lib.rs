@@ -56,4 +56,5 @@ pub(crate) mod timings;
 pub(crate) mod tool;
 pub(crate) mod topology;
 pub(crate) mod verdict;
+pub(crate) mod watchdog;
 pub(crate) mod wire;

@@ -245,6 +245,41 @@ fn a_parent_failing_before_the_plan_is_the_only_one_to_say_so() {
     }
 }
 
+/// A parent held in a call that never returns (a hung cuInit, here a fault in its device selection) while its
+/// first children wait for the plan: its watchdog ends the run at --timeout and its grace, with the verdict,
+/// and nothing of the run is left.
+#[test]
+fn a_parent_that_never_comes_back_is_ended_by_its_watchdog() {
+    let mut command = simulated("ok");
+    command.args(["--timeout", "1", "--procs-per-device", "2"]).env(FAULT, "parent@device-selection:hang");
+    let start = std::time::Instant::now();
+    let child = command
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the binary starts");
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(child.wait_with_output()));
+    let Ok(out) = rx.recv_timeout(Duration::from_secs(15)) else {
+        let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
+        panic!("the run was not ended 15 s in, past --timeout 1 s and the grace");
+    };
+    let out = out.expect("the run's output");
+    let took = start.elapsed();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let last = stdout.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("FAILED (exit 1): this process did not finish within --timeout 1 s")
+            && last.contains("its own watchdog ended it"),
+        "{stdout}"
+    );
+    assert!(took < Duration::from_secs(10), "it took {took:?}");
+    common::assert_run_clean(pid, "protocol");
+}
+
 #[test]
 fn parent_killed_leaves_no_child_and_no_segment() {
     let mut parent = start_hanging_run(4);

@@ -27,6 +27,7 @@ use crate::segment::{self, RunPlan};
 use crate::setup;
 use crate::signals;
 use crate::timings::{Stopwatch, Timeout};
+use crate::watchdog::Watchdog;
 
 /// What the story itself is asked: the mechanism, how many processes per device, in which order the parent
 /// exports and starts them, and what the children are told.
@@ -49,6 +50,9 @@ pub(crate) fn parent_process(
 ) -> Result<Outcome> {
     let mechanism = sample.mechanism;
     let started = Instant::now();
+    // Every wait below looks at --timeout; this ends the run where a call never returns (a hung cuInit, with
+    // the first children waiting for the plan).
+    let _watchdog = Watchdog::start(sample.timeout.deadline_from(started));
     let mut watch = Stopwatch::start(Who::Parent, Phase::CudaStart)?;
     say!("PP: lshmName = {}", segment::name_for(std::process::id()))?;
     // Step 1, sharedMemoryCreate: the segment simpleIPCshm<pid> (`segment`), and the guardian, which removes

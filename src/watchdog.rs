@@ -1,0 +1,71 @@
+//! The last word on a process's `--timeout`: a thread that ends the process where its own checks cannot. Every
+//! wait of the program looks at the deadline and stops a run in order; but a call that never returns (a
+//! `cuInit` or another driver call that hangs, a set-up thread that does not come back) would keep the
+//! process, and the processes that wait for it, past `--timeout` for good. Once the deadline has passed and
+//! a grace more, counted only while the process runs (a run held by Ctrl-Z and continued late still gets its
+//! grace to stop in order), the thread says why, prints the verdict line and ends the process (exit 1): the
+//! kernel and the driver release what it held, its children die with it (`PR_SET_PDEATHSIG`), and its
+//! guardian removes its files.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// How long past the deadline a process has to stop in order before the watchdog ends it.
+pub(crate) const GRACE: Duration = Duration::from_secs(3);
+/// How often the thread looks; a look that comes later than twice this counts as this (the process was
+/// stopped meanwhile).
+const TICK: Duration = Duration::from_millis(50);
+
+/// The watchdog of one process; dropped, it ends (a process that finished in time needs it no more).
+pub(crate) struct Watchdog {
+    disarmed: Arc<AtomicBool>,
+}
+
+impl Watchdog {
+    /// Starts the watchdog for `deadline`, `timeout` after the start (`None`: `--timeout 0`, no watchdog).
+    pub(crate) fn start(deadline: Option<(Instant, Duration)>) -> Option<Self> {
+        let (at, timeout) = deadline?;
+        let disarmed = Arc::new(AtomicBool::new(false));
+        let flag = disarmed.clone();
+        let started = Instant::now();
+        let spawned = std::thread::Builder::new().name("watchdog".into()).spawn(move || {
+            let mut overdue = Duration::ZERO;
+            while overdue < GRACE {
+                let before = Instant::now();
+                std::thread::sleep(TICK);
+                if flag.load(Ordering::Acquire) {
+                    return;
+                }
+                if Instant::now() >= at {
+                    overdue += before.elapsed().min(2 * TICK);
+                }
+            }
+            give_up(timeout, started.elapsed());
+        });
+        // Without its thread a process still has its own checks: it goes on.
+        spawned.ok().map(|_| Self { disarmed })
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.disarmed.store(true, Ordering::Release);
+    }
+}
+
+/// Says why, prints the verdict line and ends the process at once.
+fn give_up(timeout: Duration, ran: Duration) -> ! {
+    let why = format!(
+        "this process did not finish within --timeout {} s (nor {} s more to stop in order): its own \
+         watchdog ended it",
+        timeout.as_secs_f64(),
+        GRACE.as_secs()
+    );
+    warn!("simple-ipc: {why}");
+    let line = crate::verdict::line(crate::report::Status::Failed, Some(&why), None, 1, ran);
+    let _ = crate::output::verdict(&line);
+    // SAFETY: ends the process at once, without the destructors of a main thread stuck in a call; the kernel
+    // and the driver release what it held.
+    unsafe { nix::libc::_exit(1) }
+}
