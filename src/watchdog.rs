@@ -69,3 +69,20 @@ fn give_up(timeout: Duration, ran: Duration) -> ! {
     // and the driver release what it held.
     unsafe { nix::libc::_exit(1) }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A process that finished in time drops its watchdog, which then ends nothing, even with its deadline
+    /// long past (were it not disarmed, it would end this test's process, and the whole test run with it).
+    #[test]
+    fn a_watchdog_dropped_in_time_ends_nothing() {
+        let past = Instant::now().checked_sub(Duration::from_secs(1)).unwrap_or_else(Instant::now);
+        let dog = Watchdog::start(Some((past, Duration::from_secs(1))));
+        assert!(dog.is_some(), "its thread started");
+        drop(dog);
+        std::thread::sleep(GRACE + 4 * TICK);
+        assert!(Watchdog::start(None).is_none(), "--timeout 0: no watchdog");
+    }
+}
