@@ -43,7 +43,7 @@ med = statistics.median
 ONE_GPU = {"CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]}
 PARENT = ["cuda_start", "context", "device_selection", "start_children", "allocate_export", "wait_children", "verify",
           "clean_up", "total"]
-CHILD = ["attach", "cuda_start", "context", "prepare", "wait_ready", "open_handles", "round_robin",
+CHILD = ["attach", "cuda_start", "wait_plan", "context", "prepare", "wait_ready", "open_handles", "round_robin",
          "copy_back", "verify", "clean_up", "total"]
 
 

@@ -8,6 +8,8 @@ pub enum Phase {
     Attach,
     /// `cuInit` (and, for the parent, creating the segment).
     CudaStart,
+    /// A child waits for the parent to choose the devices: the first device's children start before it has.
+    WaitPlan,
     /// Creating the device's context (and a child's stream).
     Context,
     /// The parent chooses the devices and enables peer access.
@@ -36,9 +38,10 @@ pub enum Phase {
 }
 
 impl Phase {
-    pub const ALL: [Phase; 14] = [
+    pub const ALL: [Phase; 15] = [
         Phase::Attach,
         Phase::CudaStart,
+        Phase::WaitPlan,
         Phase::Context,
         Phase::DeviceSelection,
         Phase::StartChildren,
@@ -78,6 +81,7 @@ impl Phase {
     pub const CHILD: &[Phase] = &[
         Phase::Attach,
         Phase::CudaStart,
+        Phase::WaitPlan,
         Phase::Context,
         Phase::Prepare,
         Phase::WaitReady,
@@ -96,6 +100,7 @@ impl Phase {
         match self {
             Phase::Attach => "attach",
             Phase::CudaStart => "cuda_start",
+            Phase::WaitPlan => "wait_plan",
             Phase::Context => "context",
             Phase::DeviceSelection => "device_selection",
             Phase::StartChildren => "start_children",

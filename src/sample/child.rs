@@ -63,6 +63,7 @@ pub(crate) fn take_part(
     let cuda = start_cuda();
     // Then the plan: how many processes, who runs where, the mechanism. A parent that found no GPU either
     // waives the run, and this process stops without a word.
+    watch.enter(Phase::WaitPlan)?;
     attach::wait_for_the_plan(state, index, parent)?;
     if let attach::Parent::Pid(pid) = parent {
         // The original's first line, once the run goes on (a joiner said it as it joined).
