@@ -21,6 +21,21 @@ use nix::unistd::Pid;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
+/// The /dev/shm of this suite's runs: a tmpfs of its own (`common::OwnDevShm`), where this host can make one.
+/// Every isolated run's processes are pid 2 in their namespaces, and the driver names an event's file by its
+/// exporter's pid: another suite's isolated runs, or another program's, in the host's /dev/shm at the same
+/// time would collide with these runs' files, or be taken for files they left.
+static OWN_DEV_SHM: std::sync::OnceLock<Option<common::OwnDevShm>> = std::sync::OnceLock::new();
+
+fn own_dev_shm() -> Option<&'static common::OwnDevShm> {
+    OWN_DEV_SHM.get_or_init(|| common::OwnDevShm::new("isolate (a /dev/shm of the suite's own)")).as_ref()
+}
+
+/// The /dev/shm the runs see, as this process sees it.
+fn dev_shm() -> std::path::PathBuf {
+    own_dev_shm().map_or_else(|| "/dev/shm".into(), common::OwnDevShm::dir)
+}
+
 /// This test's turn among those that isolate (one at a time), where this host gives namespaces
 /// ([`namespaces_here`]); `None` where it gives none (the test then returns: a skip, which fails where
 /// `SIMPLE_IPC_REQUIRE` names namespaces).
@@ -55,7 +70,7 @@ impl Tmp {
 /// have files of their own, and are not this test's business.
 fn driver_files(top: u32) -> Vec<String> {
     let ours = [".2.".to_owned(), format!(".{top:x}.")];
-    let mut names: Vec<String> = std::fs::read_dir("/dev/shm")
+    let mut names: Vec<String> = std::fs::read_dir(dev_shm())
         .unwrap()
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
         .filter(|n| n.starts_with("cuda.shm.") && ours.iter().any(|o| n.contains(o.as_str())))
@@ -74,7 +89,7 @@ fn assert_no_driver_files(top: u32, what: &str) {
 }
 
 fn isolated(tmp: &Tmp, args: &[&str]) -> Command {
-    let mut command = Command::new(bin());
+    let mut command = own_dev_shm().map_or_else(|| Command::new(bin()), |shm| shm.enter(&bin()));
     command
         .args(args)
         .env(SIMULATE, "ok")
@@ -538,6 +553,11 @@ fn the_document_is_written_where_the_user_asked_by_the_process_outside() {
             (*isolate, Path::new("/dev/shm").join(name))
         })
         .collect();
+    // As the runs see it (the suite's own /dev/shm) and as this test does.
+    let seen = |path: &Path| match path.strip_prefix("/dev/shm") {
+        Ok(name) => dev_shm().join(name),
+        Err(_) => path.to_path_buf(),
+    };
     if nix::unistd::geteuid().is_root() {
         let theirs = tmp.path().join("nobody");
         std::fs::create_dir(&theirs).unwrap();
@@ -546,7 +566,7 @@ fn the_document_is_written_where_the_user_asked_by_the_process_outside() {
         cases.push(("user", theirs.join("run.json")));
     }
     for (isolate, path) in cases {
-        let _gone = common::removed_at_end(&path);
+        let _gone = common::removed_at_end(seen(&path));
         let path_arg = path.display().to_string();
         let args = ["--isolate", isolate, "--ipc", "vmm", "--sync", "memops", "--json", &path_arg];
         let (_, out) = run(&tmp, &args);
@@ -555,7 +575,8 @@ fn the_document_is_written_where_the_user_asked_by_the_process_outside() {
         let last = stdout.lines().last().unwrap_or_default();
         assert!(last.starts_with("PASSED") && last.contains("isolated"), "{isolate}: {stdout}");
         assert_eq!(stdout.matches("PASSED").count(), 1, "said once, by the process outside: {stdout}");
-        let written = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{isolate}: {path_arg}: {e}"));
+        let written =
+            std::fs::read_to_string(seen(&path)).unwrap_or_else(|e| panic!("{isolate}: {path_arg}: {e}"));
         let doc: serde_json::Value = serde_json::from_str(&written).unwrap();
         assert_eq!((doc["status"].as_str(), doc["exit_status"].as_u64()), (Some("passed"), Some(0)), "{doc}");
         assert!(doc["run"]["processes"].as_u64().is_some(), "the run's own results: {doc}");

@@ -16,52 +16,11 @@ use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
-use common::{FAULT, SIMULATE, bin, text};
+use common::{FAULT, OwnDevShm, SIMULATE, bin, text};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-/// A /dev/shm of a test's own: a tmpfs mounted in a mount namespace that a holder process keeps (it ends
-/// when its standard input closes: when this is dropped, or when the test process dies). Runs enter that
-/// namespace, and the test reads the tmpfs through the holder's root (`/proc/PID/root/dev/shm`).
-struct OwnDevShm {
-    holder: Child,
-}
-
 impl OwnDevShm {
-    /// `None` where this machine cannot make one (not root, no unshare(1)); calls `skipped` then.
-    fn new(test: &str) -> Option<Self> {
-        let script = "mount -t tmpfs -o mode=1777,size=64m tmpfs /dev/shm && echo ready && read _";
-        let holder = Command::new("unshare")
-            .args(["--mount", "--propagation", "private", "sh", "-c", script])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn();
-        let mut holder = match holder {
-            Ok(holder) => Self { holder },
-            Err(e) => {
-                common::skipped("namespaces", format!("{test}: unshare(1) does not start: {e}"));
-                return None;
-            }
-        };
-        let mut ready = String::new();
-        let stdout = holder.holder.stdout.as_mut().expect("piped");
-        let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut ready);
-        if ready.trim() != "ready" {
-            common::skipped(
-                "namespaces",
-                format!("{test}: no mount namespace with a tmpfs here (needs root)"),
-            );
-            return None;
-        }
-        Some(holder)
-    }
-
-    /// The tmpfs, as this process sees it.
-    fn dir(&self) -> std::path::PathBuf {
-        format!("/proc/{}/root/dev/shm", self.holder.id()).into()
-    }
-
     /// `simple-ipc ARGS` as pid 1 of a PID namespace of its own (with its own /proc) whose /dev/shm is this
     /// one, in a process group of its own.
     fn run(&self, args: &[&str]) -> Child {
@@ -98,13 +57,6 @@ impl OwnDevShm {
     fn at_once(&self, count: usize, args: &[&str]) -> Vec<Output> {
         let runs: Vec<Child> = (0..count).map(|_| self.run(args)).collect();
         runs.into_iter().map(|run| run.wait_with_output().expect("the run ends")).collect()
-    }
-}
-
-impl Drop for OwnDevShm {
-    fn drop(&mut self) {
-        drop(self.holder.stdin.take()); // `read` ends, and with it the holder, its namespace and the tmpfs
-        let _ = self.holder.wait();
     }
 }
 

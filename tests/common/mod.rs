@@ -397,3 +397,57 @@ pub fn stand_in_mps_daemon(dir: &std::path::Path, program_dir: &std::path::Path)
     assert_eq!(ready.trim(), "ready", "the stand-in daemon listens");
     daemon
 }
+
+/// A /dev/shm of a test's own: a tmpfs mounted in a mount namespace that a holder process keeps (it ends
+/// when its standard input closes: when this is dropped, or when the test process dies). Runs enter that
+/// namespace, and the test reads the tmpfs through the holder's root (`/proc/PID/root/dev/shm`).
+pub struct OwnDevShm {
+    pub holder: Child,
+}
+
+impl OwnDevShm {
+    /// `None` where this machine cannot make one (not root, no unshare(1)); calls `skipped` then.
+    pub fn new(test: &str) -> Option<Self> {
+        let script = "mount -t tmpfs -o mode=1777,size=64m tmpfs /dev/shm && echo ready && read _";
+        let holder = Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "sh", "-c", script])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn();
+        let mut holder = match holder {
+            Ok(holder) => Self { holder },
+            Err(e) => {
+                skipped("namespaces", format!("{test}: unshare(1) does not start: {e}"));
+                return None;
+            }
+        };
+        let mut ready = String::new();
+        let stdout = holder.holder.stdout.as_mut().expect("piped");
+        let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut ready);
+        if ready.trim() != "ready" {
+            skipped("namespaces", format!("{test}: no mount namespace with a tmpfs here (needs root)"));
+            return None;
+        }
+        Some(holder)
+    }
+
+    /// The tmpfs, as this process sees it.
+    pub fn dir(&self) -> std::path::PathBuf {
+        format!("/proc/{}/root/dev/shm", self.holder.id()).into()
+    }
+
+    /// `program` in this /dev/shm's mount namespace (nsenter execs it: its pid is the program's).
+    pub fn enter(&self, program: &Path) -> Command {
+        let mut command = Command::new("nsenter");
+        command.arg(format!("--mount=/proc/{}/ns/mnt", self.holder.id())).arg("--").arg(program);
+        command
+    }
+}
+
+impl Drop for OwnDevShm {
+    fn drop(&mut self) {
+        drop(self.holder.stdin.take()); // `read` ends, and with it the holder, its namespace and the tmpfs
+        let _ = self.holder.wait();
+    }
+}
