@@ -28,7 +28,7 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 static OWN_DEV_SHM: std::sync::OnceLock<Option<common::OwnDevShm>> = std::sync::OnceLock::new();
 
 fn own_dev_shm() -> Option<&'static common::OwnDevShm> {
-    OWN_DEV_SHM.get_or_init(|| common::OwnDevShm::new("isolate (a /dev/shm of the suite's own)")).as_ref()
+    OWN_DEV_SHM.get_or_init(common::OwnDevShm::where_possible).as_ref()
 }
 
 /// The /dev/shm the runs see, as this process sees it.

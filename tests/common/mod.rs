@@ -42,6 +42,15 @@ pub fn simulated(gpus: &str) -> Command {
     command
 }
 
+/// [`simulated`], in `shm`'s mount namespace where there is one: a run whose processes have the pid numbers
+/// of another suite's (pid 2 of an isolated run), so that the driver's files of their events are theirs
+/// alone (see [`OwnDevShm`]).
+pub fn simulated_in(shm: Option<&OwnDevShm>, gpus: &str) -> Command {
+    let mut command = shm.map_or_else(|| Command::new(bin()), |shm| shm.enter(&bin()));
+    command.env(SIMULATE, gpus).env_remove(FAULT).process_group(0);
+    command
+}
+
 /// Makes `command`'s child hold each `(source, target)` descriptor of this process at `target`, and
 /// nothing else of the test's beyond what it inherits anyway. Robust wherever the test runs: every source
 /// is first copied above the targets (so that a source that already is some target, as under a shell that
@@ -408,6 +417,16 @@ pub struct OwnDevShm {
 impl OwnDevShm {
     /// `None` where this machine cannot make one (not root, no unshare(1)); calls `skipped` then.
     pub fn new(test: &str) -> Option<Self> {
+        Self::make().map_err(|why| skipped("namespaces", format!("{test}: {why}"))).ok()
+    }
+
+    /// One where this machine can make it: a test that only prefers one (its runs would do on the host's
+    /// /dev/shm, alone on the machine) goes on without.
+    pub fn where_possible() -> Option<Self> {
+        Self::make().ok()
+    }
+
+    fn make() -> Result<Self, String> {
         let script = "mount -t tmpfs -o mode=1777,size=64m tmpfs /dev/shm && echo ready && read _";
         let holder = Command::new("unshare")
             .args(["--mount", "--propagation", "private", "sh", "-c", script])
@@ -417,19 +436,15 @@ impl OwnDevShm {
             .spawn();
         let mut holder = match holder {
             Ok(holder) => Self { holder },
-            Err(e) => {
-                skipped("namespaces", format!("{test}: unshare(1) does not start: {e}"));
-                return None;
-            }
+            Err(e) => return Err(format!("unshare(1) does not start: {e}")),
         };
         let mut ready = String::new();
         let stdout = holder.holder.stdout.as_mut().expect("piped");
         let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut ready);
-        if ready.trim() != "ready" {
-            skipped("namespaces", format!("{test}: no mount namespace with a tmpfs here (needs root)"));
-            return None;
+        match ready.trim() {
+            "ready" => Ok(holder),
+            _ => Err("no mount namespace with a tmpfs here (needs root)".to_owned()),
         }
-        Some(holder)
     }
 
     /// The tmpfs, as this process sees it.
