@@ -180,7 +180,21 @@ pub fn main() -> ExitCode {
                     warn!("{who}: {e:#}");
                 }
             }
-            Err(e) => warn!("{who}: {e:#}"),
+            // The verdict is the run's last output: one that cannot be written (a full disk, an I/O error)
+            // fails a run that passed or was waived, as any other output would, and its file's document
+            // says so.
+            Err(e) => {
+                let why = format!("{e:#}");
+                warn!("{who}: {why}");
+                if matches!(status, Status::Passed | Status::Waived) {
+                    code = EXIT_FAILURE;
+                    if let Some(made) = &mut made
+                        && let Err(e) = made.rewrite_ended(Status::Failed, why, code)
+                    {
+                        warn!("{who}: {e:#}");
+                    }
+                }
+            }
         }
     }
     ExitCode::from(code)

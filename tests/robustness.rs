@@ -141,6 +141,24 @@ fn unwritable_output_fails_cleanly() {
     assert_eq!(out.status.code(), Some(1), "stdout to /dev/full: {err}");
     assert!(err.contains("writing to standard output"), "{err}");
 
+    // --quiet: the verdict is all it writes, and a verdict that cannot be written fails a run that passed;
+    // the document, written before, is written again to say so.
+    let dir = common::scratch("verdict-full");
+    let json = dir.path().join("run.json");
+    let out = simulated("ok")
+        .args(["--quiet", "--json"])
+        .arg(&json)
+        .stdout(full())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "--quiet, stdout to /dev/full: {err}");
+    assert!(err.contains("No space left on device"), "{err}");
+    let doc = common::document(&json);
+    assert_eq!((doc["status"].as_str(), doc["exit_status"].as_u64()), (Some("failed"), Some(1)), "{doc}");
+    assert!(doc["reason"].as_str().is_some_and(|r| r.contains("No space left on device")), "{doc}");
+
     // stderr to /dev/full while a child fails: the failure is still exit 1.
     let out = simulated("ok")
         .args(["--procs-per-device", "2"])

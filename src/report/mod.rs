@@ -384,14 +384,22 @@ impl Made {
     /// `exit_status` (the verdict line found the reader of standard output gone). A file is written again
     /// to say so; a stream (a pipe, standard output) has taken the document already, and is left alone.
     pub fn rewrite_interrupted(&mut self, reason: String, exit_status: u8) -> Result<()> {
+        self.rewrite_ended(Status::Interrupted, reason, exit_status)
+    }
+
+    /// The run ended otherwise after its document was written: `status` (interrupted, or failed where the
+    /// verdict line could not be written), for `reason`, with `exit_status`. A file is written again to say
+    /// so; a stream has taken the document already, and is left alone.
+    pub fn rewrite_ended(&mut self, status: Status, reason: String, exit_status: u8) -> Result<()> {
         let is_file = |target: &Option<Target>| target.as_ref().is_some_and(|t| t.destination.is_file());
         if !is_file(&self.opened.json) && !is_file(&self.opened.metrics) {
             return Ok(());
         }
         let document = &mut self.document;
-        document.status = Status::Interrupted;
+        document.status = status;
         (document.reason, document.exit_status) = (Some(reason), exit_status);
-        // What only a pass or a failure carries (as `document` leaves them out of an interrupted run's).
+        // What only a pass or a failure of the run itself carries (as `document` leaves them out of an
+        // interrupted run's).
         (document.summary, document.cause, document.fix, document.refused) = (None, None, None, None);
         if is_file(&self.opened.metrics) {
             self.write_metrics(&self.document)?;
