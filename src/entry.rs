@@ -185,7 +185,10 @@ pub fn main() -> ExitCode {
             // says so.
             Err(e) => {
                 let why = format!("{e:#}");
-                warn!("{who}: {why}");
+                // A run that failed writing its output has said that error already.
+                if reason.as_deref() != Some(why.as_str()) {
+                    warn!("{who}: {why}");
+                }
                 if matches!(status, Status::Passed | Status::Waived) {
                     code = EXIT_FAILURE;
                     if let Some(made) = &mut made

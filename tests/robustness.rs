@@ -140,6 +140,7 @@ fn unwritable_output_fails_cleanly() {
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(out.status.code(), Some(1), "stdout to /dev/full: {err}");
     assert!(err.contains("writing to standard output"), "{err}");
+    assert_eq!(err.matches("No space left on device").count(), 1, "said once: {err}");
 
     // --quiet: the verdict is all it writes, and a verdict that cannot be written fails a run that passed;
     // the document, written before, is written again to say so.
