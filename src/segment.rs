@@ -186,12 +186,13 @@ impl SharedState {
                 word.store(u64::from_le_bytes(le), Ordering::Relaxed);
             }
         }
-        let _ = self.run_state.compare_exchange(
-            RunState::Planning as u32,
-            RunState::Starting as u32,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        );
+        self.advance(RunState::Planning, RunState::Starting);
+    }
+
+    /// The run goes from `from` to `to`, and whoever waits on it wakes; a run that has left `from` (aborted,
+    /// waived) stays where it is.
+    fn advance(&self, from: RunState, to: RunState) {
+        let _ = self.run_state.compare_exchange(from as u32, to as u32, Ordering::AcqRel, Ordering::Acquire);
         futex::wake_all(&self.run_state);
     }
 
@@ -218,13 +219,7 @@ impl SharedState {
 
     /// Lets the waiting children go on: every handle is in the segment (release order publishes them).
     pub fn publish_ready(&self) {
-        let _ = self.run_state.compare_exchange(
-            RunState::Starting as u32,
-            RunState::Ready as u32,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        );
-        futex::wake_all(&self.run_state);
+        self.advance(RunState::Starting, RunState::Ready);
     }
 
     /// Tells every process to stop, and wakes whoever sleeps in a wait.
