@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where a run's time goes, on a CUDA host, from one run of this script:
 
-    scripts/timeline.py SIMPLE_IPC [--runs N] [--floor IPC_FLOOR] [--torch] [--only SECTION,...]
+    scripts/timeline.py SIMPLE_IPC [--runs N] [--floor IPC_FLOOR] [--only SECTION,...]
 
 Sections (all by default; --only picks): counts, mechanisms, served, torch. Each prints medians of --runs
 runs (5) in ms, from the runs' --json documents (docs/json.md, `run`):
