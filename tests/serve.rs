@@ -1217,6 +1217,14 @@ fn a_joiner_started_before_its_server_waits_for_it() {
     let (code, said, _) = join("ok", &file.display().to_string(), None).end(LIMIT);
     assert_eq!(code, Some(1), "{said}");
     assert!(said.contains("that path is no socket") && start.elapsed() < Duration::from_secs(2), "{said}");
+
+    // A joiner begins cuInit on a thread as it starts; refused at once, it still waits for that thread
+    // before it exits (a process must not exit while a thread is inside the driver): the simulation's slow
+    // cuInit says it ended.
+    let (code, said, _) = join("ok+slow-init", &file.display().to_string(), None).end(LIMIT);
+    assert_eq!(code, Some(1), "{said}");
+    let (ended, refused) = (said.find("ended cuInit (slow-init)"), said.find("that path is no socket"));
+    assert!(ended.is_some() && refused.is_some(), "{said}");
 }
 
 /// `--fds pidfd` in a served run: a joiner in the server's namespaces fetches every descriptor with

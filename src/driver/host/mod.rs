@@ -26,7 +26,8 @@
 //! handles); or a feature, `imex`: the process has an IMEX channel, `mps`: an MPS daemon serves its
 //! contexts (the driver's `CU_DEVICE_ATTRIBUTE_MPS_ENABLED`); or a place, `mig` (the device is a MIG
 //! device of its own, named `MIG-...`), `wsl` (the machine is WSL2: legacy IPC handles fail) or `no-pidfd`
-//! (the machine's kernel lacks `pidfd_getfd`, which `--fds pidfd` calls for real otherwise). Without `imex` a device reports fabric
+//! (the machine's kernel lacks `pidfd_getfd`, which `--fds pidfd` calls for real otherwise), or `slow-init`
+//! (`cuInit` takes a second in every process, which then says it ended). Without `imex` a device reports fabric
 //! handles but `cuMemCreate` of a fabric-shareable allocation answers `CUDA_ERROR_NOT_PERMITTED`, as on the
 //! H200 host (driver 580, no `/dev/nvidia-caps-imex-channels/`). Several are joined by `+` (`ok+imex`). An
 //! empty value is a machine without devices. `CUDA_VISIBLE_DEVICES` is honoured as by the driver: a list of
@@ -145,7 +146,13 @@ enum SimulatedDevice {
     /// The machine's kernel lacks `pidfd_getfd` (as Linux 5.3 to 5.5, which have `pidfd_open`): see
     /// [`kernel_lacks_pidfd_getfd`].
     NoPidfd,
+    /// `cuInit` takes [`SLOW_INIT`] in every process, as a driver starting cold may, and each process says
+    /// when its `cuInit` has ended: a process must not exit while a thread of its own is still in it.
+    SlowInit,
 }
+
+/// How long `cuInit` takes with `slow-init`.
+pub const SLOW_INIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What a simulated device lacks: `ok`, or defects joined by `+` (`no-vmm+no-pools`).
 #[derive(Clone)]
@@ -177,6 +184,7 @@ impl Defects {
             "mig" => Ok(SimulatedDevice::Mig),
             "wsl" => Ok(SimulatedDevice::Wsl),
             "no-pidfd" => Ok(SimulatedDevice::NoPidfd),
+            "slow-init" => Ok(SimulatedDevice::SlowInit),
             other => Err(anyhow!("{SIMULATE_ENV}: unknown device kind {other:?}")),
         });
         Ok(Defects(defects.collect::<Result<Vec<_>>>()?))
@@ -285,7 +293,14 @@ impl HostDriver {
             return Err(failed("cuInit", code::OPERATING_SYSTEM, why));
         }
         let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
-        Self::new(&spec.to_string_lossy(), visible.as_deref()).map(Some)
+        let spec = spec.to_string_lossy();
+        let simulation = Self::new(&spec, visible.as_deref())?;
+        if spec.split(',').flat_map(|kind| kind.split('+')).any(|kind| kind.trim() == "slow-init") {
+            std::thread::sleep(SLOW_INIT);
+            let line = format!("simulated driver: process {} ended cuInit (slow-init)\n", std::process::id());
+            let _ = std::io::stderr().write_all(line.as_bytes());
+        }
+        Ok(Some(simulation))
     }
 
     /// The simulation of the devices `spec` describes (the value of [`SIMULATE_ENV`]).
