@@ -159,6 +159,11 @@ fn child_refuses_every_segment_it_cannot_trust() {
     let (code, out) = child_with("5", &segment_bytes(2, |_| {}));
     assert_eq!(code, Some(1));
     assert!(out.contains("this is process 5, but the segment has 2 processes"), "{out}");
+    // ... and past any run's, refused by the parser before the segment's per-process fields are looked at.
+    let (code, out) = child_with("40", &segment_bytes(2, |_| {}));
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("40 is not in 0..32"), "{out}");
+    assert!(!out.contains("internal error") && !out.contains("panicked"), "{out}");
 
     // A valid segment whose parent never gets ready: the child waits, and stops when the run is aborted.
     let aborted =

@@ -286,7 +286,8 @@ pub fn run_producer(index: usize, segment_fd: Option<i32>, socket_fd: Option<i32
         bail!("the benchmark's producer is process {PRODUCER}, not {index}");
     }
     let watch = Stopwatch::start(Who::Child(index), Phase::Attach)?;
-    let (segment, parent_pid) = attach::segment(index, segment_fd)?;
+    let (segment, parent_pid) = attach::segment(segment_fd)?;
+    say!("CP: lshmName = {}", segment::name_for(parent_pid as u32))?;
     let socket = socket_fd.map(|fd| crate::inherit::take(fd, "descriptor socket")).transpose()?;
     produce(index, watch, &segment, socket, &attach::Parent::Pid(parent_pid))
 }

@@ -146,12 +146,8 @@ pub fn device(driver: &dyn Driver, state: &SharedState, index: usize) -> Result<
 /// Maps the parent's segment (`simpleIPCshm<getppid()>`), inherited as descriptor `segment_fd`, after
 /// checking it. Returns the segment and the parent's pid. The run's plan may not be in it yet (see
 /// [`wait_for_the_plan`]).
-pub fn segment(index: usize, segment_fd: Option<i32>) -> Result<(Segment, i32)> {
-    ensure!(
-        index < segment::MAX_PROCESSES,
-        "this is process {index}; a run has at most {} processes",
-        segment::MAX_PROCESSES
-    );
+/// (`index` is below `MAX_PROCESSES`: the internal command line's parser holds it there.)
+pub fn segment(segment_fd: Option<i32>) -> Result<(Segment, i32)> {
     let parent_pid = getppid().as_raw();
     let segment = segment_fd
         .context("no segment descriptor: children are started by the parent, not by hand")

@@ -37,7 +37,7 @@ pub(crate) fn child_process(
     extras: &dyn ChildExtras,
 ) -> Result<()> {
     let watch = Stopwatch::start(Who::Child(index), Phase::Attach)?;
-    let (segment, parent_pid) = attach::segment(index, segment_fd)?;
+    let (segment, parent_pid) = attach::segment(segment_fd)?;
     let socket = socket_fd.map(|fd| inherit::take(fd, "descriptor socket")).transpose()?;
     take_part(index, watch, &segment, socket, &attach::Parent::Pid(parent_pid), driver::load, extras)
 }
