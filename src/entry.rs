@@ -13,6 +13,7 @@ use crate::outcome::{EXIT_FAILURE, EXIT_WAIVED, Ending, Outcome};
 use crate::output::READER_GONE_STATUS;
 use crate::report::{self, Status};
 use crate::role::{MechanismRun, Role};
+use crate::sample::attach::Stopped;
 use crate::signals::Interrupted;
 use crate::tool::{child, parent};
 use crate::verdict::{self, is_reader_gone, reader_gone};
@@ -221,20 +222,15 @@ fn ended_by(who: &str, e: &anyhow::Error) -> Ending {
         // for it, and says so as `Interrupted(SIGPIPE)` (this program ignores SIGPIPE: nothing else says it).
         // ... also a process of a run that was stopped because the reader went away, before it wrote.
         e if e.chain().any(is_reader_gone)
-            || (e.chain().any(|cause| cause.is::<crate::sample::attach::RunAborted>())
-                && crate::output::reader_gone()) =>
+            || (Stopped::of(e) == Some(Stopped::Aborted) && crate::output::reader_gone()) =>
         {
             let (status, why, code) = reader_gone();
             (status, why.unwrap_or_default(), code)
         }
         // A child of a run its parent waived: the parent says why; nothing failed.
-        e if e.chain().any(|cause| cause.is::<crate::sample::attach::RunWaived>()) => {
-            (Status::Waived, e.to_string(), EXIT_WAIVED)
-        }
+        e if Stopped::of(e) == Some(Stopped::Waived) => (Status::Waived, e.to_string(), EXIT_WAIVED),
         // A child whose parent ended the run before its plan: the parent says why.
-        e if e.chain().any(|cause| cause.is::<crate::sample::attach::NoPlan>()) => {
-            (Status::Failed, e.to_string(), EXIT_FAILURE)
-        }
+        e if Stopped::of(e) == Some(Stopped::BeforeThePlan) => (Status::Failed, e.to_string(), EXIT_FAILURE),
         // The simulation was asked what it does not model: a limit of this test's, not a failure of CUDA
         // IPC, and waived as the container matrix's cells are ("not simulated").
         e if let Some(what) = beyond_the_simulation(e) => {

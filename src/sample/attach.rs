@@ -16,44 +16,42 @@ use crate::outcome::Waiver;
 use crate::segment::{self, Segment, SharedState};
 use crate::signals;
 
-/// The parent waived the run once this process had started (the mechanism is missing here): it stops, and
-/// has nothing to say (the parent says why).
-#[derive(Debug)]
-pub struct RunWaived;
+/// Why a process of the run stopped before its part was done, where that was no failure of its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stopped {
+    /// The parent waived the run once this process had started (no device, the mechanism missing here): it
+    /// has nothing to say (the parent says why).
+    Waived,
+    /// The parent ended the run before it wrote the plan (it failed, or was stopped, choosing the devices):
+    /// it has nothing to say (the parent says why).
+    BeforeThePlan,
+    /// The run was aborted while this process took part: another process failed, or the parent was
+    /// interrupted (or its output's reader went away: then this process ends as quietly as the parent).
+    Aborted,
+}
 
-impl std::fmt::Display for RunWaived {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("stopped: the parent waived the run (it says why)")
+impl Stopped {
+    /// How `e` says a process stopped, if it does.
+    pub fn of(e: &anyhow::Error) -> Option<Stopped> {
+        e.chain().find_map(|cause| cause.downcast_ref::<Stopped>()).copied()
     }
 }
 
-impl std::error::Error for RunWaived {}
-
-/// The parent ended the run before it wrote the plan (it failed, or was stopped, choosing the devices): this
-/// process stops, and has nothing to say (the parent says why).
-#[derive(Debug)]
-pub struct NoPlan;
-
-impl std::fmt::Display for NoPlan {
+impl std::fmt::Display for Stopped {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("stopped: the parent ended the run before it chose the devices (it says why)")
+        f.write_str(match self {
+            Stopped::Waived => "stopped: the parent waived the run (it says why)",
+            Stopped::BeforeThePlan => {
+                "stopped: the parent ended the run before it chose the devices (it says why)"
+            }
+            Stopped::Aborted => {
+                "stopped: the run was aborted (another process failed or the parent was interrupted)"
+            }
+        })
     }
 }
 
-impl std::error::Error for NoPlan {}
-
-/// The run was aborted while this process took part: another process failed, or the parent was interrupted
-/// (or its output's reader went away: then this process ends as quietly as the parent).
-#[derive(Debug)]
-pub struct RunAborted;
-
-impl std::fmt::Display for RunAborted {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("stopped: the run was aborted (another process failed or the parent was interrupted)")
-    }
-}
-
-impl std::error::Error for RunAborted {}
+impl std::error::Error for Stopped {}
 
 /// The process whose run this is, and how to tell that it is gone.
 pub enum Parent<'a> {
@@ -162,17 +160,18 @@ pub fn segment(segment_fd: Option<i32>) -> Result<(Segment, i32)> {
 }
 
 /// Waits until the parent has written the run's plan (`describe_run`: how many processes, who runs where,
-/// the mechanism): the first device's children start before the devices are chosen. `Err(RunWaived)`
+/// the mechanism): the first device's children start before the devices are chosen. `Err(Stopped::Waived)`
 /// where the parent waived the run instead. Then checks that the plan has a place for process `index`.
 pub fn wait_for_the_plan(state: &SharedState, index: usize, parent: &Parent) -> Result<()> {
     let stop = || still_running(state, parent);
     let planning = segment::RunState::Planning as u32;
-    let before_the_plan = |e: anyhow::Error| match e.is::<RunAborted>() && state.process_count() == 0 {
-        // An abort with no plan written is the parent's ending (a signal, or the parent gone, is said as
-        // ever; an abort once the plan is there, a failure of another process, too).
-        true => NoPlan.into(),
-        false => e,
-    };
+    let before_the_plan =
+        |e: anyhow::Error| match Stopped::of(&e) == Some(Stopped::Aborted) && state.process_count() == 0 {
+            // An abort with no plan written is the parent's ending (a signal, or the parent gone, is said as
+            // ever; an abort once the plan is there, a failure of another process, too).
+            true => Stopped::BeforeThePlan.into(),
+            false => e,
+        };
     barrier::wait_until(&state.run_state, |s| s != planning, &stop).map_err(before_the_plan)?;
     stop().map_err(before_the_plan)?;
     state.validate_plan().context("Failed to create shared memory slab")?;
@@ -186,10 +185,10 @@ pub fn wait_for_the_plan(state: &SharedState, index: usize, parent: &Parent) -> 
 pub fn still_running(state: &SharedState, parent: &Parent) -> Result<()> {
     signals::check()?;
     if state.run_state() == segment::RunState::Waived {
-        return Err(RunWaived.into());
+        return Err(Stopped::Waived.into());
     }
     if state.run_state() == segment::RunState::Aborted {
-        return Err(RunAborted.into());
+        return Err(Stopped::Aborted.into());
     }
     match parent {
         Parent::Pid(pid) if getppid().as_raw() != *pid => bail!("stopped: the parent process {pid} is gone"),
