@@ -55,6 +55,10 @@ pub fn main() -> ExitCode {
             return ExitCode::from(cli::usage_exit_code(&usage));
         }
     };
+    // A read of two other processes, not a run: its answer is its own (see `placement::between`).
+    if let Role::Between(between) = &role {
+        return crate::placement::between::main(between);
+    }
     let who = match &role {
         Role::Child(child) => format!("Process {}", child.index),
         _ => "simple-ipc".to_owned(),
@@ -332,5 +336,6 @@ fn run(role: Role) -> anyhow::Result<report::Ran> {
         Role::MechanismRun(sub) => parent::run(&sub.run, sub.mechanism, sub.served.as_ref()),
         Role::Matrix(run, asked) => crate::matrix::run(&run, &asked),
         Role::EveryMechanism(every) => every_mechanism::run(&every),
+        Role::Between(_) => Err(anyhow::anyhow!("--between is answered before any run starts")),
     }
 }

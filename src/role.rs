@@ -41,6 +41,17 @@ pub(crate) enum Role {
     MechanismRun(MechanismRun),
     /// A process an `--isolate` run started in namespaces of its own, which joins that run.
     Isolated(Isolated),
+    /// `--between EXPORTER IMPORTER`: the forecast between two running processes, read from outside.
+    Between(Between),
+}
+
+/// `--between`'s two processes, by pid as this process sees them, and its output.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Between {
+    pub exporter: i32,
+    pub importer: i32,
+    pub json: Option<PathBuf>,
+    pub quiet: bool,
 }
 
 /// The options of a run of the sample (or of several: `--ipc all`, the matrix).
@@ -200,6 +211,7 @@ impl Role {
             Role::Sample(..)
             | Role::Bench(_)
             | Role::Topology
+            | Role::Between(_)
             | Role::EveryMechanism(_)
             | Role::Matrix(..)
             | Role::Joiner(_) => return Vec::new(),
@@ -258,6 +270,7 @@ impl Role {
             Role::Bench(bench) => bench.quiet,
             Role::Child(child) => child.quiet,
             Role::Joiner(joiner) | Role::Isolated(Isolated { joiner, .. }) => joiner.quiet,
+            Role::Between(between) => between.quiet,
             Role::Topology | Role::Guardian { .. } => false,
         }
     }
@@ -323,7 +336,9 @@ impl Role {
             Role::Joiner(joiner) | Role::Isolated(Isolated { joiner, .. }) => {
                 (Mode::Run, Options { timeout_s: joiner.timeout.seconds(), ..defaults })
             }
-            Role::Topology | Role::Child(_) | Role::Guardian { .. } => (Mode::Run, defaults),
+            Role::Topology | Role::Child(_) | Role::Guardian { .. } | Role::Between(_) => {
+                (Mode::Run, defaults)
+            }
         }
     }
 }

@@ -9,7 +9,7 @@ use clap::error::ErrorKind;
 use super::generate;
 use super::user::{self, IpcArg, Options};
 use crate::ipc::{Mechanism, Sync, memops_refusal};
-use crate::role::{Bench, EveryMechanism, Joiner, Role, Run};
+use crate::role::{Bench, Between, EveryMechanism, Joiner, Role, Run};
 
 /// What a user's command line asks for.
 #[derive(Debug)]
@@ -46,6 +46,10 @@ impl Options {
         }
         if self.topology {
             return Ok(Role::Topology);
+        }
+        if let Some([exporter, importer]) = self.between.as_deref() {
+            let (json, quiet) = (self.json, self.quiet);
+            return Ok(Role::Between(Between { exporter: *exporter, importer: *importer, json, quiet }));
         }
         if self.bench {
             let Some(mechanism) = mechanism else {

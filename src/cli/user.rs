@@ -173,6 +173,20 @@ pub(super) struct Options {
           conflicts_with_all = ["bench", "topology", "serve", "join", "sequential"])]
     pub isolate: Option<crate::namespace_kinds::Isolation>,
 
+    /// Forecast CUDA IPC between two running processes, read from outside them; no run, no GPU needed.
+    ///
+    /// EXPORTER and IMPORTER are pids as this process sees them (root on the node, or a pod with hostPID:
+    /// `docker inspect -f '{{.State.Pid}}' NAME`, `crictl inspect`). Each one's place is read from
+    /// /proc/PID (namespaces, uid and user namespace, capabilities, seccomp, the environment it started
+    /// with, its /dev/shm, GPUs and hostname, the libraries it has loaded) without entering, signalling or
+    /// stopping it, and every kind of handle and library path is forecast both ways, with the least change
+    /// for Docker and Kubernetes. A process that is gone or cannot be read is an error naming the fact.
+    #[arg(long, num_args = 2, value_names = ["EXPORTER", "IMPORTER"], help_heading = CONTAINERS,
+          allow_negative_numbers = true, value_parser = clap::value_parser!(i32).range(1..),
+          conflicts_with_all = ["topology", "serve", "join", "isolate", "bench", "sequential", "timings",
+          "procs_per_device", "bind_numa", "ipc", "sync", "fds", "metrics", "timeout"])]
+    pub between: Option<Vec<i32>>,
+
     // Output.
     /// Write one JSON document to FILE however the run ends.
     ///

@@ -112,9 +112,9 @@ impl Joiners<'_> {
         Ok(())
     }
 
-    /// Once every process has joined, before anything runs: what each shares with the server and the
-    /// forecast for each pair (`placement`), in the output and the document. A joiner that said no place
-    /// is left out of it.
+    /// Once every process has joined, before anything runs (or, where the run ends first, once it ends, for
+    /// those that joined): what each shares with the server and the forecast for each pair (`placement`),
+    /// in the output and the document. A joiner that said no place is left out of it.
     pub(super) fn say_where_they_stand(&self) -> Result<()> {
         let places: Vec<(usize, Place)> =
             self.joined.iter().filter_map(|j| Some((j.index, (**j.place.as_ref()?).clone()))).collect();
@@ -122,6 +122,13 @@ impl Joiners<'_> {
             return Ok(());
         }
         let placement = Placement::of(Place::here(), places);
+        if self.joined.len() < self.expected() {
+            say!(
+                "Only {} of the {} processes joined before the run ended: where those stand, and their forecast.",
+                self.joined.len(),
+                self.expected()
+            )?;
+        }
         say!("{}", placement.text().trim_end())?;
         if let Some(audience) = self.audience {
             audience.placement.replace(Some(placement));

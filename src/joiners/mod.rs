@@ -271,6 +271,13 @@ impl<'s> Joiners<'s> {
     /// the audience, which tells them how the run ended, or closed (a joiner still waiting stops when it sees
     /// it closed).
     pub fn stop(&mut self) {
+        // A run that ends before its last joiner joined keeps the forecast of those that did: it matters
+        // most when the run fails.
+        if self.joined.len() < self.expected()
+            && let Err(e) = self.say_where_they_stand()
+        {
+            warn!("simple-ipc: {e:#}");
+        }
         self.state().abort();
         let until = Instant::now() + GRACE;
         while self.joined.iter().any(|j| !j.done) && Instant::now() < until {

@@ -63,7 +63,13 @@ pub(super) struct PidfdRefused {
     pub errno: &'static str,
     pub why: &'static str,
     pub fix: Fix,
+    /// Whether the refusal is not known, only possible (a seccomp filter read from outside).
+    pub not_known: bool,
 }
+
+/// `pidfd_getfd_itself` of a process read from outside under a seccomp filter: whether the filter allows
+/// `pidfd_getfd` is not known (its rules are readable only by a tracer that stops the process).
+pub const UNDER_A_FILTER: &str = "not known: a seccomp filter";
 
 /// What else needs neither a shared PID namespace nor ptrace permission.
 const BY_SOCKET: &str = "--fds socket: the descriptor over the run's Unix socket (SCM_RIGHTS), which needs \
@@ -84,13 +90,14 @@ pub(super) fn pidfd_getfd_refused(
             .into(),
         option: Some(BY_SOCKET.into()),
     };
-    let eperm = |why| Some(PidfdRefused { errno: "EPERM", why, fix: ptrace_fix() });
+    let eperm = |why| Some(PidfdRefused { errno: "EPERM", why, fix: ptrace_fix(), not_known: false });
     if fact(facts, "pid_namespace") != Sameness::Same {
         return Some(PidfdRefused {
             errno: "ESRCH",
             why: "the exporter's pid is not visible from the importer's PID namespace (unless the importer's is \
                   an ancestor of the exporter's, as a node's is of a container's)",
             fix: Fix { option: Some(BY_SOCKET.into()), ..same_pid_number_fix() },
+            not_known: false,
         });
     }
     if importer.ptrace_scope == Some(3) {
@@ -105,6 +112,7 @@ pub(super) fn pidfd_getfd_refused(
                 kubernetes: "hostUsers: true (the node's user namespace for both pods)".into(),
                 option: Some(BY_SOCKET.into()),
             },
+            not_known: false,
         });
     }
     // Tried by the importer on itself where it could be (ptrace allows a process itself: only a filter or
@@ -120,6 +128,17 @@ pub(super) fn pidfd_getfd_refused(
                     kubernetes: "a node with Linux >= 5.6".into(),
                     option: Some(BY_SOCKET.into()),
                 },
+                not_known: false,
+            });
+        }
+        Some(UNDER_A_FILTER) => {
+            return Some(PidfdRefused {
+                errno: "EPERM",
+                why: "the importer runs under a seccomp filter, read from outside: whether it allows pidfd_getfd \
+                      is not known (a filter's rules are readable only by a tracer that stops the process; \
+                      Docker's default allows it only with CAP_SYS_PTRACE)",
+                fix: ptrace_fix(),
+                not_known: true,
             });
         }
         Some(_) => return eperm("a seccomp filter refuses pidfd_getfd (the importer tried it on itself)"),
@@ -139,6 +158,13 @@ pub(super) fn pidfd_getfd_refused(
         || (theirs.ipc_lock && !mine.ipc_lock)
     {
         eperm("the exporter holds capabilities the importer lacks, and the importer no CAP_SYS_PTRACE")
+    } else if importer.ptrace_scope == Some(1) && fact(facts, IMPORTER_IS_ANCESTOR) == Sameness::Same {
+        None
+    } else if importer.ptrace_scope == Some(1) && fact(facts, IMPORTER_IS_ANCESTOR) == Sameness::Differs {
+        eperm(
+            "Yama's ptrace_scope is 1: a process reaches only its descendants (and those that named it with \
+             PR_SET_PTRACER, which cannot be read from outside), and the importer is no ancestor of the exporter",
+        )
     } else if matches!(importer.ptrace_scope, Some(1 | 2)) {
         eperm(
             "Yama's ptrace_scope >= 1 lets a process reach only its descendants (and those that named it with \
@@ -166,6 +192,14 @@ pub(super) fn dev_shm_fix() -> Fix {
     }
 }
 
+/// A fact of the pair beyond the table's (`share::compare` adds it): the importer is an ancestor of the
+/// exporter (`same`), or is not (`differs`); known only from outside (`--between`), where both pids are.
+pub const IMPORTER_IS_ANCESTOR: &str = "importer_is_ancestor";
+/// A fact of the pair beyond the table's: where their PID namespaces differ, a process of the importer's
+/// namespace has the exporter's own pid number (`same`, its name the detail), or none has (`differs`).
+/// Known of any namespace's pid 1 (its init), and from outside of every number.
+pub const EXPORTERS_NUMBER_THERE: &str = "exporters_pid_number_taken_there";
+
 pub(super) fn fact(facts: &[Fact], name: &str) -> Sameness {
     facts.iter().find(|f| f.fact == name).map_or(Sameness::Unknown, |f| f.same)
 }
@@ -187,10 +221,25 @@ pub fn forecast(exporter: &Place, importer: &Place, facts: &[Fact]) -> Vec<Forec
     if node == Sameness::Differs {
         let rule = "the two processes are on different nodes (boot ids differ): CUDA IPC is within one node"
             .to_owned();
+        let both_imex = exporter.imex_channel && importer.imex_channel;
         return PATHS
             .iter()
-            .map(|p| make(p, Verdict::Fails("not on one node".into()), rule.clone(), None))
+            .map(|&p| match (p, both_imex) {
+                // Made for this: fabric handles cross nodes through IMEX (not measured here).
+                ("fabric", true) => make(
+                    p,
+                    Verdict::NotKnown,
+                    "different nodes, both with an IMEX channel: fabric handles cross nodes of one IMEX domain \
+                     (NVLink), which was not measured here"
+                        .into(),
+                    None,
+                ),
+                _ => make(p, Verdict::Fails("not on one node".into()), rule.clone(), None),
+            })
             .collect();
+    }
+    if let Some(rows) = platform_rows(exporter, importer) {
+        return rows;
     }
     // The driver takes a legacy handle whose exporter has the importer's own pid number for one of its own.
     let collision = match pid {
@@ -215,6 +264,23 @@ pub fn forecast(exporter: &Place, importer: &Place, facts: &[Fact]) -> Vec<Forec
             ),
             Some(dev_shm_fix()),
         ),
+        (Some(false), Sameness::Same | Sameness::Differs)
+            if also_shm && event_file_unopenable(exporter, importer) =>
+        {
+            make(
+                path,
+                Verdict::Fails("CUDA_ERROR_MAP_FAILED".into()),
+                format!(
+                    "the event's file is /dev/shm/cuda.shm.<uid>.<pid>.<n>, mode 0600, named by the exporter's uid as \
+                     it sees itself ({}); the importer's driver looks for it under its own ({}{}), and opens it only \
+                     as its owner or as root of the node's user namespace; {MEASURED} (2026-12-07)",
+                    exporter.uid,
+                    importer.uid,
+                    if importer.in_user_namespace { ", in a user namespace of its own" } else { "" }
+                ),
+                Some(same_uid_fix()),
+            )
+        }
         (Some(false), Sameness::Same | Sameness::Differs) => make(
             path,
             Verdict::Works,
@@ -259,6 +325,12 @@ pub fn forecast(exporter: &Place, importer: &Place, facts: &[Fact]) -> Vec<Forec
             format!("one PID namespace, and ptrace allows the importer; {MEASURED_BY_THE_KERNEL}"),
             None,
         ),
+        Some(refused) if refused.not_known => make(
+            PATHS[5],
+            Verdict::NotKnown,
+            format!("{}; {MEASURED_BY_THE_KERNEL}", refused.why),
+            Some(refused.fix),
+        ),
         Some(refused) => make(
             PATHS[5],
             Verdict::Fails(refused.errno.into()),
@@ -274,30 +346,120 @@ pub fn forecast(exporter: &Place, importer: &Place, facts: &[Fact]) -> Vec<Forec
         fabric,
         by_pidfd,
     ];
-    unseen_gpus(rows, facts)
+    unseen_gpus(rows, exporter, importer, facts)
+}
+
+/// Whether the importer cannot open the exporter's event file (measured on the H200 host, 2026-12-07): the
+/// driver names the file by the exporter's uid as it sees itself and looks for it under the importer's own,
+/// and the file is the exporter's, mode 0600: the two uids must be one, and the importer the file's owner on
+/// the node or root of the node's user namespace. Where the node's uids are not known, the uids as each sees
+/// itself decide alone.
+fn event_file_unopenable(exporter: &Place, importer: &Place) -> bool {
+    let node_root = importer.uid == 0 && !importer.in_user_namespace;
+    let owner = match (exporter.node_uid, importer.node_uid) {
+        (Some(theirs), Some(mine)) => theirs == mine,
+        _ => true,
+    };
+    exporter.uid != importer.uid || !(owner || node_root)
+}
+
+fn same_uid_fix() -> Fix {
+    Fix {
+        docker: "--user with the exporter's uid (and --userns=host, or the same user namespace mapping)".into(),
+        kubernetes: "securityContext.runAsUser: the exporter's uid in both pods, and hostUsers: true (or the same mapping)"
+            .into(),
+        option: Some("--sync memops (no interprocess event)".into()),
+    }
+}
+
+/// Where the exporter or the importer runs on WSL2 or Tegra, which have no legacy CUDA IPC: its rows, the
+/// others not known (nobody measured descriptors there).
+fn platform_rows(exporter: &Place, importer: &Place) -> Option<Vec<Forecast>> {
+    let (name, why, source) = [exporter, importer].iter().find_map(|p| match &p.platform {
+        super::Platform::Linux => None,
+        super::Platform::Wsl2(why) => Some(("WSL2", why.clone(), "CUDA on WSL's documentation, Limitations")),
+        super::Platform::Tegra(why) => {
+            Some(("Tegra", why.clone(), "CUDA for Tegra's documentation, Memory Management: no cudaIpc*"))
+        }
+    })?;
+    let rows = PATHS
+        .iter()
+        .map(|&path| {
+            let legacy = path.starts_with("legacy");
+            Forecast {
+                path: path.to_owned(),
+                verdict: if legacy {
+                    Verdict::Fails("CUDA_ERROR_NOT_SUPPORTED".into())
+                } else {
+                    Verdict::NotKnown
+                },
+                rule: match legacy {
+                    true => format!("{name} ({why}) has no legacy CUDA IPC ({source})"),
+                    false => {
+                        format!("{name} ({why}): descriptors and fabric handles were not measured there")
+                    }
+                },
+                fix: None,
+                measured: false,
+            }
+        })
+        .collect();
+    Some(rows)
 }
 
 /// Where the importer does not see a GPU the exporter's memory may be on, no memory path "works": legacy
 /// handles are reported to fail there with "invalid argument" (and NCCL still selects P2P for such a peer,
 /// src/transport/p2p.cc p2pCanConnect), which nobody measured here (one GPU on the H200 host).
-fn unseen_gpus(rows: Vec<Forecast>, facts: &[Fact]) -> Vec<Forecast> {
+fn unseen_gpus(rows: Vec<Forecast>, exporter: &Place, importer: &Place, facts: &[Fact]) -> Vec<Forecast> {
     let Some(lacks) = facts.iter().find(|f| f.fact == "gpus" && f.same == Sameness::Differs) else {
         return rows;
     };
+    let memory = |path: &str| path != "legacy event";
+    // A GPU its container does not have at all (no device node, not in its driver's view): no memory of it
+    // can be mapped there, whatever the handle: the cause to name before any other.
+    let absent: Vec<&String> = match (&exporter.gpus, &importer.gpus_present) {
+        (Some(theirs), Some(present)) => theirs.iter().filter(|g| !present.contains(g)).collect(),
+        _ => Vec::new(),
+    };
+    if !absent.is_empty() {
+        let names = absent.iter().map(|g| g.as_str()).collect::<Vec<_>>().join(", ");
+        return rows
+            .into_iter()
+            .map(|row| match memory(&row.path) {
+                true => Forecast {
+                    verdict: Verdict::Fails("the importer's container has no such GPU".into()),
+                    rule: format!(
+                        "the importer's container does not have {names} (no device node in its root, or not in its \
+                         driver's view): no memory of it can be mapped there, by any kind of handle"
+                    ),
+                    fix: Some(gpus_fix()),
+                    ..row
+                },
+                false => row,
+            })
+            .collect();
+    }
+    // Hidden only by CUDA_VISIBLE_DEVICES: the container has the GPU.
+    let present = importer.gpus_present.is_some();
     let what = lacks.detail.clone().unwrap_or_default();
     rows.into_iter()
         .map(|row| match row.verdict {
+            Verdict::Works if present && row.path == "legacy memory" => Forecast {
+                rule: format!(
+                    "the importer {what} only by its CUDA_VISIBLE_DEVICES (its container has the GPU): a legacy handle \
+                     opens on a device the importer does not see (cuIpcOpenMemHandle's documentation), not measured \
+                     here; {}",
+                    row.rule
+                ),
+                ..row
+            },
             Verdict::Works if row.path != "legacy event" => Forecast {
                 verdict: Verdict::NotKnown,
                 rule: format!(
                     "the importer {what} (its CUDA_VISIBLE_DEVICES or its container's GPUs): a memory handle of a \
                      GPU it does not see is reported to fail (legacy IPC: invalid argument), not measured here"
                 ),
-                fix: Some(Fix {
-                    docker: "--gpus all (or the same --gpus device list) in both".into(),
-                    kubernetes: "the same GPUs for both containers (one pod, or a shared ResourceClaim)".into(),
-                    option: Some("CUDA_VISIBLE_DEVICES that names the exporter's GPU in the importer".into()),
-                }),
+                fix: Some(gpus_fix()),
                 ..row
             },
             _ => row,
@@ -305,118 +467,13 @@ fn unseen_gpus(rows: Vec<Forecast>, facts: &[Fact]) -> Vec<Forecast> {
         .collect()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::placement::share::compare;
-    use crate::placement::share::tests::place;
-
-    fn verdicts(forecasts: &[Forecast]) -> Vec<Verdict> {
-        forecasts.iter().map(|f| f.verdict.clone()).collect()
-    }
-
-    fn fails(error: &str) -> Verdict {
-        Verdict::Fails(error.into())
-    }
-
-    /// Each row of the matrix measured on the H200 host, forecast from the facts alone.
-    #[test]
-    fn each_measured_row_is_forecast() {
-        let no_imex = fails("CUDA_ERROR_NOT_PERMITTED");
-        let (exporter, mut importer) = (place(1), place(2));
-        let row = |importer: &Place| verdicts(&forecast(&exporter, importer, &compare(&exporter, importer)));
-        use crate::placement::Place;
-        use Verdict::Works;
-        let esrch = fails("ESRCH");
-        assert_eq!(row(&importer), [Works, Works, Works, Works, no_imex.clone(), Works], "same namespaces");
-        importer.namespaces.pid = Some(9);
-        assert_eq!(
-            row(&importer),
-            [Works, Works, Works, Works, no_imex.clone(), esrch.clone()],
-            "other pid numbers"
-        );
-        importer.pid = 1;
-        let invalid = fails("CUDA_ERROR_INVALID_CONTEXT");
-        assert_eq!(
-            row(&importer),
-            [invalid.clone(), invalid, Works, Works, no_imex.clone(), esrch],
-            "the same pid number"
-        );
-        let mut importer = place(2);
-        importer.dev_shm.as_mut().unwrap().device = 99;
-        assert_eq!(
-            row(&importer),
-            [Works, fails("CUDA_ERROR_MAP_FAILED"), Works, Works, no_imex.clone(), Works],
-            "own /dev/shm"
-        );
-        let mut importer = place(2);
-        importer.namespaces.net = Some(3);
-        importer.namespaces.user = Some(3);
-        importer.namespaces.ipc = Some(3);
-        assert_eq!(row(&importer), [Works, Works, Works, Works, no_imex.clone(), Works], "own SysV IPC, net");
-        // A user namespace of its own (root mapped): its capabilities are not the exporter's namespace's.
-        importer.in_user_namespace = true;
-        importer.capabilities.sys_ptrace = true;
-        assert_eq!(
-            row(&importer),
-            [Works, Works, Works, Works, no_imex, fails("EPERM")],
-            "own user namespace"
-        );
-    }
-
-    #[test]
-    fn a_forecast_never_says_works_for_what_nobody_measured() {
-        let (mut exporter, mut importer) = (place(1), place(2));
-        exporter.imex_channel = true;
-        importer.imex_channel = true;
-        let forecasts = forecast(&exporter, &importer, &compare(&exporter, &importer));
-        assert_eq!(forecasts[4].verdict, Verdict::NotKnown);
-        importer.namespaces.pid = None;
-        let forecasts = forecast(&exporter, &importer, &compare(&exporter, &importer));
-        assert_eq!(forecasts[0].verdict, Verdict::NotKnown, "a PID namespace not read");
-        importer.boot_id = Some("elsewhere".into());
-        let forecasts = forecast(&exporter, &importer, &compare(&exporter, &importer));
-        assert!(forecasts.iter().all(|f| matches!(&f.verdict, Verdict::Fails(e) if e == "not on one node")));
-    }
-
-    /// An importer that does not see the exporter's GPU: no memory path "works" (reported to fail, not
-    /// measured); the event, which is no memory of a GPU, is unchanged; seeing them all changes nothing.
-    #[test]
-    fn a_gpu_the_importer_does_not_see_makes_every_memory_path_not_known() {
-        let (exporter, mut importer) = (place(1), place(2));
-        importer.gpus = Some(vec!["GPU-b".into()]);
-        let rows = forecast(&exporter, &importer, &compare(&exporter, &importer));
-        let verdict = |path: &str| rows.iter().find(|f| f.path == path).unwrap().clone();
-        for path in ["legacy memory", "VMM fd", "pool fd", "VMM fd by pidfd_getfd"] {
-            let row = verdict(path);
-            assert_eq!(row.verdict, Verdict::NotKnown, "{row:?}");
-            assert!(row.rule.contains("lacks GPU-a") && row.fix.is_some(), "{row:?}");
-        }
-        assert_eq!(verdict("legacy event").verdict, Verdict::Works);
-        assert!(matches!(verdict("fabric").verdict, Verdict::Fails(_)), "a failure stays one");
-        importer.gpus = Some(vec!["GPU-b".into(), "GPU-a".into()]);
-        let rows = forecast(&exporter, &importer, &compare(&exporter, &importer));
-        assert_eq!(rows.iter().find(|f| f.path == "legacy memory").unwrap().verdict, Verdict::Works);
-    }
-
-    #[test]
-    fn each_failing_forecast_names_the_least_change_in_docker_and_kubernetes_words() {
-        let (exporter, mut importer) = (place(1), place(1));
-        importer.namespaces.pid = Some(2);
-        importer.dev_shm.as_mut().unwrap().device = 3;
-        for forecast in forecast(&exporter, &importer, &compare(&exporter, &importer)) {
-            if let Verdict::Fails(_) = forecast.verdict {
-                let fix = forecast.fix.as_ref().unwrap_or_else(|| panic!("{forecast:?}"));
-                assert!(fix.docker.starts_with("--") && !fix.kubernetes.is_empty(), "{fix:?}");
-            }
-        }
-        let json =
-            serde_json::to_value(&forecast(&exporter, &importer, &compare(&exporter, &importer))[0]).unwrap();
-        assert_eq!(json["verdict"], "fails");
-        assert_eq!(json["detail"], "CUDA_ERROR_INVALID_CONTEXT");
-        assert_eq!(
-            json["fix"]["kubernetes"],
-            "shareProcessNamespace: true (both containers in one pod), or hostPID: true"
-        );
+fn gpus_fix() -> Fix {
+    Fix {
+        docker: "--gpus all (or the same --gpus device list) in both".into(),
+        kubernetes: "the same GPUs for both containers (one pod, or a shared ResourceClaim)".into(),
+        option: Some("CUDA_VISIBLE_DEVICES that names the exporter's GPU in the importer".into()),
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -9,7 +9,9 @@
 //! something nobody measured, it says "not known", never "works".
 
 use super::Place;
-use super::forecast::{Fix, Forecast, Verdict, dev_shm_fix, fact, same_pid_number_fix};
+use super::forecast::{
+    EXPORTERS_NUMBER_THERE, Fix, Forecast, Verdict, dev_shm_fix, fact, same_pid_number_fix,
+};
 use super::share::{Fact, Sameness};
 use super::versions::Version;
 
@@ -127,6 +129,14 @@ fn from_primitives(recipe: &Recipe, primitives: &Primitives, why: &str) -> Forec
     Forecast { measured, ..row }
 }
 
+fn shm_room_fix() -> Fix {
+    Fix {
+        docker: "--shm-size=1g".into(),
+        kubernetes: "an emptyDir of medium: Memory, sizeLimit: 1Gi, mounted at /dev/shm".into(),
+        option: None,
+    }
+}
+
 fn same_host_fix() -> Fix {
     Fix {
         docker: "--uts=container:NAME (one hostname), or the same NCCL_HOSTID in both".into(),
@@ -212,6 +222,13 @@ const TORCH_EXPANDABLE: &str = "PyTorch expandable_segments";
 /// utils.cc getHostHash, since 2.5.6; 2.4.x hashed the UTS and mount namespaces' inodes instead of the
 /// boot id, 2.3.x the UTS namespace's).
 fn nccl_one_host(exporter: &Place, importer: &Place, facts: &[Fact]) -> bool {
+    // Before 2.5.6 the hash took the namespaces' inodes (2.4.x the UTS and mount namespaces', 2.3.x the
+    // UTS namespace's) and no NCCL_HOSTID: two containers were two hosts.
+    if let Some(version) = nccl_version(exporter, importer).filter(|v| *v < Version(2, 5, 6)) {
+        let uts = fact(facts, "uts_namespace") == Sameness::Same;
+        let mnt = fact(facts, "mnt_namespace") == Sameness::Same;
+        return uts && (mnt || version < Version(2, 4, 0));
+    }
     let hostid = |p: &Place| p.settings.iter().find(|(n, _)| n == "NCCL_HOSTID").map(|(_, v)| v.clone());
     match (
         hostid(exporter).or(exporter.nccl_hostid.clone()),
@@ -239,14 +256,16 @@ fn nccl_gates(path: &str, exporter: &Place, importer: &Place, facts: &[Fact]) ->
                 None,
             ));
         }
-        return Some(forecast(
-            path,
-            net(),
-            "NCCL takes two hostnames for two nodes (host hash: hostname + boot id, or NCCL_HOSTID; \
-             src/misc/utils.cc getHostHash, NCCL >= 2.5.6)"
+        let rule = match nccl_version(exporter, importer).filter(|v| *v < Version(2, 5, 6)) {
+            Some(v) => format!(
+                "NCCL {v} (before 2.5.6) hashed the UTS and mount namespaces' inodes into its host hash (2.3.x the UTS \
+                 namespace's alone; src/misc/utils.cc getHostHash): two containers are two nodes to it"
+            ),
+            None => "NCCL takes two hostnames for two nodes (host hash: hostname + boot id, or NCCL_HOSTID; \
+                     src/misc/utils.cc getHostHash, NCCL >= 2.5.6)"
                 .into(),
-            Some(same_host_fix()),
-        ));
+        };
+        return Some(forecast(path, net(), rule, Some(same_host_fix())));
     }
     // P2P has asked for one /dev/shm since 2.10.3 (src/transport/p2p.cc:57), SHM always.
     let shm_gated = path != NCCL_P2P || nccl_at_least(exporter, importer, Version(2, 10, 3));
@@ -391,7 +410,19 @@ fn nccl_shm(exporter: &Place, importer: &Place, facts: &[Fact], primitives: &Pri
         return from_primitives(&recipe, primitives, "one host hash, one /dev/shm, one network namespace");
     }
     let room = [exporter, importer].iter().filter_map(|p| p.dev_shm.as_ref()).map(|s| s.free_bytes).min();
+    let fallocates = nccl_at_least(exporter, importer, Version(2, 19, 1));
     match room {
+        Some(free) if free < NCCL_SHM_ROOM && !fallocates => forecast(
+            NCCL_SHM,
+            Verdict::NotKnown,
+            format!(
+                "its buffers are files in /dev/shm, which has {} MiB free: {} (before 2.19.1) only ftruncates them, so \
+                 a /dev/shm too small is met later, as SIGBUS where a page cannot be had (src/misc/shmutils.cc)",
+                free >> 20,
+                nccl_said(exporter, importer)
+            ),
+            Some(shm_room_fix()),
+        ),
         Some(free) if free < NCCL_SHM_ROOM => forecast(
             NCCL_SHM,
             Verdict::NotKnown,
@@ -401,11 +432,7 @@ fn nccl_shm(exporter: &Place, importer: &Place, facts: &[Fact], primitives: &Pri
                  (src/os/linux.cc ncclShmOpen, NCCL >= 2.19.1)",
                 free >> 20
             ),
-            Some(Fix {
-                docker: "--shm-size=1g".into(),
-                kubernetes: "an emptyDir of medium: Memory, sizeLimit: 1Gi, mounted at /dev/shm".into(),
-                option: None,
-            }),
+            Some(shm_room_fix()),
         ),
         Some(_) => forecast(
             NCCL_SHM,
@@ -532,13 +559,42 @@ fn torch_expandable(exporter: &Place, importer: &Place, facts: &[Fact], primitiv
     // process (ESRCH), or another process of that number (EPERM, EBADF or a wrong descriptor).
     if !fabric
         && fact(facts, "pid_namespace") == Sameness::Differs
-        && matches!(row.verdict, Verdict::Fails(_))
+        && matches!(&row.verdict, Verdict::Fails(e) if e.starts_with("its VMM fd by pidfd_getfd"))
+        && !row.measured
     {
-        row.rule = format!(
-            "PyTorch sends the exporter's getpid() untranslated: in the importer's PID namespace pidfd_open finds \
-             no process (ESRCH) or another process of that number (EPERM, EBADF or a wrong descriptor); {}",
-            row.rule
-        );
+        let taken = facts.iter().find(|f| f.fact == EXPORTERS_NUMBER_THERE);
+        let (errno, what) = match taken.map(|f| (f.same, f.detail.as_deref())) {
+            // Measured on the H200 host (2026-12-07): producer pid 1 in its namespace, consumer pid 2 beside
+            // its own pid 1: `pidfd_getfd: Bad file descriptor`.
+            Some((Sameness::Same, detail)) => (
+                "EBADF",
+                format!(
+                    "pid {} in the importer's PID namespace is another process ({}): pidfd_open opens that one, and \
+                     pidfd_getfd answers EBADF where it has no descriptor of that number (measured on the H200 host, \
+                     2026-12-07), EPERM where ptrace refuses it, or fetches that process's descriptor, not the \
+                     exporter's",
+                    exporter.pid,
+                    detail.unwrap_or("its own")
+                ),
+            ),
+            Some((Sameness::Differs, _)) => (
+                "ESRCH",
+                format!(
+                    "no process of the importer's PID namespace is pid {}: pidfd_open finds none",
+                    exporter.pid
+                ),
+            ),
+            _ => (
+                "ESRCH",
+                format!(
+                    "pidfd_open({}) in the importer's PID namespace finds no process (ESRCH), or, where a process there \
+                     has that number (not known from inside), opens that one (EBADF, EPERM, or its descriptor)",
+                    exporter.pid
+                ),
+            ),
+        };
+        row.verdict = Verdict::Fails(format!("its VMM fd by pidfd_getfd: {errno}, forecast"));
+        row.rule = format!("PyTorch sends the exporter's getpid() untranslated: {what}; {}", row.rule);
         row.fix = Some(same_pid_number_fix());
     }
     row

@@ -6,14 +6,16 @@
 
 use serde::{Deserialize, Serialize};
 
+pub(crate) mod between;
 pub(crate) mod forecast;
 pub(crate) mod libraries;
 pub(crate) mod mps;
+pub(crate) mod outside;
 mod report;
 pub(crate) mod share;
 pub(crate) mod versions;
 
-pub use report::{Placement, RefusedBy, against_text, paths_of};
+pub use report::{Placement, ProcessPlacement, RefusedBy, against_text, paths_of};
 
 /// The namespaces that a container may give a process of its own, by the inode of `/proc/self/ns/<kind>`;
 /// `None` where it cannot be read.
@@ -89,6 +91,56 @@ pub struct Place {
     /// The NCCL it would load, where it finds one (`versions::nccl`); `None`: the newest release is assumed.
     #[serde(default)]
     pub nccl_version: Option<versions::Version>,
+    /// The GPUs its container has, by UUID, before `CUDA_VISIBLE_DEVICES` hides any (`gpus` is what is left):
+    /// the driver's GPUs whose device node is in its root. `None`: not read.
+    #[serde(default)]
+    pub gpus_present: Option<Vec<String>>,
+    /// The machine it runs on, where that decides CUDA IPC by itself (WSL2, Tegra).
+    #[serde(default)]
+    pub platform: Platform,
+    /// Its uid as the node's user namespace sees it (`uid` is as it sees itself), where known: the owner
+    /// of the files it makes in a /dev/shm.
+    #[serde(default)]
+    pub node_uid: Option<u32>,
+}
+
+/// The machine a process runs on, as far as CUDA IPC cares: WSL2 and Tegra (Jetson, DRIVE) have no legacy
+/// CUDA IPC (CUDA on WSL's and CUDA for Tegra's documentation: "CUDA IPC is not supported").
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind", content = "why")]
+pub enum Platform {
+    /// A Linux machine with a discrete GPU, where nothing else says otherwise.
+    #[default]
+    Linux,
+    /// WSL2: `/dev/dxg`, or "microsoft" in the kernel's release.
+    Wsl2(String),
+    /// Tegra: `/etc/nv_tegra_release`, or the device tree's `nvidia,tegra`.
+    Tegra(String),
+}
+
+impl Platform {
+    /// The platform of the machine whose root (and /proc, for the kernel's release) is `root`; `simulated`:
+    /// the simulation's `wsl`, where the simulation was asked for.
+    pub fn under(root: &std::path::Path, simulated_wsl: Option<bool>) -> Self {
+        if simulated_wsl == Some(true) {
+            return Platform::Wsl2("simulated: /dev/dxg is present".into());
+        }
+        if root.join("dev/dxg").exists() {
+            return Platform::Wsl2("/dev/dxg is present".into());
+        }
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        if release.to_ascii_lowercase().contains("microsoft") {
+            return Platform::Wsl2(format!("the kernel release is {}", release.trim()));
+        }
+        if root.join("etc/nv_tegra_release").exists() {
+            return Platform::Tegra("/etc/nv_tegra_release is present".into());
+        }
+        let tree = std::fs::read("/proc/device-tree/compatible").unwrap_or_default();
+        if memchr::memmem::find(&tree, b"nvidia,tegra").is_some() {
+            return Platform::Tegra("the device tree is compatible with nvidia,tegra".into());
+        }
+        Platform::Linux
+    }
 }
 
 impl Place {
@@ -136,8 +188,29 @@ impl Place {
                 .collect(),
             pidfd_getfd_itself: Some(crate::ipc::pidfd::tried_on_itself()),
             nccl_version: versions::nccl(),
+            gpus_present: crate::driver::host::simulated_gpus_of(simulated().as_deref(), None)
+                .or_else(|| gpus_with_nodes(std::path::Path::new("/"))),
+            platform: Platform::under(std::path::Path::new("/"), crate::driver::host::simulated_wsl()),
+            node_uid: node_uid(access.uid),
         }
     }
+}
+
+/// This process's uid `uid` (as it sees itself) as its user namespace's parent sees it, by
+/// `/proc/self/uid_map` (the node's, where the parent is the node's user namespace).
+fn node_uid(uid: u32) -> Option<u32> {
+    let map = std::fs::read_to_string("/proc/self/uid_map").ok()?;
+    map.lines().find_map(|line| {
+        let numbers: Vec<u64> = line.split_whitespace().filter_map(|n| n.parse().ok()).collect();
+        let [inside, outside, count] = numbers[..] else { return None };
+        let uid = u64::from(uid);
+        (uid >= inside && uid < inside + count).then(|| u32::try_from(outside + (uid - inside)).ok())?
+    })
+}
+
+/// The simulation's device list, where this process was asked to simulate its GPUs.
+fn simulated() -> Option<String> {
+    std::env::var(crate::driver::host::SIMULATE_ENV).ok()
 }
 
 /// The most characters each text of a place can truly hold, as the kernel and this program make it (a
@@ -192,7 +265,9 @@ impl Place {
                 return Some(format!("it names the setting {name} twice"));
             }
         }
-        if let Some(gpus) = self.gpus.as_ref().filter(|g| g.len() > bounds::GPUS) {
+        if let Some(gpus) =
+            [&self.gpus, &self.gpus_present].into_iter().flatten().find(|g| g.len() > bounds::GPUS)
+        {
             let most = bounds::GPUS;
             return Some(format!("it names {} GPUs, where a node has at most {most}", gpus.len()));
         }
@@ -222,8 +297,15 @@ impl Place {
         for (name, value) in &self.settings {
             texts.push((name, value, bounds::SETTING, env));
         }
-        for gpu in self.gpus.iter().flatten() {
+        for gpu in self.gpus.iter().flatten().chain(self.gpus_present.iter().flatten()) {
             texts.push(("GPU UUID", gpu, bounds::GPU, "a GPU's UUID"));
+        }
+        let platform = match &self.platform {
+            Platform::Linux => None,
+            Platform::Wsl2(why) | Platform::Tegra(why) => Some(why.as_str()),
+        };
+        if let Some(why) = platform {
+            texts.push(("platform", why, bounds::SETTING, "what this program says of a platform"));
         }
         // Counted in characters: a text read lossily (a hostname, a path) holds one per byte it was read
         // from.
@@ -250,8 +332,11 @@ impl Place {
         if let Some(shm) = self.dev_shm.as_mut() {
             shm.file_system = printable(&shm.file_system);
         }
-        for gpu in self.gpus.iter_mut().flatten() {
+        for gpu in self.gpus.iter_mut().flatten().chain(self.gpus_present.iter_mut().flatten()) {
             *gpu = printable(gpu);
+        }
+        if let Platform::Wsl2(why) | Platform::Tegra(why) = &mut self.platform {
+            *why = printable(why);
         }
         for (name, value) in &mut self.settings {
             *name = printable(name);
@@ -266,21 +351,33 @@ impl Place {
 /// less those `CUDA_VISIBLE_DEVICES` hides (UUIDs or their prefixes; ordinals in PCI order, as with
 /// `CUDA_DEVICE_ORDER=PCI_BUS_ID`). `None` where the driver's files cannot be read or a MIG device is named.
 fn gpus_seen() -> Option<Vec<String>> {
+    let all = gpus_with_nodes(std::path::Path::new("/"))?;
+    visible(&all, std::env::var("CUDA_VISIBLE_DEVICES").ok().as_deref())
+}
+
+/// The NVIDIA driver's GPUs (`/proc/driver/nvidia/gpus/<PCI address>/information`, in PCI order) whose
+/// device node (`/dev/nvidia<minor>`) is under `root`: the GPUs a container was given. `None` where the
+/// driver's files cannot be read.
+pub(crate) fn gpus_with_nodes(root: &std::path::Path) -> Option<Vec<String>> {
     let mut found: Vec<(String, String)> = Vec::new();
     for entry in std::fs::read_dir("/proc/driver/nvidia/gpus").ok()?.flatten() {
         let information = std::fs::read_to_string(entry.path().join("information")).ok()?;
-        let uuid =
-            information.lines().find_map(|l| l.strip_prefix("GPU UUID:")).map(|u| u.trim().to_owned())?;
-        found.push((entry.file_name().to_string_lossy().into_owned(), uuid));
+        let field =
+            |name: &str| information.lines().find_map(|l| l.strip_prefix(name)).map(|v| v.trim().to_owned());
+        let uuid = field("GPU UUID:")?;
+        let has_node =
+            field("Device Minor:").is_none_or(|minor| root.join(format!("dev/nvidia{minor}")).exists());
+        if has_node {
+            found.push((entry.file_name().to_string_lossy().into_owned(), uuid));
+        }
     }
     found.sort();
-    let all: Vec<String> = found.into_iter().map(|(_, uuid)| uuid).collect();
-    visible(&all, std::env::var("CUDA_VISIBLE_DEVICES").ok().as_deref())
+    Some(found.into_iter().map(|(_, uuid)| uuid).collect())
 }
 
 /// Of `all` (in PCI order), those that `CUDA_VISIBLE_DEVICES=list` keeps, as the driver does: each entry an
 /// ordinal or a UUID prefix, the list ending at the first entry that names none; `None` for a MIG device.
-fn visible(all: &[String], list: Option<&str>) -> Option<Vec<String>> {
+pub(crate) fn visible(all: &[String], list: Option<&str>) -> Option<Vec<String>> {
     let Some(list) = list else { return Some(all.to_vec()) };
     let mut kept: Vec<String> = Vec::new();
     for entry in list.split(',').map(str::trim) {
@@ -308,7 +405,7 @@ fn namespace(kind: &str) -> Option<u64> {
     parse_namespace_link(&link.to_string_lossy())
 }
 
-fn parse_namespace_link(link: &str) -> Option<u64> {
+pub(crate) fn parse_namespace_link(link: &str) -> Option<u64> {
     link.split_once(":[")?.1.strip_suffix(']')?.parse().ok()
 }
 
@@ -336,131 +433,4 @@ pub(crate) fn dev_shm(path: &std::path::Path) -> Option<DevShm> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_namespace_link_gives_its_inode() {
-        assert_eq!(parse_namespace_link("pid:[4026531836]"), Some(4026531836));
-        assert_eq!(parse_namespace_link("net:[12]"), Some(12));
-        assert_eq!(parse_namespace_link("pid:4026531836"), None);
-        assert_eq!(parse_namespace_link("pid:[x]"), None);
-    }
-
-    #[test]
-    fn cuda_visible_devices_keeps_what_it_names_as_the_driver_does() {
-        let all: Vec<String> = ["GPU-aaa", "GPU-bbb", "GPU-ccc"].map(String::from).to_vec();
-        assert_eq!(visible(&all, None), Some(all.clone()));
-        assert_eq!(visible(&all, Some("2,0")), Some(vec!["GPU-ccc".into(), "GPU-aaa".into()]));
-        assert_eq!(visible(&all, Some("GPU-bb")), Some(vec!["GPU-bbb".into()]));
-        assert_eq!(visible(&all, Some("1,7,0")), Some(vec!["GPU-bbb".into()]), "ends at one that names none");
-        assert_eq!(visible(&all, Some("")), Some(vec![]));
-        assert_eq!(visible(&all, Some("MIG-1234")), None, "not known");
-    }
-
-    #[test]
-    fn this_process_reads_its_own_place() {
-        let here = Place::here();
-        assert_eq!(here.pid, std::process::id());
-        let ns = &here.namespaces;
-        for (kind, inode) in [("pid", ns.pid), ("net", ns.net), ("mnt", ns.mnt), ("user", ns.user)] {
-            let link = std::fs::read_link(format!("/proc/self/ns/{kind}")).unwrap();
-            assert_eq!(inode, parse_namespace_link(&link.to_string_lossy()), "{kind}");
-            assert!(inode.is_some(), "{kind}");
-        }
-        let shm = here.dev_shm.expect("/dev/shm is there");
-        use std::os::unix::fs::MetadataExt;
-        assert_eq!(shm.device, std::fs::metadata("/dev/shm").unwrap().dev());
-        assert!(shm.size_bytes >= shm.free_bytes && shm.size_bytes > 0, "{shm:?}");
-        assert_eq!(here.uid, nix::unistd::geteuid().as_raw());
-        assert_eq!(here.boot_id.as_deref().map(str::len), Some(36), "a boot id is a UUID");
-        let status = std::fs::read_to_string("/proc/self/status").unwrap();
-        let root_with_all = status.lines().any(|l| l.starts_with("CapEff:") && l.contains("1ff"));
-        if root_with_all {
-            assert!(here.capabilities.sys_ptrace && here.capabilities.ipc_lock && here.capabilities.sys_nice);
-        }
-        let seccomp =
-            status.lines().find(|l| l.starts_with("Seccomp:")).map(|l| l[8..].trim().parse().unwrap());
-        assert_eq!(here.seccomp, seccomp);
-    }
-
-    /// Each text of a place is held to what its field can truly hold, named by its field where it is not;
-    /// this process's own place is within every bound.
-    #[test]
-    fn a_place_beyond_what_its_fields_can_hold_is_named_by_its_field() {
-        assert_eq!(Place::here().out_of_bounds(), None, "{:?}", Place::here());
-        let with = |change: &dyn Fn(&mut Place)| {
-            let mut place = Place::here();
-            change(&mut place);
-            place.out_of_bounds()
-        };
-        assert_eq!(with(&|p| p.hostname = "h".repeat(64)), None, "HOST_NAME_MAX");
-        assert_eq!(with(&|p| p.hostname = "\u{fffd}".repeat(64)), None, "a lossy read: one per byte");
-        let said = |change: &dyn Fn(&mut Place)| with(change).unwrap_or_default();
-        assert_eq!(
-            said(&|p| p.hostname = "h".repeat(60_000)),
-            "its hostname is 60000 characters, where a hostname (HOST_NAME_MAX) holds at most 64"
-        );
-        assert!(said(&|p| p.boot_id = Some("b".repeat(37))).starts_with("its boot id is 37 characters"));
-        assert!(said(&|p| p.mps.pipe_directory = "/".repeat(4097)).starts_with("its MPS pipe directory"));
-        assert!(said(&|p| p.cuda_visible_devices = Some("0".repeat(4097))).starts_with("its CUDA_VISIBLE"));
-        assert!(said(&|p| p.pidfd_getfd_itself = Some("E".repeat(33))).starts_with("its pidfd_getfd"));
-        let gpu = "GPU-00000000-0000-0000-0000-000000000000".to_owned();
-        assert_eq!(with(&|p| p.gpus = Some(vec![gpu.clone(); 64])), None);
-        assert_eq!(
-            said(&|p| p.gpus = Some(vec![gpu.clone(); 65])),
-            "it names 65 GPUs, where a node has at most 64"
-        );
-        assert!(said(&|p| p.gpus = Some(vec!["G".repeat(97)])).starts_with("its GPU UUID is 97 characters"));
-        let setting = |name: &str, value: String| (name.to_owned(), value);
-        assert!(
-            said(&|p| p.settings = vec![setting("UCX_TLS", "x".repeat(4097))])
-                .starts_with("its UCX_TLS is 4097 characters, where a setting of the environment")
-        );
-        assert_eq!(
-            said(&|p| p.settings = vec![setting("EVIL\x1b[2J", String::new())]),
-            "it names a setting, 'EVIL\\u{1b}[2J', that this program does not read"
-        );
-        assert_eq!(
-            said(&|p| p.settings = vec![setting("UCX_TLS", "a".into()), setting("UCX_TLS", "b".into())]),
-            "it names the setting UCX_TLS twice"
-        );
-        let mut newer = Place::here();
-        newer.settings = vec![setting("UCX_TLS", "cuda_ipc".into()), setting("NCCL_NEWER", "x".repeat(9999))];
-        let taken = newer.received().map(|p| p.settings);
-        assert_eq!(taken, Ok(vec![setting("UCX_TLS", "cuda_ipc".into())]), "a newer joiner's is dropped");
-        let mut liar = Place::here();
-        liar.hostname = "h".repeat(65);
-        assert!(liar.received().is_err_and(|why| why.starts_with("its hostname is 65 characters")));
-        let shm = |p: &mut Place| {
-            if let Some(shm) = p.dev_shm.as_mut() {
-                shm.file_system = "f".repeat(19);
-            }
-        };
-        assert!(Place::here().dev_shm.is_none() || said(&shm).starts_with("its /dev/shm file system"));
-    }
-
-    /// Every text of a place is made printable, the settings and the MPS pipe directory as the hostname.
-    #[test]
-    fn every_text_of_a_place_is_made_printable() {
-        let evil = "a\x1b]0;t\x07\n";
-        let escaped = "a\\u{1b}]0;t\\u{7}\\n";
-        let mut place = Place::here();
-        place.hostname = evil.into();
-        place.boot_id = Some(evil.into());
-        place.nccl_hostid = Some(evil.into());
-        place.gpus = Some(vec![evil.into()]);
-        place.mps.pipe_directory = evil.into();
-        place.mps.answered = Some(evil.into());
-        place.pidfd_getfd_itself = Some(evil.into());
-        place.settings = vec![("UCX_TLS".into(), evil.into())];
-        let place = place.printable();
-        assert_eq!(place.hostname, escaped);
-        assert_eq!((place.boot_id.as_deref(), place.nccl_hostid.as_deref()), (Some(escaped), Some(escaped)));
-        assert_eq!(place.mps.pipe_directory, escaped);
-        assert_eq!(place.mps.answered.as_deref(), Some(escaped));
-        assert_eq!(place.settings, vec![("UCX_TLS".to_owned(), escaped.to_owned())]);
-        assert_eq!(place.gpus, Some(vec![escaped.to_owned()]));
-        assert_eq!(place.pidfd_getfd_itself.as_deref(), Some(escaped));
-    }
-}
+mod tests;

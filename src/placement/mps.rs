@@ -42,13 +42,19 @@ pub struct Mps {
 impl Mps {
     /// This process's, read now.
     pub fn here() -> Self {
-        let from_env = std::env::var_os(PIPE_DIRECTORY_ENV).filter(|d| !d.is_empty());
-        let pipe_directory = from_env.as_ref().map_or_else(
-            || DEFAULT_PIPE_DIRECTORY.to_owned(),
-            |d| d.to_string_lossy().escape_debug().to_string(),
-        );
-        let (client, answered) = match control_answer(&std::path::Path::new(&pipe_directory).join("control"))
-        {
+        let from_env = std::env::var_os(PIPE_DIRECTORY_ENV);
+        Self::of(from_env.as_deref().map(|d| d.to_string_lossy()).as_deref(), std::path::Path::new("/"))
+    }
+
+    /// The MPS of a process whose `CUDA_MPS_PIPE_DIRECTORY` is `from_env` (`None`: unset), whose root is
+    /// `root` (`/proc/<pid>/root` for another process: its pipe directory is a path in its own mounts).
+    pub fn of(from_env: Option<&str>, root: &std::path::Path) -> Self {
+        let from_env = from_env.filter(|d| !d.is_empty());
+        let pipe_directory =
+            from_env.map_or_else(|| DEFAULT_PIPE_DIRECTORY.to_owned(), |d| d.escape_debug().to_string());
+        let control =
+            root.join(from_env.unwrap_or(DEFAULT_PIPE_DIRECTORY).trim_start_matches('/')).join("control");
+        let (client, answered) = match control_answer(&control) {
             Answer::Nothing => (false, None),
             Answer::Daemon => (true, None),
             Answer::Unseen => (true, Some("a process this PID namespace cannot see".to_owned())),

@@ -102,6 +102,23 @@ pub fn paths_of(mechanism: Mechanism, sync: Sync, fds: Fds) -> Vec<&'static str>
     }
 }
 
+impl ProcessPlacement {
+    /// Process `index` at `place`, which shares `shares` with `exporter`: the forecast of every kind of
+    /// handle and every library path for the pair.
+    pub fn forecast_for(exporter: &Place, index: usize, place: Place, shares: Vec<Fact>) -> Self {
+        let forecast = forecast(exporter, &place, &shares);
+        let primitives = Primitives { forecast: &forecast, measured: &[] };
+        ProcessPlacement {
+            index,
+            libraries: libraries(exporter, &place, &shares, &primitives),
+            libraries_measured: None,
+            forecast,
+            shares,
+            place,
+        }
+    }
+}
+
 impl Placement {
     /// From the server's place and each joined process's, by index.
     pub fn of(server: Place, processes: Vec<(usize, Place)>) -> Self {
@@ -109,16 +126,7 @@ impl Placement {
             .into_iter()
             .map(|(index, place)| {
                 let shares = compare(&server, &place);
-                let forecast = forecast(&server, &place, &shares);
-                let primitives = Primitives { forecast: &forecast, measured: &[] };
-                ProcessPlacement {
-                    index,
-                    libraries: libraries(&server, &place, &shares, &primitives),
-                    libraries_measured: None,
-                    forecast,
-                    shares,
-                    place,
-                }
+                ProcessPlacement::forecast_for(&server, index, place, shares)
             })
             .collect();
         Self { server, processes, against: None }
@@ -219,14 +227,25 @@ impl Placement {
     /// The table, then for each group of processes with one forecast, its forecast and what fixes the paths
     /// that will not work.
     pub fn text(&self) -> String {
-        let columns: Vec<(String, Vec<Fact>)> =
-            self.processes.iter().map(|p| (format!("process {}", p.index), p.shares.clone())).collect();
-        let mut text = format!(
-            "Where the processes stand (the server is pid {} on {}):\n{}",
-            self.server.pid,
-            self.server.hostname,
-            table(&columns)
+        let title = format!(
+            "Where the processes stand (the server is pid {} on {}):\n",
+            self.server.pid, self.server.hostname
         );
+        self.text_titled(&title, "shared with the server", ("process", "processes"))
+    }
+
+    /// [`text`](Self::text) of `--between`'s one direction: the exporter and the importer by their pids as
+    /// the node sees them (the importer's is its index).
+    pub fn text_between(&self) -> String {
+        self.text_titled("", "shared with the exporter", ("pid", "pids"))
+    }
+
+    /// The table titled `title`, its first column `shared_with`, the processes called `who` (one, many).
+    fn text_titled(&self, title: &str, shared_with: &str, (who, whose): (&str, &str)) -> String {
+        let columns: Vec<(String, Vec<Fact>)> =
+            self.processes.iter().map(|p| (format!("{who} {}", p.index), p.shares.clone())).collect();
+        let mut text =
+            format!("{title}{}", table(&columns).replacen("shared with the server", shared_with, 1));
         let mut groups: Vec<(Vec<usize>, &ProcessPlacement)> = Vec::new();
         for process in &self.processes {
             let same = |g: &&mut (Vec<usize>, &ProcessPlacement)| {
@@ -239,9 +258,9 @@ impl Placement {
         }
         for (indices, process) in groups {
             let who = match indices.as_slice() {
-                [one] => format!("process {one}"),
+                [one] => format!("{who} {one}"),
                 many => {
-                    format!("processes {}", many.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(", "))
+                    format!("{whose} {}", many.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(", "))
                 }
             };
             text.push_str(&format!(

@@ -96,7 +96,40 @@ pub fn compare(exporter: &Place, importer: &Place) -> Vec<Fact> {
         fact(FACTS[8].0, same_if(&e.cgroup, &i.cgroup), None),
         fact(FACTS[9].0, gpus.0, gpus.1),
         Fact { fact: FACTS[10].0.to_owned(), same: imex.0, detail: imex.1 },
+        // The pair's facts beyond the table, as far as the two places tell them: whether a process holds
+        // the exporter's pid number in the importer's PID namespace is known of pid 1 (every namespace has
+        // its init); whether the importer is the exporter's ancestor, only from outside (`with_outside`).
+        Fact {
+            fact: super::forecast::EXPORTERS_NUMBER_THERE.to_owned(),
+            same: match (pid, exporter.pid) {
+                (Sameness::Differs, 1) => Sameness::Same,
+                _ => Sameness::Unknown,
+            },
+            detail: (pid == Sameness::Differs && exporter.pid == 1)
+                .then(|| "its own init (pid 1)".to_owned()),
+        },
+        Fact {
+            fact: super::forecast::IMPORTER_IS_ANCESTOR.to_owned(),
+            same: Sameness::Unknown,
+            detail: None,
+        },
     ]
+}
+
+/// `facts` with what an outside view read of the pair ([`PairSeen`](super::outside::PairSeen)) in place
+/// of what the places alone could tell.
+pub fn with_outside(mut facts: Vec<Fact>, seen: &super::outside::PairSeen) -> Vec<Fact> {
+    let pid_namespaces_differ = facts.iter().any(|f| f.fact == FACTS[0].0 && f.same == Sameness::Differs);
+    for fact in &mut facts {
+        if fact.fact == super::forecast::IMPORTER_IS_ANCESTOR {
+            fact.same = if seen.importer_is_ancestor { Sameness::Same } else { Sameness::Differs };
+        }
+        if fact.fact == super::forecast::EXPORTERS_NUMBER_THERE && pid_namespaces_differ {
+            fact.same = if seen.at_exporters_number.is_some() { Sameness::Same } else { Sameness::Differs };
+            fact.detail = seen.at_exporters_number.clone();
+        }
+    }
+    facts
 }
 
 /// The word of a table cell: `same`, `differs` (with its detail), `?`.
@@ -194,6 +227,9 @@ pub(crate) mod tests {
             settings: Vec::new(),
             pidfd_getfd_itself: None,
             nccl_version: None,
+            gpus_present: Some(vec!["GPU-a".into()]),
+            platform: crate::placement::Platform::Linux,
+            node_uid: Some(0),
         }
     }
 
@@ -204,8 +240,8 @@ pub(crate) mod tests {
     #[test]
     fn every_fact_is_same_between_two_processes_of_one_place() {
         let facts = compare(&place(10), &place(11));
-        assert_eq!(facts.len(), FACTS.len());
-        assert!(facts.iter().all(|f| f.same == Sameness::Same), "{facts:?}");
+        assert_eq!(facts.len(), FACTS.len() + 2, "the table's, and the pair's two beyond it");
+        assert!(facts[..FACTS.len()].iter().all(|f| f.same == Sameness::Same), "{facts:?}");
     }
 
     #[test]
@@ -226,7 +262,9 @@ pub(crate) mod tests {
         other.gpus = Some(vec![]);
         other.imex_channel = true;
         let facts = compare(&place(1), &other);
-        assert!(facts.iter().all(|f| f.same == Sameness::Differs), "{facts:?}");
+        assert!(facts[..FACTS.len()].iter().all(|f| f.same == Sameness::Differs), "{facts:?}");
+        let taken = the(&facts, crate::placement::forecast::EXPORTERS_NUMBER_THERE);
+        assert_eq!((taken.same, taken.detail.as_deref()), (Sameness::Same, Some("its own init (pid 1)")));
         assert_eq!(the(&facts, "pid_namespace").detail.unwrap(), "pid 1 and 1: the same pid number");
         assert_eq!(the(&facts, "uts_namespace").detail.unwrap(), "node and other");
         assert_eq!(the(&facts, "gpus").detail.unwrap(), "lacks GPU-a");

@@ -1,8 +1,14 @@
-//! The library versions a process can read in its own container, where the forecast's answer depends on
-//! them: NCCL's, by `ncclGetVersion` of the `libnccl.so.2` the dynamic loader finds (as NCCL's users load
-//! it). UCX is not loaded for it: its constructors start threads, which the forks of an isolated run must not
-//! meet; PyTorch is a Python package, not a library to load. Where a version cannot be read, the forecast
-//! takes the newest release and names the range where the answer differs.
+//! The library versions the forecast's answer depends on, read from the libraries' files: nothing of a
+//! library is loaded or run to learn its version (a library's constructors are its author's code, and a
+//! library found on a search path another user can write to is that user's). NCCL's version is in its
+//! file's name where the file is `libnccl.so.2.<minor>.<patch>`, and always in its read-only data, as the
+//! banner it prints (`NCCL version 2.28.3+cuda13.0`, src/init.cc `VERSION_STRING`); PyTorch's is in the
+//! `version.py` beside its `lib/` folder. The library a process would load is found as the dynamic loader
+//! finds it, absolute paths only ([`nccl`]); the one a running process has loaded is in its maps (see
+//! `placement::outside`). Where a version cannot be read, the forecast takes the newest release and names the
+//! range where the answer differs.
+
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -16,36 +22,147 @@ impl std::fmt::Display for Version {
     }
 }
 
-/// NCCL's `NCCL_VERSION_CODE` as `ncclGetVersion` gives it: `major * 10000 + minor * 100 + patch` from
-/// 2.9, `major * 1000 + minor * 100 + patch` before (src/nccl.h.in, `NCCL_VERSION`).
-pub fn nccl_from_code(code: i32) -> Option<Version> {
-    let code = u32::try_from(code).ok()?;
-    let (major, minor, patch) = if code >= 20900 {
-        (code / 10000, code % 10000 / 100, code % 100)
-    } else {
-        (code / 1000, code % 1000 / 100, code % 100)
-    };
-    (major > 0).then_some(Version(major, minor, patch))
+impl Version {
+    /// `2.28.3` at the start of `text` (what follows, `+cuda13.0` or `-1`, is left).
+    pub fn at_start_of(text: &str) -> Option<Self> {
+        let mut numbers = text.splitn(3, '.');
+        let mut number = |last: bool| -> Option<u32> {
+            let part = numbers.next()?;
+            let digits: String = part.chars().take_while(char::is_ascii_digit).collect();
+            let whole = digits.len() == part.len();
+            (!digits.is_empty() && digits.len() <= 6 && (last || whole)).then(|| digits.parse().ok())?
+        };
+        Some(Version(number(false)?, number(false)?, number(true)?))
+    }
 }
 
-/// The version of the NCCL this process would load (`libnccl.so.2`, as the dynamic loader finds it, or
-/// `SIMPLE_IPC_NCCL_LIBRARY` where set: the path of one in a Python package, say), if one is there.
-pub fn nccl() -> Option<Version> {
-    let name = std::env::var_os("SIMPLE_IPC_NCCL_LIBRARY").unwrap_or_else(|| "libnccl.so.2".into());
-    // SAFETY: loading a library runs its initialisers: NCCL's read its settings and start nothing (its
-    // threads start with a communicator); the library stays loaded for the process's life (no unload while
-    // a function of it could run).
-    let library = unsafe { libloading::Library::new(&name) }.ok()?;
-    // SAFETY: `ncclResult_t ncclGetVersion(int *version)` (src/nccl.h.in), which writes one int.
-    let get = unsafe {
-        library.get::<unsafe extern "C" fn(*mut std::ffi::c_int) -> std::ffi::c_int>(b"ncclGetVersion")
+/// NCCL's banner in its read-only data, followed by its version.
+const NCCL_BANNER: &[u8] = b"NCCL version ";
+
+/// The version of the NCCL library in the file at `path`: from its name (`libnccl.so.2.28.3`), else from the
+/// banner in its read-only data (the file is mapped, never loaded). `None` where the file cannot be read or
+/// holds no banner.
+pub fn nccl_of_file(path: &Path) -> Option<Version> {
+    let name = path.file_name()?.to_string_lossy().into_owned();
+    if let Some(version) = name.strip_prefix("libnccl.so.").and_then(Version::at_start_of) {
+        return Some(version);
     }
-    .ok()?;
-    let mut code: std::ffi::c_int = 0;
-    // SAFETY: writes one int into `code`; ncclSuccess is 0.
-    let ok = unsafe { get(&mut code) } == 0;
-    std::mem::forget(library);
-    ok.then(|| nccl_from_code(code)).flatten()
+    let file = std::fs::File::open(path).ok()?;
+    // SAFETY: a read-only private mapping of a library file; a library is not written in place while it is
+    // in use (installers replace it by rename), and a file cut short meanwhile ends this read with SIGBUS at
+    // worst, which `sigbus` does not mask: the bytes are only searched, never trusted as code or pointers.
+    let map = unsafe { memmap2::Mmap::map(&file) }.ok()?;
+    let data = read_only_data(&map).unwrap_or(&map[..]);
+    let at = memchr::memmem::find_iter(data, NCCL_BANNER).find_map(|at| {
+        let rest = &data[at + NCCL_BANNER.len()..];
+        let text: String =
+            rest.iter().take(24).take_while(|b| b.is_ascii_graphic()).map(|&b| b as char).collect();
+        Version::at_start_of(&text)
+    })?;
+    Some(at)
+}
+
+/// The `.rodata` section of an ELF64 little-endian file, where its section headers say where it is: NCCL's
+/// banner is there, a few MB of a file of hundreds.
+fn read_only_data(file: &[u8]) -> Option<&[u8]> {
+    let u16_at = |at: usize| Some(u16::from_le_bytes(file.get(at..at + 2)?.try_into().ok()?));
+    let u32_at = |at: usize| Some(u32::from_le_bytes(file.get(at..at + 4)?.try_into().ok()?));
+    let u64_at = |at: usize| Some(u64::from_le_bytes(file.get(at..at + 8)?.try_into().ok()?));
+    // ELF64 (class 2), little-endian (data 1).
+    if file.get(..6)? != b"\x7fELF\x02\x01" {
+        return None;
+    }
+    let headers = usize::try_from(u64_at(0x28)?).ok()?;
+    let (size, count, names) =
+        (usize::from(u16_at(0x3a)?), usize::from(u16_at(0x3c)?), usize::from(u16_at(0x3e)?));
+    if size < 0x40 || names >= count {
+        return None;
+    }
+    let section = |index: usize| -> Option<(u32, usize, usize)> {
+        let at = headers.checked_add(index.checked_mul(size)?)?;
+        let offset = usize::try_from(u64_at(at + 0x18)?).ok()?;
+        let length = usize::try_from(u64_at(at + 0x20)?).ok()?;
+        Some((u32_at(at)?, offset, length))
+    };
+    let (_, names_at, names_length) = section(names)?;
+    let names = file.get(names_at..names_at.checked_add(names_length)?)?;
+    (0..count).find_map(|index| {
+        let (name, offset, length) = section(index)?;
+        let name = names.get(usize::try_from(name).ok()?..)?;
+        name.starts_with(b".rodata\0").then(|| file.get(offset..offset.checked_add(length)?))?
+    })
+}
+
+/// PyTorch's version, from the `version.py` of the package whose `lib/` holds `library` (its
+/// `libtorch_cuda.so`): `__version__ = '2.11.0+cu130'`.
+pub fn torch_of_library(library: &Path) -> Option<String> {
+    let package = library.parent()?.parent()?;
+    let text = std::fs::read_to_string(package.join("version.py")).ok()?;
+    let line = text.lines().find(|l| l.trim_start().starts_with("__version__"))?;
+    let value = line.split_once('=')?.1.trim().trim_matches(|c| c == '\'' || c == '"');
+    (!value.is_empty() && value.len() <= 64 && value.chars().all(|c| c.is_ascii_graphic()))
+        .then(|| value.to_owned())
+}
+
+/// The version of the NCCL this process would load (`libnccl.so.2`, found as the dynamic loader finds it:
+/// [`loader_candidates`]), or of the file `SIMPLE_IPC_NCCL_LIBRARY` names (the path of one in a Python
+/// package, say), if one is there. Nothing is loaded.
+pub fn nccl() -> Option<Version> {
+    if let Some(path) = std::env::var_os("SIMPLE_IPC_NCCL_LIBRARY") {
+        return nccl_of_file(Path::new(&path));
+    }
+    loader_candidates("libnccl.so.2").into_iter().find(|p| p.is_file()).and_then(|p| nccl_of_file(&p))
+}
+
+/// Where the dynamic loader would look for `soname`, in its order, absolute paths only: each absolute
+/// element of `LD_LIBRARY_PATH` (an empty or relative one names the directory the process stands in, which
+/// is nobody's choice of a library: left out), then `/etc/ld.so.cache`'s entries of that name, then the
+/// default directories.
+pub fn loader_candidates(soname: &str) -> Vec<PathBuf> {
+    let cache = std::fs::read("/etc/ld.so.cache").unwrap_or_default();
+    candidates(std::env::var_os("LD_LIBRARY_PATH").as_deref(), &cache, soname)
+}
+
+/// [`loader_candidates`] for this `LD_LIBRARY_PATH` and this `ld.so.cache`.
+fn candidates(ld_library_path: Option<&std::ffi::OsStr>, cache: &[u8], soname: &str) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = Vec::new();
+    if let Some(path) = ld_library_path {
+        for directory in std::env::split_paths(path).filter(|d| d.is_absolute()) {
+            found.push(directory.join(soname));
+        }
+    }
+    found.extend(ld_so_cache(cache, soname));
+    for directory in
+        ["/lib64", "/usr/lib64", "/lib", "/usr/lib", "/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu"]
+    {
+        found.push(Path::new(directory).join(soname));
+    }
+    found
+}
+
+/// The paths `/etc/ld.so.cache` (glibc's format, `glibc-ld.so.cache1.1`) gives for `soname`.
+fn ld_so_cache(cache: &[u8], soname: &str) -> Vec<PathBuf> {
+    const MAGIC: &[u8] = b"glibc-ld.so.cache1.1";
+    // The new format may follow the old one's table: find its header.
+    let Some(start) = memchr::memmem::find(cache, MAGIC) else { return Vec::new() };
+    let u32_at = |at: usize| -> Option<usize> {
+        let bytes = cache.get(start + at..start + at + 4)?;
+        usize::try_from(u32::from_le_bytes(bytes.try_into().ok()?)).ok()
+    };
+    let string = |at: usize| -> Option<&[u8]> {
+        let rest = cache.get(start + at..)?;
+        rest.get(..memchr::memchr(0, rest)?)
+    };
+    let Some(count) = u32_at(20) else { return Vec::new() };
+    // The header is 48 bytes; each entry 24: flags, key, value, osversion, hwcap (8).
+    (0..count.min(1 << 16))
+        .filter_map(|entry| {
+            let at = 48 + entry * 24;
+            (string(u32_at(at + 4)?)? == soname.as_bytes()).then(|| {
+                Some(PathBuf::from(String::from_utf8_lossy(string(u32_at(at + 8)?)?).into_owned()))
+            })?
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -53,13 +170,109 @@ mod tests {
     use super::*;
 
     #[test]
-    fn nccls_version_code_is_read_as_its_header_makes_it() {
-        assert_eq!(nccl_from_code(23007), Some(Version(2, 30, 7)));
-        assert_eq!(nccl_from_code(21905), Some(Version(2, 19, 5)));
-        assert_eq!(nccl_from_code(2708), Some(Version(2, 7, 8)), "before 2.9");
-        assert_eq!(nccl_from_code(0), None);
-        assert_eq!(nccl_from_code(-1), None);
+    fn a_version_is_read_at_the_start_of_a_text() {
+        assert_eq!(Version::at_start_of("2.28.3+cuda13.0"), Some(Version(2, 28, 3)));
+        assert_eq!(Version::at_start_of("2.5.6"), Some(Version(2, 5, 6)));
+        assert_eq!(Version::at_start_of("2.30.7-1 rest"), Some(Version(2, 30, 7)));
+        assert_eq!(Version::at_start_of("2.x.3"), None);
+        assert_eq!(Version::at_start_of("2.28"), None);
+        assert_eq!(Version::at_start_of("mismatch"), None);
         assert!(Version(2, 24, 3) > Version(2, 19, 0) && Version(2, 9, 0) < Version(2, 10, 3));
         assert_eq!(Version(2, 30, 7).to_string(), "2.30.7");
+    }
+
+    /// A file named with its version needs no read; one named `libnccl.so.2` is read for its banner, past
+    /// a banner-like text with no version in it (NCCL's own "NCCL version mismatch"), and nothing is loaded:
+    /// the "library" here is no ELF file at all.
+    #[test]
+    fn nccls_version_is_read_from_its_files_name_or_banner() {
+        let dir = tempfile::tempdir().unwrap();
+        let named = dir.path().join("libnccl.so.2.21.5");
+        std::fs::write(&named, b"not read").unwrap();
+        assert_eq!(nccl_of_file(&named), Some(Version(2, 21, 5)));
+        let plain = dir.path().join("libnccl.so.2");
+        std::fs::write(&plain, b"\0\0NCCL version mismatch\0NCCL version 2.28.9+cuda13.0\0").unwrap();
+        assert_eq!(nccl_of_file(&plain), Some(Version(2, 28, 9)));
+        std::fs::write(&plain, b"NCCL version \0").unwrap();
+        assert_eq!(nccl_of_file(&plain), None);
+        assert_eq!(nccl_of_file(&dir.path().join("absent")), None);
+    }
+
+    /// In an ELF file, only `.rodata` is searched: a banner outside it is not NCCL's.
+    #[test]
+    fn in_an_elf_file_the_banner_is_read_from_its_read_only_data() {
+        let mut elf = vec![0u8; 0x40];
+        elf[..6].copy_from_slice(b"\x7fELF\x02\x01");
+        let text = b"NCCL version 1.1.1\0";
+        let rodata = b"xxNCCL version 2.19.3+cuda12.2\0";
+        let names = b"\0.rodata\0.shstrtab\0";
+        let text_at = elf.len();
+        elf.extend_from_slice(text);
+        let rodata_at = elf.len();
+        elf.extend_from_slice(rodata);
+        let names_at = elf.len();
+        elf.extend_from_slice(names);
+        let headers_at = elf.len();
+        let header = |name: u32, offset: usize, length: usize| {
+            let mut h = vec![0u8; 0x40];
+            h[..4].copy_from_slice(&name.to_le_bytes());
+            h[0x18..0x20].copy_from_slice(&(offset as u64).to_le_bytes());
+            h[0x20..0x28].copy_from_slice(&(length as u64).to_le_bytes());
+            h
+        };
+        elf.extend(header(0, 0, 0));
+        elf.extend(header(1, rodata_at, rodata.len()));
+        elf.extend(header(9, names_at, names.len()));
+        elf[0x28..0x30].copy_from_slice(&(headers_at as u64).to_le_bytes());
+        elf[0x3a..0x3c].copy_from_slice(&0x40u16.to_le_bytes());
+        elf[0x3c..0x3e].copy_from_slice(&3u16.to_le_bytes());
+        elf[0x3e..0x40].copy_from_slice(&2u16.to_le_bytes());
+        assert_eq!(read_only_data(&elf), Some(&rodata[..]));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("libnccl.so.2");
+        std::fs::write(&path, &elf).unwrap();
+        assert_eq!(nccl_of_file(&path), Some(Version(2, 19, 3)), "not the 1.1.1 outside .rodata");
+        let _ = text_at;
+    }
+
+    #[test]
+    fn pytorchs_version_is_read_beside_its_library() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("lib")).unwrap();
+        let library = dir.path().join("lib").join("libtorch_cuda.so");
+        assert_eq!(torch_of_library(&library), None);
+        std::fs::write(dir.path().join("version.py"), "x = 1\n__version__ = '2.11.0+cu130'\n").unwrap();
+        assert_eq!(torch_of_library(&library).as_deref(), Some("2.11.0+cu130"));
+    }
+
+    /// The loader's search, with a relative or empty element of LD_LIBRARY_PATH left out (a planted library
+    /// in the directory the process stands in is nobody's choice), and ld.so.cache read for the name.
+    #[test]
+    fn the_loaders_candidates_are_absolute_paths_only() {
+        let planted = candidates(Some(std::ffi::OsStr::new(":lib::/opt/a:.")), &[], "libnccl.so.2");
+        assert_eq!(planted[0], PathBuf::from("/opt/a/libnccl.so.2"), "{planted:?}");
+        assert!(planted.iter().all(|p| p.is_absolute()), "{planted:?}");
+        assert_eq!(planted.len(), 7, "one from LD_LIBRARY_PATH, six default directories: {planted:?}");
+        let mut cache = b"ld.so-1.7.0\0\0\0\0".to_vec();
+        let start = cache.len();
+        cache.extend_from_slice(b"glibc-ld.so.cache1.1");
+        cache.extend_from_slice(&2u32.to_le_bytes());
+        cache.resize(start + 48, 0);
+        let strings = start + 48 + 2 * 24;
+        let entry = |key: usize, value: usize| {
+            let mut e = vec![0u8; 24];
+            e[4..8].copy_from_slice(&((key - start) as u32).to_le_bytes());
+            e[8..12].copy_from_slice(&((value - start) as u32).to_le_bytes());
+            e
+        };
+        let (k1, v1) = (strings, strings + 13);
+        let (k2, v2) = (v1 + 27, v1 + 27 + 10);
+        cache.extend(entry(k1, v1));
+        cache.extend(entry(k2, v2));
+        cache.extend_from_slice(b"libnccl.so.2\0/opt/nccl/lib/libnccl.so.2\0libc.so.6\0/lib/libc.so.6\0");
+        assert_eq!(ld_so_cache(&cache, "libnccl.so.2"), vec![PathBuf::from("/opt/nccl/lib/libnccl.so.2")]);
+        assert_eq!(candidates(None, &cache, "libnccl.so.2")[0], PathBuf::from("/opt/nccl/lib/libnccl.so.2"));
+        assert_eq!(ld_so_cache(&cache, "libc.so.6"), vec![PathBuf::from("/lib/libc.so.6")]);
+        assert!(ld_so_cache(&cache[..10], "libc.so.6").is_empty());
     }
 }

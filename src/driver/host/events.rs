@@ -2,14 +2,17 @@
 //! created or opened, the files its exported events have, and the numbers that name them.
 //!
 //! An event is two 64-bit counters (the generation last recorded, the highest one completed) in a file of
-//! 16 bytes named as the CUDA driver (580) names it, `/dev/shm/cuda.shm.0.<pid, hex>.<n>`, by the pid the
-//! exporter has in its own PID namespace. An opener maps whatever file has that name in its own `/dev/shm`
-//! now: none is `CUDA_ERROR_MAP_FAILED`, an exporter of the opener's own pid number
+//! 16 bytes named as the CUDA driver (580) names it, `/dev/shm/cuda.shm.<uid, hex>.<pid, hex>.<n>`, by
+//! the uid and the pid the exporter has in its own namespaces, mode 0600. An opener maps whatever file has
+//! that name, with its own uid in it, in its own `/dev/shm` now (measured on the H200 host, 2026-12-07: an
+//! importer of another uid, or in a user namespace where it is another uid, finds no file of its uid's
+//! name): none is `CUDA_ERROR_MAP_FAILED`, an exporter of the opener's own pid number
 //! `CUDA_ERROR_INVALID_CONTEXT`. The names are removed when the driver is dropped, where they are still
 //! this process's files.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
+use std::os::unix::fs::OpenOptionsExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -121,9 +124,15 @@ impl EventTable {
     }
 }
 
-/// The name of the driver's file for event `n` of the process that is `pid` in its own namespace.
-fn file_name(pid: u32, n: i32) -> String {
-    format!("/dev/shm/cuda.shm.0.{pid:x}.{n}")
+/// The name of the driver's file for event `n` of the process that is `pid` in its own PID namespace, as
+/// a process whose uid (as it sees itself) is `uid` makes it, and as one of that uid looks for it.
+fn file_name(uid: u32, pid: u32, n: i32) -> String {
+    format!("/dev/shm/cuda.shm.{uid:x}.{pid:x}.{n}")
+}
+
+/// This process's uid as it sees itself, which the driver's event files are named by.
+fn own_uid() -> u32 {
+    nix::unistd::getuid().as_raw()
 }
 
 impl Events for HostDriver {
@@ -137,7 +146,7 @@ impl Events for HostDriver {
             table.last_number += 1;
             table.last_number
         };
-        let name = file_name(std::process::id(), n);
+        let name = file_name(own_uid(), std::process::id(), n);
         // The file replaces whatever has the name (another process of our pid number may have made it, or be
         // making it now): the old name goes, then the file is made anew under it. No other name is ever made,
         // so a process killed at any moment leaves only what the driver would.
@@ -149,7 +158,7 @@ impl Events for HostDriver {
                 }
                 _ => {}
             }
-            match OpenOptions::new().read(true).write(true).create_new(true).open(&name) {
+            match OpenOptions::new().read(true).write(true).create_new(true).mode(0o600).open(&name) {
                 Ok(file) => break file,
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempts < 10 => attempts += 1,
                 Err(e) => return Err(e).with_context(|| format!("creating {name}, as the CUDA driver does")),
@@ -202,8 +211,9 @@ impl Events for HostDriver {
             return Err(failed(call, code::INVALID_VALUE, format!("the handle declares {len} bytes")));
         }
         refuse_own_pid(call, pid)?;
-        // By name, in this process's /dev/shm: whatever file has the name now.
-        let name = file_name(pid, n);
+        // By name, with this process's own uid in it, in this process's /dev/shm: whatever file has the
+        // name now.
+        let name = file_name(own_uid(), pid, n);
         let file = OpenOptions::new()
             .read(true)
             .write(true)

@@ -11,7 +11,7 @@
 //!
 //! A "device buffer" is a memfd; its IPC handle names the exporter's pid and descriptor, and opening it
 //! maps `/proc/<pid>/fd/<fd>`. An interprocess event's counters live, as with the CUDA driver (580), in a file
-//! `/dev/shm/cuda.shm.0.<pid, hex>.<n>` named by the pid the exporter has in its own PID namespace: a second
+//! `/dev/shm/cuda.shm.<uid, hex>.<pid, hex>.<n>` named by the uid and the pid the exporter has in its own PID namespace: a second
 //! exporter of the same pid number (another container sharing `/dev/shm`) replaces the name, and opening
 //! the handle maps whatever file has that name now. The file is removed when the exporter ends normally (if
 //! the name is still its file) and left when it is killed, so that the tests check what the program removes.
@@ -102,13 +102,35 @@ pub fn simulated_imex_channel() -> Option<bool> {
 /// The UUIDs of the simulated GPUs this process sees (`CUDA_VISIBLE_DEVICES` honoured), where the
 /// simulation was asked for: the fact `placement` reads from the NVIDIA driver's /proc files otherwise.
 pub fn simulated_gpus() -> Option<Vec<String>> {
-    let spec = std::env::var(SIMULATE_ENV).ok()?;
-    let count = spec.split(',').filter(|kind| !kind.trim().is_empty()).count();
-    let physical = match std::env::var("CUDA_VISIBLE_DEVICES") {
-        Ok(list) => visible_devices(&list, count),
-        Err(_) => (0..count as i32).collect(),
+    let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+    simulated_gpus_of(std::env::var(SIMULATE_ENV).ok().as_deref(), Some(visible.as_deref()))
+}
+
+/// The UUIDs of the simulated GPUs of a process whose simulation was asked for with `spec` (`None`: it
+/// was not), less those its `CUDA_VISIBLE_DEVICES` hides where `visible` is given (`Some(None)`: unset);
+/// `visible: None`: every GPU it has, hidden or not. For another process, read from its environment.
+pub fn simulated_gpus_of(spec: Option<&str>, visible: Option<Option<&str>>) -> Option<Vec<String>> {
+    let count = spec?.split(',').filter(|kind| !kind.trim().is_empty()).count();
+    let physical = match visible.flatten() {
+        Some(list) => visible_devices(list, count),
+        None => (0..count as i32).collect(),
     };
     Some(physical.into_iter().map(|d| uuid_text(&simulated_uuid(d))).collect())
+}
+
+/// Whether the simulated machine is WSL2 (`wsl` on any device), where the simulation was asked for.
+pub fn simulated_wsl() -> Option<bool> {
+    simulated_wsl_of(std::env::var(SIMULATE_ENV).ok().as_deref())
+}
+
+/// [`simulated_wsl`] of a process whose simulation was asked for with `spec`.
+pub fn simulated_wsl_of(spec: Option<&str>) -> Option<bool> {
+    Some(spec?.split(',').flat_map(|kind| kind.split('+')).any(|kind| kind.trim() == "wsl"))
+}
+
+/// [`simulated_imex_channel`] of a process whose simulation was asked for with `spec`.
+pub fn simulated_imex_channel_of(spec: Option<&str>) -> Option<bool> {
+    Some(spec?.split(',').flat_map(|kind| kind.split('+')).any(|kind| kind.trim() == "imex"))
 }
 
 /// The simulated L2 cache: small, so that the benchmark's marking of cache-sized rows shows in tests.

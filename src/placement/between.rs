@@ -1,0 +1,125 @@
+//! `--between EXPORTER IMPORTER`: the forecast between two running processes this program did not start,
+//! read from outside ([`outside`]): for an operator on the node (root, or a pod with `hostPID`) whose two pods
+//! run images without this program in them. Each process's place is read from `/proc`, the pair is compared
+//! as a served run compares its joiners with its server ([`Placement`]), and the forecast of every kind of
+//! handle and every library path is given both ways (each process as the exporter), with the least change in
+//! Docker's and Kubernetes' words. No GPU and no CUDA: nothing of either process is entered, signalled,
+//! stopped or run. `--json` writes the same as data.
+
+use std::io::Write as _;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+
+use super::outside::{self, Loaded, Observed};
+use super::share::{compare, with_outside};
+use super::{Placement, ProcessPlacement};
+use crate::outcome::EXIT_FAILURE;
+use crate::role::Between;
+
+/// What `--between` answers, as `--json` writes it.
+#[derive(Serialize)]
+struct Answer<'a> {
+    status: &'static str,
+    /// Each process as read from outside.
+    processes: [&'a Observed; 2],
+    /// Each direction: the exporter's place and the importer's, as in a served run's `placement`.
+    directions: Vec<Placement>,
+}
+
+/// Runs `--between`: 0 with its answer, 1 where a process cannot be read (which fact, and why).
+pub(crate) fn main(asked: &Between) -> ExitCode {
+    match answer(asked) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            warn!("simple-ipc: --between: {e:#}");
+            if let Some(path) = &asked.json {
+                let failed = serde_json::json!({ "status": "failed", "reason": format!("{e:#}") });
+                if let Err(e) = write_json(path, &failed) {
+                    warn!("simple-ipc: {e:#}");
+                }
+            }
+            ExitCode::from(EXIT_FAILURE)
+        }
+    }
+}
+
+fn answer(asked: &Between) -> Result<()> {
+    let first = outside::observe(asked.exporter)?;
+    let second = outside::observe(asked.importer)?;
+    let directions = vec![direction(&first, &second), direction(&second, &first)];
+    let mut text = format!(
+        "Between pid {} ({}) and pid {} ({}), read from /proc: neither was entered, signalled or stopped\n",
+        first.pid, first.name, second.pid, second.name
+    );
+    for process in [&first, &second] {
+        text.push_str(&format!("  pid {} ({}): {}\n", process.pid, process.name, libraries_said(process)));
+    }
+    for (placement, (exporter, importer)) in directions.iter().zip([(&first, &second), (&second, &first)]) {
+        text.push_str(&format!("\nWith pid {} exporting to pid {}:\n", exporter.pid, importer.pid));
+        text.push_str(&placement.text_between());
+    }
+    let document = Answer { status: "answered", processes: [&first, &second], directions };
+    match asked.json.as_deref() {
+        Some(path) if path.as_os_str() == "-" => {
+            let mut out = std::io::stdout().lock();
+            serde_json::to_writer(&mut out, &document)?;
+            writeln!(out)?;
+            eprint!("{text}");
+        }
+        Some(path) => {
+            write_json(path, &document)?;
+            if !asked.quiet {
+                crate::output::text(&text)?;
+            }
+        }
+        None if asked.quiet => {}
+        None => crate::output::text(&text)?,
+    }
+    Ok(())
+}
+
+/// The placement of `importer` against `exporter`: the served run's comparison and forecast, with the facts
+/// of the pair that only the outside reads (whether the importer is an ancestor of the exporter, the process
+/// at the exporter's pid number in the importer's namespace).
+fn direction(exporter: &Observed, importer: &Observed) -> Placement {
+    let seen = outside::pair(exporter, importer);
+    let shares = with_outside(compare(&exporter.place, &importer.place), &seen);
+    let process = ProcessPlacement::forecast_for(
+        &exporter.place,
+        importer.pid.unsigned_abs() as usize,
+        importer.place.clone(),
+        shares,
+    );
+    Placement { server: exporter.place.clone(), processes: vec![process], against: None }
+}
+
+/// The libraries a process has loaded, and the settings it started with, in words.
+fn libraries_said(process: &Observed) -> String {
+    let Loaded { nccl, ucx, torch } = &process.loaded;
+    let one = |name: &str, mapped: &Option<outside::Mapped>| match mapped {
+        Some(m) => format!("{name} {} ({})", m.version.as_deref().unwrap_or("of a version not read"), m.path),
+        None => format!("{name} not loaded"),
+    };
+    let mut said = vec![one("NCCL", nccl), one("UCX", ucx), one("PyTorch", torch)];
+    let settings: Vec<String> = process.place.settings.iter().map(|(n, v)| format!("{n}={v}")).collect();
+    if !settings.is_empty() {
+        said.push(format!("started with {}", settings.join(" ")));
+    }
+    if let Some(filters) = process.seccomp_filters.filter(|n| *n > 0) {
+        said.push(format!("{filters} seccomp filter(s), whose rules cannot be read from outside"));
+    }
+    said.join("; ")
+}
+
+/// `document` as JSON at `path`, replaced whole (a temporary file beside it, renamed over it).
+fn write_json(path: &std::path::Path, document: &impl Serialize) -> Result<()> {
+    let directory = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    let mut file = tempfile::NamedTempFile::new_in(directory)
+        .with_context(|| format!("writing {}: a file beside it", path.display()))?;
+    serde_json::to_writer_pretty(&mut file, document)?;
+    writeln!(file)?;
+    file.persist(path).with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}

@@ -1,0 +1,353 @@
+//! Where a running process stands, read from outside it (`--between PID PID`): the same [`Place`] a
+//! process of this program reads of itself, read from `/proc/<pid>` of a process this program did not start
+//! and may not enter: without signalling, stopping or tracing it, and without running anything in it. Its
+//! namespaces, pid as it sees itself (`NSpid`), uid and user namespace (`uid_map`), capabilities and seccomp
+//! mode (`status`), the environment it was started with (`environ`), its `/dev/shm`, GPUs and IMEX channel
+//! through its root (`/proc/<pid>/root`), its hostname (its UTS namespace, entered by a thread of this
+//! process for one `gethostname`), and the libraries it has mapped (`maps`), with their versions read from
+//! their files. A fact that cannot be read is an error that names it, never a guess; a fact nothing readable
+//! decides (what a seccomp filter allows) is "not known".
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, anyhow, bail};
+use serde::{Deserialize, Serialize};
+
+use super::versions::{self, Version};
+use super::{Capabilities, Namespaces, Place, Platform, libraries, mps};
+
+/// A library a process has mapped, and its version where its file says it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mapped {
+    /// Its file, as the process's maps name it (a path in its own mounts).
+    pub path: String,
+    pub version: Option<String>,
+}
+
+/// The libraries of the forecast's rows that a process has loaded.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Loaded {
+    pub nccl: Option<Mapped>,
+    pub ucx: Option<Mapped>,
+    /// PyTorch's CUDA library (`libtorch_cuda.so`), with PyTorch's version.
+    pub torch: Option<Mapped>,
+}
+
+/// A running process, as read from outside.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Observed {
+    /// Its pid as this process sees it (as given).
+    pub pid: i32,
+    /// Its program's name (`comm`), made printable.
+    pub name: String,
+    pub place: Place,
+    pub loaded: Loaded,
+    /// How many seccomp filters it runs under (`Seccomp_filters`); their rules cannot be read from outside.
+    pub seccomp_filters: Option<u32>,
+}
+
+/// Process `pid`'s place, read from outside. `Err` names the fact that could not be read, and why.
+pub fn observe(pid: i32) -> Result<Observed> {
+    if pid <= 0 {
+        bail!("{pid} is no process id");
+    }
+    let proc = PathBuf::from(format!("/proc/{pid}"));
+    let status = std::fs::read_to_string(proc.join("status"))
+        .map_err(|e| anyhow!("process {pid} cannot be read: /proc/{pid}/status: {e} (has it ended?)"))?;
+    let field = |name: &str| crate::access::status_field(&status, name);
+    let unreadable = |fact: &str| format!("process {pid}: its {fact} could not be read");
+    let name = crate::output::printable(&field("Name").unwrap_or_default());
+    let own_pid =
+        field("NSpid").and_then(|list| list.split_whitespace().last()?.parse().ok()).ok_or_else(|| {
+            anyhow!("{} (no NSpid in /proc/{pid}/status)", unreadable("pid in its own PID namespace"))
+        })?;
+    let node_uid: u32 = field("Uid")
+        .and_then(|uids| uids.split_whitespace().nth(1)?.parse().ok())
+        .ok_or_else(|| anyhow!("{} (no Uid in /proc/{pid}/status)", unreadable("uid")))?;
+    let effective = field("CapEff").and_then(|hex| u64::from_str_radix(&hex, 16).ok()).unwrap_or(0);
+    let has = |bit: u32| effective & (1u64 << bit) != 0;
+    let seccomp: Option<u8> = field("Seccomp").and_then(|s| s.parse().ok());
+    let seccomp_filters = field("Seccomp_filters").and_then(|s| s.parse().ok());
+    let namespace = |kind: &str| -> Result<Option<u64>> {
+        let link = std::fs::read_link(proc.join("ns").join(kind)).with_context(|| {
+            format!("{} (/proc/{pid}/ns/{kind})", unreadable(&format!("{kind} namespace")))
+        })?;
+        Ok(super::parse_namespace_link(&link.to_string_lossy()))
+    };
+    let namespaces = Namespaces {
+        pid: namespace("pid")?,
+        ipc: namespace("ipc")?,
+        mnt: namespace("mnt")?,
+        net: namespace("net")?,
+        uts: namespace("uts")?,
+        user: namespace("user")?,
+        cgroup: namespace("cgroup")?,
+    };
+    let uid_map = std::fs::read_to_string(proc.join("uid_map"))
+        .with_context(|| format!("{} (/proc/{pid}/uid_map)", unreadable("user namespace's uid map")))?;
+    let environ = std::fs::read(proc.join("environ"))
+        .with_context(|| format!("{} (/proc/{pid}/environ)", unreadable("environment")))?;
+    let env = Environment::parse(&environ);
+    let root = proc.join("root");
+    std::fs::read_dir(&root)
+        .with_context(|| format!("{} (/proc/{pid}/root)", unreadable("root directory")))?;
+    let maps = std::fs::read_to_string(proc.join("maps"))
+        .with_context(|| format!("{} (/proc/{pid}/maps)", unreadable("mapped libraries")))?;
+    let loaded = loaded(&maps, &root);
+    let hostname =
+        hostname_of(pid, namespaces.uts).with_context(|| unreadable("hostname (its UTS namespace)"))?;
+    let simulated = env.get(crate::driver::host::SIMULATE_ENV);
+    let cuda_visible_devices = env.get("CUDA_VISIBLE_DEVICES").map(str::to_owned);
+    let (gpus_present, gpus) = match crate::driver::host::simulated_gpus_of(simulated, None) {
+        Some(all) => {
+            let visible = Some(cuda_visible_devices.as_deref());
+            (Some(all), crate::driver::host::simulated_gpus_of(simulated, visible))
+        }
+        None => {
+            let present = super::gpus_with_nodes(&root);
+            let gpus = present.as_ref().and_then(|all| super::visible(all, cuda_visible_devices.as_deref()));
+            (present, gpus)
+        }
+    };
+    let imex_channel = crate::driver::host::simulated_imex_channel_of(simulated).unwrap_or_else(|| {
+        std::fs::read_dir(root.join("dev/nvidia-caps-imex-channels")).is_ok_and(|mut e| e.next().is_some())
+    });
+    let place = Place {
+        pid: own_pid,
+        namespaces,
+        dev_shm: super::dev_shm(&root.join("dev/shm")),
+        hostname,
+        boot_id: std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok().map(|s| s.trim().to_owned()),
+        cuda_visible_devices,
+        nvidia_visible_devices: env.get("NVIDIA_VISIBLE_DEVICES").map(str::to_owned),
+        nccl_hostid: env.get("NCCL_HOSTID").map(str::to_owned),
+        gpus,
+        imex_channel,
+        uid: uid_as_it_sees_itself(node_uid, &uid_map),
+        in_user_namespace: !crate::access::is_identity_map(uid_map.trim()),
+        capabilities: Capabilities { sys_ptrace: has(19), sys_nice: has(23), ipc_lock: has(14) },
+        ptrace_scope: std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
+            .ok()
+            .and_then(|s| s.trim().parse().ok()),
+        seccomp,
+        mps: mps::Mps::of(env.get(mps::PIPE_DIRECTORY_ENV), &root),
+        settings: libraries::SETTINGS
+            .iter()
+            .filter_map(|&name| Some((name.to_owned(), env.get(name)?.to_owned())))
+            .collect(),
+        pidfd_getfd_itself: pidfd_getfd_from_outside(seccomp),
+        nccl_version: loaded.nccl.as_ref().and_then(|n| Version::at_start_of(n.version.as_deref()?)),
+        gpus_present,
+        platform: Platform::under(&root, crate::driver::host::simulated_wsl_of(simulated)),
+        node_uid: Some(node_uid),
+    };
+    Ok(Observed { pid, name, place: place.printable(), loaded, seccomp_filters })
+}
+
+/// What `pidfd_getfd` of one of its own descriptors would answer in a process of this seccomp mode, as far
+/// as outside can tell: without a filter, what it answers in this process (the kernel is one: `ENOSYS` on a
+/// kernel without it); under a filter, not known (its rules are readable only by a tracer that stops it).
+fn pidfd_getfd_from_outside(seccomp: Option<u8>) -> Option<String> {
+    match seccomp {
+        Some(0) => match crate::ipc::pidfd::tried_on_itself().as_str() {
+            "ENOSYS" => Some("ENOSYS".to_owned()),
+            _ => Some("allowed".to_owned()),
+        },
+        Some(_) => Some(super::forecast::UNDER_A_FILTER.to_owned()),
+        None => None,
+    }
+}
+
+/// A process's uid as it sees itself, from its uid as the node sees it and its user namespace's map: where
+/// no line maps it, the overflow uid (65534), as `getuid` answers there.
+fn uid_as_it_sees_itself(node_uid: u32, uid_map: &str) -> u32 {
+    for line in uid_map.lines() {
+        let numbers: Vec<u64> = line.split_whitespace().filter_map(|n| n.parse().ok()).collect();
+        if let [inside, outside, count] = numbers[..] {
+            let node = u64::from(node_uid);
+            if node >= outside && node < outside + count {
+                return u32::try_from(inside + (node - outside)).unwrap_or(65534);
+            }
+        }
+    }
+    std::fs::read_to_string("/proc/sys/kernel/overflowuid")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(65534)
+}
+
+/// The environment a process was started with (`/proc/<pid>/environ`: what it changed later is not there).
+struct Environment(Vec<(String, String)>);
+
+impl Environment {
+    fn parse(environ: &[u8]) -> Self {
+        let pairs = environ
+            .split(|&b| b == 0)
+            .filter_map(|entry| {
+                let entry = String::from_utf8_lossy(entry);
+                let (name, value) = entry.split_once('=')?;
+                Some((name.to_owned(), value.to_owned()))
+            })
+            .collect();
+        Self(pairs)
+    }
+
+    fn get(&self, name: &str) -> Option<&str> {
+        self.0.iter().rev().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+}
+
+/// The hostname of the UTS namespace `uts` that process `pid` is in: this process's own where it is the same
+/// namespace; else read by a thread of this process that enters it (`setns`, which needs `CAP_SYS_ADMIN`
+/// over it) for one `gethostname` and ends, which touches nothing of the process.
+fn hostname_of(pid: i32, uts: Option<u64>) -> Result<String> {
+    let ours = super::namespace("uts");
+    if uts.is_some() && uts == ours {
+        return Ok(nix::unistd::gethostname()?.to_string_lossy().into_owned());
+    }
+    let path = format!("/proc/{pid}/ns/uts");
+    let namespace = std::fs::File::open(&path).with_context(|| format!("opening {path}"))?;
+    let read = std::thread::spawn(move || -> Result<String> {
+        nix::sched::setns(&namespace, nix::sched::CloneFlags::CLONE_NEWUTS)
+            .context("entering its UTS namespace (setns) needs CAP_SYS_ADMIN")?;
+        Ok(nix::unistd::gethostname()?.to_string_lossy().into_owned())
+    });
+    read.join().map_err(|_| anyhow!("the thread that read it failed"))?
+}
+
+/// The libraries of the forecast's rows in a process's `maps`, each with its version read from its file
+/// through the process's root.
+fn loaded(maps: &str, root: &Path) -> Loaded {
+    let mut loaded = Loaded::default();
+    for path in maps.lines().filter_map(|line| line.split_whitespace().nth(5)).filter(|p| p.starts_with('/'))
+    {
+        let Some(name) = Path::new(path).file_name().map(|n| n.to_string_lossy().into_owned()) else {
+            continue;
+        };
+        let file = root.join(path.trim_start_matches('/'));
+        let mapped = |version: Option<String>| Some(Mapped { path: crate::output::printable(path), version });
+        if name.starts_with("libnccl.so") && loaded.nccl.is_none() {
+            loaded.nccl = mapped(versions::nccl_of_file(&file).map(|v| v.to_string()));
+        } else if name.starts_with("libucp.so") && loaded.ucx.is_none() {
+            loaded.ucx = mapped(None);
+        } else if name.starts_with("libtorch_cuda.so") && loaded.torch.is_none() {
+            loaded.torch = mapped(versions::torch_of_library(&file));
+        }
+    }
+    loaded
+}
+
+/// Facts of the pair that only an outside view reads, given as the pids this process sees.
+pub struct PairSeen {
+    /// Whether the importer is an ancestor of the exporter (Yama's scope 1 lets an ancestor in).
+    pub importer_is_ancestor: bool,
+    /// The process at the exporter's own pid number in the importer's PID namespace, where the two differ:
+    /// `Some(name)`, or `None` where there is none.
+    pub at_exporters_number: Option<String>,
+}
+
+/// [`PairSeen`] of `exporter` and `importer`.
+pub fn pair(exporter: &Observed, importer: &Observed) -> PairSeen {
+    let mut importer_is_ancestor = false;
+    let mut current = exporter.pid;
+    for _ in 0..64 {
+        match crate::proc_stat::read(current) {
+            Some(stat) if stat.parent > 0 => {
+                current = stat.parent;
+                if current == importer.pid {
+                    importer_is_ancestor = true;
+                    break;
+                }
+            }
+            _ => break,
+        }
+    }
+    let number = exporter.place.pid;
+    let there = importer.place.namespaces.pid;
+    let at_exporters_number = std::fs::read_dir("/proc").ok().and_then(|entries| {
+        entries.flatten().find_map(|entry| {
+            let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
+            let link = std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok()?;
+            if super::parse_namespace_link(&link.to_string_lossy()) != there {
+                return None;
+            }
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+            let own: u32 =
+                crate::access::status_field(&status, "NSpid")?.split_whitespace().last()?.parse().ok()?;
+            (own == number).then(|| {
+                let name = crate::access::status_field(&status, "Name").unwrap_or_default();
+                format!("{} (pid {pid} here)", crate::output::printable(&name))
+            })
+        })
+    });
+    // Every PID namespace has its pid 1 (its init), whether or not its link can be read here.
+    let at_exporters_number =
+        at_exporters_number.or_else(|| (number == 1).then(|| "its own init (pid 1)".to_owned()));
+    PairSeen { importer_is_ancestor, at_exporters_number }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_uid_is_mapped_as_its_user_namespace_sees_it() {
+        assert_eq!(uid_as_it_sees_itself(1000, "0 0 4294967295"), 1000);
+        assert_eq!(uid_as_it_sees_itself(1000, "0 1000 1"), 0);
+        assert_eq!(uid_as_it_sees_itself(100005, "0 1000 1\n1 100000 65536"), 6);
+        assert_eq!(uid_as_it_sees_itself(0, ""), 65534, "no map: the overflow uid");
+    }
+
+    #[test]
+    fn the_environment_it_started_with_is_read_by_name() {
+        let env = Environment::parse(b"A=1\0CUDA_VISIBLE_DEVICES=\0B=x=y\0junk\0A=2\0");
+        assert_eq!(
+            env.get("A"),
+            Some("2"),
+            "the last one, as getenv would not, but as a shell's export does"
+        );
+        assert_eq!(env.get("CUDA_VISIBLE_DEVICES"), Some(""));
+        assert_eq!(env.get("B"), Some("x=y"));
+        assert_eq!(env.get("junk"), None);
+    }
+
+    #[test]
+    fn the_libraries_of_the_rows_are_found_in_its_maps() {
+        let maps = "7f00-7f01 r-xp 0 08:01 1 /opt/venv/nvidia/nccl/lib/libnccl.so.2.28.9\n\
+                    7f01-7f02 r--p 0 08:01 2 /usr/lib/libucp.so.0.0.0\n\
+                    7f02-7f03 r--p 0 08:01 3 /opt/venv/torch/lib/libtorch_cuda.so\n\
+                    7f03-7f04 rw-p 0 00:00 0 [heap]\n";
+        let found = loaded(maps, Path::new("/nonexistent-root"));
+        let nccl = found.nccl.unwrap();
+        assert_eq!(
+            (nccl.path.as_str(), nccl.version.as_deref()),
+            ("/opt/venv/nvidia/nccl/lib/libnccl.so.2.28.9", Some("2.28.9"))
+        );
+        assert_eq!(found.ucx.map(|u| u.path), Some("/usr/lib/libucp.so.0.0.0".to_owned()));
+        assert_eq!(found.torch.map(|t| t.version), Some(None), "no version.py under that root");
+    }
+
+    /// This test's own process, read from outside, is the place it reads of itself: every fact a served
+    /// run's process hands over.
+    #[test]
+    fn a_process_read_from_outside_stands_where_it_says_it_stands() {
+        let here = Place::here();
+        let seen = observe(std::process::id() as i32).unwrap();
+        let there = seen.place;
+        assert_eq!(there.pid, here.pid);
+        assert_eq!(there.namespaces, here.namespaces);
+        assert_eq!(there.dev_shm.as_ref().map(|s| s.device), here.dev_shm.as_ref().map(|s| s.device));
+        assert_eq!((&there.hostname, &there.boot_id), (&here.hostname, &here.boot_id));
+        assert_eq!((there.uid, there.in_user_namespace), (here.uid, here.in_user_namespace));
+        assert_eq!((there.capabilities, there.seccomp), (here.capabilities, here.seccomp));
+        assert_eq!(there.platform, here.platform);
+        assert!(seen.name.starts_with("simple_ipc") || !seen.name.is_empty(), "{}", seen.name);
+    }
+
+    #[test]
+    fn a_process_that_is_gone_is_said_so() {
+        let error = observe(i32::MAX).unwrap_err().to_string();
+        assert!(error.contains(&format!("process {} cannot be read", i32::MAX)), "{error}");
+        assert!(observe(0).is_err() && observe(-4).is_err());
+    }
+}
