@@ -8,8 +8,13 @@ For each cell of the namespace matrix, made with unshare(1) as containers make t
 - PyTorch's own sharing of a CUDA tensor (torch.multiprocessing's reduce_tensor, as a DataLoader or
   torch.multiprocessing.Queue sends it) from a producer where the exporter stands to a consumer where the
   importer does, with the default allocator and with expandable_segments:True;
-and prints the forecast beside PyTorch's outcome. Exit status 1 on any disagreement (a forecast of "works"
+- simple-ipc --between PRODUCER CONSUMER, asked with the PyTorch processes' own pids while they run (each
+  has imported torch and holds its settings), so that the forecast is read from outside, from the real
+  processes, their settings and the libraries they have loaded;
+and prints each forecast beside PyTorch's outcome. Exit status 1 on any disagreement (a forecast of "works"
 where PyTorch failed, or "fails" where it worked; "not known" is reported, never counted as agreement).
+Where the importer cannot join a served run (another uid), the served forecast is "none", and --between
+alone answers.
 
 With two GPUs (LIBRARY_CHECK_NCCL=1, set by library-check.sh where nvidia-smi lists two), the NCCL part:
 two ranks of torch.distributed with the NCCL backend, one a GPU, in the cells that matter to NCCL
@@ -33,6 +38,15 @@ LIMIT = 90
 # How each side stands: the unshare(1) options, and whether it gets a /dev/shm of its own (a tmpfs mounted
 # in a mount namespace of its own) and a hostname of its own (a UTS namespace).
 SAME = {"unshare": [], "own_shm": False, "hostname": None}
+# Beyond unshare: "setpriv" (another uid), "env" (the side's own settings), "beside_init" (the process is
+# not its PID namespace's init but pid 2 beside a shell that is), "seccomp" (a filter refusing pidfd_getfd).
+NOBODY = {"unshare": [], "own_shm": False, "hostname": None,
+          "setpriv": ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"]}
+UNMAPPED = {"unshare": ["--user"], "own_shm": False, "hostname": None}
+PID_BESIDE_INIT = {"unshare": ["--pid", "--fork", "--mount-proc"], "own_shm": False, "hostname": None,
+                   "beside_init": True}
+NO_GPU = {"unshare": [], "own_shm": False, "hostname": None, "env": {"CUDA_VISIBLE_DEVICES": ""}}
+SECCOMP = {"unshare": [], "own_shm": False, "hostname": None, "seccomp": True}
 PID = {"unshare": ["--pid", "--fork", "--mount-proc"], "own_shm": False, "hostname": None}
 SHM = {"unshare": ["--mount"], "own_shm": True, "hostname": None}
 USER = {"unshare": ["--user", "--map-root-user"], "own_shm": False, "hostname": None}
@@ -54,7 +68,27 @@ CELLS = [
     ("importer in a network namespace of its own", SAME, NET),
     ("importer in Docker's default namespaces", SAME, DOCKER),
     ("both in Docker's default namespaces", DOCKER, DOCKER),
+    ("importer of another uid (65534)", SAME, NOBODY),
+    ("importer in a user namespace without a map", SAME, UNMAPPED),
+    ("importer pid 2 beside its own pid 1, exporter pid 1", PID, PID_BESIDE_INIT),
+    ("importer that sees no GPU (CUDA_VISIBLE_DEVICES=)", SAME, NO_GPU),
+    ("importer under a seccomp filter refusing pidfd_getfd", SAME, SECCOMP),
 ]
+
+# Installs a seccomp filter that answers pidfd_getfd (438 on x86_64) with EPERM, then execs the rest.
+SECCOMP_EXEC = r"""
+import ctypes, os, struct, sys
+libc = ctypes.CDLL(None, use_errno=True)
+def insn(code, jt, jf, k): return struct.pack("HBBI", code, jt, jf, k)
+prog = b"".join([insn(0x20, 0, 0, 0), insn(0x15, 0, 1, 438), insn(0x06, 0, 0, 0x00050000 | 1),
+                 insn(0x06, 0, 0, 0x7fff0000)])
+buf = ctypes.create_string_buffer(prog)
+class Fprog(ctypes.Structure): _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+fprog = Fprog(len(prog) // 8, ctypes.addressof(buf))
+assert libc.prctl(38, 1, 0, 0, 0) == 0                      # PR_SET_NO_NEW_PRIVS
+assert libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) == 0    # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+os.execvp(sys.argv[1], sys.argv[1:])
+"""
 
 PRODUCER = r"""
 import os, pickle, sys, time, torch
@@ -75,8 +109,10 @@ print("producer pid", os.getpid(), "expandable", torch.cuda.memory.get_allocator
 CONSUMER = r"""
 import os, pickle, sys, time, torch
 handoff, done, result = sys.argv[1], sys.argv[2], sys.argv[3]
+ready, go = handoff + ".consumer-ready", handoff + ".go"
+open(ready, "w").close()
 deadline = time.time() + 60
-while not os.path.exists(handoff) and time.time() < deadline:
+while not (os.path.exists(handoff) and os.path.exists(go)) and time.time() < deadline:
     time.sleep(0.05)
 try:
     with open(handoff, "rb") as f:
@@ -97,19 +133,57 @@ def wrap(side, argv, role):
     """argv run where `side` stands, as `role` (exporter or importer): under unshare(1), with its own /dev/shm
     and hostname where it has them (each container its own, as Docker names them)."""
     setup = []
+    if side.get("seccomp"):
+        argv = [sys.executable, "-c", SECCOMP_EXEC, *argv]
     if side["own_shm"]:
         setup.append("mount -t tmpfs -o mode=1777,size=1g tmpfs /dev/shm")
     if side["hostname"]:
         setup.append("hostname %s-%s" % (side["hostname"], role))
-    if not side["unshare"] and not setup:
-        return argv
-    script = " && ".join(setup + ['exec "$@"'])
-    return ["unshare", *side["unshare"], "sh", "-c", script, "sh", *argv]
+    prefix = side.get("setpriv", [])
+    if not side["unshare"] and not setup and not side.get("beside_init"):
+        return prefix + argv
+    run = '"$@" & wait $!' if side.get("beside_init") else 'exec "$@"'
+    script = " && ".join(setup + [run])
+    return prefix + ["unshare", *side["unshare"], "sh", "-c", script, "sh", *argv]
 
 
 def start(side, argv, env, log, role):
+    env = dict(env, **side.get("env", {}))
     return subprocess.Popen(wrap(side, argv, role), env=env, stdout=log, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+def python_of(session):
+    """The pid (as this process sees it) of the Python process of the session that `session` leads: the
+    PyTorch process itself, under whatever unshare, sh or setpriv started it."""
+    for _ in range(600):
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                stat = open("/proc/%s/stat" % entry).read()
+                sid = int(stat.rsplit(") ", 1)[1].split()[3])
+                exe = os.readlink("/proc/%s/exe" % entry)
+                cmdline = open("/proc/%s/cmdline" % entry, "rb").read()
+            except (OSError, ValueError, IndexError):
+                continue
+            if sid == session and "python" in os.path.basename(exe) and b"import os, pickle" in cmdline:
+                return int(entry)
+        time.sleep(0.05)
+    return None
+
+
+def between(producer, consumer):
+    """simple-ipc --between with the PyTorch processes' own pids: its library rows for the producer's
+    exports to the consumer, or None and why."""
+    r = subprocess.run([BIN, "--between", str(producer), str(consumer), "--json", "-"],
+                       capture_output=True, text=True, timeout=30)
+    if r.returncode != 0:
+        return None, "--between: exit %d: %s" % (r.returncode, r.stderr.strip()[-300:])
+    answer = json.loads(r.stdout)
+    rows = {row["path"]: row for row in answer["directions"][0]["processes"][0]["libraries"]}
+    loaded = answer["processes"][1]["loaded"]
+    return rows, loaded
 
 
 def finish(processes):
@@ -162,14 +236,28 @@ def pytorch(cell, exporter, importer, extra):
     os.chmod(d, 0o777)
     handoff, done, result = (os.path.join(d, n) for n in ("handoff", "done", "result"))
     env = env_with(extra)
+    asked = (None, "--between: not asked")
     with open(os.path.join(d, "log"), "w") as log:
         producer = start(exporter, [sys.executable, "-c", PRODUCER, handoff, done], env, log, "exporter")
         consumer = start(importer, [sys.executable, "-c", CONSUMER, handoff, done, result], env, log, "importer")
+        deadline = time.time() + 60
+        while time.time() < deadline and not (os.path.exists(handoff) and os.path.exists(handoff + ".consumer-ready")):
+            if producer.poll() is not None or consumer.poll() is not None:
+                break
+            time.sleep(0.05)
+        # Both run, the producer has shared its tensor, the consumer has imported torch: ask from outside.
+        producer_pid, consumer_pid = python_of(producer.pid), python_of(consumer.pid)
+        if producer_pid and consumer_pid:
+            asked = between(producer_pid, consumer_pid)
+        else:
+            asked = (None, "--between: the PyTorch processes were not found (%s, %s)" % (producer_pid, consumer_pid))
+        open(handoff + ".go", "w").close()
         finish([consumer, producer])
     try:
-        return open(result).read().strip()
+        outcome = open(result).read().strip()
     except OSError:
-        return "fails: no result (%s)" % open(os.path.join(d, "log")).read()[-300:].replace("\n", " ")
+        outcome = "fails: no result (%s)" % open(os.path.join(d, "log")).read()[-300:].replace("\n", " ")
+    return outcome, asked
 
 
 def agrees(verdict, outcome):
@@ -195,21 +283,29 @@ def main():
         print("-- %s" % name)
         for path, extra in (("PyTorch CUDA IPC", {}), ("PyTorch expandable_segments", expandable)):
             rows, measured, status = forecast(i * 2 + (1 if extra else 0), exporter, importer, extra)
-            outcome = pytorch(i, exporter, importer, extra)
-            if rows is None:
-                print("  FAIL %s: no forecast: %s; PyTorch: %s" % (path, status, outcome))
-                disagreements += 1
-                continue
-            row, after = rows.get(path), measured.get(path)
-            a = agrees(row, outcome) if row else False
-            checked += 1
-            mark = {True: "agree", False: "DISAGREE", None: "not known"}[a]
-            if a is False:
-                disagreements += 1
-            if a is None:
-                unknown += 1
-            print("  %-9s %s: forecast %s; after the served run (%s): %s; PyTorch: %s"
-                  % (mark, path, word(row), status, word(after), outcome))
+            outcome, (outside, loaded) = pytorch(i, exporter, importer, extra)
+            served_joins = "setpriv" not in importer and "setpriv" not in exporter
+            asks = [("served", rows, "after the served run (%s): %s" % (status, word((measured or {}).get(path))))]
+            if not served_joins:
+                asks = []  # another uid may not join a served run: --between alone answers
+                print("  (served: another uid may not join; --between alone answers)")
+            asks.append(("--between", outside, "loaded: %s" % (loaded if outside is None else ", ".join(
+                "%s %s" % (k, (v or {}).get("version") or ("of a version not read" if v else "not loaded"))
+                for k, v in loaded.items()))))
+            for how, forecast_rows, said in asks:
+                if forecast_rows is None:
+                    print("  FAIL %s (%s): no forecast: %s; PyTorch: %s" % (path, how, said if how != "served" else status, outcome))
+                    disagreements += 1
+                    continue
+                row = forecast_rows.get(path)
+                a = agrees(row, outcome) if row else False
+                checked += 1
+                mark = {True: "agree", False: "DISAGREE", None: "not known"}[a]
+                if a is False:
+                    disagreements += 1
+                if a is None:
+                    unknown += 1
+                print("  %-9s %s, %s: forecast %s; %s; PyTorch: %s" % (mark, path, how, word(row), said, outcome))
     if os.environ.get("LIBRARY_CHECK_NCCL") == "1":
         d, u, c = nccl()
         disagreements, unknown, checked = disagreements + d, unknown + u, checked + c

@@ -276,6 +276,7 @@ mod tests {
                 "metrics",
                 "join",
                 "topology",
+                "between",
                 "bench",
                 "bench-max-bytes",
             ];

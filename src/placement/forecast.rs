@@ -365,8 +365,9 @@ fn event_file_unopenable(exporter: &Place, importer: &Place) -> bool {
 
 fn same_uid_fix() -> Fix {
     Fix {
-        docker: "--user with the exporter's uid (and --userns=host, or the same user namespace mapping)".into(),
-        kubernetes: "securityContext.runAsUser: the exporter's uid in both pods, and hostUsers: true (or the same mapping)"
+        docker: "--user with the exporter's uid (and --userns=host, or the same user namespace mapping)"
+            .into(),
+        kubernetes: "the exporter's uid as runAsUser of both pods' securityContext, and hostUsers: true"
             .into(),
         option: Some("--sync memops (no interprocess event)".into()),
     }
@@ -415,6 +416,21 @@ fn unseen_gpus(rows: Vec<Forecast>, exporter: &Place, importer: &Place, facts: &
         return rows;
     };
     let memory = |path: &str| path != "legacy event";
+    // No GPU at all (`CUDA_VISIBLE_DEVICES=` or none given): no context, so nothing opens (measured on the
+    // H200 host: a joiner with `CUDA_VISIBLE_DEVICES=` fails with CUDA_ERROR_NO_DEVICE).
+    if importer.gpus.as_ref().is_some_and(Vec::is_empty) {
+        return rows
+            .into_iter()
+            .map(|row| Forecast {
+                verdict: Verdict::Fails("CUDA_ERROR_NO_DEVICE".into()),
+                rule: "the importer sees no GPU at all (its CUDA_VISIBLE_DEVICES, or its container's GPUs): it has \
+                       no CUDA context to open anything in; measured on the H200 host"
+                    .into(),
+                fix: Some(gpus_fix()),
+                ..row
+            })
+            .collect();
+    }
     // A GPU its container does not have at all (no device node, not in its driver's view): no memory of it
     // can be mapped there, whatever the handle: the cause to name before any other.
     let absent: Vec<&String> = match (&exporter.gpus, &importer.gpus_present) {

@@ -112,10 +112,23 @@ pub fn observe(pid: i32) -> Result<Observed> {
     let imex_channel = crate::driver::host::simulated_imex_channel_of(simulated).unwrap_or_else(|| {
         std::fs::read_dir(root.join("dev/nvidia-caps-imex-channels")).is_ok_and(|mut e| e.next().is_some())
     });
+    // Its /dev/shm: none is a fact (a container without one); one that is there but cannot be read is not.
+    let shm_path = root.join("dev/shm");
+    let dev_shm = super::dev_shm(&shm_path);
+    if dev_shm.is_none()
+        && let Err(e) = nix::sys::statvfs::statvfs(&shm_path).map(drop).and_then(|()| {
+            std::fs::metadata(&shm_path)
+                .map(drop)
+                .map_err(|e| nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(0)))
+        })
+        && e != nix::errno::Errno::ENOENT
+    {
+        bail!("{} (/proc/{pid}/root/dev/shm: {e})", unreadable("/dev/shm"));
+    }
     let place = Place {
         pid: own_pid,
         namespaces,
-        dev_shm: super::dev_shm(&root.join("dev/shm")),
+        dev_shm,
         hostname,
         boot_id: std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok().map(|s| s.trim().to_owned()),
         cuda_visible_devices,

@@ -220,3 +220,14 @@ fn a_filter_read_from_outside_is_not_known() {
     importer.pidfd_getfd_itself = Some("allowed".into());
     assert_eq!(row_of(&exporter, &importer, "VMM fd by pidfd_getfd").verdict, Verdict::Works);
 }
+
+/// An importer that sees no GPU at all has no context: every path fails, the event's too (measured:
+/// CUDA_ERROR_NO_DEVICE).
+#[test]
+fn an_importer_that_sees_no_gpu_opens_nothing() {
+    let (exporter, mut importer) = (place(1), place(2));
+    importer.gpus = Some(vec![]);
+    for row in forecast(&exporter, &importer, &compare(&exporter, &importer)) {
+        assert_eq!(row.verdict, Verdict::Fails("CUDA_ERROR_NO_DEVICE".into()), "{row:?}");
+    }
+}

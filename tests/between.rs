@@ -1,0 +1,264 @@
+//! `--between PID PID` gives, from outside, the forecast a served run gives from inside: for a server and a
+//! joiner placed by `unshare` and `setpriv` (on simulated GPUs), the server's forecast for its joiner (its
+//! `--json` document's `placement`) and `--between SERVER JOINER`'s, read while both run, row for row. And
+//! what it says of a process that is gone, or of a pid that is no number.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{FAULT, SIMULATE, bin};
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+/// A placement of the joiner: its name, a command that runs the rest of its arguments there, and the
+/// environment it starts with.
+type Placement = (&'static str, &'static [&'static str], &'static [(&'static str, &'static str)]);
+
+const PLACEMENTS: [Placement; 9] = [
+    ("the server's namespaces", &[], &[]),
+    ("a PID namespace of its own", &["unshare", "--pid", "--fork", "--mount-proc"], &[]),
+    (
+        "a /dev/shm of its own",
+        &[
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            "mount -t tmpfs tmpfs /dev/shm && exec \"$0\" \"$@\"",
+        ],
+        &[],
+    ),
+    ("a network namespace of its own", &["unshare", "--net"], &[]),
+    (
+        "a hostname of its own",
+        &["unshare", "--uts", "sh", "-c", "hostname far-away && exec \"$0\" \"$@\""],
+        &[],
+    ),
+    ("a user namespace, root mapped", &["unshare", "--user", "--map-root-user"], &[]),
+    ("a user namespace without a map", &["unshare", "--user"], &[]),
+    ("root without CAP_SYS_PTRACE", &["setpriv", "--inh-caps", "-all", "--bounding-set", "-sys_ptrace"], &[]),
+    (
+        "the libraries' settings",
+        &[],
+        &[
+            ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"),
+            ("NCCL_P2P_DISABLE", "1"),
+            ("UCX_TLS", "tcp"),
+        ],
+    ),
+];
+
+/// Each row's path and verdict (with its detail): what the two forecasts must agree on.
+fn rows(forecasts: &serde_json::Value) -> Vec<(String, String, String)> {
+    let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_owned();
+    forecasts
+        .as_array()
+        .unwrap_or_else(|| panic!("no forecasts: {forecasts}"))
+        .iter()
+        .map(|f| (text(&f["path"]), text(&f["verdict"]), text(&f["detail"])))
+        .collect()
+}
+
+/// The facts of the table (the first eleven), each `same`, `differs` or `unknown`.
+fn table_facts(shares: &serde_json::Value) -> Vec<(String, String)> {
+    let shares = shares.as_array().unwrap_or_else(|| panic!("no shares: {shares}"));
+    shares.iter().take(11).map(|f| (f["fact"].to_string(), f["same"].to_string())).collect()
+}
+
+#[test]
+fn between_gives_the_served_runs_forecast_row_for_row_in_every_placement() {
+    if !Command::new("unshare")
+        .args(["--user", "--pid", "--fork", "true"])
+        .status()
+        .is_ok_and(|s| s.success())
+    {
+        common::skipped("namespaces", "between_gives_the_served_runs_forecast: no namespaces here");
+        return;
+    }
+    for (name, prefix, env) in PLACEMENTS {
+        let dir = common::scratch("between");
+        let socket = dir.path().join("s.sock").display().to_string();
+        let json = dir.path().join("run.json");
+        // Two processes on one GPU, of which one joins: the server waits for the other until its --timeout,
+        // and both run meanwhile.
+        let mut server = common::simulated("ok")
+            .args([
+                "--serve",
+                &socket,
+                "--procs-per-device",
+                "2",
+                "--ipc",
+                "vmm",
+                "--sync",
+                "memops",
+                "--timeout",
+                "3",
+            ])
+            .arg("--json")
+            .arg(&json)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut joiner = match prefix.split_first() {
+            Some((program, args)) => {
+                let mut command = Command::new(program);
+                command.args(args).arg(bin());
+                command
+            }
+            None => Command::new(bin()),
+        };
+        joiner.args(["--join", &socket]).env(SIMULATE, "ok").env_remove(FAULT).envs(env.iter().copied());
+        let mut joiner =
+            joiner.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+        let joined = common::wait_for_lines(&mut server, "Process 0 joined (pid ", 1, LIMIT);
+        assert_eq!(joined, 1, "{name}: the joiner joined");
+        let said = joiner_of(&server, &socket);
+        let between = Command::new(bin())
+            .args(["--between", &server.id().to_string(), &said.to_string(), "--json", "-"])
+            .output()
+            .unwrap();
+        assert_eq!(between.status.code(), Some(0), "{name}: {}", String::from_utf8_lossy(&between.stderr));
+        let answer: serde_json::Value = serde_json::from_slice(&between.stdout).unwrap();
+        let ended = Instant::now() + LIMIT;
+        while server.try_wait().unwrap().is_none() && Instant::now() < ended {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = server.kill();
+        let _ = server.wait();
+        // Its whole group: the joiner in a PID namespace of its own is unshare's child, not the child's.
+        let group = nix::unistd::Pid::from_raw(joiner.id() as i32);
+        let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+        let _ = joiner.wait();
+        common::wait_group_gone(joiner.id(), LIMIT);
+        let served = common::document(&json);
+        let served = &served["placement"]["processes"][0];
+        let outside = &answer["directions"][0]["processes"][0];
+        assert_eq!(rows(&outside["forecast"]), rows(&served["forecast"]), "{name}: the handles: {outside}");
+        assert_eq!(rows(&outside["libraries"]), rows(&served["libraries"]), "{name}: the libraries");
+        assert_eq!(table_facts(&outside["shares"]), table_facts(&served["shares"]), "{name}: the table");
+        assert_eq!(answer["directions"][0]["server"]["pid"], served_server_pid(&json), "{name}");
+        // And the placements are told apart: each differs from the server's namespaces where it should.
+        let said = |path: &str| {
+            let rows = rows(&outside["forecast"]).into_iter().chain(rows(&outside["libraries"]));
+            rows.into_iter()
+                .find(|(p, _, _)| p == path)
+                .map(|(_, verdict, detail)| format!("{verdict} {detail}"))
+        };
+        let expected = match name {
+            "a PID namespace of its own" => {
+                Some(("PyTorch expandable_segments", "fails its VMM fd by pidfd_getfd: ESRCH"))
+            }
+            "a /dev/shm of its own" | "a user namespace without a map" => {
+                Some(("legacy event", "fails CUDA_ERROR_MAP_FAILED"))
+            }
+            "a network namespace of its own" => Some(("NCCL P2P", "fails the descriptors' abstract socket")),
+            "a hostname of its own" => Some(("NCCL P2P", "falls_back NCCL's NET transport")),
+            "a user namespace, root mapped" | "root without CAP_SYS_PTRACE" => {
+                Some(("VMM fd by pidfd_getfd", "fails EPERM"))
+            }
+            "the libraries' settings" => Some(("NCCL P2P", "falls_back NCCL's SHM or NET transport")),
+            _ => Some(("legacy event", "works ")),
+        };
+        if let Some((path, verdict)) = expected {
+            let said = said(path).unwrap_or_default();
+            assert!(said.starts_with(verdict), "{name}: {path}: {said}");
+        }
+    }
+}
+
+/// The pid of the joiner of `server` at `socket`: the process of this program, started by this test, whose
+/// arguments join that socket.
+fn joiner_of(server: &std::process::Child, socket: &str) -> u32 {
+    let me = server.id();
+    for _ in 0..100 {
+        let found = std::fs::read_dir("/proc").unwrap().flatten().find_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+            let joins = args.windows(2).any(|w| w[0] == b"--join" && w[1] == socket.as_bytes());
+            let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
+            (joins && exe == bin() && pid != me && is_ours(pid)).then_some(pid)
+        });
+        if let Some(pid) = found {
+            return pid;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("no joiner of server {me} found");
+}
+
+/// Whether `pid` was started by this test process (its parent chain reaches it), not by another suite.
+fn is_ours(pid: u32) -> bool {
+    let me = std::process::id();
+    let mut current = pid;
+    for _ in 0..8 {
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{current}/stat")) else { return false };
+        let Some(parent) = stat.rsplit_once(") ").and_then(|(_, rest)| rest.split(' ').nth(1)?.parse().ok())
+        else {
+            return false;
+        };
+        if parent == me {
+            return true;
+        }
+        current = parent;
+    }
+    false
+}
+
+fn served_server_pid(json: &std::path::Path) -> serde_json::Value {
+    common::document(json)["placement"]["server"]["pid"].clone()
+}
+
+#[test]
+fn a_process_that_is_gone_or_no_pid_is_a_clear_error() {
+    let me = std::process::id().to_string();
+    let gone = Command::new(bin()).args(["--between", &me, &i32::MAX.to_string()]).output().unwrap();
+    assert_eq!(gone.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&gone.stderr);
+    assert!(
+        said.contains(&format!("process {} cannot be read", i32::MAX)) && said.contains("has it ended?"),
+        "{said}"
+    );
+    assert!(gone.stdout.is_empty(), "no forecast from a guess");
+    let dir = common::scratch("between-json");
+    let json = dir.path().join("b.json");
+    let gone = Command::new(bin())
+        .args(["--between", &me, &i32::MAX.to_string(), "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert_eq!(gone.status.code(), Some(1));
+    let document = common::document(&json);
+    assert_eq!(document["status"], "failed");
+    assert!(document["reason"].as_str().unwrap_or_default().contains("cannot be read"), "{document}");
+    let usage = Command::new(bin()).args(["--between", "0", "x"]).output().unwrap();
+    assert_eq!(usage.status.code(), Some(1), "a usage error");
+    let usage = Command::new(bin()).args(["--between", "1", "2", "--ipc", "vmm"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&usage.stderr).contains("cannot be used with"), "--between runs nothing");
+}
+
+/// This test's own process and its parent, read from outside: answered in well under a second, both ways,
+/// with the libraries each has loaded and the settings it started with.
+#[test]
+fn two_processes_of_one_place_are_answered_both_ways() {
+    let me = std::process::id().to_string();
+    let mut sleeper = Command::new("sleep").arg("30").env("NCCL_P2P_DISABLE", "1").spawn().unwrap();
+    let started = Instant::now();
+    let out = Command::new(bin()).args(["--between", &me, &sleeper.id().to_string()]).output().unwrap();
+    let took = started.elapsed();
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains(&format!("With pid {me} exporting to pid {}", sleeper.id())), "{text}");
+    assert!(text.contains(&format!("exporting to pid {me}")), "both ways: {text}");
+    assert!(text.contains("started with NCCL_P2P_DISABLE=1"), "{text}");
+    assert!(text.contains("NCCL P2P: falls back to NCCL's SHM or NET transport"), "{text}");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+}
