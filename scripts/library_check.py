@@ -274,38 +274,58 @@ def word(row):
     return row["verdict"] + (" (%s)" % detail if detail else "")
 
 
+def check_cell(i, name, exporter, importer):
+    """One cell: each PyTorch path, asked of a served run and of --between. Its lines, and its counts."""
+    lines, disagreements, unknown, checked = ["-- %s" % name], 0, 0, 0
+    expandable = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    for path, extra in (("PyTorch CUDA IPC", {}), ("PyTorch expandable_segments", expandable)):
+        served_joins = "setpriv" not in importer and "setpriv" not in exporter
+        rows, measured, status = (forecast(i * 2 + (1 if extra else 0), exporter, importer, extra)
+                                  if served_joins else (None, None, "not run"))
+        outcome, (outside, loaded) = pytorch(i, exporter, importer, extra)
+        asks = [("served", rows, "after the served run (%s): %s" % (status, word((measured or {}).get(path))))]
+        if not served_joins:
+            asks = []  # another uid may not join a served run: --between alone answers
+            lines.append("  (served: another uid may not join it; --between alone answers)")
+        said = loaded if outside is None else ", ".join(
+            "%s %s" % (k, (v or {}).get("version") or ("of a version not read" if v else "not loaded"))
+            for k, v in loaded.items())
+        asks.append(("--between", outside, "the consumer's libraries: %s" % said))
+        for how, forecast_rows, said in asks:
+            if forecast_rows is None:
+                lines.append("  FAIL %s (%s): no forecast: %s; PyTorch: %s"
+                             % (path, how, status if how == "served" else said, outcome))
+                disagreements += 1
+                continue
+            row = forecast_rows.get(path)
+            a = agrees(row, outcome) if row else False
+            checked += 1
+            mark = {True: "agree", False: "DISAGREE", None: "not known"}[a]
+            disagreements += a is False
+            unknown += a is None
+            lines.append("  %-9s %s, %s: forecast %s; %s; PyTorch: %s" % (mark, path, how, word(row), said, outcome))
+    return lines, disagreements, unknown, checked
+
+
 def main():
     import torch  # noqa: F401  (fails early where PyTorch is missing)
+    from concurrent.futures import ThreadPoolExecutor
     print("== library check: %s, PyTorch %s, %s" % (BIN, torch.__version__, torch.cuda.get_device_name(0)))
     disagreements, unknown, checked = 0, 0, 0
-    expandable = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
-    for i, (name, exporter, importer) in enumerate(CELLS):
-        print("-- %s" % name)
-        for path, extra in (("PyTorch CUDA IPC", {}), ("PyTorch expandable_segments", expandable)):
-            rows, measured, status = forecast(i * 2 + (1 if extra else 0), exporter, importer, extra)
-            outcome, (outside, loaded) = pytorch(i, exporter, importer, extra)
-            served_joins = "setpriv" not in importer and "setpriv" not in exporter
-            asks = [("served", rows, "after the served run (%s): %s" % (status, word((measured or {}).get(path))))]
-            if not served_joins:
-                asks = []  # another uid may not join a served run: --between alone answers
-                print("  (served: another uid may not join; --between alone answers)")
-            asks.append(("--between", outside, "loaded: %s" % (loaded if outside is None else ", ".join(
-                "%s %s" % (k, (v or {}).get("version") or ("of a version not read" if v else "not loaded"))
-                for k, v in loaded.items()))))
-            for how, forecast_rows, said in asks:
-                if forecast_rows is None:
-                    print("  FAIL %s (%s): no forecast: %s; PyTorch: %s" % (path, how, said if how != "served" else status, outcome))
-                    disagreements += 1
-                    continue
-                row = forecast_rows.get(path)
-                a = agrees(row, outcome) if row else False
-                checked += 1
-                mark = {True: "agree", False: "DISAGREE", None: "not known"}[a]
-                if a is False:
-                    disagreements += 1
-                if a is None:
-                    unknown += 1
-                print("  %-9s %s, %s: forecast %s; %s; PyTorch: %s" % (mark, path, how, word(row), said, outcome))
+    # Cells whose exporter is pid 1 of a PID namespace of its own name their events' files in the host's
+    # /dev/shm by that pid: two at once would collide, so those run one after another, the rest at once.
+    alone = [i for i, (_, exporter, _) in enumerate(CELLS) if "--pid" in exporter["unshare"]]
+    together = [i for i in range(len(CELLS)) if i not in alone]
+    results = {}
+    with ThreadPoolExecutor(max_workers=int(os.environ.get("LIBRARY_CHECK_PARALLEL", "6"))) as pool:
+        for i, result in zip(together, pool.map(lambda i: check_cell(i, *CELLS[i]), together)):
+            results[i] = result
+    for i in alone:
+        results[i] = check_cell(i, *CELLS[i])
+    for i in range(len(CELLS)):
+        lines, d, u, c = results[i]
+        print("\n".join(lines))
+        disagreements, unknown, checked = disagreements + d, unknown + u, checked + c
     if os.environ.get("LIBRARY_CHECK_NCCL") == "1":
         d, u, c = nccl()
         disagreements, unknown, checked = disagreements + d, unknown + u, checked + c

@@ -1557,14 +1557,20 @@ fn a_joiner_hears_that_the_servers_document_could_not_be_written() {
     assert!(!said.contains("PASSED"), "{said}");
 }
 
-/// The NCCL a joiner would load is read in its own place (`ncclGetVersion`; here a stand-in library made
-/// with the C compiler, named by SIMPLE_IPC_NCCL_LIBRARY), and the forecast speaks of that version: NCCL
-/// 2.18 uses legacy IPC for P2P, which needs no shared network namespace.
+/// The NCCL a joiner would load is read in its own place, from its file and never by loading it (here a
+/// stand-in library made with the C compiler, named by SIMPLE_IPC_NCCL_LIBRARY, with NCCL's banner in its
+/// read-only data and a constructor that ends the process: a joiner that ran it would exit 42), and the
+/// forecast speaks of that version: NCCL 2.18 uses legacy IPC for P2P, which needs no shared network
+/// namespace.
 #[test]
 fn the_nccl_a_joiner_would_load_is_read_and_its_version_forecast() {
     let dir = common::scratch("nccl");
     let source = dir.path().join("nccl.c");
-    std::fs::write(&source, "int ncclGetVersion(int *version) { *version = 21806; return 0; }\n").unwrap();
+    let code = "#include <unistd.h>\n\
+                __attribute__((used)) const char banner[] = \"NCCL version 2.18.6+cuda12.2\";\n\
+                __attribute__((constructor)) static void planted(void) { _exit(42); }\n\
+                int ncclGetVersion(int *version) { *version = 21806; return 0; }\n";
+    std::fs::write(&source, code).unwrap();
     let library = dir.path().join("libnccl.so.2");
     let built = Command::new("cc").args(["-shared", "-fPIC", "-o"]).arg(&library).arg(&source).status();
     if !built.is_ok_and(|s| s.success()) {
