@@ -560,7 +560,7 @@ fn torch_expandable(exporter: &Place, importer: &Place, facts: &[Fact], primitiv
     if !fabric
         && fact(facts, "pid_namespace") == Sameness::Differs
         && matches!(&row.verdict, Verdict::Fails(e) if e.starts_with("its VMM fd by pidfd_getfd"))
-        && !row.measured
+        && !primitives.of(memory).1
     {
         let taken = facts.iter().find(|f| f.fact == EXPORTERS_NUMBER_THERE);
         let (errno, what) = match taken.map(|f| (f.same, f.detail.as_deref())) {

@@ -370,3 +370,17 @@ fn ucx_says_which_pid_namespaces_it_does_not_check() {
     let ucx = row(&exporter, &importer, UCX_LEGACY);
     assert!(ucx.rule.contains("other PID namespaces, which UCX 1.22.0 does not check"), "{ucx:?}");
 }
+
+/// PyTorch's untranslated pid is the row's cause whether or not the run measured its event: a served run
+/// whose legacy paths were measured still says EBADF where the importer's own pid 1 stands at the
+/// exporter's number (the H200 host's library check found the measured row saying ESRCH).
+#[test]
+fn the_untranslated_pid_stays_the_cause_after_a_run_measured_the_event() {
+    let (exporter, mut importer) = (place(1), place(2));
+    importer.namespaces.pid = Some(9);
+    let measured =
+        [("legacy event".to_owned(), Verdict::Works), ("legacy memory".to_owned(), Verdict::Works)];
+    let row = rows(&exporter, &importer, &measured).into_iter().find(|f| f.path == TORCH_EXPANDABLE).unwrap();
+    assert!(matches!(&row.verdict, Verdict::Fails(e) if e.contains("EBADF")), "{row:?}");
+    assert!(row.measured, "it rests on a measured primitive too");
+}
