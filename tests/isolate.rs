@@ -367,6 +367,46 @@ fn a_kernel_without_pidfd_getfd_waives_the_matrixs_pidfd_column() {
     std::fs::remove_file(&json).unwrap();
 }
 
+/// The matrix runs its rows at once, in lanes, and says how many; the rows whose exporters are in PID
+/// namespaces of their own with the host's /dev/shm (`pid`, and the asked set `pid,net`) share one. The
+/// comparison's hook (`SIMPLE_IPC_MATRIX_SERIAL`) runs every cell one after another, says so, and prints the
+/// same table: the faster matrix changes no cell.
+#[test]
+fn the_matrix_runs_its_rows_at_once_and_one_after_another_gives_the_same_table() {
+    let Some(_turn) =
+        isolated_turn("the_matrix_runs_its_rows_at_once_and_one_after_another_gives_the_same_table")
+    else {
+        return;
+    };
+    let tmp = Tmp::new("matrix-lanes");
+    let table = |out: &Output| -> String {
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let from = stdout.find("importer vs exporter").unwrap_or_else(|| panic!("a table: {}", text(out)));
+        let verdict = stdout.rfind("PASSED").unwrap_or(stdout.len());
+        stdout[from..verdict].to_owned()
+    };
+    let args = ["--ipc", "all", "--isolate", "pid,net"];
+    let at_once = isolated(&tmp, &args).output().unwrap();
+    assert_eq!(at_once.status.code(), Some(0), "{}", text(&at_once));
+    let first = |out: &Output| {
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        stdout.lines().find(|l| l.starts_with("The container matrix (")).unwrap_or_default().to_owned()
+    };
+    // Rows: same namespaces, joiners:pid, pid, and the asked set pid,net: the last two in one lane.
+    assert!(first(&at_once).contains("(4 boundaries"), "{}", first(&at_once));
+    assert!(first(&at_once).ends_with("the rows in 3 lanes at once)"), "{}", first(&at_once));
+    let serial = isolated(&tmp, &args).env("SIMPLE_IPC_MATRIX_SERIAL", "1").output().unwrap();
+    assert_eq!(serial.status.code(), Some(0), "{}", text(&serial));
+    assert!(
+        first(&serial).ends_with("one after another: SIMPLE_IPC_MATRIX_SERIAL is set)"),
+        "{}",
+        first(&serial)
+    );
+    assert_eq!(table(&at_once), table(&serial), "the same table");
+    assert!(table(&at_once).contains("own pid,net"), "{}", table(&at_once));
+    assert_eq!(tmp.entries(), Vec::<String>::new(), "no socket directory is left");
+}
+
 /// The pids of the processes whose environment has `mark`: every process of one run, wherever it is.
 fn marked(mark: &str) -> Vec<u32> {
     let needle = format!("SIMPLE_IPC_TEST_MARK={mark}");

@@ -143,7 +143,7 @@ pub fn run(run: &Run, asked: &Isolation) -> Result<Ran> {
     lanes::run_all(&lanes, &run_cell, &mut |done| {
         let (row, column) = (&rows[done.row], &COLUMNS[done.column]);
         say!("  {} / {}: {}", row.title, column.title, done.cell.word())?;
-        bar.doing(format!("{} / {}", row.title, column.title));
+        bar.doing(format!("{} / {}: {}", row.title, column.title, done.cell.word()));
         bar.step_done();
         cells[done.row][done.column] = done.cell;
         clients[done.row][done.column] = done.clients;
