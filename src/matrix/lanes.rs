@@ -1,7 +1,7 @@
-//! When the matrix's cells run. Each cell is a whole isolated run of its own: its exporter, its importers,
-//! its socket and its namespaces are its own, and nothing of one cell's run is another's. So the rows
-//! run at once, each in a lane of its own (a thread that runs the row's cells one after another and waits
-//! for each), and the matrix takes about as long as its slowest row, not the sum of them.
+//! When the matrix's rows run. Each row's run (or each cell's, see `how`) is isolated and its own: its
+//! exporter, its importers, its socket and its namespaces are its own, and nothing of one run is another's.
+//! So the rows run at once, each in a lane of its own (a thread that runs the row, or its cells one after
+//! another, and waits for each run), and the matrix takes about as long as its slowest row, not the sum.
 //!
 //! One thing the rows do share is the host's `/dev/shm`, where the driver backs an exported event with a
 //! file named by the exporter's pid *in its own PID namespace* (`cuda.shm.0.<pid, hex>.<n>`, SPEC 10).
@@ -19,7 +19,7 @@ use std::sync::mpsc;
 
 use anyhow::{Result, anyhow};
 
-use super::axes::{Boundary, COLUMNS};
+use super::axes::Boundary;
 use super::{Cell, mps};
 use crate::isolation::{Isolation, Kind};
 
@@ -68,12 +68,17 @@ pub(super) struct Done {
     pub clients: Option<mps::Clients>,
 }
 
-/// Runs every cell of `rows` by `run_cell`, the lanes at once, and hands each cell to `each` (on this
-/// thread, as it ends). A lane that fails (a run that could not start, a stop signal) stops the other
-/// lanes before their next cell; the first failure is the matrix's, a stop signal before any other.
+/// How a lane runs a row: its index, and where each of its cells goes as it has it (see [`run_all`]).
+pub(super) type RunRow<'a> = dyn Fn(usize, &dyn Fn(Done) -> bool) -> Result<()> + Sync + 'a;
+
+/// Runs every row of `lanes` by `run_row`, the lanes at once, and hands each cell to `each` (on this
+/// thread, as it ends). `run_row` hands on each cell of its row as it has it, through the function it is
+/// given, which says whether to go on (false once the matrix stops). A lane that fails (a run that could not
+/// start, a stop signal) stops the other lanes before their next run; the first failure is the matrix's,
+/// a stop signal before any other.
 pub(super) fn run_all(
     lanes: &[Vec<usize>],
-    run_cell: &(dyn Fn(usize, usize) -> Result<Done> + Sync),
+    run_row: &RunRow,
     each: &mut dyn FnMut(Done) -> Result<()>,
 ) -> Result<()> {
     let stop = AtomicBool::new(false);
@@ -87,23 +92,15 @@ pub(super) fn run_all(
             let thread = std::thread::Builder::new().name(format!("matrix lane {number}")).spawn_scoped(
                 scope,
                 move || -> Result<()> {
+                    // The receiver lives until every lane has ended.
+                    let send = |done: Done| sender.send(done).is_ok() && !stop.load(Ordering::SeqCst);
                     for &row in lane {
-                        for column in 0..COLUMNS.len() {
-                            if stop.load(Ordering::SeqCst) {
-                                return Ok(());
-                            }
-                            let ran = run_cell(row, column).and_then(|done| {
-                                crate::signals::check()?;
-                                Ok(done)
-                            });
-                            match ran {
-                                // The receiver lives until every lane has ended.
-                                Ok(done) => drop(sender.send(done)),
-                                Err(e) => {
-                                    stop.store(true, Ordering::SeqCst);
-                                    return Err(e);
-                                }
-                            }
+                        if stop.load(Ordering::SeqCst) {
+                            return Ok(());
+                        }
+                        if let Err(e) = run_row(row, &send).and_then(|()| crate::signals::check()) {
+                            stop.store(true, Ordering::SeqCst);
+                            return Err(e);
                         }
                     }
                     Ok(())
@@ -143,6 +140,7 @@ pub(super) fn run_all(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::matrix::axes::COLUMNS;
 
     fn rows(isolates: &[&str]) -> Vec<Boundary> {
         isolates.iter().map(|i| Boundary { title: (*i).to_owned(), isolate: (*i).to_owned() }).collect()
@@ -167,18 +165,19 @@ mod tests {
         assert_eq!(lanes(&matrix, true), [(0..8).collect::<Vec<_>>()], "the comparison's one lane");
     }
 
-    /// Every cell is run once and handed on; a lane that fails stops the others before their next cell, and
-    /// its failure is the matrix's.
+    /// Every cell is handed on once; a lane that fails stops the others before their next cell, and its
+    /// failure is the matrix's.
     #[test]
     fn every_cell_runs_once_and_a_failure_stops_the_lanes() {
         let matrix = rows(&["none", "shm", "user"]);
-        let ran = std::sync::Mutex::new(Vec::new());
-        let run_cell = |row: usize, column: usize| -> Result<Done> {
-            ran.lock().unwrap().push((row, column));
-            Ok(Done { row, column, cell: Cell::Ok, clients: None })
+        let run_row = |row: usize, send: &dyn Fn(Done) -> bool| -> Result<()> {
+            for column in 0..COLUMNS.len() {
+                send(Done { row, column, cell: Cell::Ok, clients: None });
+            }
+            Ok(())
         };
         let mut seen = Vec::new();
-        run_all(&lanes(&matrix, false), &run_cell, &mut |d| {
+        run_all(&lanes(&matrix, false), &run_row, &mut |d| {
             seen.push((d.row, d.column));
             Ok(())
         })
@@ -187,12 +186,17 @@ mod tests {
         let every: Vec<(usize, usize)> =
             (0..3).flat_map(|r| (0..COLUMNS.len()).map(move |c| (r, c))).collect();
         assert_eq!(seen, every);
-        let failing = |row: usize, column: usize| -> Result<Done> {
-            if row == 0 && column == 1 {
-                return Err(anyhow!("could not start"));
+        let failing = |row: usize, send: &dyn Fn(Done) -> bool| -> Result<()> {
+            for column in 0..COLUMNS.len() {
+                if row == 0 && column == 1 {
+                    return Err(anyhow!("could not start"));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                if !send(Done { row, column, cell: Cell::Ok, clients: None }) {
+                    return Ok(());
+                }
             }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-            Ok(Done { row, column, cell: Cell::Ok, clients: None })
+            Ok(())
         };
         let mut seen = 0;
         let failed = run_all(&lanes(&matrix, false), &failing, &mut |_| {

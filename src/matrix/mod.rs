@@ -1,7 +1,7 @@
-//! `--ipc all --isolate KINDS`: the container matrix of this host, from real runs. Each row is one boundary
-//! between the exporter (the serving parent) and the importers (the processes that join it), each column
-//! one kind of handle that has to cross it; each cell is a whole isolated run of this program, with the
-//! user's other options, that tries that handle alone:
+//! `--ipc all --isolate KINDS`: the container matrix of this host, from real imports. Each row is one
+//! boundary between the exporter (placed as a run's serving parent is) and the importer (placed as a
+//! process that joins it), each column one kind of handle that has to cross it, tried as the run of
+//! this program with the user's other options and these would try it alone:
 //! - a legacy memory handle: `--ipc legacy --sync memops` (no event);
 //! - a legacy event handle: `--ipc vmm --sync events` (the memory goes by descriptor, so only the event is
 //!   a legacy handle);
@@ -12,8 +12,10 @@
 //! - a VMM descriptor fetched by the importers with `pidfd_getfd`: `--ipc vmm --sync memops --fds pidfd`
 //!   (the kernel's column: PyTorch's expandable segments and UCX do this).
 //!
-//! The columns and rows are defined in `axes`. The rows run at once, each cell of a row after the one
-//! before, except rows whose runs could change each other's cells, which share a lane (`lanes`).
+//! The columns and rows are defined in `axes`. Each row is one isolated run (`row`: one exporter that
+//! exports every column's handles, one importer across the boundary that opens each as that column's
+//! child would), or, where `how` says so, each cell a whole run of its own. The rows run at once, except
+//! rows whose runs could change each other's cells, which share a lane (`lanes`).
 //!
 //! Each cell is read from the typed `--json` document its run hands back (`--report-fd`, as under `--ipc
 //! all`), never from what it printed. A cell counts as refused only where the document says the driver
@@ -21,13 +23,15 @@
 //! `report::Refused`), or the kernel to hand over its descriptor (`Refused::pidfd`: `ESRCH`, `EPERM`); it
 //! is named by that error, and the table ends with each cause and its fix. Exit 1
 //! if any run failed for another reason (a socket, TMPDIR, a start, a run that wrote no document: then the
-//! table is not the host's, and the matrix names why), or if a run in the same namespaces was refused
-//! (then nothing else can be read from the table); 2 if every run was waived; 0 otherwise: a boundary
+//! table is not the host's, and the matrix names why), or if a handle was refused in the same namespaces
+//! (then nothing else can be read from the table); 2 if every cell was waived; 0 otherwise: a boundary
 //! that the driver refuses is a fact of the host, which the table reports.
 
 mod axes;
+mod how;
 mod lanes;
 mod mps;
+pub(crate) mod row;
 mod table;
 
 use anyhow::{Result, anyhow};
@@ -40,8 +44,8 @@ use crate::role::Run;
 use axes::{Boundary, COLUMNS, Column, boundaries};
 use table::{document, table};
 
-/// How one cell's run ended.
-#[derive(Clone, Debug, PartialEq)]
+/// How one cell's run ended (or, in a row's run, its import: `row`).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 enum Cell {
     Ok,
     Waived,
@@ -118,17 +122,13 @@ fn classify(ending: &RunEnd, document: Option<&Document>) -> Cell {
 /// nothing of one changes another (`lanes`).
 pub fn run(run: &Run, asked: &Isolation) -> Result<Ran> {
     let rows = boundaries(asked);
-    let serial = lanes::serial_asked();
-    let lanes = lanes::lanes(&rows, serial);
-    let when = if serial {
-        format!("one after another: {} is set", lanes::SERIAL_ENV)
-    } else {
-        format!("the rows in {} lanes at once", lanes.len())
-    };
+    let how = how::How::asked();
+    let lanes = lanes::lanes(&rows, how == how::How::Cells { serial: true });
     say!(
-        "The container matrix ({} boundaries by {} kinds of handle, each an isolated run of its own, {when})",
+        "The container matrix ({} boundaries by {} kinds of handle, {})",
         rows.len(),
-        COLUMNS.len()
+        COLUMNS.len(),
+        how.said(lanes.len())
     )?;
     // Under MPS, whether each run's importers were the daemon's clients (see `mps`).
     let daemon = crate::placement::mps::Mps::here();
@@ -136,11 +136,23 @@ pub fn run(run: &Run, asked: &Isolation) -> Result<Ran> {
     let mut clients: Vec<Vec<Option<mps::Clients>>> = vec![vec![None; COLUMNS.len()]; rows.len()];
     let bar =
         crate::progress::Bar::start((rows.len() * COLUMNS.len()) as u64, "--ipc all --isolate", run.quiet);
-    let run_cell = |row: usize, column: usize| -> Result<lanes::Done> {
-        let (cell, importers) = run_cell(run, &rows[row], &COLUMNS[column])?;
-        Ok(lanes::Done { row, column, cell, clients: importers })
+    let run_row = |row: usize, send: &dyn Fn(lanes::Done) -> bool| -> Result<()> {
+        if how == how::How::Rows {
+            for (column, (cell, clients)) in how::row_cells(run, &rows[row])?.into_iter().enumerate() {
+                send(lanes::Done { row, column, cell, clients });
+            }
+            return Ok(());
+        }
+        for (column, each) in COLUMNS.iter().enumerate() {
+            let (cell, clients) = run_cell(run, &rows[row], each)?;
+            if !send(lanes::Done { row, column, cell, clients }) {
+                break;
+            }
+            crate::signals::check()?;
+        }
+        Ok(())
     };
-    lanes::run_all(&lanes, &run_cell, &mut |done| {
+    lanes::run_all(&lanes, &run_row, &mut |done| {
         let (row, column) = (&rows[done.row], &COLUMNS[done.column]);
         say!("  {} / {}: {}", row.title, column.title, done.cell.word())?;
         bar.doing(format!("{} / {}: {}", row.title, column.title, done.cell.word()));
@@ -210,7 +222,7 @@ fn outcome(rows: &[Boundary], cells: &[Vec<Cell>]) -> Outcome {
         return Outcome::Waived(Waiver("nothing can run here".into()));
     }
     Outcome::passed(format!(
-        "the container matrix: {} boundaries by {} handles, {failed} of {ran} runs refused across a boundary",
+        "the container matrix: {} boundaries by {} handles, {failed} of {ran} imports refused across a boundary",
         rows.len(),
         COLUMNS.len()
     ))
