@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The container matrix (--ipc all --isolate KINDS, default container,user) as it runs now, its rows at once
-# (src/matrix/lanes.rs), against the matrix one cell after another as it ran before issue 41
-# (SIMPLE_IPC_MATRIX_SERIAL=1), in one call: ROUNDS rounds (default 5), each round one run of each, in
+# The container matrix (--ipc all --isolate KINDS, default container,user) as it runs now (each row one
+# isolated run, one exporter and one importer trying every handle, the rows at once: src/matrix/row,
+# src/matrix/lanes.rs), against the matrix as it ran before issue 41, each cell a whole isolated run, one
+# after another (SIMPLE_IPC_MATRIX_SERIAL=1), in one call: ROUNDS rounds (default 5), each round one run of each, in
 # turn, so that a host's drift falls on both alike. Each run must exit 0 and both must print the same
 # table, or the script says so and exits 1. It prints each run's wall time, the medians and their ratio,
 # with the date and the driver first (nvidia-smi, where there is one), so that pasted figures carry them.
@@ -43,8 +44,8 @@ for round in $(seq "$rounds"); do
     echo "-- round $round: the two matrices printed different tables:"; cat "$out/diff"; bad=1
   fi
 done
-echo "-- rows at once (now):           ${new[*]} ms; median $(echo "${new[*]}" | median) ms"
-echo "-- one cell after another (old): ${old[*]} ms; median $(echo "${old[*]}" | median) ms"
+echo "-- a run a row, at once (now):    ${new[*]} ms; median $(echo "${new[*]}" | median) ms"
+echo "-- a run a cell, in turn (old):   ${old[*]} ms; median $(echo "${old[*]}" | median) ms"
 awk -v a="$(echo "${new[*]}" | median)" -v b="$(echo "${old[*]}" | median)" \
   'BEGIN { printf "-- now / old: %.2fx (old / now: %.2fx)\n", a / b, b / a }'
 echo "-- the table (now):"; table new | sed 's/^/    /'
