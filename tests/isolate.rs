@@ -396,15 +396,25 @@ fn the_matrix_runs_its_rows_at_once_and_one_after_another_gives_the_same_table()
     // Rows: same namespaces, joiners:pid, pid, and the asked set pid,net: the last two in one lane.
     assert!(first(&lanes).contains("(4 boundaries"), "{}", first(&lanes));
     assert!(first(&lanes).ends_with("the rows in 3 lanes at once)"), "{}", first(&lanes));
-    let args = ["--ipc", "all", "--isolate", "container,user"];
-    let rows = isolated(&tmp, &args).output().unwrap();
+    let args = ["--ipc", "all", "--isolate", "container,user", "--json"];
+    let (rows_json, serial_json) = (tmp.path().join("rows.json"), tmp.path().join("serial.json"));
+    let rows = isolated(&tmp, &args).arg(&rows_json).output().unwrap();
     assert_eq!(rows.status.code(), Some(0), "{}", text(&rows));
     assert!(first(&rows).contains("each row one isolated run that tries every handle"), "{}", first(&rows));
-    let serial = isolated(&tmp, &args).env("SIMPLE_IPC_MATRIX_SERIAL", "1").output().unwrap();
+    let mut serial = isolated(&tmp, &args);
+    let serial = serial.arg(&serial_json).env("SIMPLE_IPC_MATRIX_SERIAL", "1").output().unwrap();
     assert_eq!(serial.status.code(), Some(0), "{}", text(&serial));
     let said = first(&serial);
     assert!(said.ends_with("one after another: SIMPLE_IPC_MATRIX_SERIAL is set)"), "{said}");
     assert_eq!(table(&rows), table(&serial), "the same table");
+    let cells = |path: &Path| -> serde_json::Value {
+        let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        std::fs::remove_file(path).unwrap();
+        doc["matrix"].clone()
+    };
+    let (by_row, by_cell) = (cells(&rows_json), cells(&serial_json));
+    assert_eq!(by_row.as_array().map(Vec::len), Some(8 * 6), "{by_row}");
+    assert_eq!(by_row, by_cell, "the same cells in the document, typed refusals and fixes");
     for refused in ["INVALID_CONTEXT (event)", "MAP_FAILED (event)", "ESRCH", "EPERM", "not simulated"] {
         assert!(table(&rows).contains(refused), "{refused}: {}", table(&rows));
     }
