@@ -421,6 +421,46 @@ fn the_matrix_runs_its_rows_at_once_and_one_after_another_gives_the_same_table()
     assert_eq!(tmp.entries(), Vec::<String>::new(), "no socket directory is left");
 }
 
+/// The matrix stopped while its rows run (each process's cuInit slowed to a second, so that the rows'
+/// exporters and importers are all under way): SIGTERM to it goes on to every row at once, and it ends as
+/// stopped (143) within seconds, every process of every row gone, no socket directory and no driver file
+/// left.
+#[test]
+fn a_matrix_stopped_while_its_rows_run_leaves_nothing() {
+    let Some(_turn) = isolated_turn("a_matrix_stopped_while_its_rows_run_leaves_nothing") else { return };
+    let tmp = Tmp::new("matrix-stopped");
+    let cuda_files = || -> Vec<String> {
+        let names =
+            std::fs::read_dir(dev_shm()).unwrap().filter_map(|e| e.ok()?.file_name().into_string().ok());
+        let mut names: Vec<String> = names.filter(|n| n.starts_with("cuda.shm.")).collect();
+        names.sort();
+        names
+    };
+    let before = cuda_files();
+    let mark = format!("{}-matrix-stopped", std::process::id());
+    let _end = EndMarked(mark.clone());
+    let mut matrix = isolated(&tmp, &["--ipc", "all", "--isolate", "pid,shm,net"])
+        .env(SIMULATE, "ok+slow-init")
+        .env("SIMPLE_IPC_TEST_MARK", &mark)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    // The matrix, and for each of its rows at least its run and the row's exporter or importer.
+    assert!(marked(&mark).len() >= 6, "the rows are under way: {:?}", marked(&mark));
+    nix::sys::signal::kill(Pid::from_raw(matrix.id() as i32), Signal::SIGTERM).unwrap();
+    let status = wait_at_most(&mut matrix, Duration::from_secs(6));
+    assert_eq!(status.and_then(|s| s.code()), Some(143), "stopped by SIGTERM, said as such");
+    assert_eq!(wait_all_gone(&mark, Duration::from_secs(4)), Vec::<u32>::new(), "every process gone");
+    assert_eq!(tmp.entries(), Vec::<String>::new(), "no socket directory is left");
+    let start = Instant::now();
+    while cuda_files() != before && start.elapsed() < Duration::from_secs(3) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(cuda_files(), before, "no driver file is left");
+}
+
 /// The pids of the processes whose environment has `mark`: every process of one run, wherever it is.
 fn marked(mark: &str) -> Vec<u32> {
     let needle = format!("SIMPLE_IPC_TEST_MARK={mark}");
