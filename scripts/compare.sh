@@ -15,6 +15,8 @@
 # section measures its "without" runs cold (before its daemon starts, no holder) and warm (the holder, no
 # daemon), since a daemon keeps the driver initialised, and gives each ratio with its baseline.
 # It prints the date, the driver and the GPUs first, so that pasted figures carry them.
+# The container matrix, its rows at once against one cell after another, is timed beside this script, by
+# scripts/compare-matrix.sh (it needs namespaces, and no NVIDIA sample).
 # The floor and the holder are built here with nvcc (NVCC, or nvcc on PATH; FLOOR_ARCH, default
 # -arch=native, picks the floor's GPU code). NVIDIA's sample is built by hand on that host (keep its code
 # out of this repository):

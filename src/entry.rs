@@ -295,12 +295,17 @@ fn run(role: Role) -> anyhow::Result<report::Ran> {
     // which enters them.
     match (&role, isolate) {
         (Role::Sample(run, mechanism), Some((_, isolation, _))) if isolation.includes_parent() => {
-            return crate::isolation::run_inside(run, *mechanism, None);
+            return crate::isolation::run_inside(run, *mechanism, None, false);
         }
         (Role::MechanismRun(sub), Some((_, isolation, _)))
             if isolation.includes_parent() && sub.outside_fd.is_none() =>
         {
-            return crate::isolation::run_inside(&sub.run, sub.mechanism, sub.served.as_ref());
+            return crate::isolation::run_inside(
+                &sub.run,
+                sub.mechanism,
+                sub.served.as_ref(),
+                sub.matrix_row,
+            );
         }
         _ => {}
     }
@@ -320,6 +325,7 @@ fn run(role: Role) -> anyhow::Result<report::Ran> {
     match role {
         Role::Guardian { fd } => guardian::watch(fd).map(|()| Outcome::Passed(None).into()),
         Role::Joiner(joiner) => join::run(&joiner, false).map(report::Ran::from),
+        Role::Isolated(isolated) if isolated.matrix_row => crate::matrix::row::import(&isolated),
         Role::Isolated(isolated) => join::run(&isolated.joiner, true).map(report::Ran::from),
         Role::Child(child) if child.bench => {
             bench::run_producer(child.index as usize, child.segment_fd, child.socket_fd)
@@ -333,6 +339,7 @@ fn run(role: Role) -> anyhow::Result<report::Ran> {
             topology::run().map(report::Ran::from)
         }
         Role::Sample(run, mechanism) => parent::run(&run, mechanism, None),
+        Role::MechanismRun(sub) if sub.matrix_row => crate::matrix::row::export(&sub.run),
         Role::MechanismRun(sub) => parent::run(&sub.run, sub.mechanism, sub.served.as_ref()),
         Role::Matrix(run, asked) => crate::matrix::run(&run, &asked),
         Role::EveryMechanism(every) => every_mechanism::run(&every),

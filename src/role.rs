@@ -154,6 +154,9 @@ pub(crate) struct MechanismRun {
     /// Where it is the run inside an isolation (`--isolate`): its socket to the process outside, which
     /// started it (see `relaunch::Relaunch::outside_socket`). It enters its namespaces first thing.
     pub outside_fd: Option<RawFd>,
+    /// It is a row of the container matrix (`matrix::row`): it exports every kind of handle once, and its
+    /// one isolated process opens each, instead of the sample.
+    pub matrix_row: bool,
 }
 
 /// A run's place in a served sequence, and what it inherits from the sequence's top parent: the listener,
@@ -173,6 +176,8 @@ pub(crate) struct Isolated {
     pub outside_fd: RawFd,
     /// Its address, `--timeout` and `--quiet` (never the benchmark: `--isolate` is refused with it).
     pub joiner: Joiner,
+    /// It is the importer of a row of the container matrix (`matrix::row`), not a process of the sample.
+    pub matrix_row: bool,
 }
 
 impl Role {
@@ -189,18 +194,27 @@ impl Role {
                 flag(&mut args, "--quiet", child.quiet);
             }
             Role::Guardian { fd } => args.extend(["guardian".into(), "--fd".into(), fd.to_string()]),
-            Role::Isolated(Isolated { isolation, report_fd, outside_fd, joiner }) => {
+            Role::Isolated(Isolated { isolation, report_fd, outside_fd, joiner, matrix_row }) => {
                 args.extend(["join".into(), joiner.address.to_string()]);
                 valued(&mut args, "--isolated", Some(isolation));
                 valued(&mut args, "--report-fd", Some(report_fd));
                 valued(&mut args, "--outside-fd", Some(outside_fd));
                 valued(&mut args, "--timeout", Some(joiner.timeout));
                 flag(&mut args, "--quiet", joiner.quiet);
+                flag(&mut args, "--matrix-row", *matrix_row);
             }
-            Role::MechanismRun(MechanismRun { mechanism, run, report_fd, served, outside_fd }) => {
+            Role::MechanismRun(MechanismRun {
+                mechanism,
+                run,
+                report_fd,
+                served,
+                outside_fd,
+                matrix_row,
+            }) => {
                 args.push("run".into());
                 valued(&mut args, "--report-fd", Some(report_fd));
                 valued(&mut args, "--outside-fd", outside_fd.as_ref());
+                flag(&mut args, "--matrix-row", *matrix_row);
                 if let Some(Served { round, fds }) = served {
                     valued(&mut args, "--serve-round", Some(round));
                     let fds: Vec<String> = fds.iter().map(ToString::to_string).collect();

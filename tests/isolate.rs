@@ -367,6 +367,100 @@ fn a_kernel_without_pidfd_getfd_waives_the_matrixs_pidfd_column() {
     std::fs::remove_file(&json).unwrap();
 }
 
+/// The matrix runs each row as one run that tries every handle, the rows at once, in lanes, and says how
+/// many; the rows whose exporters are in PID namespaces of their own with the host's /dev/shm (`pid`, and
+/// the asked set `pid,net`) share one. The comparison's hook (`SIMPLE_IPC_MATRIX_SERIAL`) runs every cell
+/// as a whole run of its own, one after another, as the matrix ran before, says so, and prints the same
+/// table, notes and all, over every boundary of a container: one importer trying every handle changes no
+/// cell.
+#[test]
+fn the_matrix_runs_its_rows_at_once_and_one_after_another_gives_the_same_table() {
+    let Some(_turn) =
+        isolated_turn("the_matrix_runs_its_rows_at_once_and_one_after_another_gives_the_same_table")
+    else {
+        return;
+    };
+    let tmp = Tmp::new("matrix-lanes");
+    let table = |out: &Output| -> String {
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let from = stdout.find("importer vs exporter").unwrap_or_else(|| panic!("a table: {}", text(out)));
+        let verdict = stdout.rfind("PASSED").unwrap_or(stdout.len());
+        stdout[from..verdict].to_owned()
+    };
+    let first = |out: &Output| {
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        stdout.lines().find(|l| l.starts_with("The container matrix (")).unwrap_or_default().to_owned()
+    };
+    let lanes = isolated(&tmp, &["--ipc", "all", "--isolate", "pid,net"]).output().unwrap();
+    assert_eq!(lanes.status.code(), Some(0), "{}", text(&lanes));
+    // Rows: same namespaces, joiners:pid, pid, and the asked set pid,net: the last two in one lane.
+    assert!(first(&lanes).contains("(4 boundaries"), "{}", first(&lanes));
+    assert!(first(&lanes).ends_with("the rows in 3 lanes at once)"), "{}", first(&lanes));
+    let args = ["--ipc", "all", "--isolate", "container,user", "--json"];
+    let (rows_json, serial_json) = (tmp.path().join("rows.json"), tmp.path().join("serial.json"));
+    let rows = isolated(&tmp, &args).arg(&rows_json).output().unwrap();
+    assert_eq!(rows.status.code(), Some(0), "{}", text(&rows));
+    assert!(first(&rows).contains("each row one isolated run that tries every handle"), "{}", first(&rows));
+    let mut serial = isolated(&tmp, &args);
+    let serial = serial.arg(&serial_json).env("SIMPLE_IPC_MATRIX_SERIAL", "1").output().unwrap();
+    assert_eq!(serial.status.code(), Some(0), "{}", text(&serial));
+    let said = first(&serial);
+    assert!(said.ends_with("one after another: SIMPLE_IPC_MATRIX_SERIAL is set)"), "{said}");
+    assert_eq!(table(&rows), table(&serial), "the same table");
+    let cells = |path: &Path| -> serde_json::Value {
+        let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        std::fs::remove_file(path).unwrap();
+        doc["matrix"].clone()
+    };
+    let (by_row, by_cell) = (cells(&rows_json), cells(&serial_json));
+    assert_eq!(by_row.as_array().map(Vec::len), Some(8 * 6), "{by_row}");
+    assert_eq!(by_row, by_cell, "the same cells in the document, typed refusals and fixes");
+    for refused in ["INVALID_CONTEXT (event)", "MAP_FAILED (event)", "ESRCH", "EPERM", "not simulated"] {
+        assert!(table(&rows).contains(refused), "{refused}: {}", table(&rows));
+    }
+    assert_eq!(tmp.entries(), Vec::<String>::new(), "no socket directory is left");
+}
+
+/// The matrix stopped while its rows run (each process's cuInit slowed to a second, so that the rows'
+/// exporters and importers are all under way): SIGTERM to it goes on to every row at once, and it ends as
+/// stopped (143) within seconds, every process of every row gone, no socket directory and no driver file
+/// left.
+#[test]
+fn a_matrix_stopped_while_its_rows_run_leaves_nothing() {
+    let Some(_turn) = isolated_turn("a_matrix_stopped_while_its_rows_run_leaves_nothing") else { return };
+    let tmp = Tmp::new("matrix-stopped");
+    let cuda_files = || -> Vec<String> {
+        let names =
+            std::fs::read_dir(dev_shm()).unwrap().filter_map(|e| e.ok()?.file_name().into_string().ok());
+        let mut names: Vec<String> = names.filter(|n| n.starts_with("cuda.shm.")).collect();
+        names.sort();
+        names
+    };
+    let before = cuda_files();
+    let mark = format!("{}-matrix-stopped", std::process::id());
+    let _end = EndMarked(mark.clone());
+    let mut matrix = isolated(&tmp, &["--ipc", "all", "--isolate", "pid,shm,net"])
+        .env(SIMULATE, "ok+slow-init")
+        .env("SIMPLE_IPC_TEST_MARK", &mark)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    // The matrix, and for each of its rows at least its run and the row's exporter or importer.
+    assert!(marked(&mark).len() >= 6, "the rows are under way: {:?}", marked(&mark));
+    nix::sys::signal::kill(Pid::from_raw(matrix.id() as i32), Signal::SIGTERM).unwrap();
+    let status = wait_at_most(&mut matrix, Duration::from_secs(6));
+    assert_eq!(status.and_then(|s| s.code()), Some(143), "stopped by SIGTERM, said as such");
+    assert_eq!(wait_all_gone(&mark, Duration::from_secs(4)), Vec::<u32>::new(), "every process gone");
+    assert_eq!(tmp.entries(), Vec::<String>::new(), "no socket directory is left");
+    let start = Instant::now();
+    while cuda_files() != before && start.elapsed() < Duration::from_secs(3) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(cuda_files(), before, "no driver file is left");
+}
+
 /// The pids of the processes whose environment has `mark`: every process of one run, wherever it is.
 fn marked(mark: &str) -> Vec<u32> {
     let needle = format!("SIMPLE_IPC_TEST_MARK={mark}");

@@ -59,6 +59,9 @@ enum Sub {
         timeout: Timeout,
         #[arg(long)]
         quiet: bool,
+        /// The importer of a row of the container matrix.
+        #[arg(long)]
+        matrix_row: bool,
     },
     /// A run of one mechanism, its document to the pipe FD.
     Run {
@@ -67,6 +70,9 @@ enum Sub {
         /// The run inside an isolation: its socket to the process outside.
         #[arg(long, value_name = "FD")]
         outside_fd: Option<i32>,
+        /// A row of the container matrix: every kind of handle, one importer.
+        #[arg(long)]
+        matrix_row: bool,
         /// Its place in a served sequence.
         #[arg(long, value_name = "K/M", value_parser = Round::parse, requires = "served_fds")]
         serve_round: Option<Round>,
@@ -92,19 +98,29 @@ pub(super) fn parse_from(args: impl Iterator<Item = OsString>) -> Result<Role, c
             Role::Child(Child { index, segment_fd, socket_fd, bench, quiet })
         }
         Sub::Guardian { fd } => Role::Guardian { fd },
-        Sub::Join { address, isolated, report_fd, outside_fd, timeout, quiet } => Role::Isolated(Isolated {
-            isolation: isolated,
-            report_fd,
-            outside_fd,
-            joiner: Joiner { address, timeout, quiet, bench: false },
-        }),
-        Sub::Run { report_fd, outside_fd, serve_round, served_fds, options } => {
+        Sub::Join { address, isolated, report_fd, outside_fd, timeout, quiet, matrix_row } => {
+            Role::Isolated(Isolated {
+                isolation: isolated,
+                report_fd,
+                outside_fd,
+                joiner: Joiner { address, timeout, quiet, bench: false },
+                matrix_row,
+            })
+        }
+        Sub::Run { report_fd, outside_fd, matrix_row, serve_round, served_fds, options } => {
             let served = serve_round.zip(served_fds).map(|(round, fds)| Served { round, fds });
             match options.role().map_err(|refused| refused.said_by(Internal::command()))? {
                 Role::Sample(run, mechanism)
                     if run.json.is_none() && (served.is_none() || run.serve.is_some()) =>
                 {
-                    Role::MechanismRun(MechanismRun { mechanism, run, report_fd, served, outside_fd })
+                    Role::MechanismRun(MechanismRun {
+                        mechanism,
+                        run,
+                        report_fd,
+                        served,
+                        outside_fd,
+                        matrix_row,
+                    })
                 }
                 _ => {
                     let message = "run takes the options of a run of one mechanism (not --ipc all, --json, \
@@ -155,6 +171,7 @@ mod tests {
             report_fd: 7,
             outside_fd: 8,
             joiner: joiner.clone(),
+            matrix_row: false,
         };
         let sub = |mechanism, run: Run, served| MechanismRun {
             mechanism,
@@ -162,6 +179,7 @@ mod tests {
             report_fd: 9,
             served,
             outside_fd: None,
+            matrix_row: false,
         };
         let served = Served { round: Round { number: 2, of: 4 }, fds: vec![3, 4, 10] };
         let user = [
@@ -177,6 +195,7 @@ mod tests {
             Role::Guardian { fd: 3 },
             Role::Isolated(isolated("pid")),
             Role::Isolated(isolated("none")),
+            Role::Isolated(Isolated { matrix_row: true, ..isolated("shm") }),
             Role::Isolated(Isolated {
                 joiner: Joiner { quiet: false, timeout: Timeout::default(), ..joiner.clone() },
                 ..isolated("joiners:container,user")
@@ -190,6 +209,9 @@ mod tests {
         }
         let serving = Run { serve: Some(Address::Path("/tmp/s".into())), ..run_of(&["--ipc", "all"]) };
         roles.push(Role::MechanismRun(sub(Mechanism::Vmm, serving, Some(served))));
+        let row = run_of(&["--ipc", "legacy", "--isolate", "pid"]);
+        roles
+            .push(Role::MechanismRun(MechanismRun { matrix_row: true, ..sub(Mechanism::Legacy, row, None) }));
         for role in &roles {
             assert_eq!(&parsed(role), role);
         }
@@ -260,6 +282,7 @@ mod tests {
                 report_fd: 1,
                 served: None,
                 outside_fd: None,
+                matrix_row: false,
             })
             .to_args()
         })

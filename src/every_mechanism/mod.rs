@@ -25,7 +25,7 @@ mod served;
 mod sub_run;
 mod table;
 
-pub(crate) use sub_run::run_one;
+pub(crate) use sub_run::{run_matrix_row, run_one};
 pub(crate) use table::ending_word;
 pub use table::table;
 

@@ -91,7 +91,7 @@ impl Sequence {
         // What is left of the sequence's --timeout.
         let seconds = left.map_or(0, |left| left.as_secs_f64().ceil() as u64);
         let run = Run { timeout: Timeout::from_secs(seconds), ..run.clone() };
-        let row = sub_run::run_one_inheriting(&run, mechanism, Some(served), true, given)?;
+        let row = sub_run::run_one_inheriting(&run, mechanism, Some(served), true, given, false)?;
         while let Ok(Heard::Said(Message::HandBack, connections)) = wire::hear(&back, 0) {
             self.held.extend(connections);
         }

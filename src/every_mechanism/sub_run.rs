@@ -29,7 +29,13 @@ const PAST_ITS_TIMEOUT: Duration = Duration::from_secs(6);
 /// exit status); nothing it printed is read. Past the run's own `--timeout` (and a grace), this process
 /// stops it.
 pub(crate) fn run_one(run: &Run, mechanism: Mechanism, echo: bool) -> Result<Row> {
-    run_one_inheriting(run, mechanism, None, echo, Vec::new())
+    run_one_inheriting(run, mechanism, None, echo, Vec::new(), false)
+}
+
+/// [`run_one`] of a row of the container matrix (`matrix::row`): every kind of handle, one importer; its
+/// output kept, not shown.
+pub(crate) fn run_matrix_row(run: &Run) -> Result<Row> {
+    run_one_inheriting(run, Mechanism::Legacy, None, false, Vec::new(), true)
 }
 
 /// [`run_one`], the run one of a served sequence (`served`), inheriting the descriptors `given` too
@@ -40,6 +46,7 @@ pub(crate) fn run_one_inheriting(
     served: Option<Served>,
     echo: bool,
     given: Vec<OwnedFd>,
+    matrix_row: bool,
 ) -> Result<Row> {
     let timeout = run.timeout.limit();
     let mut launch = Relaunch::new(format!("the run of --ipc {}", mechanism.name()));
@@ -52,6 +59,7 @@ pub(crate) fn run_one_inheriting(
                 report_fd: fd,
                 served,
                 outside_fd: None,
+                matrix_row,
             })
             .to_args(),
         )

@@ -135,7 +135,8 @@ impl<'g> Launched<'g> {
         }
     }
 
-    /// Starts `n` processes that join the run at `address`, each in namespaces of `isolation`'s kinds.
+    /// Starts `n` processes that join the run at `address`, each in namespaces of `isolation`'s kinds
+    /// (`matrix_row`: the importer of a row of the container matrix, not a process of the sample).
     pub fn start(
         &mut self,
         address: &Address,
@@ -143,14 +144,16 @@ impl<'g> Launched<'g> {
         isolation: &Isolation,
         timeout: Timeout,
         quiet: bool,
+        matrix_row: bool,
     ) -> Result<()> {
         let joiner = Joiner { address: address.clone(), timeout, quiet, bench: false };
         for _ in 0..n {
             let mut start = Relaunch::new("an isolated process");
             let fd = start.report_pipe()?;
             let outside_fd = start.outside_socket()?;
+            let isolation = isolation.clone();
             let isolated =
-                Isolated { isolation: isolation.clone(), report_fd: fd, outside_fd, joiner: joiner.clone() };
+                Isolated { isolation, report_fd: fd, outside_fd, joiner: joiner.clone(), matrix_row };
             start.args(Role::Isolated(isolated).to_args());
             // It must not outlive this process: SIGKILL to it until it hands its PID namespace's init over
             // to this process; the init then stops what runs inside in order when this process's end of

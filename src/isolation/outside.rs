@@ -33,10 +33,16 @@ use crate::role::{MechanismRun, Role, Run, Served};
 /// second and a half) before the process outside stops it.
 const STOP_GRACE: Duration = Duration::from_secs(4);
 
-/// Runs `mechanism` with `run`'s options (its place in a served sequence, `served`, too) inside namespaces
-/// of `run`'s isolation, and follows it until it ends (see the module's doc). Returns how it ended, as its
-/// document says, with that document, for `main` to write and say.
-pub(crate) fn run_inside(run: &Run, mechanism: Mechanism, served: Option<&Served>) -> Result<report::Ran> {
+/// Runs `mechanism` with `run`'s options (its place in a served sequence, `served`, too; a row of the
+/// container matrix where `matrix_row`) inside namespaces of `run`'s isolation, and follows it until it
+/// ends (see the module's doc). Returns how it ended, as its document says, with that document, for `main`
+/// to write and say.
+pub(crate) fn run_inside(
+    run: &Run,
+    mechanism: Mechanism,
+    served: Option<&Served>,
+    matrix_row: bool,
+) -> Result<report::Ran> {
     crate::signals::take_job_control()?;
     let mut launch = Relaunch::new("the isolated run");
     let report_fd = launch.report_pipe()?;
@@ -44,7 +50,8 @@ pub(crate) fn run_inside(run: &Run, mechanism: Mechanism, served: Option<&Served
     for &fd in served.map_or(&[][..], |served| &served.fds) {
         launch.keep(fd);
     }
-    let inside = MechanismRun { mechanism, run: run.clone(), report_fd, served: served.cloned(), outside_fd };
+    let (inner, served) = (run.clone(), served.cloned());
+    let inside = MechanismRun { mechanism, run: inner, report_fd, served, outside_fd, matrix_row };
     launch
         .args(Role::MechanismRun(inside).to_args())
         // A group of its own: a signal to the user's job reaches the run once, through this process; if

@@ -148,7 +148,7 @@ pub(crate) fn stranger(uid: u32) -> Option<String> {
 /// Whether process `pid` (as this process sees it; 0 for one outside its PID namespace) is one of `pids` or
 /// was started by one of them, up to a few generations (the process that entered its namespaces, until it
 /// hands over, its init, the process itself).
-fn started_by(pid: i32, pids: &[i32]) -> bool {
+pub(crate) fn started_by(pid: i32, pids: &[i32]) -> bool {
     let mut current = pid;
     for _ in 0..4 {
         if current <= 1 {

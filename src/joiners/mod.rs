@@ -30,7 +30,7 @@ mod socket_file;
 mod watch;
 
 pub use audience::Audience;
-pub(crate) use door::stranger;
+pub(crate) use door::{started_by, stranger};
 pub(crate) use socket_file::{bind_at, remove_if_made};
 
 /// How long the server waits, after it aborted the run, for the joiners to leave before it closes their

@@ -1,7 +1,7 @@
-//! `--ipc all --isolate KINDS`: the container matrix of this host, from real runs. Each row is one boundary
-//! between the exporter (the serving parent) and the importers (the processes that join it), each column
-//! one kind of handle that has to cross it; each cell is a whole isolated run of this program, with the
-//! user's other options, that tries that handle alone:
+//! `--ipc all --isolate KINDS`: the container matrix of this host, from real imports. Each row is one
+//! boundary between the exporter (placed as a run's serving parent is) and the importer (placed as a
+//! process that joins it), each column one kind of handle that has to cross it, tried as the run of
+//! this program with the user's other options and these would try it alone:
 //! - a legacy memory handle: `--ipc legacy --sync memops` (no event);
 //! - a legacy event handle: `--ipc vmm --sync events` (the memory goes by descriptor, so only the event is
 //!   a legacy handle);
@@ -12,7 +12,10 @@
 //! - a VMM descriptor fetched by the importers with `pidfd_getfd`: `--ipc vmm --sync memops --fds pidfd`
 //!   (the kernel's column: PyTorch's expandable segments and UCX do this).
 //!
-//! The columns and rows are defined in `axes`.
+//! The columns and rows are defined in `axes`. Each row is one isolated run (`row`: one exporter that
+//! exports every column's handles, one importer across the boundary that opens each as that column's
+//! child would), or, where `how` says so, each cell a whole run of its own. The rows run at once, except
+//! rows whose runs could change each other's cells, which share a lane (`lanes`).
 //!
 //! Each cell is read from the typed `--json` document its run hands back (`--report-fd`, as under `--ipc
 //! all`), never from what it printed. A cell counts as refused only where the document says the driver
@@ -20,12 +23,16 @@
 //! `report::Refused`), or the kernel to hand over its descriptor (`Refused::pidfd`: `ESRCH`, `EPERM`); it
 //! is named by that error, and the table ends with each cause and its fix. Exit 1
 //! if any run failed for another reason (a socket, TMPDIR, a start, a run that wrote no document: then the
-//! table is not the host's, and the matrix names why), or if a run in the same namespaces was refused
-//! (then nothing else can be read from the table); 2 if every run was waived; 0 otherwise: a boundary
+//! table is not the host's, and the matrix names why), or if a handle was refused in the same namespaces
+//! (then nothing else can be read from the table); 2 if every cell was waived; 0 otherwise: a boundary
 //! that the driver refuses is a fact of the host, which the table reports.
 
 mod axes;
+mod how;
+mod lanes;
 mod mps;
+pub(crate) mod row;
+mod table;
 
 use anyhow::{Result, anyhow};
 
@@ -34,11 +41,11 @@ use crate::outcome::RunEnd;
 use crate::outcome::{Outcome, Waiver};
 use crate::report::{Document, Ran, Results, Status};
 use crate::role::Run;
-use crate::signals;
 use axes::{Boundary, COLUMNS, Column, boundaries};
+use table::{document, table};
 
-/// How one cell's run ended.
-#[derive(Clone, Debug, PartialEq)]
+/// How one cell's run ended (or, in a row's run, its import: `row`).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 enum Cell {
     Ok,
     Waived,
@@ -111,34 +118,49 @@ fn classify(ending: &RunEnd, document: Option<&Document>) -> Cell {
     }
 }
 
-/// The matrix of the boundaries of `asked`, each cell a run with `run`'s options.
+/// The matrix of the boundaries of `asked`, each cell a run with `run`'s options, the rows at once where
+/// nothing of one changes another (`lanes`).
 pub fn run(run: &Run, asked: &Isolation) -> Result<Ran> {
     let rows = boundaries(asked);
+    let how = how::How::asked();
+    let lanes = lanes::lanes(&rows, how == how::How::Cells { serial: true });
     say!(
-        "The container matrix ({} boundaries by {} kinds of handle, each an isolated run of its own)",
+        "The container matrix ({} boundaries by {} kinds of handle, {})",
         rows.len(),
-        COLUMNS.len()
+        COLUMNS.len(),
+        how.said(lanes.len())
     )?;
     // Under MPS, whether each run's importers were the daemon's clients (see `mps`).
     let daemon = crate::placement::mps::Mps::here();
-    let mut cells: Vec<Vec<Cell>> = Vec::new();
-    let mut clients: Vec<Vec<Option<mps::Clients>>> = Vec::new();
+    let mut cells: Vec<Vec<Cell>> = vec![vec![Cell::Broken("not run".to_owned()); COLUMNS.len()]; rows.len()];
+    let mut clients: Vec<Vec<Option<mps::Clients>>> = vec![vec![None; COLUMNS.len()]; rows.len()];
     let bar =
         crate::progress::Bar::start((rows.len() * COLUMNS.len()) as u64, "--ipc all --isolate", run.quiet);
-    for row in &rows {
-        let (mut line, mut said) = (Vec::new(), Vec::new());
-        for column in &COLUMNS {
-            bar.doing(format!("{} / {}", row.title, column.title));
-            let (cell, importers) = run_cell(run, row, column)?;
-            said.push(importers);
-            say!("  {} / {}: {}", row.title, column.title, cell.word())?;
-            bar.step_done();
-            line.push(cell);
-            signals::check()?;
+    let run_row = |row: usize, send: &dyn Fn(lanes::Done) -> bool| -> Result<()> {
+        if how == how::How::Rows {
+            for (column, (cell, clients)) in how::row_cells(run, &rows[row])?.into_iter().enumerate() {
+                send(lanes::Done { row, column, cell, clients });
+            }
+            return Ok(());
         }
-        cells.push(line);
-        clients.push(said);
-    }
+        for (column, each) in COLUMNS.iter().enumerate() {
+            let (cell, clients) = run_cell(run, &rows[row], each)?;
+            if !send(lanes::Done { row, column, cell, clients }) {
+                break;
+            }
+            crate::signals::check()?;
+        }
+        Ok(())
+    };
+    lanes::run_all(&lanes, &run_row, &mut |done| {
+        let (row, column) = (&rows[done.row], &COLUMNS[done.column]);
+        say!("  {} / {}: {}", row.title, column.title, done.cell.word())?;
+        bar.doing(format!("{} / {}: {}", row.title, column.title, done.cell.word()));
+        bar.step_done();
+        cells[done.row][done.column] = done.cell;
+        clients[done.row][done.column] = done.clients;
+        Ok(())
+    })?;
     drop(bar);
     crate::output::text(&table(&rows, &cells))?;
     let titles: Vec<&str> = rows.iter().map(|r| r.title.as_str()).collect();
@@ -200,7 +222,7 @@ fn outcome(rows: &[Boundary], cells: &[Vec<Cell>]) -> Outcome {
         return Outcome::Waived(Waiver("nothing can run here".into()));
     }
     Outcome::passed(format!(
-        "the container matrix: {} boundaries by {} handles, {failed} of {ran} runs refused across a boundary",
+        "the container matrix: {} boundaries by {} handles, {failed} of {ran} imports refused across a boundary",
         rows.len(),
         COLUMNS.len()
     ))
@@ -220,88 +242,6 @@ fn run_cell(run: &Run, row: &Boundary, column: &Column) -> Result<(Cell, Option<
 fn cell_run(run: &Run, row: &Boundary, column: &Column) -> Result<Run> {
     let (sync, fds, isolate) = (column.sync, column.fds, Some(Isolation::parse(&row.isolate)?));
     Ok(Run { sync, fds, isolate, json: None, ..run.clone() })
-}
-
-/// The cells for the `--json` document.
-fn document(rows: &[Boundary], cells: &[Vec<Cell>]) -> Vec<crate::report::MatrixCell> {
-    let mut out = Vec::new();
-    for (row, line) in rows.iter().zip(cells) {
-        for (column, cell) in COLUMNS.iter().zip(line) {
-            let (result, error, event_refused, fix) = match cell {
-                Cell::Ok => ("ok", None, None, None),
-                Cell::Waived => ("waived", None, None, None),
-                Cell::NotSimulated => ("not_simulated", None, None, None),
-                Cell::Failed { error, event, fix, .. } => {
-                    ("failed", Some(error.clone()), Some(*event), fix.clone())
-                }
-                Cell::Broken(why) => ("error", Some(why.clone()), None, None),
-            };
-            out.push(crate::report::MatrixCell {
-                boundary: row.title.clone(),
-                isolate: row.isolate.clone(),
-                handle: column.title.to_owned(),
-                ipc: column.mechanism.name().to_owned(),
-                sync: column.sync.name().to_owned(),
-                result: result.to_owned(),
-                error,
-                event_refused,
-                fix,
-            });
-        }
-    }
-    out
-}
-
-/// The table, then each cause with the least sharing that fixes it.
-fn table(rows: &[Boundary], cells: &[Vec<Cell>]) -> String {
-    let first = rows.iter().map(|r| r.title.len()).max().unwrap_or(0).max("importer vs exporter".len());
-    let widths: Vec<usize> = COLUMNS
-        .iter()
-        .enumerate()
-        .map(|(i, c)| cells.iter().map(|line| line[i].word().len()).max().unwrap_or(0).max(c.title.len()))
-        .collect();
-    let mut text = format!("{:<first$}", "importer vs exporter");
-    for (column, width) in COLUMNS.iter().zip(&widths) {
-        text.push_str(&format!("  {:<width$}", column.title));
-    }
-    text.push('\n');
-    for (row, line) in rows.iter().zip(cells) {
-        text.push_str(&format!("{:<first$}", row.title));
-        let mut cells = String::new();
-        for (cell, width) in line.iter().zip(&widths) {
-            cells.push_str(&format!("  {:<width$}", cell.word()));
-        }
-        text.push_str(cells.trim_end());
-        text.push('\n');
-    }
-    let mut fixes: Vec<(String, String, Vec<String>)> = Vec::new();
-    let mut broken = String::new();
-    for (row, line) in rows.iter().zip(cells) {
-        for (column, cell) in COLUMNS.iter().zip(line) {
-            if let Cell::Broken(why) = cell {
-                broken.push_str(&format!("\nFAILED, not refused: {} / {}: {why}\n", row.title, column.title));
-            }
-            let Cell::Failed { error, event, fix, kernel } = cell else { continue };
-            let handle = if *event { "legacy event" } else { column.title };
-            let fix = fix.clone().unwrap_or_else(|| "(the run gave no diagnosis: see its output)".to_owned());
-            let key = if *kernel {
-                format!("{error} from the kernel, fetching a descriptor by pidfd_getfd")
-            } else {
-                format!("{error} opening a {handle} handle")
-            };
-            match fixes.iter_mut().find(|(k, f, _)| *k == key && *f == fix) {
-                Some((_, _, wheres)) => wheres.push(row.title.clone()),
-                None => fixes.push((key, fix, vec![row.title.clone()])),
-            }
-        }
-    }
-    for (key, fix, wheres) in fixes {
-        let mut wheres = wheres;
-        wheres.dedup();
-        text.push_str(&format!("\n{key} ({}): what fixes it: {fix}\n", wheres.join("; ")));
-    }
-    text.push_str(&broken);
-    text
 }
 
 #[cfg(test)]

@@ -44,7 +44,14 @@ fn child(quiet: bool) -> Child {
 }
 
 fn sub(run: Run) -> MechanismRun {
-    MechanismRun { mechanism: Mechanism::Vmm, run, report_fd: 9, served: None, outside_fd: None }
+    MechanismRun {
+        mechanism: Mechanism::Vmm,
+        run,
+        report_fd: 9,
+        served: None,
+        outside_fd: None,
+        matrix_row: false,
+    }
 }
 
 fn isolated(quiet: bool) -> Isolated {
@@ -53,6 +60,7 @@ fn isolated(quiet: bool) -> Isolated {
         report_fd: 7,
         outside_fd: 8,
         joiner: joiner(quiet),
+        matrix_row: false,
     }
 }
 

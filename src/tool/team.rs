@@ -45,7 +45,7 @@ impl<'s> Team<'s> {
                 .covered_by(guardian)
                 .removing_the_socket_when_full()
                 .telling_where_they_stand_to(audience);
-            launched.start(&address, n, isolation, run.timeout, run.quiet)?;
+            launched.start(&address, n, isolation, run.timeout, run.quiet, false)?;
             // Its descendants: each started process hands its namespace's init over to this one.
             let joiners = joiners.only_started_by(vec![nix::unistd::getpid().as_raw()]);
             say!(
