@@ -6,8 +6,14 @@
 
 use serde::{Deserialize, Serialize};
 
+mod gpus;
+mod pidfd;
+
 use super::Place;
 use super::share::{Fact, Sameness};
+use gpus::{platform_rows, unseen_gpus};
+pub use pidfd::UNDER_A_FILTER;
+pub(super) use pidfd::pidfd_getfd_refused;
 
 /// What a forecast says.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -55,125 +61,6 @@ const MEASURED: &str = "measured on the H200 host, driver 580 (docs/measurements
 const MEASURED_BY_THE_KERNEL: &str = "the kernel's rule, measured by the container matrix on the simulation \
     in CI, which makes the calls for real on host memory descriptors; not yet measured on the H200 host \
     (docs/measurements.md)";
-
-/// Why the kernel would refuse the importer `pidfd_getfd` of the exporter's descriptor (`--fds pidfd`,
-/// PyTorch's expandable segments, UCX's POSIX descriptors): the errno, why, and the least change.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct PidfdRefused {
-    pub errno: &'static str,
-    pub why: &'static str,
-    pub fix: Fix,
-    /// Whether the refusal is not known, only possible (a seccomp filter read from outside).
-    pub not_known: bool,
-}
-
-/// `pidfd_getfd_itself` of a process read from outside under a seccomp filter: whether the filter allows
-/// `pidfd_getfd` is not known (its rules are readable only by a tracer that stops the process).
-pub const UNDER_A_FILTER: &str = "not known: a seccomp filter";
-
-/// What else needs neither a shared PID namespace nor ptrace permission.
-const BY_SOCKET: &str = "--fds socket: the descriptor over the run's Unix socket (SCM_RIGHTS), which needs \
-    neither";
-
-/// The kernel's conditions for `pidfd_open` and `pidfd_getfd` (`PTRACE_MODE_ATTACH_REALCREDS`: the same
-/// uid and no capability the importer lacks, or `CAP_SYS_PTRACE` in the exporter's user namespace; Yama's
-/// `ptrace_scope`; Docker's default seccomp profile), for `exporter` and `importer`, whose shared facts are
-/// `facts`; `None` where it would hand the descriptor over.
-pub(super) fn pidfd_getfd_refused(
-    exporter: &Place,
-    importer: &Place,
-    facts: &[Fact],
-) -> Option<PidfdRefused> {
-    let ptrace_fix = || Fix {
-        docker: "--cap-add SYS_PTRACE (in one PID namespace: --pid=container:NAME)".into(),
-        kubernetes: "securityContext.capabilities.add: [SYS_PTRACE] (with shareProcessNamespace: true)"
-            .into(),
-        option: Some(BY_SOCKET.into()),
-    };
-    let eperm = |why| Some(PidfdRefused { errno: "EPERM", why, fix: ptrace_fix(), not_known: false });
-    if fact(facts, "pid_namespace") != Sameness::Same {
-        return Some(PidfdRefused {
-            errno: "ESRCH",
-            why: "the exporter's pid is not visible from the importer's PID namespace (unless the importer's is \
-                  an ancestor of the exporter's, as a node's is of a container's)",
-            fix: Fix { option: Some(BY_SOCKET.into()), ..same_pid_number_fix() },
-            not_known: false,
-        });
-    }
-    if importer.ptrace_scope == Some(3) {
-        return eperm("Yama's ptrace_scope is 3: no process may, whatever its capabilities");
-    }
-    if fact(facts, "user_namespace") == Sameness::Differs && importer.in_user_namespace {
-        return Some(PidfdRefused {
-            errno: "EPERM",
-            why: "the importer's capabilities are those of a user namespace of its own, not the exporter's",
-            fix: Fix {
-                docker: "--userns=host (one user namespace), with --cap-add SYS_PTRACE".into(),
-                kubernetes: "hostUsers: true (the node's user namespace for both pods)".into(),
-                option: Some(BY_SOCKET.into()),
-            },
-            not_known: false,
-        });
-    }
-    // Tried by the importer on itself where it could be (ptrace allows a process itself: only a filter or
-    // the kernel refuses); inferred from its seccomp mode where it was not.
-    match importer.pidfd_getfd_itself.as_deref() {
-        Some("allowed") => {}
-        Some("ENOSYS") => {
-            return Some(PidfdRefused {
-                errno: "ENOSYS",
-                why: "the importer's kernel has no pidfd_getfd (Linux 5.6 or later has it)",
-                fix: Fix {
-                    docker: "a node with Linux >= 5.6".into(),
-                    kubernetes: "a node with Linux >= 5.6".into(),
-                    option: Some(BY_SOCKET.into()),
-                },
-                not_known: false,
-            });
-        }
-        Some(UNDER_A_FILTER) => {
-            return Some(PidfdRefused {
-                errno: "EPERM",
-                why: "the importer runs under a seccomp filter, read from outside: whether it allows pidfd_getfd \
-                      is not known (a filter's rules are readable only by a tracer that stops the process; \
-                      Docker's default allows it only with CAP_SYS_PTRACE)",
-                fix: ptrace_fix(),
-                not_known: true,
-            });
-        }
-        Some(_) => return eperm("a seccomp filter refuses pidfd_getfd (the importer tried it on itself)"),
-        None if importer.seccomp == Some(2) && !importer.capabilities.sys_ptrace => {
-            return eperm("a seccomp filter (Docker's default) allows pidfd_getfd only with CAP_SYS_PTRACE");
-        }
-        None => {}
-    }
-    if importer.capabilities.sys_ptrace {
-        return None;
-    }
-    let (theirs, mine) = (exporter.capabilities, importer.capabilities);
-    if exporter.uid != importer.uid {
-        eperm("another uid, and no CAP_SYS_PTRACE")
-    } else if (theirs.sys_ptrace && !mine.sys_ptrace)
-        || (theirs.sys_nice && !mine.sys_nice)
-        || (theirs.ipc_lock && !mine.ipc_lock)
-    {
-        eperm("the exporter holds capabilities the importer lacks, and the importer no CAP_SYS_PTRACE")
-    } else if importer.ptrace_scope == Some(1) && fact(facts, IMPORTER_IS_ANCESTOR) == Sameness::Same {
-        None
-    } else if importer.ptrace_scope == Some(1) && fact(facts, IMPORTER_IS_ANCESTOR) == Sameness::Differs {
-        eperm(
-            "Yama's ptrace_scope is 1: a process reaches only its descendants (and those that named it with \
-             PR_SET_PTRACER, which cannot be read from outside), and the importer is no ancestor of the exporter",
-        )
-    } else if matches!(importer.ptrace_scope, Some(1 | 2)) {
-        eperm(
-            "Yama's ptrace_scope >= 1 lets a process reach only its descendants (and those that named it with \
-             PR_SET_PTRACER): a served run's joiner is no ancestor of its server, nor a container of another's",
-        )
-    } else {
-        None
-    }
-}
 
 pub(super) fn same_pid_number_fix() -> Fix {
     Fix {
@@ -370,124 +257,6 @@ fn same_uid_fix() -> Fix {
         kubernetes: "the exporter's uid as runAsUser of both pods' securityContext, and hostUsers: true"
             .into(),
         option: Some("--sync memops (no interprocess event)".into()),
-    }
-}
-
-/// Where the exporter or the importer runs on WSL2 or Tegra, which have no legacy CUDA IPC: its rows, the
-/// others not known (nobody measured descriptors there).
-fn platform_rows(exporter: &Place, importer: &Place) -> Option<Vec<Forecast>> {
-    let (name, why, source) = [exporter, importer].iter().find_map(|p| match &p.platform {
-        super::Platform::Linux => None,
-        super::Platform::Wsl2(why) => Some(("WSL2", why.clone(), "CUDA on WSL's documentation, Limitations")),
-        super::Platform::Tegra(why) => {
-            Some(("Tegra", why.clone(), "CUDA for Tegra's documentation, Memory Management: no cudaIpc*"))
-        }
-    })?;
-    let rows = PATHS
-        .iter()
-        .map(|&path| {
-            let legacy = path.starts_with("legacy");
-            Forecast {
-                path: path.to_owned(),
-                verdict: if legacy {
-                    Verdict::Fails("CUDA_ERROR_NOT_SUPPORTED".into())
-                } else {
-                    Verdict::NotKnown
-                },
-                rule: match legacy {
-                    true => format!("{name} ({why}) has no legacy CUDA IPC ({source})"),
-                    false => {
-                        format!("{name} ({why}): descriptors and fabric handles were not measured there")
-                    }
-                },
-                fix: None,
-                measured: false,
-            }
-        })
-        .collect();
-    Some(rows)
-}
-
-/// Where the importer does not see a GPU the exporter's memory may be on, no memory path "works": legacy
-/// handles are reported to fail there with "invalid argument" (and NCCL still selects P2P for such a peer,
-/// src/transport/p2p.cc p2pCanConnect), which nobody measured here (one GPU on the H200 host).
-fn unseen_gpus(rows: Vec<Forecast>, exporter: &Place, importer: &Place, facts: &[Fact]) -> Vec<Forecast> {
-    let Some(lacks) = facts.iter().find(|f| f.fact == "gpus" && f.same == Sameness::Differs) else {
-        return rows;
-    };
-    let memory = |path: &str| path != "legacy event";
-    // No GPU at all (`CUDA_VISIBLE_DEVICES=` or none given): no context, so nothing opens (measured on the
-    // H200 host: a joiner with `CUDA_VISIBLE_DEVICES=` fails with CUDA_ERROR_NO_DEVICE).
-    if importer.gpus.as_ref().is_some_and(Vec::is_empty) {
-        return rows
-            .into_iter()
-            .map(|row| Forecast {
-                verdict: Verdict::Fails("CUDA_ERROR_NO_DEVICE".into()),
-                rule: "the importer sees no GPU at all (its CUDA_VISIBLE_DEVICES, or its container's GPUs): it has \
-                       no CUDA context to open anything in; measured on the H200 host"
-                    .into(),
-                fix: Some(gpus_fix()),
-                ..row
-            })
-            .collect();
-    }
-    // A GPU its container does not have at all (no device node, not in its driver's view): no memory of it
-    // can be mapped there, whatever the handle: the cause to name before any other.
-    let absent: Vec<&String> = match (&exporter.gpus, &importer.gpus_present) {
-        (Some(theirs), Some(present)) => theirs.iter().filter(|g| !present.contains(g)).collect(),
-        _ => Vec::new(),
-    };
-    if !absent.is_empty() {
-        let names = absent.iter().map(|g| g.as_str()).collect::<Vec<_>>().join(", ");
-        return rows
-            .into_iter()
-            .map(|row| match memory(&row.path) {
-                true => Forecast {
-                    verdict: Verdict::Fails("the importer's container has no such GPU".into()),
-                    rule: format!(
-                        "the importer's container does not have {names} (no device node in its root, or not in its \
-                         driver's view): no memory of it can be mapped there, by any kind of handle"
-                    ),
-                    fix: Some(gpus_fix()),
-                    ..row
-                },
-                false => row,
-            })
-            .collect();
-    }
-    // Hidden only by CUDA_VISIBLE_DEVICES: the container has the GPU.
-    let present = importer.gpus_present.is_some();
-    let what = lacks.detail.clone().unwrap_or_default();
-    rows.into_iter()
-        .map(|row| match row.verdict {
-            Verdict::Works if present && row.path == "legacy memory" => Forecast {
-                rule: format!(
-                    "the importer {what} only by its CUDA_VISIBLE_DEVICES (its container has the GPU): a legacy handle \
-                     opens on a device the importer does not see (cuIpcOpenMemHandle's documentation), not measured \
-                     here; {}",
-                    row.rule
-                ),
-                ..row
-            },
-            Verdict::Works if row.path != "legacy event" => Forecast {
-                verdict: Verdict::NotKnown,
-                rule: format!(
-                    "the importer {what} (its CUDA_VISIBLE_DEVICES or its container's GPUs): a memory handle of a \
-                     GPU it does not see is reported to fail (legacy IPC: invalid argument), not measured here"
-                ),
-                fix: Some(gpus_fix()),
-                ..row
-            },
-            _ => row,
-        })
-        .collect()
-}
-
-fn gpus_fix() -> Fix {
-    Fix {
-        docker: "--gpus all (or the same --gpus device list) in both".into(),
-        kubernetes: "the same GPUs for both containers (one pod, or a shared ResourceClaim)".into(),
-        option: Some("CUDA_VISIBLE_DEVICES that names the exporter's GPU in the importer".into()),
     }
 }
 

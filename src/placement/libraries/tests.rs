@@ -1,5 +1,6 @@
 //! The recipes' unit tests: each gate, setting and primitive changes the row it should, and only it.
 
+use super::ucx_torch::ucx_tls_excludes_cuda_ipc;
 use super::*;
 use crate::placement::forecast::{forecast as handles, pidfd_getfd_refused};
 use crate::placement::share::compare;
