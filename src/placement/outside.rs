@@ -93,7 +93,7 @@ pub fn observe(pid: i32) -> Result<Observed> {
         .with_context(|| format!("{} (/proc/{pid}/root)", unreadable("root directory")))?;
     let maps = std::fs::read_to_string(proc.join("maps"))
         .with_context(|| format!("{} (/proc/{pid}/maps)", unreadable("mapped libraries")))?;
-    let loaded = loaded(&maps, &root);
+    let loaded = loaded(pid, &maps, &root);
     let hostname =
         hostname_of(pid, namespaces.uts).with_context(|| unreadable("hostname (its UTS namespace)"))?;
     let simulated = env.get(crate::driver::host::SIMULATE_ENV);
@@ -154,7 +154,9 @@ pub fn observe(pid: i32) -> Result<Observed> {
         platform: Platform::under(&root, crate::driver::host::simulated_wsl_of(simulated)),
         node_uid: Some(node_uid),
     };
-    Ok(Observed { pid, name, place: place.printable(), loaded, seccomp_filters })
+    // Held to what each field can truly hold, as a joiner's place is: a process may say anything of itself.
+    let place = place.received().map_err(|why| anyhow!("process {pid}: {why}"))?;
+    Ok(Observed { pid, name, place, loaded, seccomp_filters })
 }
 
 /// What `pidfd_getfd` of one of its own descriptors would answer in a process of this seccomp mode, as far
@@ -230,21 +232,35 @@ fn hostname_of(pid: i32, uts: Option<u64>) -> Result<String> {
 
 /// The libraries of the forecast's rows in a process's `maps`, each with its version read from its file
 /// through the process's root.
-fn loaded(maps: &str, root: &Path) -> Loaded {
+fn loaded(pid: i32, maps: &str, root: &Path) -> Loaded {
     let mut loaded = Loaded::default();
-    for path in maps.lines().filter_map(|line| line.split_whitespace().nth(5)).filter(|p| p.starts_with('/'))
-    {
+    for line in maps.lines() {
+        let mut fields = line.split_whitespace();
+        let (Some(range), Some(path)) = (fields.next(), fields.nth(4)) else { continue };
+        if !path.starts_with('/') {
+            continue;
+        }
         let Some(name) = Path::new(path).file_name().map(|n| n.to_string_lossy().into_owned()) else {
             continue;
         };
-        let file = root.join(path.trim_start_matches('/'));
         let mapped = |version: Option<String>| Some(Mapped { path: crate::output::printable(path), version });
         if name.starts_with("libnccl.so") && loaded.nccl.is_none() {
-            loaded.nccl = mapped(versions::nccl_of_file(&file).map(|v| v.to_string()));
+            // The file the process mapped, by its mapping (`map_files`, root only), not by a path in its
+            // root that it may have changed since; else by that path.
+            let by_mapping = || {
+                let file = std::fs::File::open(format!("/proc/{pid}/map_files/{range}")).ok()?;
+                file.metadata().ok()?.is_file().then(|| versions::nccl_of_open_file(&file))?
+            };
+            let version = name
+                .strip_prefix("libnccl.so.")
+                .and_then(Version::at_start_of)
+                .or_else(by_mapping)
+                .or_else(|| versions::nccl_of_file(&root.join(path.trim_start_matches('/'))));
+            loaded.nccl = mapped(version.map(|v| v.to_string()));
         } else if name.starts_with("libucp.so") && loaded.ucx.is_none() {
             loaded.ucx = mapped(None);
         } else if name.starts_with("libtorch_cuda.so") && loaded.torch.is_none() {
-            loaded.torch = mapped(versions::torch_of_library(&file));
+            loaded.torch = mapped(versions::torch_of_library(&root.join(path.trim_start_matches('/'))));
         }
     }
     loaded
@@ -330,7 +346,7 @@ mod tests {
                     7f01-7f02 r--p 0 08:01 2 /usr/lib/libucp.so.0.0.0\n\
                     7f02-7f03 r--p 0 08:01 3 /opt/venv/torch/lib/libtorch_cuda.so\n\
                     7f03-7f04 rw-p 0 00:00 0 [heap]\n";
-        let found = loaded(maps, Path::new("/nonexistent-root"));
+        let found = loaded(i32::MAX, maps, Path::new("/nonexistent-root"));
         let nccl = found.nccl.unwrap();
         assert_eq!(
             (nccl.path.as_str(), nccl.version.as_deref()),

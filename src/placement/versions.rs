@@ -40,64 +40,96 @@ impl Version {
 const NCCL_BANNER: &[u8] = b"NCCL version ";
 
 /// The version of the NCCL library in the file at `path`: from its name (`libnccl.so.2.28.3`), else from the
-/// banner in its read-only data (the file is mapped, never loaded). `None` where the file cannot be read or
-/// holds no banner.
+/// banner in its read-only data (read, never loaded). `None` where the file cannot be read, is no regular
+/// file, or holds no banner.
 pub fn nccl_of_file(path: &Path) -> Option<Version> {
     let name = path.file_name()?.to_string_lossy().into_owned();
     if let Some(version) = name.strip_prefix("libnccl.so.").and_then(Version::at_start_of) {
         return Some(version);
     }
-    let file = std::fs::File::open(path).ok()?;
-    // SAFETY: a read-only private mapping of a library file; a library is not written in place while it is
-    // in use (installers replace it by rename), and a file cut short meanwhile ends this read with SIGBUS at
-    // worst, which `sigbus` does not mask: the bytes are only searched, never trusted as code or pointers.
-    let map = unsafe { memmap2::Mmap::map(&file) }.ok()?;
-    let data = read_only_data(&map).unwrap_or(&map[..]);
-    let at = memchr::memmem::find_iter(data, NCCL_BANNER).find_map(|at| {
+    nccl_of_open_file(&open_regular(path)?)
+}
+
+/// [`nccl_of_file`] of a file open already (a process's mapped file, `/proc/<pid>/map_files/...`).
+pub fn nccl_of_open_file(file: &std::fs::File) -> Option<Version> {
+    let data = read_only_data(file)?;
+    memchr::memmem::find_iter(&data, NCCL_BANNER).find_map(|at| {
         let rest = &data[at + NCCL_BANNER.len()..];
         let text: String =
             rest.iter().take(24).take_while(|b| b.is_ascii_graphic()).map(|&b| b as char).collect();
         Version::at_start_of(&text)
-    })?;
-    Some(at)
+    })
 }
 
-/// The `.rodata` section of an ELF64 little-endian file, where its section headers say where it is: NCCL's
-/// banner is there, a few MB of a file of hundreds.
-fn read_only_data(file: &[u8]) -> Option<&[u8]> {
-    let u16_at = |at: usize| Some(u16::from_le_bytes(file.get(at..at + 2)?.try_into().ok()?));
-    let u32_at = |at: usize| Some(u32::from_le_bytes(file.get(at..at + 4)?.try_into().ok()?));
-    let u64_at = |at: usize| Some(u64::from_le_bytes(file.get(at..at + 8)?.try_into().ok()?));
-    // ELF64 (class 2), little-endian (data 1).
-    if file.get(..6)? != b"\x7fELF\x02\x01" {
-        return None;
-    }
-    let headers = usize::try_from(u64_at(0x28)?).ok()?;
-    let (size, count, names) =
-        (usize::from(u16_at(0x3a)?), usize::from(u16_at(0x3c)?), usize::from(u16_at(0x3e)?));
-    if size < 0x40 || names >= count {
-        return None;
-    }
-    let section = |index: usize| -> Option<(u32, usize, usize)> {
-        let at = headers.checked_add(index.checked_mul(size)?)?;
-        let offset = usize::try_from(u64_at(at + 0x18)?).ok()?;
-        let length = usize::try_from(u64_at(at + 0x20)?).ok()?;
-        Some((u32_at(at)?, offset, length))
+/// The file at `path` opened for reading where it is a regular file: never a FIFO or a device, whose open
+/// or read could wait for good (a process read from outside may have put one where its library was), and
+/// without following a last symbolic link (another root's link may name a file of this one).
+pub fn open_regular(path: &Path) -> Option<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let flags = nix::libc::O_NONBLOCK | nix::libc::O_NOFOLLOW | nix::libc::O_NOCTTY;
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(flags).open(path).ok()?;
+    file.metadata().ok()?.is_file().then_some(file)
+}
+
+/// The most of a file searched for a banner: a library's `.rodata` is a few MB (NCCL's, of a file of
+/// hundreds); a file that is no ELF file is searched this far from its start.
+const MOST: u64 = 64 << 20;
+
+/// The `.rodata` section of an ELF64 little-endian file, where its section headers say where it is (NCCL's
+/// banner is there), else the file's first [`MOST`] bytes; read with `pread`, never mapped (a file cut
+/// short while it is read ends a read, not the process).
+fn read_only_data(file: &std::fs::File) -> Option<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let length = file.metadata().ok()?.len();
+    let read = |at: u64, bytes: u64| -> Option<Vec<u8>> {
+        let bytes = bytes.min(MOST).min(length.saturating_sub(at));
+        let mut buffer = vec![0u8; usize::try_from(bytes).ok()?];
+        file.read_exact_at(&mut buffer, at).ok()?;
+        Some(buffer)
     };
-    let (_, names_at, names_length) = section(names)?;
-    let names = file.get(names_at..names_at.checked_add(names_length)?)?;
-    (0..count).find_map(|index| {
-        let (name, offset, length) = section(index)?;
-        let name = names.get(usize::try_from(name).ok()?..)?;
-        name.starts_with(b".rodata\0").then(|| file.get(offset..offset.checked_add(length)?))?
-    })
+    let elf = |header: &[u8]| -> Option<(u64, u64)> {
+        let u16_at = |b: &[u8], at: usize| Some(u16::from_le_bytes(b.get(at..at + 2)?.try_into().ok()?));
+        let u32_at = |b: &[u8], at: usize| Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?));
+        let u64_at = |b: &[u8], at: usize| Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?));
+        // ELF64 (class 2), little-endian (data 1).
+        if header.get(..6)? != b"\x7fELF\x02\x01" {
+            return None;
+        }
+        let headers_at = u64_at(header, 0x28)?;
+        let (size, count, names) = (u16_at(header, 0x3a)?, u16_at(header, 0x3c)?, u16_at(header, 0x3e)?);
+        if size < 0x40 || names >= count {
+            return None;
+        }
+        let table = read(headers_at, u64::from(size) * u64::from(count))?;
+        let section = |index: u16| -> Option<(u32, u64, u64)> {
+            let at = usize::from(index) * usize::from(size);
+            Some((u32_at(&table, at)?, u64_at(&table, at + 0x18)?, u64_at(&table, at + 0x20)?))
+        };
+        let (_, names_at, names_length) = section(names)?;
+        let names = read(names_at, names_length)?;
+        (0..count).find_map(|index| {
+            let (name, offset, length) = section(index)?;
+            let name = names.get(usize::try_from(name).ok()?..)?;
+            name.starts_with(b".rodata\0").then_some((offset, length))
+        })
+    };
+    let header = read(0, 0x40)?;
+    match elf(&header) {
+        Some((offset, length)) => read(offset, length),
+        None => read(0, MOST),
+    }
 }
 
 /// PyTorch's version, from the `version.py` of the package whose `lib/` holds `library` (its
 /// `libtorch_cuda.so`): `__version__ = '2.11.0+cu130'`.
 pub fn torch_of_library(library: &Path) -> Option<String> {
     let package = library.parent()?.parent()?;
-    let text = std::fs::read_to_string(package.join("version.py")).ok()?;
+    let mut text = String::new();
+    std::io::Read::read_to_string(
+        &mut std::io::Read::take(open_regular(&package.join("version.py"))?, 64 << 10),
+        &mut text,
+    )
+    .ok()?;
     let line = text.lines().find(|l| l.trim_start().starts_with("__version__"))?;
     let value = line.split_once('=')?.1.trim().trim_matches(|c| c == '\'' || c == '"');
     (!value.is_empty() && value.len() <= 64 && value.chars().all(|c| c.is_ascii_graphic()))
@@ -198,6 +230,26 @@ mod tests {
         assert_eq!(nccl_of_file(&dir.path().join("absent")), None);
     }
 
+    /// A FIFO, a device or a symbolic link where a library was (a process read from outside may put one
+    /// there) is no file to read: answered at once, never waited on, never followed.
+    #[test]
+    fn only_a_regular_file_is_read_for_a_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("libnccl.so.2");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let started = std::time::Instant::now();
+        assert_eq!(nccl_of_file(&fifo), None);
+        assert!(started.elapsed() < std::time::Duration::from_secs(2), "not waited on");
+        let real = dir.path().join("real");
+        std::fs::write(&real, b"NCCL version 2.20.5\0").unwrap();
+        let link = dir.path().join("lib").join("libnccl.so.2");
+        std::fs::create_dir(link.parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        assert_eq!(nccl_of_file(&link), None, "a link is not followed");
+        assert_eq!(nccl_of_file(&real), Some(Version(2, 20, 5)), "the file itself is read");
+        assert_eq!(nccl_of_file(Path::new("/dev/zero")), None);
+    }
+
     /// In an ELF file, only `.rodata` is searched: a banner outside it is not NCCL's.
     #[test]
     fn in_an_elf_file_the_banner_is_read_from_its_read_only_data() {
@@ -227,10 +279,10 @@ mod tests {
         elf[0x3a..0x3c].copy_from_slice(&0x40u16.to_le_bytes());
         elf[0x3c..0x3e].copy_from_slice(&3u16.to_le_bytes());
         elf[0x3e..0x40].copy_from_slice(&2u16.to_le_bytes());
-        assert_eq!(read_only_data(&elf), Some(&rodata[..]));
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("libnccl.so.2");
         std::fs::write(&path, &elf).unwrap();
+        assert_eq!(read_only_data(&std::fs::File::open(&path).unwrap()), Some(rodata.to_vec()));
         assert_eq!(nccl_of_file(&path), Some(Version(2, 19, 3)), "not the 1.1.1 outside .rodata");
         let _ = text_at;
     }
