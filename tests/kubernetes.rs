@@ -529,13 +529,29 @@ fn kubernetes_fixes() -> Vec<(String, String)> {
         }
         text
     };
-    for source in ["src/placement/forecast.rs", "src/placement/libraries.rs"] {
+    // Every file of the forecast and the recipes, wherever a rule's fix lives.
+    let mut sources: Vec<String> = Vec::new();
+    let mut folders = vec![std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src/placement")];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                folders.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let relative = path.strip_prefix(env!("CARGO_MANIFEST_DIR")).unwrap();
+                sources.push(relative.display().to_string());
+            }
+        }
+    }
+    sources.sort();
+    assert!(sources.iter().any(|s| s.ends_with("libraries/nccl.rs")), "{sources:?}");
+    for source in &sources {
         let code = read(source);
         for (at, _) in code.match_indices("kubernetes:") {
             // A fix's field, set to a string literal (not the struct's declaration).
             let value = code[at + "kubernetes:".len()..].trim_start();
             if value.starts_with('"') {
-                fixes.push((source.to_owned(), literal(value)));
+                fixes.push((source.clone(), literal(value)));
             }
         }
     }

@@ -5,7 +5,9 @@
 //!   one of its own);
 //! - a legacy event fails with `CUDA_ERROR_MAP_FAILED` when the driver's file for it is not in the
 //!   importer's `/dev/shm`: another `/dev/shm`, or the name gone or replaced by a process of the same pid
-//!   number elsewhere;
+//!   number elsewhere; or when the importer is another uid (as it sees itself) than the exporter, whose uid
+//!   names the file (`cuda.shm.<uid>.<pid>.<n>`): the driver looks for it under the importer's own
+//!   (measured 2026-12-07);
 //! - memory handles, VMM and pool descriptors do not depend on `/dev/shm`.
 //!
 //! Blanket advice (`--ipc=host`) is wrong for most of these; each message names only what its case needs.
@@ -40,6 +42,8 @@ const COLLISION: &str = "Processes of the same pid number in PID namespaces that
     with --ipc=host, pods with hostIPC) make the same names for their events' files, each replacing the \
     other's";
 const COLLISION_FIX: &str = "run them in one PID namespace, or use --sync memops, which needs no such file";
+const UID_FIX: &str = "one user for both, in one user namespace mapping (Docker --user with the exporter's uid, \
+    --userns=host; Kubernetes runAsUser, hostUsers: true), or --sync memops, which needs no interprocess event";
 
 /// An explanation of a failure, from evidence: what happened and the least change that fixes it. It reads
 /// as one message (an error's context); the `--json` document carries its two parts as fields.
@@ -68,13 +72,20 @@ impl std::error::Error for Diagnosis {}
 
 /// The explanation of a failed open, added to `error` where the evidence supports one.
 pub fn open_failed(error: anyhow::Error, opening: Opening, exporter: &Exporter) -> anyhow::Error {
-    match explain(failed_code(&error), opening, exporter, std::process::id()) {
+    let uid = nix::unistd::getuid().as_raw();
+    match explain(failed_code(&error), opening, exporter, (std::process::id(), uid)) {
         Some(why) => error.context(why),
         None => error,
     }
 }
 
-fn explain(code: Option<u32>, opening: Opening, exporter: &Exporter, me: u32) -> Option<Diagnosis> {
+/// Why an open failed, for a process that is pid `me` and uid `my_uid` as it sees itself.
+fn explain(
+    code: Option<u32>,
+    opening: Opening,
+    exporter: &Exporter,
+    (me, my_uid): (u32, u32),
+) -> Option<Diagnosis> {
     let code = code?;
     if code == code::INVALID_CONTEXT && exporter.pid == Some(me) {
         let cause = format!(
@@ -97,6 +108,19 @@ fn explain(code: Option<u32>, opening: Opening, exporter: &Exporter, me: u32) ->
         });
     };
     let path = file.path().display().to_string();
+    // The driver looks for `cuda.shm.<its own uid>.<pid>.<n>`: another uid's file is never found.
+    let theirs = file.name.split('.').nth(2).and_then(|uid| u32::from_str_radix(uid, 16).ok());
+    if let Some(theirs) = theirs.filter(|theirs| *theirs != my_uid) {
+        return Some(Diagnosis::new(
+            format!(
+                "the event's file {path} is named by its exporter's uid ({theirs}), and this process is uid {my_uid} \
+                 as it sees itself (another user, or a user namespace that maps it otherwise): the driver looks \
+                 for the file under its own uid"
+            ),
+            ": what fixes it: ",
+            UID_FIX.into(),
+        ));
+    }
     Some(match file.name_now() {
         NameNow::OtherShm => Diagnosis::new(
             format!("the event's file {path} is in its exporter's /dev/shm, and this process has another"),
@@ -152,7 +176,8 @@ mod tests {
 
     #[test]
     fn the_same_pid_number_is_named_with_its_fixes_and_nothing_else_is() {
-        let diagnosis = explain(Some(code::INVALID_CONTEXT), Opening::LegacyMemory, &exporter(1), 1).unwrap();
+        let diagnosis =
+            explain(Some(code::INVALID_CONTEXT), Opening::LegacyMemory, &exporter(1), (1, 0)).unwrap();
         let why = diagnosis.to_string();
         assert!(why.contains("both pid 1") && why.contains("--pid=container"), "{why}");
         assert!(
@@ -160,7 +185,7 @@ mod tests {
             "a memory handle: by descriptor: {why}"
         );
         let event =
-            explain(Some(code::INVALID_CONTEXT), Opening::Event, &exporter(1), 1).unwrap().to_string();
+            explain(Some(code::INVALID_CONTEXT), Opening::Event, &exporter(1), (1, 0)).unwrap().to_string();
         assert!(event.contains("--sync memops") && !event.contains("--ipc vmm"), "an event: memops: {event}");
         assert!(!why.contains("--ipc=host"), "{why}");
         // The message as the user reads it, and its two parts for the --json document.
@@ -170,9 +195,9 @@ mod tests {
             diagnosis.fix.starts_with("one PID namespace for both")
                 && diagnosis.fix.contains("pids; or --ipc vmm")
         );
-        assert_eq!(explain(Some(code::INVALID_CONTEXT), Opening::LegacyMemory, &exporter(1), 2), None);
-        assert_eq!(explain(Some(code::MAP_FAILED), Opening::LegacyMemory, &exporter(1), 2), None);
-        assert_eq!(explain(None, Opening::Event, &exporter(1), 1), None);
+        assert_eq!(explain(Some(code::INVALID_CONTEXT), Opening::LegacyMemory, &exporter(1), (2, 0)), None);
+        assert_eq!(explain(Some(code::MAP_FAILED), Opening::LegacyMemory, &exporter(1), (2, 0)), None);
+        assert_eq!(explain(None, Opening::Event, &exporter(1), (1, 0)), None);
     }
 
     #[test]
@@ -183,14 +208,14 @@ mod tests {
             ino: 1,
         };
         let known = Exporter { pid: Some(1), file: Some(absent.clone()) };
-        let diagnosis = explain(Some(code::MAP_FAILED), Opening::Event, &known, 2).unwrap();
+        let diagnosis = explain(Some(code::MAP_FAILED), Opening::Event, &known, (2, 0)).unwrap();
         let why = diagnosis.to_string();
         assert!(why.contains("is gone") && why.contains("--sync memops"), "{why}");
         assert!(diagnosis.cause.ends_with("each replacing the other's"), "{}", diagnosis.cause);
         assert!(why.ends_with("each replacing the other's: run them in one PID namespace, or use --sync memops, which needs no such file"), "{why}");
 
         let elsewhere = Exporter { file: Some(EventFile { dev: u64::MAX, ..absent }), ..known };
-        let diagnosis = explain(Some(code::MAP_FAILED), Opening::Event, &elsewhere, 2).unwrap();
+        let diagnosis = explain(Some(code::MAP_FAILED), Opening::Event, &elsewhere, (2, 0)).unwrap();
         let why = diagnosis.to_string();
         assert!(why.contains("has another") && why.contains("--ipc=container"), "{why}");
         assert!(
@@ -199,7 +224,18 @@ mod tests {
             "{why}"
         );
 
-        let unknown = explain(Some(code::MAP_FAILED), Opening::Event, &exporter(1), 2).unwrap();
+        // Another uid than the exporter's, whatever else: the driver looks for the file under its own uid.
+        let other_uid = explain(Some(code::MAP_FAILED), Opening::Event, &elsewhere, (2, 65534)).unwrap();
+        assert!(
+            other_uid.cause.contains("named by its exporter's uid (0), and this process is uid 65534"),
+            "{other_uid}"
+        );
+        assert!(
+            other_uid.fix.starts_with("one user for both") && other_uid.fix.contains("--sync memops"),
+            "{other_uid}"
+        );
+
+        let unknown = explain(Some(code::MAP_FAILED), Opening::Event, &exporter(1), (2, 0)).unwrap();
         assert!(unknown.to_string().contains("made it: if this process has a /dev/shm of its own, what fixes it: share /dev/shm (Docker --ipc=container:NAME or --ipc=host, or the same pod), or --sync memops"), "{unknown}");
         assert!(
             unknown.fix.starts_with("if this process has a /dev/shm of its own, share"),
