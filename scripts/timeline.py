@@ -9,14 +9,17 @@ runs (5) in ms, from the runs' --json documents (docs/json.md, `run`):
               processes on one GPU, beside the floor's whole run (IPC_FLOOR, scripts/floor/ipc-floor.cu)
   mechanisms  the same for legacy, vmm and pool at 2 processes (pool's time against legacy's)
   served      a served run (--serve, two joiners started with it, --ipc vmm --sync memops) against the
-              same plain run; and what loading libnccl.so.2 costs here (a joiner reads NCCL's version)
+              same plain run
   torch       scripts/torch_ipc.py (the same work as PyTorch users write it) against simple-ipc, 1 and 4
               processes (needs python3 with torch)
 Timings are whole wall times as this script sees them (start to exit), so they include exec and exit.
 """
-import json, os, statistics, subprocess, sys, tempfile, time
+import atexit, json, os, shutil, statistics, subprocess, sys, tempfile, time
 
 args = sys.argv[1:]
+if not args or args[0] in ("-h", "--help"):
+    print(__doc__.strip())
+    sys.exit(0 if args else 2)
 
 
 def option(name, default=None, flag=False):
@@ -34,11 +37,12 @@ def option(name, default=None, flag=False):
 runs = int(option("--runs", 5))
 floor = option("--floor")
 only = set((option("--only") or "counts,mechanisms,served,torch").split(","))
-if not args:
-    sys.exit(__doc__)
+if not args or not os.access(args[0], os.X_OK):
+    sys.exit("timeline.py: the first argument is the simple-ipc binary to time (see --help)")
 binary = os.path.realpath(args[0])
 here = os.path.dirname(os.path.realpath(__file__))
 tmp = tempfile.mkdtemp()
+atexit.register(shutil.rmtree, tmp, True)
 med = statistics.median
 ONE_GPU = {"CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]}
 PARENT = ["cuda_start", "context", "device_selection", "start_children", "allocate_export", "wait_children", "verify",
@@ -125,15 +129,6 @@ if "served" in only:
             served_docs.append(json.load(f)["run"])
     show("plain", plain_walls, plain_docs)
     show(f"served ({med(served_walls) / med(plain_walls):.2f}x plain)", served_walls, served_docs)
-    loads = []
-    for _ in range(runs):
-        out = subprocess.run([sys.executable, "-c",
-                              "import ctypes, time; t = time.perf_counter(); ctypes.CDLL('libnccl.so.2'); "
-                              "print((time.perf_counter() - t) * 1e3)"], capture_output=True, text=True)
-        if out.returncode != 0:
-            break
-        loads.append(float(out.stdout))
-    print(f"  loading libnccl.so.2: {med(loads):.1f}" if loads else "  no libnccl.so.2 here")
 
 if "torch" in only:
     check = subprocess.run([sys.executable, "-c", "import torch; print(torch.__version__)"],

@@ -243,10 +243,16 @@ fn the_originals_child_argument_says_what_it_is() {
     assert!(said.contains("unexpected argument 'abc'") && !said.contains("simpleIPC"), "{said}");
 }
 
-/// `--generate` asks for a text, alone.
+/// `--generate` asks for a text, alone; `-h` lists it beside the options of a run (README says how to use
+/// it, and a user who reads `-h` first should find it there).
 #[test]
 fn generate_is_asked_alone() {
     use super::generate::What;
+    let short = match parse_from(["simple-ipc", "-h"]) {
+        Err(e) => e.render().to_string(),
+        Ok(asked) => panic!("-h is {asked:?}"),
+    };
+    assert!(short.contains("--generate <WHAT>"), "{short}");
     let generated =
         |args: &[&str]| match parse_from(std::iter::once("simple-ipc").chain(args.iter().copied())) {
             Ok(Asked::Generate(what)) => Some(what),

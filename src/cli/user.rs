@@ -66,8 +66,7 @@ struct Cli {
     ///
     /// Alone: no run. Each value says where its text goes, as in `simple-ipc --generate man >
     /// ~/.local/share/man/man1/simple-ipc.1`.
-    // In --help only: -h stays the options of a run.
-    #[arg(long, value_enum, value_name = "WHAT", exclusive = true, hide_short_help = true)]
+    #[arg(long, value_enum, value_name = "WHAT", exclusive = true)]
     generate: Option<generate::What>,
 }
 
