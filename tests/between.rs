@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -237,10 +238,32 @@ fn a_process_that_is_gone_or_no_pid_is_a_clear_error() {
     let document = common::document(&json);
     assert_eq!(document["status"], "failed");
     assert!(document["reason"].as_str().unwrap_or_default().contains("cannot be read"), "{document}");
+    let itself = Command::new(bin()).args(["--between", &me, &me]).output().unwrap();
+    assert_eq!(itself.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&itself.stderr).contains("is both processes"), "{itself:?}");
+    // Another user may not read root's processes: the fact it could not read is named.
+    if nix::unistd::geteuid().is_root() {
+        // A copy another user may run, in a directory it may enter.
+        let copy = dir.path().join("simple-ipc");
+        std::fs::copy(bin(), &copy).unwrap();
+        std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let nobody = Command::new(&copy).args(["--between", &me, &me_too()]).uid(65534).gid(65534).output();
+        let nobody = nobody.unwrap();
+        assert_eq!(nobody.status.code(), Some(1), "{nobody:?}");
+        let said = String::from_utf8_lossy(&nobody.stderr);
+        assert!(said.contains("could not be read (/proc/"), "{said}");
+    } else {
+        common::skipped("root", "a_process_that_is_gone_or_no_pid_is_a_clear_error: another user's read");
+    }
     let usage = Command::new(bin()).args(["--between", "0", "x"]).output().unwrap();
     assert_eq!(usage.status.code(), Some(1), "a usage error");
     let usage = Command::new(bin()).args(["--between", "1", "2", "--ipc", "vmm"]).output().unwrap();
     assert!(String::from_utf8_lossy(&usage.stderr).contains("cannot be used with"), "--between runs nothing");
+}
+
+/// Another process of this test's own, which lives as long as the test process does (its parent, here).
+fn me_too() -> String {
+    nix::unistd::getppid().to_string()
 }
 
 /// This test's own process and its parent, read from outside: answered in well under a second, both ways,

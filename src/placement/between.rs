@@ -46,6 +46,9 @@ pub(crate) fn main(asked: &Between) -> ExitCode {
 }
 
 fn answer(asked: &Between) -> Result<()> {
+    if asked.exporter == asked.importer {
+        anyhow::bail!("pid {} is both processes: CUDA IPC is between two", asked.exporter);
+    }
     let first = outside::observe(asked.exporter)?;
     let second = outside::observe(asked.importer)?;
     let directions = vec![direction(&first, &second), direction(&second, &first)];
