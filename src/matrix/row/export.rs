@@ -92,6 +92,15 @@ fn export_column<'d>(
         Ok(None) => {}
         Err(e) => return Err(cell_of(&e)),
     }
+    // A column ordered by stream memory operations is that run's: waived where the device has none, as the
+    // run would be, though the handle itself would cross.
+    if column.sync == Sync::Memops {
+        match driver.stream_memops_unsupported(DEVICE) {
+            Ok(Some(_)) => return Err(Cell::Waived),
+            Ok(None) => {}
+            Err(e) => return Err(cell_of(&e)),
+        }
+    }
     let event = match column.sync {
         Sync::Events => Some(
             guardian
