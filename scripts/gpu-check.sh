@@ -346,6 +346,40 @@ for ipc in legacy vmm pool; do
     fi
   done
 done
+# --between, from outside, gives the served run's forecast row for row: a server of two processes on one GPU
+# and one joiner in a PID namespace of its own (the other never comes: the server ends at its --timeout, and
+# keeps the forecast of the one that joined), asked with their pids while both run.
+if unshare --pid --fork --mount-proc true 2>/dev/null; then
+  sock="$log/run.sock"; rm -f "$sock"
+  "$bin" --serve "$sock" --procs-per-device 2 --ipc vmm --sync memops --timeout 5 --json "$log/between-served.json" >"$log/srv" 2>&1 & srv=$!
+  for _ in $(seq 200); do grep -q 'waiting for' "$log/srv" && break; sleep 0.02; done
+  unshare --pid --fork --mount-proc "$bin" --join "$sock" >"$log/j0" 2>&1 & j0=$!
+  joiner=""
+  for _ in $(seq 250); do joiner=$(grep -o 'Process 0 joined (pid [0-9]*' "$log/srv" | grep -o '[0-9]*$'); [ -n "$joiner" ] && break; sleep 0.02; done
+  start=$(now)
+  "$bin" --between "$srv" "${joiner:-0}" --json "$log/between.json" >"$log/between" 2>&1; rb=$?
+  took=$(elapsed "$start" "$(now)")
+  wait "$srv"; wait "$j0" 2>/dev/null
+  same=$(python3 - "$log/between.json" "$log/between-served.json" <<'PY'
+import json, sys
+try:
+    outside = json.load(open(sys.argv[1]))["directions"][0]["processes"][0]
+    served = json.load(open(sys.argv[2]))["placement"]["processes"][0]
+except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
+    print("no answer to compare: %s" % e); sys.exit()
+rows = lambda p: [(f["path"], f["verdict"], f.get("detail")) for f in p["forecast"] + p["libraries"]]
+diff = [(a, b) for a, b in zip(rows(outside), rows(served)) if a != b]
+print("same" if not diff and len(rows(outside)) == len(rows(served)) else "differs: %s" % diff)
+PY
+)
+  if [ $rb -eq 0 ] && [ "$same" = same ]; then
+    record PASS "--between a server and its joiner in a PID namespace" "the served run's forecast row for row, answered in $took s; the run that ended early kept it"
+  else
+    record FAIL "--between a server and its joiner in a PID namespace" "exit $rb, $same"
+    tail -n 4 "$log/between" "$log/srv" | sed 's/^/    /'
+  fi
+  rm -f "$sock"
+fi
 # --serve --ipc all: one run per mechanism, which the joiners follow in turn (fabric waived here); and the
 # benchmark across the socket (--bench --serve, the producer joins).
 sock="$log/run.sock"; rm -f "$sock"
