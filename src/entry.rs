@@ -69,12 +69,16 @@ pub fn main() -> ExitCode {
         (None, json) => report::open(json, role.metrics(), asked.clone()),
     };
     let document = match opened {
-        Ok(document) => document,
+        Ok(document) => document.map(std::sync::Arc::new),
         Err(e) => {
             warn!("{who}: {e:#}");
             return ExitCode::from(EXIT_FAILURE);
         }
     };
+    // A run its watchdog must end (a call that never returns) still writes them, as failed.
+    if let Some(document) = &document {
+        crate::watchdog::leave_last_word(report::for_the_watchdog(document));
+    }
     if role.quiet() {
         crate::output::be_quiet();
     }

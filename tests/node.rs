@@ -506,3 +506,31 @@ fn metrics_go_to_standard_output_alone_and_never_share_a_destination() {
         assert!(text(&out).contains("--metrics"), "{}", text(&out));
     }
 }
+
+/// A run whose watchdog must end it (a call that never returns: here the parent hangs choosing its devices,
+/// its first children waiting for the plan, as under a hung `cuInit`) still replaces a previous run's
+/// documents: the `--json` document and the metrics say it failed, for the watchdog's reason, before the
+/// verdict line says so. A node's textfile collector must never keep the last pass of a hung node.
+#[test]
+fn a_run_its_watchdog_ends_writes_both_documents_as_failed() {
+    let dir = scratch("watchdog");
+    let (json, metrics) = (dir.path().join("run.json"), dir.path().join("run.prom"));
+    // The previous run's, which passed.
+    let (code, said, _, _) = run_with_both(dir.path(), &mut simulated("ok"));
+    assert_eq!(code, Some(0), "{said}");
+    assert_eq!(value(&metrics_of(&metrics), "status", &[("status", "passed")]), Some(1.0));
+    let mut hung = simulated("ok");
+    hung.args(["--timeout", "1"]).env(FAULT, "parent@device-selection:hang");
+    let started = std::time::Instant::now();
+    let (code, said, doc, series) = run_with_both(dir.path(), &mut hung);
+    assert_eq!(code, Some(1), "{said}");
+    assert!(started.elapsed() < Duration::from_secs(10), "the watchdog ended it: {said}");
+    assert!(verdict(&said).contains("its own watchdog ended it"), "{said}");
+    assert_eq!((doc["status"].as_str(), doc["exit_status"].as_u64()), (Some("failed"), Some(1)), "{doc}");
+    assert!(doc["reason"].as_str().is_some_and(|r| r.contains("its own watchdog ended it")), "{doc}");
+    assert_eq!(doc["options"]["timeout_s"].as_u64(), Some(1), "the run's own options: {doc}");
+    assert_eq!(value(&series, "status", &[("status", "failed")]), Some(1.0), "{series:?}");
+    assert_eq!(value(&series, "status", &[("status", "passed")]), Some(0.0), "{series:?}");
+    assert_eq!(value(&series, "exit_status", &[]), Some(1.0), "{series:?}");
+    assert!(json.exists() && metrics.exists());
+}

@@ -29,9 +29,11 @@
 mod destination;
 pub mod document;
 mod kernel_log;
+mod last_word;
 mod metrics;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use destination::{Destination, Output};
@@ -45,6 +47,7 @@ pub use document::MatrixCell;
 use document::{BenchResults, Device, DriverFacts, MechanismResult, Mode, Options, RunResults};
 pub use document::{Document, Refused, Status};
 pub use kernel_log::look_at_the_kernel_log;
+pub(crate) use last_word::for_the_watchdog;
 
 /// The document of this run, opened by `main` before anything runs ([`open`], [`open_inherited`]) and
 /// written by [`Made::write`] (or [`finish`]) once the verdict is known: as JSON (`--json`, or the pipe to
@@ -344,12 +347,12 @@ fn document(opened: &Opened, verdict: &Verdict, found: Found) -> Document {
 /// writes it again where that line then found the reader of standard output gone, so that the document
 /// says how the run ended.
 pub struct Made {
-    opened: Opened,
+    opened: Arc<Opened>,
     document: Document,
 }
 
 /// The document of `opened` (if the run was given `--json`), with the verdict and what the role found.
-pub fn made(opened: Option<Opened>, verdict: &Verdict, found: Found) -> Option<Made> {
+pub fn made(opened: Option<Arc<Opened>>, verdict: &Verdict, found: Found) -> Option<Made> {
     let opened = opened?;
     let document = document(&opened, verdict, found);
     Some(Made { opened, document })
@@ -451,7 +454,7 @@ mod tests {
         let diagnosis = Diagnosis::new("the cause".into(), "; what fixes it: ", "the fix".into());
         let failed = Verdict { diagnosis: Some(&diagnosis), ..Verdict::of(Status::Failed, "x", 1) };
         let found = Found { results: Some(Results::Mechanisms(Vec::new())), ..Found::default() };
-        made(Some(opened), &failed, found).unwrap().write().unwrap();
+        made(Some(Arc::new(opened)), &failed, found).unwrap().write().unwrap();
         let doc: Document = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
         assert_eq!((doc.status, doc.exit_status, doc.reason.as_deref()), (Status::Failed, 1, Some("x")));
         assert_eq!((doc.cause.as_deref(), doc.fix.as_deref()), (Some("the cause"), Some("the fix")));
