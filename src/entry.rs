@@ -28,7 +28,10 @@ pub fn main() -> ExitCode {
     // SAFETY: ignoring a signal installs no handler; nothing else runs yet.
     let _ = unsafe { signal(Signal::SIGXFSZ, SigHandler::SigIgn) };
     // Before any child is started: every role that waits for children needs their exit statuses.
-    if let Err(e) = signals::keep_child_statuses() {
+    // Then the stop signals' handlers, before anything else: a signal that comes from now on is noted and
+    // stops the run in order, however early (a process that enters namespaces, `isolation::enter`, hands
+    // the note on to the run's process it forks).
+    if let Err(e) = signals::keep_child_statuses().and_then(|()| signals::install()) {
         warn!("simple-ipc: {e:#}");
         return ExitCode::from(EXIT_FAILURE);
     }
@@ -290,7 +293,6 @@ fn run(role: Role) -> anyhow::Result<report::Ran> {
         }
         _ => {}
     }
-    signals::install()?;
     // The process the user started stays in the user's namespaces; the run goes on in this program again,
     // which enters them.
     match (&role, isolate) {

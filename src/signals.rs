@@ -23,7 +23,9 @@ pub const STOP_SIGNALS: [Signal; 3] = [Signal::SIGINT, Signal::SIGTERM, Signal::
 
 /// Installs the handlers (without SA_RESTART, so that a blocking wait returns early) for each stop signal
 /// that this process did not inherit as ignored: `nohup simple-ipc`, or a background job whose SIGINT the
-/// shell ignores, must not be stopped by it, as no other program would be.
+/// shell ignores, must not be stopped by it, as no other program would be. Then unblocks the stop signals:
+/// a process of this program starts with them blocked (`relaunch`), so that one sent before its handlers
+/// were there is taken now, and a mask the invoker left cannot hide them.
 pub fn install() -> Result<()> {
     let action = SigAction::new(SigHandler::Handler(remember), SaFlags::empty(), SigSet::empty());
     for signal in STOP_SIGNALS {
@@ -34,7 +36,8 @@ pub fn install() -> Result<()> {
         unsafe { sigaction(signal, &action) }
             .with_context(|| format!("installing a handler for {signal}"))?;
     }
-    Ok(())
+    let stop: SigSet = STOP_SIGNALS.into_iter().collect();
+    stop.thread_unblock().context("unblocking the stop signals")
 }
 
 /// Whether `signal` is ignored now, asked without changing it (installing and restoring would leave a moment

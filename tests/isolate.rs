@@ -1210,3 +1210,67 @@ fn a_run_whose_invoker_ignores_sigterm_does_not_outlive_its_outside() {
         assert_eq!(tmp.entries(), Vec::<String>::new(), "{isolate}: nothing left in TMPDIR");
     }
 }
+
+/// Whether process `pid` handles `signal` (its bit in `SigCgt` of `/proc/PID/status`): the program has
+/// installed its stop signals' handlers.
+fn handles(pid: u32, signal: Signal) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let caught = status.lines().find_map(|l| l.strip_prefix("SigCgt:")).map(str::trim);
+    caught
+        .and_then(|hex| u64::from_str_radix(hex, 16).ok())
+        .is_some_and(|mask| mask >> (signal as i32 - 1) & 1 == 1)
+}
+
+/// A stop signal is never lost in the hand-over of an isolated run: sent at every millisecond of the first
+/// 20 after the process the user started can take it (the relaunched run starting, entering its namespaces,
+/// holding the stop signals blocked while it forks the init, handing the init over and ending; the init and
+/// the run's process starting), a run that would hang ends in order with 128+N and its verdict, within a
+/// second or two: stopped by the signal itself, with its own document (not ended by it before its handlers
+/// were there), never by the process outside's SIGKILL 4 s later (137), nor as if nothing came.
+#[test]
+fn a_stop_signal_in_any_window_of_the_hand_over_ends_the_run_in_order() {
+    let Some(_turn) = isolated_turn("a_stop_signal_in_any_window_of_the_hand_over_ends_the_run_in_order")
+    else {
+        return;
+    };
+    let mut lost = Vec::new();
+    for (kind, signal) in [("pid", Signal::SIGTERM), ("container", Signal::SIGINT)] {
+        for after_ms in 0..20u64 {
+            let tmp = Tmp::new("hand-over");
+            let mark = format!("{}-hand-over-{kind}-{after_ms}", std::process::id());
+            let _end = EndMarked(mark.clone());
+            let mut child = isolated(&tmp, &["--isolate", kind, "--ipc", "vmm", "--sync", "memops"])
+                .env(FAULT, "child0@round-robin:hang")
+                .env("SIMPLE_IPC_TEST_MARK", &mark)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            let pid = child.id();
+            let start = Instant::now();
+            while !handles(pid, signal) && start.elapsed() < Duration::from_secs(5) {
+                std::thread::yield_now();
+            }
+            std::thread::sleep(Duration::from_millis(after_ms));
+            let sent = Instant::now();
+            nix::sys::signal::kill(Pid::from_raw(pid as i32), signal).unwrap();
+            let status = wait_at_most(&mut child, Duration::from_secs(10));
+            let took = sent.elapsed();
+            let mut said = String::new();
+            if let Some(mut out) = child.stdout.take() {
+                use std::io::Read;
+                let _ = out.read_to_string(&mut said);
+            }
+            let expected = 128 + signal as i32;
+            let last = said.lines().last().unwrap_or_default().to_owned();
+            let in_order = status.and_then(|s| s.code()) == Some(expected)
+                && last == format!("STOPPED (exit {expected}): interrupted by {signal}")
+                && took < Duration::from_secs(3);
+            if !in_order {
+                lost.push(format!("{kind} {signal} {after_ms} ms in: {status:?} after {took:?}: {last}"));
+            }
+            wait_all_gone(&mark, Duration::from_secs(3));
+        }
+    }
+    assert!(lost.is_empty(), "stop signals not taken in order:\n{}", lost.join("\n"));
+}
