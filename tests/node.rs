@@ -327,11 +327,14 @@ fn the_benchmark_names_an_xid_at_its_end() {
     assert_eq!(value(&metrics, "xid_errors", &[("xid", "13"), ("mechanism", "vmm")]), Some(1.0));
 }
 
-/// A served run that fails names the Xid of a joiner's GPU in the server's document.
+/// A served run that fails lists the Xid of a joiner's GPU in the server's document; where the record names
+/// a process that is none of the run's (here pid 9, `name=xid`: the H200 host's wild write of another
+/// process beside a failing run), it is said to be another process's and is no cause of the run's.
 #[test]
-fn a_served_runs_document_names_the_xid_of_a_joiners_gpu() {
+fn a_served_runs_document_lists_the_xid_of_a_joiners_gpu_as_another_processes() {
     let dir = scratch("served");
-    let log = kernel_log(dir.path(), &[(DURING, &format!("NVRM: Xid ({GPU_1}): 31, pid=9, name=joiner"))]);
+    let log =
+        kernel_log(dir.path(), &[(DURING, &format!("NVRM: Xid ({GPU_1}): 31, pid=9, name=xid, channel 2"))]);
     let json = dir.path().join("server.json");
     let mut server = simulated("ok,ok");
     server.env(KERNEL_LOG, &log).arg("--json").arg(&json);
@@ -343,7 +346,105 @@ fn a_served_runs_document_names_the_xid_of_a_joiners_gpu() {
         (Some(31), Some(1)),
         "{doc}"
     );
-    assert!(doc["cause"].as_str().is_some_and(|c| c.contains("a mapping used after its exporter")), "{doc}");
+    let xid = &doc["xid"][0];
+    assert_eq!(
+        (xid["pid"].as_u64(), xid["process_name"].as_str(), xid["process"].as_str()),
+        (Some(9), Some("xid"), Some("another")),
+        "{doc}"
+    );
+    assert!(
+        doc["cause"].as_str().is_none_or(|c| !c.contains("Xid 31")),
+        "another's fault is no cause: {doc}"
+    );
+    assert!(doc["reason"].as_str().is_some_and(|r| !r.contains("Xid 31")), "{doc}");
+}
+
+/// An Xid is the run's only where the kernel's record names one of its processes (or the node is at fault):
+/// a child's fault (its pid as the kernel numbers it, this host's PID namespace being the kernel's) is named
+/// in the verdict, the cause and the metrics as the run's; another process's on the same GPU (this test's
+/// own pid) is listed as another's, said on standard error as such, and named nowhere as the cause; a
+/// record that names no process (pid=0) is said so, and an Xid of the node's is still the run's cause.
+#[test]
+fn an_xid_is_the_runs_only_where_its_record_names_one_of_the_runs_processes() {
+    let dir = scratch("whose");
+    let log = dir.path().join("kmsg");
+    std::fs::write(&log, "").unwrap();
+    let (json, metrics) = (dir.path().join("run.json"), dir.path().join("run.prom"));
+    let mut run = simulated("ok,ok")
+        .args(["--timeout", "2"])
+        .env(KERNEL_LOG, &log)
+        .env(FAULT, "child1@round-robin:hang")
+        .arg("--json")
+        .arg(&json)
+        .arg("--metrics")
+        .arg(&metrics)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = run.id();
+    assert_eq!(common::wait_for_lines(&mut run, "Starting on device", 2, Duration::from_secs(10)), 2);
+    let guardian = common::guardian_of(pid);
+    let children: Vec<u32> = common::descendants(pid).into_iter().filter(|&c| Some(c) != guardian).collect();
+    assert_eq!(children.len(), 2, "{children:?}");
+    let child = children[1];
+    let another = std::process::id();
+    // Written while the run waits for its hung child: read at its end.
+    kernel_log(
+        dir.path(),
+        &[
+            (DURING, &format!("NVRM: Xid ({GPU_1}): 31, pid={child}, name=simple-ipc, channel 1")),
+            (DURING, &format!("NVRM: Xid ({GPU_1}): 43, pid={another}, name=xid, channel 2")),
+            (DURING, &format!("NVRM: Xid ({GPU_1}): 79, pid=0, GPU has fallen off the bus.")),
+        ],
+    );
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut run.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(run.wait().unwrap().code(), Some(1), "{stderr}");
+    let doc = common::document(&json);
+    let whose: Vec<(u64, Option<u64>, &str)> = doc["xid"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{doc}"))
+        .iter()
+        .map(|x| (x["xid"].as_u64().unwrap(), x["pid"].as_u64(), x["process"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        whose,
+        [
+            (31, Some(u64::from(child)), "run"),
+            (43, Some(u64::from(another)), "another"),
+            (79, Some(0), "not_known")
+        ],
+        "{doc}"
+    );
+    let cause = doc["cause"].as_str().unwrap_or_else(|| panic!("a cause: {doc}"));
+    assert!(cause.contains("Xid 31") && cause.contains("Xid 79") && !cause.contains("Xid 43"), "{cause}");
+    let reason = doc["reason"].as_str().unwrap();
+    assert!(reason.contains("Xid 31") && !reason.contains("Xid 43"), "{reason}");
+    assert!(
+        stderr.contains(&format!("pid {another} (xid), as the kernel numbers it: another process, not one of the run's; not this run's cause")),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!(
+            "pid {child} (simple-ipc), as the kernel numbers it: one of the run's processes"
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.contains("the record names no process"), "{stderr}");
+    let series = metrics_of(&metrics);
+    assert_eq!(value(&series, "xid_errors", &[("xid", "31"), ("process", "run")]), Some(1.0), "{series:?}");
+    assert_eq!(
+        value(&series, "xid_errors", &[("xid", "43"), ("process", "another")]),
+        Some(1.0),
+        "{series:?}"
+    );
+    assert_eq!(
+        value(&series, "xid_errors", &[("xid", "79"), ("process", "not_known")]),
+        Some(1.0),
+        "{series:?}"
+    );
 }
 
 /// The sample's metrics: how it ended, with what, the GPUs, each phase of each process (the parent's and

@@ -241,6 +241,8 @@ impl Relaunch {
             self.command.spawn().with_context(|| format!("starting {} ({program})", self.what))?;
         self.given.clear();
         let output = (child.stdout.take().map(OwnedFd::from), child.stderr.take().map(OwnedFd::from));
+        // One of the run's processes, should the kernel log an Xid of it.
+        crate::node::note_run_process(child.id());
         Ok(Process {
             pid: Pid::from_raw(child.id() as i32),
             ended: None,
@@ -312,6 +314,7 @@ impl Process {
             let init = i32::from_ne_bytes(pid);
             if init > 0 {
                 (self.pid, self.ended) = (Pid::from_raw(init), None);
+                crate::node::note_run_process(init.unsigned_abs());
                 // What the process that handed over held blocked and ended without taking.
                 for signal in std::mem::take(&mut self.sent) {
                     let _ = kill(self.pid, signal);

@@ -56,8 +56,8 @@ pub const HELP: [(&str, &str); 26] = [
     ("phase_seconds", "A process's time in one phase of the run"),
     (
         "xid_errors",
-        "Xid errors the kernel logged for a GPU of the run while it ran, by number and whose fault it most \
-         likely is (program, node, not_known)",
+        "Xid errors the kernel logged for a GPU of the run while it ran, by number, whose fault it most \
+         likely is (program, node, not_known) and whose process the record names (run, another, not_known)",
     ),
     ("mechanism_status", "How a mechanism's run of --ipc all ended: 1 for its status, 0 for the others"),
     ("mechanism_seconds", "A mechanism's run's wall time under --ipc all"),
@@ -293,6 +293,7 @@ fn xid(metrics: &mut Metrics, document: &Document, mechanism: &str) {
             ("pci_bus_id", xid.pci_bus_id.clone()),
             ("xid", xid.xid.to_string()),
             ("whose", tag(&xid.whose)),
+            ("process", tag(&xid.process)),
         ];
         match counted.iter_mut().find(|(seen, _)| *seen == labels) {
             Some((_, count)) => *count += 1.0,
@@ -538,6 +539,9 @@ mod tests {
             meaning: "m".into(),
             action: "a".into(),
             whose: crate::node::xid::Whose::Node,
+            pid: Some(0),
+            process_name: None,
+            process: crate::node::xid::Faulting::NotKnown,
         };
         document.xid = vec![xid(79), xid(31), xid(79)];
         let text = text(&document);
@@ -545,7 +549,9 @@ mod tests {
         assert!(text.contains("simple_ipc_exit_status 1\n"), "{text}");
         assert!(text.contains("isolate=\"joiners:pid\""), "{text}");
         let gpu = r#"mechanism="legacy",device="0",uuid="GPU-0",pci_bus_id="0000:10:00.0""#;
-        let of = |number: u32| format!("simple_ipc_xid_errors{{{gpu},xid=\"{number}\",whose=\"node\"}}");
+        let of = |number: u32| {
+            format!("simple_ipc_xid_errors{{{gpu},xid=\"{number}\",whose=\"node\",process=\"not_known\"}}")
+        };
         assert!(text.contains(&format!("{} 2\n", of(79))), "counted: {text}");
         assert!(text.contains(&format!("{} 1\n", of(31))), "{text}");
         assert_eq!(text.matches("# TYPE simple_ipc_xid_errors gauge").count(), 1, "{text}");
