@@ -1274,3 +1274,44 @@ fn a_stop_signal_in_any_window_of_the_hand_over_ends_the_run_in_order() {
     }
     assert!(lost.is_empty(), "stop signals not taken in order:\n{}", lost.join("\n"));
 }
+
+/// The init of an isolated run's PID namespace killed (SIGKILL) as soon as it is there, at several moments
+/// while the run's processes meet at their socket in a private directory under TMPDIR: the kernel kills
+/// every process of the namespace with it, the run's guardian among them, so the process outside, which
+/// chose where that directory is made, removes it. Nothing stays in TMPDIR.
+#[test]
+fn an_init_killed_early_leaves_no_socket_directory() {
+    let Some(_turn) = isolated_turn("an_init_killed_early_leaves_no_socket_directory") else { return };
+    let mut made_one = false;
+    for after_ms in [0u64, 2, 4, 6, 8, 10, 14, 18, 24, 30] {
+        let tmp = Tmp::new("init-killed");
+        let mark = format!("{}-init-killed-{after_ms}", std::process::id());
+        let _end = EndMarked(mark.clone());
+        let mut child = isolated(&tmp, &["--isolate", "container", "--ipc", "vmm", "--sync", "memops"])
+            .env(FAULT, "child0@round-robin:hang")
+            .env("SIMPLE_IPC_TEST_MARK", &mark)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        let init = loop {
+            if let Some(&init) = inits_among_children_of(child.id()).first() {
+                break Some(init);
+            }
+            if start.elapsed() > Duration::from_secs(5) {
+                break None;
+            }
+            std::thread::yield_now();
+        };
+        let init = init.expect("the run's PID namespace has an init");
+        std::thread::sleep(Duration::from_millis(after_ms));
+        made_one |= !tmp.entries().is_empty();
+        let _ = nix::sys::signal::kill(Pid::from_raw(init as i32), Signal::SIGKILL);
+        let status = wait_at_most(&mut child, Duration::from_secs(10));
+        assert!(status.is_some(), "{after_ms} ms: the process outside ended");
+        assert_eq!(tmp.entries(), Vec::<String>::new(), "init killed {after_ms} ms in: left in TMPDIR");
+        wait_all_gone(&mark, Duration::from_secs(3));
+    }
+    assert!(made_one, "at least one kill came while the socket's directory was there");
+}
