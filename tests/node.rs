@@ -635,3 +635,52 @@ fn a_run_its_watchdog_ends_writes_both_documents_as_failed() {
     assert_eq!(value(&series, "exit_status", &[]), Some(1.0), "{series:?}");
     assert!(json.exists() && metrics.exists());
 }
+
+/// The test's kernel log is a test hook, and held as one: it is said on standard error (so `--quiet` keeps
+/// it) and marked in the document (`test_kernel_log`) and the metrics; a FIFO is refused unread (it would
+/// hold a failing run past its --timeout and its watchdog), and so is a file larger than 16 MiB (read whole,
+/// 512 MiB took 73 s and 11 GB); a record's bidirectional-text controls reach no output raw.
+#[test]
+fn the_test_kernel_log_is_announced_marked_and_bounded() {
+    let dir = scratch("hook");
+    let log = kernel_log(
+        dir.path(),
+        &[(DURING, &format!("NVRM: Xid ({GPU_1}): 79, pid=0, \u{202e}sub eht\u{202c}"))],
+    );
+    let mut command = simulated("ok,ok");
+    command.env(KERNEL_LOG, &log).env(FAULT, "child0@round-robin:error").arg("--quiet");
+    let out = run(command
+        .arg("--json")
+        .arg(dir.path().join("q.json"))
+        .arg("--metrics")
+        .arg(dir.path().join("q.prom")));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("TEST KERNEL LOG ({KERNEL_LOG}=")),
+        "said where --quiet keeps it: {stderr}"
+    );
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("\u{202e}") && !stderr.contains('\u{202e}'),
+        "{stderr}"
+    );
+    assert!(stderr.contains("\\u{202e}sub eht"), "escaped: {stderr}");
+    let doc = common::document(&dir.path().join("q.json"));
+    assert_eq!(doc["test_kernel_log"].as_str(), log.to_str(), "{doc}");
+    assert!(!doc.to_string().contains('\u{202e}'), "{doc}");
+    assert_eq!(value(&metrics_of(&dir.path().join("q.prom")), "test_kernel_log", &[]), Some(1.0));
+
+    let fifo = dir.path().join("fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let huge = dir.path().join("huge");
+    std::fs::File::create(&huge).unwrap().set_len(17 << 20).unwrap();
+    for (log, why) in [(&fifo, "not a regular file"), (&huge, "more than the 16777216 read")] {
+        let started = std::time::Instant::now();
+        let mut command = simulated("ok");
+        command.env(KERNEL_LOG, log).env(FAULT, "child0@round-robin:error").args(["--timeout", "5"]);
+        let (code, said, doc, _) = run_with_both(dir.path(), &mut command);
+        assert_eq!(code, Some(1), "{said}");
+        assert!(started.elapsed() < Duration::from_secs(4), "{why}: {:?}: {said}", started.elapsed());
+        assert!(doc["kernel_log"].as_str().is_some_and(|k| k.contains(why)), "{why}: {doc}");
+    }
+}

@@ -8,6 +8,6 @@ pub(crate) mod kmsg;
 pub(crate) mod processes;
 pub(crate) mod xid;
 
-pub use kmsg::{RunStart, simulated_pci_bus_id, test_hook_said};
+pub use kmsg::{RunStart, simulated_pci_bus_id, test_hook_said, test_log};
 pub(crate) use processes::note as note_run_process;
 pub use xid::{Gpu, KernelLog, Xid, look};

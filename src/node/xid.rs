@@ -216,9 +216,9 @@ impl KernelLog {
     }
 }
 
-/// `text` with each control character escaped, fit to print.
+/// `text` with each control character and bidirectional-text control escaped, fit to print.
 fn escaped(text: &str) -> String {
-    text.chars().map(|c| if c.is_control() { c.escape_debug().to_string() } else { c.to_string() }).collect()
+    crate::output::printable(text)
 }
 
 #[cfg(test)]

@@ -36,7 +36,7 @@ const STATUSES: [(Status, &str); 4] = [
 const CELL_RESULTS: [&str; 5] = ["ok", "waived", "not_simulated", "failed", "error"];
 
 /// Each metric's name (less [`PREFIX`]) and what it means (its `# HELP`), in the order written.
-pub const HELP: [(&str, &str); 26] = [
+pub const HELP: [(&str, &str); 27] = [
     ("info", "The run: this program's version, its mode and options, the driver's versions (always 1)"),
     ("status", "How the run ended: 1 for its status, 0 for the others"),
     ("exit_status", "The run's exit status: 0 passed, 1 failed, 2 waived, 128+N stopped by signal N"),
@@ -49,6 +49,7 @@ pub const HELP: [(&str, &str); 26] = [
         "kernel_log_unreadable",
         "The kernel's log was to be read for Xid errors and could not be (the --json document says why)",
     ),
+    ("test_kernel_log", "A test's file was read instead of the kernel's log (SIMPLE_IPC_TEST_KERNEL_LOG)"),
     ("device_info", "A GPU the driver reports, and whether the run chose it (always 1)"),
     ("processes", "How many processes took part in the run"),
     ("buffer_bytes", "The size of each process's buffer, every byte of which was verified"),
@@ -241,6 +242,9 @@ fn run_ended(metrics: &mut Metrics, document: &Document) {
     }
     if document.kernel_log.is_some() {
         metrics.gauge("kernel_log_unreadable", Vec::new(), 1.0);
+    }
+    if document.test_kernel_log.is_some() {
+        metrics.gauge("test_kernel_log", Vec::new(), 1.0);
     }
 }
 

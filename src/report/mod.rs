@@ -328,6 +328,7 @@ fn document(opened: &Opened, verdict: &Verdict, found: Found) -> Document {
         },
         xid: kernel_log.xid,
         kernel_log: kernel_log.unread,
+        test_kernel_log: crate::node::test_log(),
         summary: verdict.summary.map(str::to_owned),
         exit_status: verdict.exit_status,
         mode: opened.mode,
