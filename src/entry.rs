@@ -149,9 +149,14 @@ pub fn main() -> ExitCode {
     // written did not pass, for them either.
     if let Some(report::Tell(tell)) = tell {
         match &written {
-            Err(e) if matches!(outcome, Outcome::Passed(_)) && !e.chain().any(is_reader_gone) => tell(
-                &Outcome::Failed(anyhow::anyhow!("the server could not write its --json document: {e:#}")),
-            ),
+            // `--serve --json - | true`: the run ends interrupted (141), and is no pass for them either.
+            Err(e) if e.chain().any(is_reader_gone) && !matches!(outcome, Outcome::Failed(_)) => {
+                let (status, why, code) = reader_gone();
+                tell(&Outcome::Ended(Ending::not_passed(status, why.unwrap_or_default(), code)))
+            }
+            Err(e) if matches!(outcome, Outcome::Passed(_)) => tell(&Outcome::Failed(anyhow::anyhow!(
+                "the server could not write its --json document: {e:#}"
+            ))),
             _ => tell(&outcome),
         }
     }
