@@ -392,3 +392,56 @@ fn a_child_killed_by_sigbus_names_a_full_dev_shm_and_the_fix() {
     assert!(doc["cause"].as_str().is_some_and(|c| c.contains("full /dev/shm")), "{doc}");
     assert!(doc["fix"].as_str().is_some_and(|f| f.contains("--shm-size=1g")), "{doc}");
 }
+
+/// The same /dev/shm too small, for processes that joined: a served run's joiners and `--isolate
+/// joiners:pid`'s. The server is no parent of theirs and cannot read their exit status, so a joiner that
+/// SIGBUS kills tells it first, and the run names the full /dev/shm and the fix instead of a joiner "gone
+/// without saying how it ended". Needs root and unshare(1); elsewhere it says it was skipped.
+#[test]
+fn a_joiner_killed_by_sigbus_names_a_full_dev_shm() {
+    let dir = common::scratch("sigbus-joiner");
+    let json = dir.path().join("run.json");
+    let served = r#"set -e
+        mount -t tmpfs -o size=4k tmpfs /dev/shm
+        set +e
+        "$0" --serve "@simple-ipc-sigbus-$$" --timeout 20 --json "$1" & server=$!
+        sleep 0.3
+        "$0" --join "@simple-ipc-sigbus-$$" & "$0" --join "@simple-ipc-sigbus-$$"; wait $!
+        wait $server; echo "status $?""#;
+    let isolated = r#"set -e
+        mount -t tmpfs -o size=4k tmpfs /dev/shm
+        set +e; "$0" --isolate joiners:pid --json "$1"; echo "status $?""#;
+    for (how, script) in [("served", served), ("joiners:pid", isolated)] {
+        let out = Command::new("unshare")
+            .args(["--mount", "sh", "-c", script])
+            .arg(bin())
+            .arg(&json)
+            .env(SIMULATE, "ok,ok")
+            .env_remove(FAULT)
+            .output();
+        let Ok(out) = out else {
+            common::skipped(
+                "namespaces",
+                "a_joiner_killed_by_sigbus_names_a_full_dev_shm: no unshare(1) here",
+            );
+            return;
+        };
+        let all = text(&out);
+        if !all.contains("status ") {
+            common::skipped(
+                "namespaces",
+                format!("a_joiner_killed_by_sigbus: no mount namespace here: {all}"),
+            );
+            return;
+        }
+        assert!(all.contains("status 1"), "{how}: {all}");
+        assert!(
+            all.contains("failed! (exit code 135: killed by SIGBUS: most likely a full /dev/shm"),
+            "{how}: {all}"
+        );
+        assert!(!all.contains("gone without saying"), "{how}: {all}");
+        let doc = common::document(&json);
+        assert!(doc["cause"].as_str().is_some_and(|c| c.contains("full /dev/shm")), "{how}: {doc}");
+        assert!(doc["fix"].as_str().is_some_and(|f| f.contains("--shm-size=1g")), "{how}: {doc}");
+    }
+}
