@@ -684,3 +684,19 @@ fn the_test_kernel_log_is_announced_marked_and_bounded() {
         assert!(doc["kernel_log"].as_str().is_some_and(|k| k.contains(why)), "{why}: {doc}");
     }
 }
+
+/// Standard output that cannot take them (`>/dev/full`): the run fails naming what it could not write, the
+/// metrics or the document, never one for the other.
+#[test]
+fn what_standard_output_could_not_take_is_named() {
+    for (option, named) in [("--metrics", "the metrics (--metrics -)"), ("--json", "the --json document")] {
+        let full = std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
+        let out = simulated("ok").args([option, "-"]).stdout(full).stderr(Stdio::piped()).output().unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{said}");
+        assert!(
+            said.contains(&format!("FAILED (exit 1): writing {named} to standard output: No space left")),
+            "{option}: {said}"
+        );
+    }
+}
