@@ -6,12 +6,24 @@
 //! since an ignored disposition survives exec, in every child; an ignored SIGCHLD, which would make the kernel
 //! reap our children itself and lose their exit statuses, is put back to the default.
 
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 
 use anyhow::{Context, Result};
 use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
 
 static RECEIVED: AtomicI32 = AtomicI32::new(0);
+static CONTINUES: AtomicU32 = AtomicU32::new(0);
+
+extern "C" fn count_continue(_signal: nix::libc::c_int) {
+    // Adding to an atomic is async-signal-safe.
+    CONTINUES.fetch_add(1, Ordering::SeqCst);
+}
+
+/// How many times this process was continued (SIGCONT) since it began: a wait that sees the count change
+/// was held stopped meanwhile (see `held`).
+pub fn continues() -> u32 {
+    CONTINUES.load(Ordering::SeqCst)
+}
 
 extern "C" fn remember(signal: nix::libc::c_int) {
     // Only the first signal counts; storing an atomic is async-signal-safe.
@@ -36,6 +48,10 @@ pub fn install() -> Result<()> {
         unsafe { sigaction(signal, &action) }
             .with_context(|| format!("installing a handler for {signal}"))?;
     }
+    // SIGCONT is counted, with SA_RESTART: it interrupts no call, as without a handler.
+    let counted = SigAction::new(SigHandler::Handler(count_continue), SaFlags::SA_RESTART, SigSet::empty());
+    // SAFETY: the handler only adds to an atomic, which is async-signal-safe.
+    unsafe { sigaction(Signal::SIGCONT, &counted) }.context("installing a handler for SIGCONT")?;
     let stop: SigSet = STOP_SIGNALS.into_iter().collect();
     stop.thread_unblock().context("unblocking the stop signals")
 }

@@ -445,3 +445,34 @@ fn a_joiner_killed_by_sigbus_names_a_full_dev_shm() {
         assert!(doc["fix"].as_str().is_some_and(|f| f.contains("--shm-size=1g")), "{how}: {doc}");
     }
 }
+
+/// A parent held stopped (SIGSTOP) past its --timeout and then continued fails its deadline, as it must,
+/// and says it was itself held, and for how long, beside where its children were: the time it held the
+/// run is not taken for the run's own.
+#[test]
+fn a_parent_held_stopped_past_its_deadline_says_so() {
+    let mut run = common::simulated("ok")
+        .args(["--procs-per-device", "2", "--timeout", "2"])
+        .env(FAULT, "child0@round-robin:hang")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert_eq!(
+        common::wait_for_lines(&mut run, "Starting on device", 2, std::time::Duration::from_secs(10)),
+        2
+    );
+    let parent = nix::unistd::Pid::from_raw(run.id() as i32);
+    nix::sys::signal::kill(parent, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    nix::sys::signal::kill(parent, nix::sys::signal::Signal::SIGCONT).unwrap();
+    let mut said = String::new();
+    std::io::Read::read_to_string(&mut run.stderr.take().unwrap(), &mut said).unwrap();
+    assert_eq!(run.wait().unwrap().code(), Some(1), "{said}");
+    assert!(said.contains("the run did not finish within 2 s (--timeout); stopped it."), "{said}");
+    assert!(
+        said.contains("This process was itself held stopped (SIGSTOP or Ctrl-Z, then continued) for 3."),
+        "{said}"
+    );
+}
