@@ -1681,3 +1681,27 @@ fn a_servers_reader_gone_is_no_pass_for_its_joiners() {
     assert!(!said.contains("PASSED"), "{said}");
     assert!(said.contains("the reader of standard output went away"), "{said}");
 }
+
+/// A server killed (SIGKILL) just after both its joiners joined: no joiner waives the run. Opening the dead
+/// server's memory, the simulated driver finds it no longer in /proc (as from another PID namespace, which
+/// it does not model); that is no waiver where the server is gone: the joiner fails, saying so first.
+#[test]
+fn a_server_killed_after_its_joiners_joined_is_no_waiver_for_them() {
+    let mut waived = Vec::new();
+    for attempt in 0..10 {
+        let (_dir, socket) = socket_path(&format!("killed-after-join-{attempt}"));
+        let mut server = serve("ok", &socket, &["--procs-per-device", "2"]);
+        let joiners = [join("ok", &socket, None), join("ok", &socket, None)];
+        assert!(server.wait_for("Process 1 joined", Duration::from_secs(10)), "{}", server.text());
+        let _ = server.child.kill();
+        let _ = server.child.wait();
+        for joiner in joiners {
+            let (code, out, _) = joiner.end(LIMIT);
+            assert!(code.is_some(), "{out}");
+            if code == Some(2) {
+                waived.push(out);
+            }
+        }
+    }
+    assert!(waived.is_empty(), "a joiner waived a run whose server was killed:\n{}", waived.join("\n---\n"));
+}

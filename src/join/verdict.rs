@@ -1,7 +1,7 @@
 //! A joiner's verdict: on the run it took part in, the run's (its own part's failure first), and on a served
 //! sequence, every run's.
 
-use anyhow::{Result, bail};
+use anyhow::{Result, anyhow, bail};
 
 use crate::meeting::Address;
 use crate::outcome::{Outcome, Waiver};
@@ -53,6 +53,18 @@ pub(super) fn the_runs_verdict(index: usize, own: Result<()>, run: Result<RunEnd
         (Err(e), Ok(RunEnd::Failed { process, why })) if process != Some(index) => {
             Err(e.context(format!("the run failed: {why}")))
         }
+        // What the simulation does not model would waive the run, but a server gone (killed just after this
+        // process joined: its memory is then no longer in /proc, as if in another PID namespace) is no
+        // waiver: the run's end comes first, and the part's failure is said as text only.
+        (Err(e), Err(gone)) if beyond_the_simulation(&e) => Err(anyhow!(
+            "{gone:#}; this process's own part then met what the simulated GPUs do not model, which a \
+             server that is gone causes: {e:#}"
+        )),
         (Err(e), _) => Err(e),
     }
+}
+
+/// Whether `e` is the simulated driver's answer to what it does not model (which `main` takes for a waiver).
+fn beyond_the_simulation(e: &anyhow::Error) -> bool {
+    e.chain().filter_map(|c| c.downcast_ref::<crate::driver::CallFailed>()).any(|f| f.beyond_the_simulation)
 }
