@@ -28,7 +28,10 @@ pub fn main() -> ExitCode {
     // SAFETY: ignoring a signal installs no handler; nothing else runs yet.
     let _ = unsafe { signal(Signal::SIGXFSZ, SigHandler::SigIgn) };
     // Before any child is started: every role that waits for children needs their exit statuses.
-    if let Err(e) = signals::keep_child_statuses() {
+    // Then the stop signals' handlers, before anything else: a signal that comes from now on is noted and
+    // stops the run in order, however early (a process that enters namespaces, `isolation::enter`, hands
+    // the note on to the run's process it forks).
+    if let Err(e) = signals::keep_child_statuses().and_then(|()| signals::install()) {
         warn!("simple-ipc: {e:#}");
         return ExitCode::from(EXIT_FAILURE);
     }
@@ -73,12 +76,16 @@ pub fn main() -> ExitCode {
         (None, json) => report::open(json, role.metrics(), asked.clone()),
     };
     let document = match opened {
-        Ok(document) => document,
+        Ok(document) => document.map(std::sync::Arc::new),
         Err(e) => {
             warn!("{who}: {e:#}");
             return ExitCode::from(EXIT_FAILURE);
         }
     };
+    // A run its watchdog must end (a call that never returns) still writes them, as failed.
+    if let Some(document) = &document {
+        crate::watchdog::leave_last_word(report::for_the_watchdog(document));
+    }
     if role.quiet() {
         crate::output::be_quiet();
     }
@@ -146,9 +153,14 @@ pub fn main() -> ExitCode {
     // written did not pass, for them either.
     if let Some(report::Tell(tell)) = tell {
         match &written {
-            Err(e) if matches!(outcome, Outcome::Passed(_)) && !e.chain().any(is_reader_gone) => tell(
-                &Outcome::Failed(anyhow::anyhow!("the server could not write its --json document: {e:#}")),
-            ),
+            // `--serve --json - | true`: the run ends interrupted (141), and is no pass for them either.
+            Err(e) if e.chain().any(is_reader_gone) && !matches!(outcome, Outcome::Failed(_)) => {
+                let (status, why, code) = reader_gone();
+                tell(&Outcome::Ended(Ending::not_passed(status, why.unwrap_or_default(), code)))
+            }
+            Err(e) if matches!(outcome, Outcome::Passed(_)) => tell(&Outcome::Failed(anyhow::anyhow!(
+                "the server could not write its --json document: {e:#}"
+            ))),
             _ => tell(&outcome),
         }
     }
@@ -290,7 +302,6 @@ fn run(role: Role) -> anyhow::Result<report::Ran> {
         }
         _ => {}
     }
-    signals::install()?;
     // The process the user started stays in the user's namespaces; the run goes on in this program again,
     // which enters them.
     match (&role, isolate) {
@@ -320,7 +331,7 @@ fn run(role: Role) -> anyhow::Result<report::Ran> {
         )?;
     }
     if !joins && let Some(hook) = crate::node::test_hook_said() {
-        say!("{hook}")?;
+        warn!("{hook}");
     }
     match role {
         Role::Guardian { fd } => guardian::watch(fd).map(|()| Outcome::Passed(None).into()),

@@ -12,7 +12,7 @@ use nix::sys::socket::connect;
 
 use crate::driver::Driver;
 use crate::meeting::{self, Address};
-use crate::outcome::{Outcome, Waiver};
+use crate::outcome::Outcome;
 use crate::phase::{Phase, Who};
 use crate::role::Joiner;
 use crate::sample::attach;
@@ -21,6 +21,9 @@ use crate::signals;
 use crate::timings::Stopwatch;
 use crate::tool::child;
 use crate::wire::{self, Heard, Message, Round, RunEnd};
+use verdict::{the_runs_verdict, the_sequences_verdict};
+
+mod verdict;
 
 /// A process its parent started to join (`--isolate`) found the run over before it joined: the parent has
 /// said how the run ended, and this process has nothing to add.
@@ -109,37 +112,6 @@ pub fn run(joiner: &Joiner, started_by_server: bool) -> Result<Outcome> {
         }
     };
     the_sequences_verdict(address, took_part, &ends)
-}
-
-/// A joiner's verdict on a served sequence: it fails if any run failed (naming each, with this process's
-/// own part's failure where it took part), is waived if every run was, and passes otherwise. Each run it
-/// did not take part in is said, with how it ended.
-fn the_sequences_verdict(
-    address: &Address,
-    mut took_part: Vec<(Round, Result<()>)>,
-    ends: &[RunEnd],
-) -> Result<Outcome> {
-    let of = ends.len() as u32;
-    let mut failed = Vec::new();
-    for (number, end) in (1..).zip(ends) {
-        let round = Round { number, of };
-        let own = took_part.iter().position(|(r, _)| r.number == number).map(|i| took_part.remove(i).1);
-        match (own, end) {
-            (Some(Err(e)), _) => failed.push(format!("run {round}: {e:#}")),
-            (Some(Ok(())), _) | (None, RunEnd::Passed) => {}
-            (None, RunEnd::Waived(why)) => say!("The server's run {round} was waived: {why}")?,
-            (None, RunEnd::Failed { why, .. }) => failed.push(format!("run {round} failed: {why}")),
-        }
-    }
-    if !failed.is_empty() {
-        bail!("--join {address}: {}", failed.join("; "));
-    }
-    if ends.iter().all(|end| matches!(end, RunEnd::Waived(_))) {
-        return Ok(Outcome::Waived(Waiver(format!(
-            "every run of the served sequence at {address} was waived"
-        ))));
-    }
-    Ok(Outcome::passed(format!("took part in the served sequence of {of} runs at {address}")))
 }
 
 /// A connection to the server at `address`. The connect does not block: a server whose backlog is full
@@ -316,6 +288,11 @@ fn take_part_once(
         }
     };
     let (index, round) = (admission.index, admission.round);
+    // Killed by SIGBUS (a full /dev/shm) in its part, it still tells the server why.
+    let sigbus = crate::sigbus::diagnosis();
+    let why = format!("killed by SIGBUS: {sigbus}");
+    let bus = Message::Ended(128 + nix::libc::SIGBUS as u8, why, Some(sigbus), None).encode()?;
+    crate::sigbus::leave_last_word(connection.as_raw_fd(), bus)?;
     let server = attach::Parent::Server { connection, deadline };
     // However its part ends, from the segment's checks on, the server is told why: its verdict names it.
     let ended = take_part(address, admission, &server, bench_asked, cuda);
@@ -392,23 +369,5 @@ fn hear_how_the_run_ended(
             }
             _ => bail!("--join {address}: the server sent what it should not at the run's end"),
         }
-    }
-}
-
-/// This process's verdict: the run's. Its own part's failure comes first (with the run's, where another
-/// process's failed it); a part that ended well passes only a run that passed.
-fn the_runs_verdict(index: usize, own: Result<()>, run: Result<RunEnd>) -> Result<()> {
-    let interrupted = |e: &anyhow::Error| e.chain().any(|c| c.is::<signals::Interrupted>());
-    match (own, run) {
-        (Err(e), _) if interrupted(&e) => Err(e),
-        (_, Err(e)) if interrupted(&e) => Err(e),
-        (Ok(()), Ok(RunEnd::Passed)) => Ok(()),
-        (Ok(()), Ok(RunEnd::Failed { why, .. })) => bail!("the run failed: {why}"),
-        (Ok(()), Ok(RunEnd::Waived(why))) => bail!("the run was waived after this process joined it: {why}"),
-        (Ok(()), Err(e)) => Err(e.context("this process's part ended well, but the run's end is not known")),
-        (Err(e), Ok(RunEnd::Failed { process, why })) if process != Some(index) => {
-            Err(e.context(format!("the run failed: {why}")))
-        }
-        (Err(e), _) => Err(e),
     }
 }

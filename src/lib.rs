@@ -26,6 +26,7 @@ pub(crate) mod fault;
 pub(crate) mod futex;
 pub(crate) mod gpu;
 pub(crate) mod guardian;
+pub(crate) mod held;
 pub(crate) mod inherit;
 pub(crate) mod ipc;
 pub(crate) mod isolation;

@@ -130,7 +130,8 @@ pub fn deliver(fd: BorrowedFd, bytes: &[u8]) -> Result<()> {
     match write_all_to(fd, bytes) {
         Ok(()) => {}
         Err(e) if e.raw_os_error() == Some(Errno::EPIPE as i32) => return Err(ReaderGone.into()),
-        Err(e) => return Err(e).context("writing the --json document to standard output"),
+        // Its caller says what it wrote (the --json document, the metrics).
+        Err(e) => return Err(e.into()),
     }
     let is_pipe =
         nix::sys::stat::fstat(fd).is_ok_and(|st| st.st_mode & nix::libc::S_IFMT == nix::libc::S_IFIFO);

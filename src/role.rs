@@ -73,6 +73,10 @@ pub(crate) struct Run {
     pub json: Option<PathBuf>,
     /// `--metrics FILE`.
     pub metrics: Option<PathBuf>,
+    /// Not the user's: where the run inside an isolation makes its socket's private directory, a path the
+    /// process outside chose, so that it can remove what the run leaves there (the run's guardian dies with
+    /// its PID namespace's init).
+    pub socket_dir: Option<PathBuf>,
 }
 
 impl Default for Run {
@@ -91,6 +95,7 @@ impl Default for Run {
             isolate: None,
             json: None,
             metrics: None,
+            socket_dir: None,
         }
     }
 }
@@ -215,6 +220,7 @@ impl Role {
                 valued(&mut args, "--report-fd", Some(report_fd));
                 valued(&mut args, "--outside-fd", outside_fd.as_ref());
                 flag(&mut args, "--matrix-row", *matrix_row);
+                valued(&mut args, "--socket-dir", run.socket_dir.as_ref().map(|d| d.display()));
                 if let Some(Served { round, fds }) = served {
                     valued(&mut args, "--serve-round", Some(round));
                     let fds: Vec<String> = fds.iter().map(ToString::to_string).collect();

@@ -1,7 +1,48 @@
 //! A process of the run killed by SIGBUS: its likely cause (a full /dev/shm), with /dev/shm's size and room
 //! as this process sees it, and the fix, for the failure the parent says and the `--json` document.
+//!
+//! The parent learns it from its child's exit status; a server cannot (its joiners are not its children, or,
+//! isolated, are its children's children). So a joiner leaves its last word before its part begins
+//! ([`leave_last_word`]): the message that says so, made ready, which a handler sends on its connection should
+//! SIGBUS come, before the process dies of it as ever.
+
+use std::os::fd::RawFd;
+use std::sync::OnceLock;
+
+use anyhow::{Context, Result};
+use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
 
 use crate::ipc::diagnose::Diagnosis;
+
+/// The connection and the message, whole, that the handler sends.
+static LAST_WORD: OnceLock<(RawFd, Vec<u8>)> = OnceLock::new();
+
+/// Should SIGBUS come, `message` (encoded whole) is sent on `connection` (which must stay open while the
+/// process may touch shared memory), then the process dies of SIGBUS as it would have. Once per process: a
+/// later call (the next run of a served sequence, on the same connection) changes nothing.
+pub(crate) fn leave_last_word(connection: RawFd, message: Vec<u8>) -> Result<()> {
+    if LAST_WORD.set((connection, message)).is_err() {
+        return Ok(());
+    }
+    // Reset to the default as it runs: the SIGBUS it raises again ends the process.
+    let action = SigAction::new(SigHandler::Handler(say_and_die), SaFlags::SA_RESETHAND, SigSet::empty());
+    // SAFETY: the handler calls only send(2) and raise(3), which are async-signal-safe, on data set before
+    // it was installed and never changed (a `OnceLock` read is an atomic load).
+    unsafe { sigaction(Signal::SIGBUS, &action) }.context("installing a handler for SIGBUS")?;
+    Ok(())
+}
+
+extern "C" fn say_and_die(_signal: nix::libc::c_int) {
+    if let Some((connection, message)) = LAST_WORD.get() {
+        // SAFETY: `message` lives for the process's life; a connection already gone is an error, ignored.
+        let _ = unsafe {
+            nix::libc::send(*connection, message.as_ptr().cast(), message.len(), nix::libc::MSG_NOSIGNAL)
+        };
+    }
+    // SAFETY: raise is async-signal-safe; SIGBUS is held until the handler returns, then ends the process
+    // (its disposition is the default again), whether it came from a fault or from kill(2).
+    unsafe { nix::libc::raise(nix::libc::SIGBUS) };
+}
 
 /// The likely cause of a process of the run killed by SIGBUS, with /dev/shm's size and room as this
 /// process sees it now, and the fix. A file in a tmpfs that is full does not fail to grow: its pages are

@@ -6,12 +6,24 @@
 //! since an ignored disposition survives exec, in every child; an ignored SIGCHLD, which would make the kernel
 //! reap our children itself and lose their exit statuses, is put back to the default.
 
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 
 use anyhow::{Context, Result};
 use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
 
 static RECEIVED: AtomicI32 = AtomicI32::new(0);
+static CONTINUES: AtomicU32 = AtomicU32::new(0);
+
+extern "C" fn count_continue(_signal: nix::libc::c_int) {
+    // Adding to an atomic is async-signal-safe.
+    CONTINUES.fetch_add(1, Ordering::SeqCst);
+}
+
+/// How many times this process was continued (SIGCONT) since it began: a wait that sees the count change
+/// was held stopped meanwhile (see `held`).
+pub fn continues() -> u32 {
+    CONTINUES.load(Ordering::SeqCst)
+}
 
 extern "C" fn remember(signal: nix::libc::c_int) {
     // Only the first signal counts; storing an atomic is async-signal-safe.
@@ -23,7 +35,9 @@ pub const STOP_SIGNALS: [Signal; 3] = [Signal::SIGINT, Signal::SIGTERM, Signal::
 
 /// Installs the handlers (without SA_RESTART, so that a blocking wait returns early) for each stop signal
 /// that this process did not inherit as ignored: `nohup simple-ipc`, or a background job whose SIGINT the
-/// shell ignores, must not be stopped by it, as no other program would be.
+/// shell ignores, must not be stopped by it, as no other program would be. Then unblocks the stop signals:
+/// a process of this program starts with them blocked (`relaunch`), so that one sent before its handlers
+/// were there is taken now, and a mask the invoker left cannot hide them.
 pub fn install() -> Result<()> {
     let action = SigAction::new(SigHandler::Handler(remember), SaFlags::empty(), SigSet::empty());
     for signal in STOP_SIGNALS {
@@ -34,7 +48,12 @@ pub fn install() -> Result<()> {
         unsafe { sigaction(signal, &action) }
             .with_context(|| format!("installing a handler for {signal}"))?;
     }
-    Ok(())
+    // SIGCONT is counted, with SA_RESTART: it interrupts no call, as without a handler.
+    let counted = SigAction::new(SigHandler::Handler(count_continue), SaFlags::SA_RESTART, SigSet::empty());
+    // SAFETY: the handler only adds to an atomic, which is async-signal-safe.
+    unsafe { sigaction(Signal::SIGCONT, &counted) }.context("installing a handler for SIGCONT")?;
+    let stop: SigSet = STOP_SIGNALS.into_iter().collect();
+    stop.thread_unblock().context("unblocking the stop signals")
 }
 
 /// Whether `signal` is ignored now, asked without changing it (installing and restoring would leave a moment

@@ -1321,3 +1321,108 @@ fn a_run_whose_invoker_ignores_sigterm_does_not_outlive_its_outside() {
         assert_eq!(tmp.entries(), Vec::<String>::new(), "{isolate}: nothing left in TMPDIR");
     }
 }
+
+/// Whether process `pid` handles `signal` (its bit in `SigCgt` of `/proc/PID/status`): the program has
+/// installed its stop signals' handlers.
+fn handles(pid: u32, signal: Signal) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let caught = status.lines().find_map(|l| l.strip_prefix("SigCgt:")).map(str::trim);
+    caught
+        .and_then(|hex| u64::from_str_radix(hex, 16).ok())
+        .is_some_and(|mask| mask >> (signal as i32 - 1) & 1 == 1)
+}
+
+/// A stop signal is never lost in the hand-over of an isolated run: sent at every millisecond of the first
+/// 20 after the process the user started can take it (the relaunched run starting, entering its namespaces,
+/// holding the stop signals blocked while it forks the init, handing the init over and ending; the init and
+/// the run's process starting), a run that would hang ends in order with 128+N and its verdict, within a
+/// second or two: stopped by the signal itself, with its own document (not ended by it before its handlers
+/// were there), never by the process outside's SIGKILL 4 s later (137), nor as if nothing came.
+#[test]
+fn a_stop_signal_in_any_window_of_the_hand_over_ends_the_run_in_order() {
+    let Some(_turn) = isolated_turn("a_stop_signal_in_any_window_of_the_hand_over_ends_the_run_in_order")
+    else {
+        return;
+    };
+    let mut lost = Vec::new();
+    for (kind, signal) in [("pid", Signal::SIGTERM), ("container", Signal::SIGINT)] {
+        for after_ms in 0..20u64 {
+            let tmp = Tmp::new("hand-over");
+            let mark = format!("{}-hand-over-{kind}-{after_ms}", std::process::id());
+            let _end = EndMarked(mark.clone());
+            let mut child = isolated(&tmp, &["--isolate", kind, "--ipc", "vmm", "--sync", "memops"])
+                .env(FAULT, "child0@round-robin:hang")
+                .env("SIMPLE_IPC_TEST_MARK", &mark)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            let pid = child.id();
+            let start = Instant::now();
+            while !handles(pid, signal) && start.elapsed() < Duration::from_secs(5) {
+                std::thread::yield_now();
+            }
+            std::thread::sleep(Duration::from_millis(after_ms));
+            let sent = Instant::now();
+            nix::sys::signal::kill(Pid::from_raw(pid as i32), signal).unwrap();
+            let status = wait_at_most(&mut child, Duration::from_secs(10));
+            let took = sent.elapsed();
+            let mut said = String::new();
+            if let Some(mut out) = child.stdout.take() {
+                use std::io::Read;
+                let _ = out.read_to_string(&mut said);
+            }
+            let expected = 128 + signal as i32;
+            let last = said.lines().last().unwrap_or_default().to_owned();
+            let in_order = status.and_then(|s| s.code()) == Some(expected)
+                && last == format!("STOPPED (exit {expected}): interrupted by {signal}")
+                && took < Duration::from_secs(3);
+            if !in_order {
+                lost.push(format!("{kind} {signal} {after_ms} ms in: {status:?} after {took:?}: {last}"));
+            }
+            wait_all_gone(&mark, Duration::from_secs(3));
+        }
+    }
+    assert!(lost.is_empty(), "stop signals not taken in order:\n{}", lost.join("\n"));
+}
+
+/// The init of an isolated run's PID namespace killed (SIGKILL) as soon as it is there, at several moments
+/// while the run's processes meet at their socket in a private directory under TMPDIR: the kernel kills
+/// every process of the namespace with it, the run's guardian among them, so the process outside, which
+/// chose where that directory is made, removes it. Nothing stays in TMPDIR.
+#[test]
+fn an_init_killed_early_leaves_no_socket_directory() {
+    let Some(_turn) = isolated_turn("an_init_killed_early_leaves_no_socket_directory") else { return };
+    let mut made_one = false;
+    for after_ms in [0u64, 2, 4, 6, 8, 10, 14, 18, 24, 30] {
+        let tmp = Tmp::new("init-killed");
+        let mark = format!("{}-init-killed-{after_ms}", std::process::id());
+        let _end = EndMarked(mark.clone());
+        let mut child = isolated(&tmp, &["--isolate", "container", "--ipc", "vmm", "--sync", "memops"])
+            .env(FAULT, "child0@round-robin:hang")
+            .env("SIMPLE_IPC_TEST_MARK", &mark)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        let init = loop {
+            if let Some(&init) = inits_among_children_of(child.id()).first() {
+                break Some(init);
+            }
+            if start.elapsed() > Duration::from_secs(5) {
+                break None;
+            }
+            std::thread::yield_now();
+        };
+        let init = init.expect("the run's PID namespace has an init");
+        std::thread::sleep(Duration::from_millis(after_ms));
+        made_one |= !tmp.entries().is_empty();
+        let _ = nix::sys::signal::kill(Pid::from_raw(init as i32), Signal::SIGKILL);
+        let status = wait_at_most(&mut child, Duration::from_secs(10));
+        assert!(status.is_some(), "{after_ms} ms: the process outside ended");
+        assert_eq!(tmp.entries(), Vec::<String>::new(), "init killed {after_ms} ms in: left in TMPDIR");
+        wait_all_gone(&mark, Duration::from_secs(3));
+    }
+    assert!(made_one, "at least one kill came while the socket's directory was there");
+}

@@ -327,11 +327,14 @@ fn the_benchmark_names_an_xid_at_its_end() {
     assert_eq!(value(&metrics, "xid_errors", &[("xid", "13"), ("mechanism", "vmm")]), Some(1.0));
 }
 
-/// A served run that fails names the Xid of a joiner's GPU in the server's document.
+/// A served run that fails lists the Xid of a joiner's GPU in the server's document; where the record names
+/// a process that is none of the run's (here pid 9, `name=xid`: the H200 host's wild write of another
+/// process beside a failing run), it is said to be another process's and is no cause of the run's.
 #[test]
-fn a_served_runs_document_names_the_xid_of_a_joiners_gpu() {
+fn a_served_runs_document_lists_the_xid_of_a_joiners_gpu_as_another_processes() {
     let dir = scratch("served");
-    let log = kernel_log(dir.path(), &[(DURING, &format!("NVRM: Xid ({GPU_1}): 31, pid=9, name=joiner"))]);
+    let log =
+        kernel_log(dir.path(), &[(DURING, &format!("NVRM: Xid ({GPU_1}): 31, pid=9, name=xid, channel 2"))]);
     let json = dir.path().join("server.json");
     let mut server = simulated("ok,ok");
     server.env(KERNEL_LOG, &log).arg("--json").arg(&json);
@@ -343,7 +346,105 @@ fn a_served_runs_document_names_the_xid_of_a_joiners_gpu() {
         (Some(31), Some(1)),
         "{doc}"
     );
-    assert!(doc["cause"].as_str().is_some_and(|c| c.contains("a mapping used after its exporter")), "{doc}");
+    let xid = &doc["xid"][0];
+    assert_eq!(
+        (xid["pid"].as_u64(), xid["process_name"].as_str(), xid["process"].as_str()),
+        (Some(9), Some("xid"), Some("another")),
+        "{doc}"
+    );
+    assert!(
+        doc["cause"].as_str().is_none_or(|c| !c.contains("Xid 31")),
+        "another's fault is no cause: {doc}"
+    );
+    assert!(doc["reason"].as_str().is_some_and(|r| !r.contains("Xid 31")), "{doc}");
+}
+
+/// An Xid is the run's only where the kernel's record names one of its processes (or the node is at fault):
+/// a child's fault (its pid as the kernel numbers it, this host's PID namespace being the kernel's) is named
+/// in the verdict, the cause and the metrics as the run's; another process's on the same GPU (this test's
+/// own pid) is listed as another's, said on standard error as such, and named nowhere as the cause; a
+/// record that names no process (pid=0) is said so, and an Xid of the node's is still the run's cause.
+#[test]
+fn an_xid_is_the_runs_only_where_its_record_names_one_of_the_runs_processes() {
+    let dir = scratch("whose");
+    let log = dir.path().join("kmsg");
+    std::fs::write(&log, "").unwrap();
+    let (json, metrics) = (dir.path().join("run.json"), dir.path().join("run.prom"));
+    let mut run = simulated("ok,ok")
+        .args(["--timeout", "2"])
+        .env(KERNEL_LOG, &log)
+        .env(FAULT, "child1@round-robin:hang")
+        .arg("--json")
+        .arg(&json)
+        .arg("--metrics")
+        .arg(&metrics)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = run.id();
+    assert_eq!(common::wait_for_lines(&mut run, "Starting on device", 2, Duration::from_secs(10)), 2);
+    let guardian = common::guardian_of(pid);
+    let children: Vec<u32> = common::descendants(pid).into_iter().filter(|&c| Some(c) != guardian).collect();
+    assert_eq!(children.len(), 2, "{children:?}");
+    let child = children[1];
+    let another = std::process::id();
+    // Written while the run waits for its hung child: read at its end.
+    kernel_log(
+        dir.path(),
+        &[
+            (DURING, &format!("NVRM: Xid ({GPU_1}): 31, pid={child}, name=simple-ipc, channel 1")),
+            (DURING, &format!("NVRM: Xid ({GPU_1}): 43, pid={another}, name=xid, channel 2")),
+            (DURING, &format!("NVRM: Xid ({GPU_1}): 79, pid=0, GPU has fallen off the bus.")),
+        ],
+    );
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut run.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(run.wait().unwrap().code(), Some(1), "{stderr}");
+    let doc = common::document(&json);
+    let whose: Vec<(u64, Option<u64>, &str)> = doc["xid"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{doc}"))
+        .iter()
+        .map(|x| (x["xid"].as_u64().unwrap(), x["pid"].as_u64(), x["process"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        whose,
+        [
+            (31, Some(u64::from(child)), "run"),
+            (43, Some(u64::from(another)), "another"),
+            (79, Some(0), "not_known")
+        ],
+        "{doc}"
+    );
+    let cause = doc["cause"].as_str().unwrap_or_else(|| panic!("a cause: {doc}"));
+    assert!(cause.contains("Xid 31") && cause.contains("Xid 79") && !cause.contains("Xid 43"), "{cause}");
+    let reason = doc["reason"].as_str().unwrap();
+    assert!(reason.contains("Xid 31") && !reason.contains("Xid 43"), "{reason}");
+    assert!(
+        stderr.contains(&format!("pid {another} (xid), as the kernel numbers it: another process, not one of the run's; not this run's cause")),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!(
+            "pid {child} (simple-ipc), as the kernel numbers it: one of the run's processes"
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.contains("the record names no process"), "{stderr}");
+    let series = metrics_of(&metrics);
+    assert_eq!(value(&series, "xid_errors", &[("xid", "31"), ("process", "run")]), Some(1.0), "{series:?}");
+    assert_eq!(
+        value(&series, "xid_errors", &[("xid", "43"), ("process", "another")]),
+        Some(1.0),
+        "{series:?}"
+    );
+    assert_eq!(
+        value(&series, "xid_errors", &[("xid", "79"), ("process", "not_known")]),
+        Some(1.0),
+        "{series:?}"
+    );
 }
 
 /// The sample's metrics: how it ended, with what, the GPUs, each phase of each process (the parent's and
@@ -504,5 +605,98 @@ fn metrics_go_to_standard_output_alone_and_never_share_a_destination() {
         let out = run(simulated("ok").args(args).args(["--metrics", "m.prom"]));
         assert_eq!(out.status.code(), Some(1), "{args:?}: {}", text(&out));
         assert!(text(&out).contains("--metrics"), "{}", text(&out));
+    }
+}
+
+/// A run whose watchdog must end it (a call that never returns: here the parent hangs choosing its devices,
+/// its first children waiting for the plan, as under a hung `cuInit`) still replaces a previous run's
+/// documents: the `--json` document and the metrics say it failed, for the watchdog's reason, before the
+/// verdict line says so. A node's textfile collector must never keep the last pass of a hung node.
+#[test]
+fn a_run_its_watchdog_ends_writes_both_documents_as_failed() {
+    let dir = scratch("watchdog");
+    let (json, metrics) = (dir.path().join("run.json"), dir.path().join("run.prom"));
+    // The previous run's, which passed.
+    let (code, said, _, _) = run_with_both(dir.path(), &mut simulated("ok"));
+    assert_eq!(code, Some(0), "{said}");
+    assert_eq!(value(&metrics_of(&metrics), "status", &[("status", "passed")]), Some(1.0));
+    let mut hung = simulated("ok");
+    hung.args(["--timeout", "1"]).env(FAULT, "parent@device-selection:hang");
+    let started = std::time::Instant::now();
+    let (code, said, doc, series) = run_with_both(dir.path(), &mut hung);
+    assert_eq!(code, Some(1), "{said}");
+    assert!(started.elapsed() < Duration::from_secs(10), "the watchdog ended it: {said}");
+    assert!(verdict(&said).contains("its own watchdog ended it"), "{said}");
+    assert_eq!((doc["status"].as_str(), doc["exit_status"].as_u64()), (Some("failed"), Some(1)), "{doc}");
+    assert!(doc["reason"].as_str().is_some_and(|r| r.contains("its own watchdog ended it")), "{doc}");
+    assert_eq!(doc["options"]["timeout_s"].as_u64(), Some(1), "the run's own options: {doc}");
+    assert_eq!(value(&series, "status", &[("status", "failed")]), Some(1.0), "{series:?}");
+    assert_eq!(value(&series, "status", &[("status", "passed")]), Some(0.0), "{series:?}");
+    assert_eq!(value(&series, "exit_status", &[]), Some(1.0), "{series:?}");
+    assert!(json.exists() && metrics.exists());
+}
+
+/// The test's kernel log is a test hook, and held as one: it is said on standard error (so `--quiet` keeps
+/// it) and marked in the document (`test_kernel_log`) and the metrics; a FIFO is refused unread (it would
+/// hold a failing run past its --timeout and its watchdog), and so is a file larger than 16 MiB (read whole,
+/// 512 MiB took 73 s and 11 GB); a record's bidirectional-text controls reach no output raw.
+#[test]
+fn the_test_kernel_log_is_announced_marked_and_bounded() {
+    let dir = scratch("hook");
+    let log = kernel_log(
+        dir.path(),
+        &[(DURING, &format!("NVRM: Xid ({GPU_1}): 79, pid=0, \u{202e}sub eht\u{202c}"))],
+    );
+    let mut command = simulated("ok,ok");
+    command.env(KERNEL_LOG, &log).env(FAULT, "child0@round-robin:error").arg("--quiet");
+    let out = run(command
+        .arg("--json")
+        .arg(dir.path().join("q.json"))
+        .arg("--metrics")
+        .arg(dir.path().join("q.prom")));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("TEST KERNEL LOG ({KERNEL_LOG}=")),
+        "said where --quiet keeps it: {stderr}"
+    );
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("\u{202e}") && !stderr.contains('\u{202e}'),
+        "{stderr}"
+    );
+    assert!(stderr.contains("\\u{202e}sub eht"), "escaped: {stderr}");
+    let doc = common::document(&dir.path().join("q.json"));
+    assert_eq!(doc["test_kernel_log"].as_str(), log.to_str(), "{doc}");
+    assert!(!doc.to_string().contains('\u{202e}'), "{doc}");
+    assert_eq!(value(&metrics_of(&dir.path().join("q.prom")), "test_kernel_log", &[]), Some(1.0));
+
+    let fifo = dir.path().join("fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let huge = dir.path().join("huge");
+    std::fs::File::create(&huge).unwrap().set_len(17 << 20).unwrap();
+    for (log, why) in [(&fifo, "not a regular file"), (&huge, "more than the 16777216 read")] {
+        let started = std::time::Instant::now();
+        let mut command = simulated("ok");
+        command.env(KERNEL_LOG, log).env(FAULT, "child0@round-robin:error").args(["--timeout", "5"]);
+        let (code, said, doc, _) = run_with_both(dir.path(), &mut command);
+        assert_eq!(code, Some(1), "{said}");
+        assert!(started.elapsed() < Duration::from_secs(4), "{why}: {:?}: {said}", started.elapsed());
+        assert!(doc["kernel_log"].as_str().is_some_and(|k| k.contains(why)), "{why}: {doc}");
+    }
+}
+
+/// Standard output that cannot take them (`>/dev/full`): the run fails naming what it could not write, the
+/// metrics or the document, never one for the other.
+#[test]
+fn what_standard_output_could_not_take_is_named() {
+    for (option, named) in [("--metrics", "the metrics (--metrics -)"), ("--json", "the --json document")] {
+        let full = std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
+        let out = simulated("ok").args([option, "-"]).stdout(full).stderr(Stdio::piped()).output().unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{said}");
+        assert!(
+            said.contains(&format!("FAILED (exit 1): writing {named} to standard output: No space left")),
+            "{option}: {said}"
+        );
     }
 }

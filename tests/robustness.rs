@@ -392,3 +392,87 @@ fn a_child_killed_by_sigbus_names_a_full_dev_shm_and_the_fix() {
     assert!(doc["cause"].as_str().is_some_and(|c| c.contains("full /dev/shm")), "{doc}");
     assert!(doc["fix"].as_str().is_some_and(|f| f.contains("--shm-size=1g")), "{doc}");
 }
+
+/// The same /dev/shm too small, for processes that joined: a served run's joiners and `--isolate
+/// joiners:pid`'s. The server is no parent of theirs and cannot read their exit status, so a joiner that
+/// SIGBUS kills tells it first, and the run names the full /dev/shm and the fix instead of a joiner "gone
+/// without saying how it ended". Needs root and unshare(1); elsewhere it says it was skipped.
+#[test]
+fn a_joiner_killed_by_sigbus_names_a_full_dev_shm() {
+    let dir = common::scratch("sigbus-joiner");
+    let json = dir.path().join("run.json");
+    let served = r#"set -e
+        mount -t tmpfs -o size=4k tmpfs /dev/shm
+        set +e
+        "$0" --serve "@simple-ipc-sigbus-$$" --timeout 20 --json "$1" & server=$!
+        sleep 0.3
+        "$0" --join "@simple-ipc-sigbus-$$" & "$0" --join "@simple-ipc-sigbus-$$"; wait $!
+        wait $server; echo "status $?""#;
+    let isolated = r#"set -e
+        mount -t tmpfs -o size=4k tmpfs /dev/shm
+        set +e; "$0" --isolate joiners:pid --json "$1"; echo "status $?""#;
+    for (how, script) in [("served", served), ("joiners:pid", isolated)] {
+        let out = Command::new("unshare")
+            .args(["--mount", "sh", "-c", script])
+            .arg(bin())
+            .arg(&json)
+            .env(SIMULATE, "ok,ok")
+            .env_remove(FAULT)
+            .output();
+        let Ok(out) = out else {
+            common::skipped(
+                "namespaces",
+                "a_joiner_killed_by_sigbus_names_a_full_dev_shm: no unshare(1) here",
+            );
+            return;
+        };
+        let all = text(&out);
+        if !all.contains("status ") {
+            common::skipped(
+                "namespaces",
+                format!("a_joiner_killed_by_sigbus: no mount namespace here: {all}"),
+            );
+            return;
+        }
+        assert!(all.contains("status 1"), "{how}: {all}");
+        assert!(
+            all.contains("failed! (exit code 135: killed by SIGBUS: most likely a full /dev/shm"),
+            "{how}: {all}"
+        );
+        assert!(!all.contains("gone without saying"), "{how}: {all}");
+        let doc = common::document(&json);
+        assert!(doc["cause"].as_str().is_some_and(|c| c.contains("full /dev/shm")), "{how}: {doc}");
+        assert!(doc["fix"].as_str().is_some_and(|f| f.contains("--shm-size=1g")), "{how}: {doc}");
+    }
+}
+
+/// A parent held stopped (SIGSTOP) past its --timeout and then continued fails its deadline, as it must,
+/// and says it was itself held, and for how long, beside where its children were: the time it held the
+/// run is not taken for the run's own.
+#[test]
+fn a_parent_held_stopped_past_its_deadline_says_so() {
+    let mut run = common::simulated("ok")
+        .args(["--procs-per-device", "2", "--timeout", "2"])
+        .env(FAULT, "child0@round-robin:hang")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert_eq!(
+        common::wait_for_lines(&mut run, "Starting on device", 2, std::time::Duration::from_secs(10)),
+        2
+    );
+    let parent = nix::unistd::Pid::from_raw(run.id() as i32);
+    nix::sys::signal::kill(parent, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    nix::sys::signal::kill(parent, nix::sys::signal::Signal::SIGCONT).unwrap();
+    let mut said = String::new();
+    std::io::Read::read_to_string(&mut run.stderr.take().unwrap(), &mut said).unwrap();
+    assert_eq!(run.wait().unwrap().code(), Some(1), "{said}");
+    assert!(said.contains("the run did not finish within 2 s (--timeout); stopped it."), "{said}");
+    assert!(
+        said.contains("This process was itself held stopped (SIGSTOP or Ctrl-Z, then continued) for 3."),
+        "{said}"
+    );
+}

@@ -1645,3 +1645,69 @@ fn a_hung_joiner_whose_server_is_killed_ends_by_its_own_watchdog() {
         killed.elapsed()
     );
 }
+
+/// `--serve --json - | true`: the reader of the server's document is gone when the server writes it, so
+/// the server ends 141 (interrupted, as a C program killed by SIGPIPE); its joiners are told so and do not
+/// say PASSED for a run whose server did not pass.
+#[test]
+fn a_servers_reader_gone_is_no_pass_for_its_joiners() {
+    let (_dir, socket) = socket_path("reader-gone");
+    let (read, write) = nix::unistd::pipe().unwrap();
+    drop(read);
+    let mut server = Command::new(bin())
+        .args(["--serve", &socket, "--json", "-"])
+        .env(SIMULATE, "ok")
+        .env_remove(FAULT)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(write))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = server.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut said = String::new();
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            if line.contains("waiting for") {
+                let _ = tx.send(None);
+            }
+            said.push_str(&line);
+            said.push('\n');
+        }
+        let _ = tx.send(Some(said));
+    });
+    assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(None), "the server serves");
+    let joiner = join("ok", &socket, None);
+    let (code, said, _) = joiner.end(LIMIT);
+    let server_code = server.wait().unwrap().code();
+    let server_said = rx.recv_timeout(Duration::from_secs(5)).ok().flatten().unwrap_or_default();
+    assert_eq!(server_code, Some(141), "{server_said}");
+    assert_eq!(code, Some(1), "the joiner does not pass a run its server did not: {said}");
+    assert!(!said.contains("PASSED"), "{said}");
+    assert!(said.contains("the reader of standard output went away"), "{said}");
+}
+
+/// A server killed (SIGKILL) just after both its joiners joined: no joiner waives the run. Opening the dead
+/// server's memory, the simulated driver finds it no longer in /proc (as from another PID namespace, which
+/// it does not model); that is no waiver where the server is gone: the joiner fails, saying so first.
+#[test]
+fn a_server_killed_after_its_joiners_joined_is_no_waiver_for_them() {
+    let mut waived = Vec::new();
+    for attempt in 0..10 {
+        let (_dir, socket) = socket_path(&format!("killed-after-join-{attempt}"));
+        let mut server = serve("ok", &socket, &["--procs-per-device", "2"]);
+        let joiners = [join("ok", &socket, None), join("ok", &socket, None)];
+        assert!(server.wait_for("Process 1 joined", Duration::from_secs(10)), "{}", server.text());
+        let _ = server.child.kill();
+        let _ = server.child.wait();
+        for joiner in joiners {
+            let (code, out, _) = joiner.end(LIMIT);
+            assert!(code.is_some(), "{out}");
+            if code == Some(2) {
+                waived.push(out);
+            }
+        }
+    }
+    assert!(waived.is_empty(), "a joiner waived a run whose server was killed:\n{}", waived.join("\n---\n"));
+}

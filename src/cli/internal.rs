@@ -73,6 +73,9 @@ enum Sub {
         /// A row of the container matrix: every kind of handle, one importer.
         #[arg(long)]
         matrix_row: bool,
+        /// The run inside an isolation: where to make its socket's directory (see `role::Run::socket_dir`).
+        #[arg(long, value_name = "PATH")]
+        socket_dir: Option<std::path::PathBuf>,
         /// Its place in a served sequence.
         #[arg(long, value_name = "K/M", value_parser = Round::parse, requires = "served_fds")]
         serve_round: Option<Round>,
@@ -107,12 +110,13 @@ pub(super) fn parse_from(args: impl Iterator<Item = OsString>) -> Result<Role, c
                 matrix_row,
             })
         }
-        Sub::Run { report_fd, outside_fd, matrix_row, serve_round, served_fds, options } => {
+        Sub::Run { report_fd, outside_fd, matrix_row, socket_dir, serve_round, served_fds, options } => {
             let served = serve_round.zip(served_fds).map(|(round, fds)| Served { round, fds });
             match options.role().map_err(|refused| refused.said_by(Internal::command()))? {
                 Role::Sample(run, mechanism)
                     if run.json.is_none() && (served.is_none() || run.serve.is_some()) =>
                 {
+                    let run = crate::role::Run { socket_dir, ..run };
                     Role::MechanismRun(MechanismRun {
                         mechanism,
                         run,
@@ -149,11 +153,12 @@ mod tests {
     /// The user's options of a run: `args` as a user gives them.
     fn run_of(args: &[&str]) -> Run {
         match rules::parse_from(std::iter::once("simple-ipc").chain(args.iter().copied())) {
-            Ok(rules::Asked::Role(
+            Ok(rules::Asked::Role(role)) => match *role {
                 Role::Sample(run, _)
                 | Role::EveryMechanism(crate::role::EveryMechanism { run, .. })
-                | Role::Matrix(run, _),
-            )) => run,
+                | Role::Matrix(run, _) => run,
+                other => panic!("{args:?}: {other:?}"),
+            },
             other => panic!("{args:?}: {other:?}"),
         }
     }
@@ -212,6 +217,9 @@ mod tests {
         let row = run_of(&["--ipc", "legacy", "--isolate", "pid"]);
         roles
             .push(Role::MechanismRun(MechanismRun { matrix_row: true, ..sub(Mechanism::Legacy, row, None) }));
+        // The run inside an isolation, told where to make its socket's directory.
+        let inside = Run { socket_dir: Some("/tmp/simple-ipc-1-outside-f".into()), ..run_of(user[3]) };
+        roles.push(Role::MechanismRun(sub(Mechanism::Vmm, inside, None)));
         for role in &roles {
             assert_eq!(&parsed(role), role);
         }

@@ -56,7 +56,7 @@ fn parse_from(args: Vec<OsString>) -> Result<Role, Usage> {
             internal::parse_from(args.into_iter().skip(2)).map_err(|e| Usage::clap(e, internal::usage))
         }
         _ => match rules::parse_from(args) {
-            Ok(rules::Asked::Role(role)) => Ok(role),
+            Ok(rules::Asked::Role(role)) => Ok(*role),
             Ok(rules::Asked::Generate(what)) => {
                 Err(Usage { said: Said::Generate(what), generated: Cell::new(EXIT_FAILURE) })
             }

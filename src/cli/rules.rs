@@ -15,7 +15,7 @@ use crate::role::{Bench, Between, EveryMechanism, Joiner, Role, Run};
 #[derive(Debug)]
 pub(super) enum Asked {
     /// A process of this program: the sample, the benchmark, the topology, a joiner...
-    Role(Role),
+    Role(Box<Role>),
     /// `--generate`: completions or the man page, made from the user's parser (see `generate`).
     Generate(generate::What),
 }
@@ -30,7 +30,7 @@ pub(super) fn parse_from(
     }
     idle_options(&read.options, |id| read.given(id))
         .and_then(|()| read.options.role())
-        .map(Asked::Role)
+        .map(|role| Asked::Role(Box::new(role)))
         .map_err(|refused| refused.said_by(user::command()))
 }
 
@@ -75,6 +75,7 @@ impl Options {
             isolate: self.isolate,
             json: self.json,
             metrics: self.metrics,
+            socket_dir: None,
         };
         let unorderable = |mechanism| cannot_order(run.sync, mechanism);
         Ok(match (mechanism, run.isolate.take()) {

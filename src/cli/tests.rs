@@ -9,7 +9,7 @@ use crate::timings::Timeout;
 
 fn run(args: &[&str]) -> Option<Role> {
     match parse_from(std::iter::once("simple-ipc").chain(args.iter().copied())) {
-        Ok(Asked::Role(role)) => Some(role),
+        Ok(Asked::Role(role)) => Some(*role),
         Ok(Asked::Generate(what)) => panic!("{args:?} is --generate {what:?}"),
         Err(e) => {
             assert!(e.use_stderr(), "usage errors exit 1 (see usage_exit_code): {e}");

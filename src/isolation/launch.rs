@@ -8,7 +8,7 @@
 
 use std::cell::RefCell;
 use std::os::unix::fs::DirBuilderExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -39,14 +39,19 @@ struct SocketDir<'g> {
 }
 
 impl<'g> SocketDir<'g> {
-    fn make(guardian: &'g Guardian) -> Result<Self> {
+    /// Makes it: at `wanted` (the path the process outside an isolated run chose, which it removes should
+    /// the run leave it), or else, as where that is taken, under a name of its own in TMPDIR.
+    fn make(guardian: &'g Guardian, mut wanted: Option<&Path>) -> Result<Self> {
         let base = std::env::temp_dir();
         let mut attempt = 0u32;
         loop {
             let nanos = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.subsec_nanos());
-            let dir = base.join(format!("simple-ipc-{}-{nanos:x}", std::process::id()));
+            let dir = match wanted.take() {
+                Some(wanted) => wanted.to_owned(),
+                None => base.join(format!("simple-ipc-{}-{nanos:x}", std::process::id())),
+            };
             // Announced first: a run killed between the making and the covering leaves it to the guardian.
             guardian.making_dir(&dir, true);
             let created = std::fs::DirBuilder::new().mode(0o700).create(&dir);
@@ -100,11 +105,13 @@ impl<'g> Launched<'g> {
     /// whatever happens, unless the processes have network namespaces of their own (an abstract socket is
     /// in one), then a socket in a private directory, which `guardian` removes should the run be killed.
     /// Nothing is started yet.
-    /// A refusal that a process reports goes to `refused`.
+    /// A refusal that a process reports goes to `refused`; the directory is made at `socket_dir` where the
+    /// process outside this run chose one (see [`SocketDir::make`]).
     pub fn prepare(
         isolation: &Isolation,
         guardian: &'g Guardian,
         refused: &'g RefCell<Option<Refused>>,
+        socket_dir: Option<&Path>,
     ) -> Result<Self> {
         // A socket under /dev/shm cannot reach processes with a /dev/shm of their own: said as such, with the
         // fix, not as an isolated process that ended with exit status 1.
@@ -118,7 +125,10 @@ impl<'g> Launched<'g> {
                 isolation.described()
             );
         }
-        let dir = if isolation.has(Kind::Net) { Some(SocketDir::make(guardian)?) } else { None };
+        let dir = match isolation.has(Kind::Net) {
+            true => Some(SocketDir::make(guardian, socket_dir)?),
+            false => None,
+        };
         Ok(Self { processes: Vec::new(), dir, refused })
     }
 

@@ -13,11 +13,16 @@
 //!   started is killed, and the verdict names a stopped process, where one is;
 //! - where the run enters a PID namespace, its process hands the namespace's init over to this one and
 //!   ends: the init is this process's child, and no process stands between them;
+//! - where the run's processes meet at a socket in a private directory (a network namespace of their own), it
+//!   chooses where that directory is made, and removes it should the run leave it: the run's guardian, in
+//!   the run's PID namespace, dies with the namespace's init, so an init killed early would leave it;
 //! - the run hands its `--json` document back through a pipe, as a run of `--ipc all` does, and `main`
 //!   writes it where the user asked (not into the run's private `/dev/shm`, and with the user's own rights,
 //!   which a user namespace's root lacks; with `--json -`, to the standard output the user gave, which only
 //!   this process holds: the run's descriptor 1 is standard error's copy), then says the verdict.
 
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
@@ -50,8 +55,17 @@ pub(crate) fn run_inside(
     for &fd in served.map_or(&[][..], |served| &served.fds) {
         launch.keep(fd);
     }
-    let (inner, served) = (run.clone(), served.cloned());
-    let inside = MechanismRun { mechanism, run: inner, report_fd, served, outside_fd, matrix_row };
+    // Declared before the process: removed (if the run left it) once the process is reaped.
+    let socket_dir = LeftBehind::chosen();
+    let run = Run { socket_dir: Some(socket_dir.path.clone()), ..run.clone() };
+    let inside = MechanismRun {
+        mechanism,
+        run: run.clone(),
+        report_fd,
+        served: served.cloned(),
+        outside_fd,
+        matrix_row,
+    };
     launch
         .args(Role::MechanismRun(inside).to_args())
         // A group of its own: a signal to the user's job reaches the run once, through this process; if
@@ -95,6 +109,33 @@ pub(crate) fn run_inside(
         }
         None => Outcome::Ended(without_document(exit_status(ended))).into(),
     })
+}
+
+/// The path at which the run inside makes its socket's private directory, if it makes one: removed when
+/// dropped, should the run have left it (a directory of this user's, never followed if a link).
+struct LeftBehind {
+    path: PathBuf,
+}
+
+impl LeftBehind {
+    /// A name in TMPDIR of this process's own (its pid, and the time's nanoseconds).
+    fn chosen() -> Self {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let name = format!("simple-ipc-{}-outside-{nanos:x}", std::process::id());
+        Self { path: std::env::temp_dir().join(name) }
+    }
+}
+
+impl Drop for LeftBehind {
+    fn drop(&mut self) {
+        let ours = std::fs::symlink_metadata(&self.path)
+            .is_ok_and(|meta| meta.is_dir() && meta.uid() == nix::unistd::geteuid().as_raw());
+        if ours {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
 }
 
 /// How a run that ended with `code` and handed back no document ended.

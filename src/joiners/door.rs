@@ -99,6 +99,8 @@ impl Joiners<'_> {
         }
         self.descriptor_sockets[position] = None;
         say!("Process {index} joined (pid {pid})")?;
+        // One of the run's processes, should the kernel log an Xid of it (its pid as this process sees it).
+        crate::node::note_run_process(pid.unsigned_abs());
         self.joined.push(Joined { index, pid, connection: Some(connection), done: false, place });
         if self.joined.len() == self.expected() {
             self.say_where_they_stand()?;

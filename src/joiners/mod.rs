@@ -109,6 +109,8 @@ pub struct Joiners<'s> {
     /// Connections that have not asked to join yet.
     waiting: Vec<Waiting>,
     deadline: Option<(Instant, Duration)>,
+    /// How long this process was held stopped while it waited (said where the deadline passes).
+    held: crate::held::Held,
     /// The socket's file goes once every process has joined (`--isolate`: nobody else is to come, and a
     /// server killed after that leaves no file).
     remove_when_full: bool,
@@ -254,6 +256,7 @@ impl<'s> Joiners<'s> {
             joined: Vec::new(),
             waiting: Vec::new(),
             deadline: timeout.deadline_from(started),
+            held: crate::held::Held::new(),
             remove_when_full: false,
             round: None,
             only_started_by: None,

@@ -73,6 +73,7 @@ impl Joiners<'_> {
     /// `Err` once the watchdog's deadline has passed, naming the processes that never joined and where
     /// each one that did was.
     pub(super) fn check_deadline(&self) -> Result<()> {
+        self.held.look();
         let Some((deadline, timeout)) = self.deadline else { return Ok(()) };
         if Instant::now() < deadline {
             return Ok(());
@@ -91,8 +92,9 @@ impl Joiners<'_> {
         places.extend(never.map(|i| format!("process {i} never joined")));
         // No full stop at the end: a context may follow it (`...: in the barrier`).
         Err(anyhow!(
-            "the run did not finish within {} s (--timeout); stopped it.{missing} Not finished: {}",
+            "the run did not finish within {} s (--timeout); stopped it.{missing}{} Not finished: {}",
             timeout.as_secs_f64(),
+            self.held.said(),
             places.join("; ")
         ))
     }

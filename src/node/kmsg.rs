@@ -42,6 +42,9 @@ const RECORD_BYTES: usize = 16 * 1024;
 /// At most this many records are read, so that a log flooded while it is read still ends.
 const MOST_RECORDS: usize = 1 << 20;
 
+/// The largest test's log read ([`TEST_LOG_ENV`]): a larger one is refused, not read, whatever it holds.
+const MOST_TEST_LOG_BYTES: u64 = 16 << 20;
+
 /// When a run began: on `CLOCK_MONOTONIC`, and in the kernel's log, where it could be opened then.
 #[derive(Debug)]
 pub struct RunStart {
@@ -87,15 +90,43 @@ pub struct Record {
 /// why the log cannot be read, in words.
 pub fn since(start: &mut RunStart) -> Result<Vec<Record>, String> {
     if let Some(test_log) = std::env::var_os(TEST_LOG_ENV) {
-        let text = std::fs::read(&test_log)
-            .map_err(|e| format!("the test's kernel log {}: {e}", Path::new(&test_log).display()))?;
-        let records = String::from_utf8_lossy(&text).lines().filter_map(parse).collect();
+        let text = read_test_log(Path::new(&test_log))?;
+        let records = String::from_utf8_lossy(&text).lines().take(MOST_RECORDS).filter_map(parse).collect();
         return Ok(after(records, start.micros));
     }
     match &mut start.log {
         Ok(log) => read_all(log),
         Err(_) => Ok(after(read_all(&mut open(Path::new(KMSG))?)?, start.micros)),
     }
+}
+
+/// A test's log, whole: a regular file of at most [`MOST_TEST_LOG_BYTES`], opened without blocking (a FIFO
+/// or a device, which could hold the run past its `--timeout` and its watchdog, is refused unread, as is a
+/// larger file). `Err`: why not, in words.
+fn read_test_log(path: &Path) -> Result<Vec<u8>, String> {
+    let said = |why: String| {
+        format!("the test's kernel log {}: {why}", crate::output::printable(&path.display().to_string()))
+    };
+    let flags = nix::libc::O_NONBLOCK | nix::libc::O_CLOEXEC | nix::libc::O_NOCTTY;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags)
+        .open(path)
+        .map_err(|e| said(e.to_string()))?;
+    let meta = file.metadata().map_err(|e| said(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(said("not a regular file: not read".to_owned()));
+    }
+    if meta.len() > MOST_TEST_LOG_BYTES {
+        return Err(said(format!(
+            "{} bytes, more than the {MOST_TEST_LOG_BYTES} read: not read",
+            meta.len()
+        )));
+    }
+    let mut text = Vec::new();
+    // Bounded as well should the file grow while it is read.
+    file.take(MOST_TEST_LOG_BYTES).read_to_end(&mut text).map_err(|e| said(e.to_string()))?;
+    Ok(text)
 }
 
 /// Those of `records` stamped at most [`CLOCK_SLACK`] before `start` (microseconds), or later.
@@ -159,14 +190,21 @@ fn monotonic_micros() -> u64 {
         .unwrap_or(0)
 }
 
-/// What a run that the test's log changes says as it starts, where [`TEST_LOG_ENV`] is set.
+/// What a run that the test's log changes says as it starts (on standard error, which `--quiet` keeps),
+/// where [`TEST_LOG_ENV`] is set.
 pub fn test_hook_said() -> Option<String> {
-    let path = std::env::var_os(TEST_LOG_ENV)?;
+    let path = test_log()?;
     Some(format!(
-        "TEST KERNEL LOG ({TEST_LOG_ENV}={}): the kernel's log is read from this file, not from {KMSG}, and \
-         simulated GPUs have PCI addresses to match its Xid lines against",
-        Path::new(&path).display()
+        "TEST KERNEL LOG ({TEST_LOG_ENV}={path}): the kernel's log is read from this file, not from {KMSG}, and \
+         simulated GPUs have PCI addresses to match its Xid lines against"
     ))
+}
+
+/// The test's log ([`TEST_LOG_ENV`]) where one is read instead of the kernel's, fit to print: the document
+/// and the metrics mark a run it changed.
+pub fn test_log() -> Option<String> {
+    let path = std::env::var_os(TEST_LOG_ENV)?;
+    Some(crate::output::printable(&Path::new(&path).display().to_string()))
 }
 
 /// The PCI address of the simulated GPU of ordinal `physical`, where a test's log is read

@@ -1,11 +1,16 @@
 //! NVIDIA's Xid errors in the kernel's log (`NVRM: Xid (PCI:0000:17:00): 31, pid=..., ...`): found among the
 //! records of a run (`kmsg`), kept where they name one of the run's GPUs by its PCI address, and named as
 //! NVIDIA's Xid catalogue names them, with what to do ([`catalogue`]): whether the program is at fault, or
-//! the node needs attention.
+//! the node needs attention; and whose process the record names ([`Faulting`]). An Xid is the run's, to
+//! name as its cause, where it is the node's (every process on the GPU meets it) or where the record names
+//! one of the run's processes: another user's fault on a shared GPU is listed, said as another's, and no
+//! cause of the run's.
 
 use serde::{Deserialize, Serialize};
 
+use super::catalogue::catalogue;
 use super::kmsg::{self, Record, RunStart};
+pub use super::processes::Faulting;
 
 /// One of the run's GPUs, to match the log's lines against.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -49,6 +54,35 @@ pub struct Xid {
     /// What to do.
     pub action: String,
     pub whose: Whose,
+    /// The process the record names, as the kernel numbers it (`pid=`), where it names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// Its name (`name=`, the kernel's `comm`, control characters escaped), where the record has it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process_name: Option<String>,
+    /// Whose process that is: one of the run's, another's, or not known.
+    #[serde(default = "not_known")]
+    pub process: Faulting,
+}
+
+fn not_known() -> Faulting {
+    Faulting::NotKnown
+}
+
+impl Xid {
+    /// Whether it is the run's to name as a cause: the node's, or a fault of one of the run's processes.
+    pub fn is_the_runs(&self) -> bool {
+        self.whose == Whose::Node || self.process == Faulting::Run
+    }
+
+    /// Whose process the record names, in words: `pid 4242 (xid): another process, not one of the run's`.
+    fn process_words(&self) -> String {
+        let name = self.process_name.as_deref().map(|n| format!(" ({n})")).unwrap_or_default();
+        match self.pid.filter(|&pid| pid != 0) {
+            Some(pid) => format!("pid {pid}{name}, as the kernel numbers it: {}", self.process.words()),
+            None => "the record names no process".to_owned(),
+        }
+    }
 }
 
 /// What the kernel's log said of a run's GPUs: its Xids, or why it could not be read.
@@ -81,6 +115,7 @@ fn of_gpus(records: &[Record], gpus: &[Gpu], began: u64) -> Vec<Xid> {
             let (address, number) = xid_line(&record.message)?;
             let gpu = gpus.iter().find(|gpu| PciAddress::parse(&gpu.pci_bus_id) == Some(address))?;
             let (meaning, action, whose) = catalogue(number);
+            let (pid, process_name) = super::processes::named_in(&record.message);
             Some(Xid {
                 xid: number,
                 device: gpu.index,
@@ -91,6 +126,9 @@ fn of_gpus(records: &[Record], gpus: &[Gpu], began: u64) -> Vec<Xid> {
                 meaning: meaning.to_owned(),
                 action: action.to_owned(),
                 whose,
+                process: Faulting::of(pid),
+                pid,
+                process_name: process_name.as_deref().map(escaped),
             })
         })
         .collect()
@@ -130,103 +168,13 @@ fn xid_line(message: &str) -> Option<(PciAddress, u32)> {
     Some((address, number[..digits].parse().ok()?))
 }
 
-/// What NVIDIA's Xid catalogue (docs.nvidia.com/deploy/xid-errors) says Xid `number` means, what to do,
-/// and whose the fault most likely is.
-pub fn catalogue(number: u32) -> (&'static str, &'static str, Whose) {
-    const NODE_ECC: &str = "the node needs attention, not the program: drain the GPU, reset it (nvidia-smi \
-                            -r) and read nvidia-smi -q -d ECC,ROW_REMAPPER; if it repeats, replace the GPU";
-    const GSP: &str = "the node needs attention, not the program: drain it and reset the GPU (or reboot); if \
-                       it repeats, update the driver and the GPU's firmware";
-    match number {
-        13 => (
-            "graphics engine exception: a kernel faulted (an illegal address or instruction, an out-of-range \
-             access), most often the program's own bug",
-            "run the program under compute-sanitizer; if other programs raise it on this GPU too, run the \
-             GPU's diagnostics (dcgmi diag -r 3)",
-            Whose::Program,
-        ),
-        31 => (
-            "GPU memory page fault (MMU fault): the GPU was asked for an address that is not mapped; after \
-             an IPC failure, a mapping used after its exporter freed the memory or ended",
-            "make every exporter outlive its importers' use of the mapping (importers close first, then the \
-             exporter frees), and look for a process of the run that died first; a bad pointer shows under \
-             compute-sanitizer; if it repeats with working programs, the driver or the GPU",
-            Whose::Program,
-        ),
-        43 => (
-            "GPU stopped processing: the driver stopped a program's work after a fault of its own (often \
-             beside Xid 13 or 31); the GPU goes on serving others",
-            "look at the program named in the line (its pid); the node needs nothing unless it repeats \
-             across programs",
-            Whose::Program,
-        ),
-        45 => (
-            "preemptive cleanup: the driver removed a program's GPU channels because it ended (was killed, \
-             or exited) with work in flight, or after an earlier error",
-            "expected where a process of the run was killed or failed; otherwise read the Xid before it",
-            Whose::Program,
-        ),
-        48 => {
-            ("double-bit ECC error: the GPU's memory returned an uncorrectable error", NODE_ECC, Whose::Node)
-        }
-        63 => (
-            "ECC page retirement or row remapping recorded: a failing row of the GPU's memory is to be \
-             retired or remapped",
-            "the node needs attention, not the program: the remapping takes effect when the GPU is reset; \
-             drain and reset it when it is idle",
-            Whose::Node,
-        ),
-        64 => (
-            "ECC page retirement or row remapping failed: a failing row of the GPU's memory could not be \
-             recorded",
-            NODE_ECC,
-            Whose::Node,
-        ),
-        74 => (
-            "NVLink error: a link between GPUs (or to an NVSwitch) failed",
-            "the node needs attention, not the program: read nvidia-smi nvlink -e, reset the GPUs; if it \
-             repeats, the hardware",
-            Whose::Node,
-        ),
-        79 => (
-            "GPU has fallen off the bus: the GPU no longer answers on PCIe",
-            "the node needs attention, not the program: the GPU is gone until it is reset or the node \
-             rebooted; drain the node, and check its power, cooling and PCIe slot (the kernel's lines around \
-             the Xid); if it repeats, the hardware",
-            Whose::Node,
-        ),
-        94 => (
-            "contained ECC error: an uncorrectable memory error, contained to the programs that used that \
-             memory; the GPU goes on for the others",
-            "the node needs attention, not the program: reset the GPU when it is idle, so that the row is \
-             remapped",
-            Whose::Node,
-        ),
-        95 => (
-            "uncontained ECC error: an uncorrectable memory error that reached every program on the GPU",
-            NODE_ECC,
-            Whose::Node,
-        ),
-        119 => (
-            "GSP RPC timeout: the GPU's System Processor did not answer the driver in time",
-            GSP,
-            Whose::Node,
-        ),
-        120 => ("GSP error: the GPU's System Processor's firmware failed", GSP, Whose::Node),
-        _ => (
-            "an Xid this program does not know",
-            "look its number up in NVIDIA's Xid catalogue (docs.nvidia.com/deploy/xid-errors)",
-            Whose::NotKnown,
-        ),
-    }
-}
-
 impl KernelLog {
-    /// The Xids in a few words, for a verdict line (`the kernel logged Xid 31 (GPU memory page fault ...) on
-    /// GPU 0 (0000:17:00.0)`), each number and GPU once; `None` where there is none.
+    /// The run's Xids ([`Xid::is_the_runs`]) in a few words, for a verdict line (`the kernel logged Xid 31
+    /// (GPU memory page fault ...) on GPU 0 (0000:17:00.0)`), each number and GPU once; `None` where there is
+    /// none.
     pub fn named(&self) -> Option<String> {
         let mut seen: Vec<(u32, i32, usize)> = Vec::new();
-        for xid in &self.xid {
+        for xid in self.xid.iter().filter(|x| x.is_the_runs()) {
             match seen.iter_mut().find(|(n, d, _)| (*n, *d) == (xid.xid, xid.device)) {
                 Some((_, _, times)) => *times += 1,
                 None => seen.push((xid.xid, xid.device, 1)),
@@ -235,7 +183,8 @@ impl KernelLog {
         let named: Vec<String> = seen
             .iter()
             .filter_map(|&(number, device, times)| {
-                let xid = self.xid.iter().find(|x| (x.xid, x.device) == (number, device))?;
+                let xid =
+                    self.xid.iter().find(|x| x.is_the_runs() && (x.xid, x.device) == (number, device))?;
                 let short = xid.meaning.split(':').next().unwrap_or_default();
                 let times = if times > 1 { format!(" ({times} times)") } else { String::new() };
                 Some(format!("Xid {number} ({short}) on GPU {device} ({}){times}", xid.pci_bus_id))
@@ -244,23 +193,32 @@ impl KernelLog {
         (!named.is_empty()).then(|| format!("the kernel logged {}", named.join(", ")))
     }
 
-    /// Each Xid in a line of its own: when, what it means and what to do.
+    /// Each Xid in a line of its own: when, whose process it names, what it means and what to do (where it
+    /// is the run's; another's is said as such, and not how to fix it).
     pub fn lines(&self) -> Vec<String> {
         self.xid
             .iter()
             .map(|x| {
-                format!(
-                    "the kernel logged Xid {} on GPU {} ({}) {:.3} s into the run: {}; what to do: {} [{}]",
-                    x.xid, x.device, x.pci_bus_id, x.seconds_into_run, x.meaning, x.action, x.message
-                )
+                let at = format!(
+                    "the kernel logged Xid {} on GPU {} ({}) {:.3} s into the run, {}",
+                    x.xid,
+                    x.device,
+                    x.pci_bus_id,
+                    x.seconds_into_run,
+                    x.process_words()
+                );
+                match x.is_the_runs() {
+                    true => format!("{at}: {}; what to do: {} [{}]", x.meaning, x.action, x.message),
+                    false => format!("{at}; not this run's cause: {} [{}]", x.meaning, x.message),
+                }
             })
             .collect()
     }
 }
 
-/// `text` with each control character escaped, fit to print.
+/// `text` with each control character and bidirectional-text control escaped, fit to print.
 fn escaped(text: &str) -> String {
-    text.chars().map(|c| if c.is_control() { c.escape_debug().to_string() } else { c.to_string() }).collect()
+    crate::output::printable(text)
 }
 
 #[cfg(test)]
@@ -298,23 +256,40 @@ mod tests {
         assert_eq!(PciAddress::parse("0000:17:00:00"), None);
     }
 
-    /// Only the run's GPUs' Xids are kept, each with its GPU, its time into the run and the catalogue's
-    /// words; another GPU's, or a line of no Xid, are not.
+    /// Only the run's GPUs' Xids are kept, each with its GPU, its time into the run, the catalogue's words
+    /// and whose process it names; another GPU's, or a line of no Xid, are not. Only the run's own are named
+    /// (the node's, and its processes' faults): another process's is listed, said as another's.
     #[test]
     fn only_the_runs_gpus_xids_are_named() {
         let gpus = [gpu(0, "0000:17:00.0"), gpu(1, "00000000:3B:00.0")];
+        let ours =
+            format!("NVRM: Xid (PCI:0000:17:00): 43, pid={}, name=simple-ipc, Ch 8", std::process::id());
         let records = [
             record(2_500_000, "NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus."),
             record(2_600_000, "NVRM: Xid (PCI:0000:99:00): 31, pid=7, another node's GPU"),
             record(2_700_000, "nvidia-nvlink: Nvlink Core is being initialized"),
             record(3_000_000, "NVRM: Xid (PCI:0000:17:00): 31, pid=7, name=simple-ipc\u{1b}[2J"),
             record(3_100_000, "NVRM: Xid (PCI:0000:17:00): 31, pid=7, name=simple-ipc"),
+            record(3_200_000, &ours),
         ];
         let found = of_gpus(&records, &gpus, 2_000_000);
         let summary: Vec<(u32, i32, f64)> =
             found.iter().map(|x| (x.xid, x.device, x.seconds_into_run)).collect();
-        assert_eq!(summary, vec![(79, 1, 0.5), (31, 0, 1.0), (31, 0, 1.1)]);
+        assert_eq!(summary, vec![(79, 1, 0.5), (31, 0, 1.0), (31, 0, 1.1), (43, 0, 1.2)]);
         assert_eq!((found[0].whose, found[1].whose), (Whose::Node, Whose::Program));
+        let processes: Vec<(Option<u32>, Faulting)> = found.iter().map(|x| (x.pid, x.process)).collect();
+        let this = Some(std::process::id());
+        assert_eq!(
+            processes,
+            [
+                (Some(0), Faulting::NotKnown),
+                (Some(7), Faulting::Another),
+                (Some(7), Faulting::Another),
+                (this, Faulting::Run)
+            ],
+            "this test's process is in the initial PID namespace: {found:?}"
+        );
+        assert_eq!(found[2].process_name.as_deref(), Some("simple-ipc"));
         assert!(found[0].action.starts_with("the node needs attention, not the program"), "{found:?}");
         assert!(found[1].meaning.contains("a mapping used after its exporter freed"), "{found:?}");
         assert!(found[1].message.ends_with("simple-ipc\\u{1b}[2J"), "escaped: {found:?}");
@@ -322,28 +297,22 @@ mod tests {
         assert_eq!(
             log.named().as_deref(),
             Some(
-                "the kernel logged Xid 79 (GPU has fallen off the bus) on GPU 1 (00000000:3B:00.0), Xid 31 \
-                 (GPU memory page fault (MMU fault)) on GPU 0 (0000:17:00.0) (2 times)"
-            )
+                "the kernel logged Xid 79 (GPU has fallen off the bus) on GPU 1 (00000000:3B:00.0), Xid 43 \
+                 (GPU stopped processing) on GPU 0 (0000:17:00.0)"
+            ),
+            "another process's Xid 31 is not named"
         );
-        assert_eq!(log.lines().len(), 3);
+        let lines = log.lines();
+        assert_eq!(lines.len(), 4);
+        assert!(
+            lines[1].contains(
+                "pid 7 (simple-ipc\\u{1b}[2J), as the kernel numbers it: another process, not one \
+                               of the run's; not this run's cause"
+            ),
+            "{lines:?}"
+        );
+        assert!(!lines[1].contains("what to do"), "{lines:?}");
+        assert!(lines[3].contains("one of the run's processes: GPU stopped processing"), "{lines:?}");
         assert_eq!(KernelLog::default().named(), None);
-    }
-
-    /// Every Xid the issue names is in the catalogue with whose fault it is; any other number says so.
-    #[test]
-    fn the_catalogue_names_each_xid_and_says_so_of_one_it_lacks() {
-        for number in [13, 31, 43, 45] {
-            assert_eq!(catalogue(number).2, Whose::Program, "Xid {number}");
-        }
-        for number in [48, 63, 64, 74, 79, 94, 95, 119, 120] {
-            let (meaning, action, whose) = catalogue(number);
-            assert_eq!(whose, Whose::Node, "Xid {number}");
-            assert!(action.starts_with("the node needs attention, not the program"), "{number}: {action}");
-            assert!(!meaning.contains("does not know"), "{number}");
-        }
-        let (meaning, action, whose) = catalogue(9999);
-        assert_eq!((meaning, whose), ("an Xid this program does not know", Whose::NotKnown));
-        assert!(action.contains("xid-errors"), "{action}");
     }
 }

@@ -13,23 +13,25 @@
 //!
 //! A process that enters a PID namespace of its own hands its place to the namespace's init and ends
 //! ([`Relaunch::outside_socket`]): this process, a child subreaper, adopts the init, and the handle follows it
-//! from then on, so that the process tree has no level that only passes signals on.
+//! from then on, so that the process tree has no level that only passes signals on. Every signal the handle
+//! sent to the process that handed over is sent to the init too: that process holds the stop signals
+//! blocked while it forks the init and ends without taking them, so one sent in that window would be lost.
 //!
-//! Signals: the child starts with an empty signal mask and SIGPIPE at its default (std's spawn does that),
-//! and exec puts every handled signal back to its default; a stop signal the invoker left ignored stays
-//! ignored, as `signals` wants.
+//! Signals: the child starts with SIGPIPE at its default (std's spawn does that), and exec puts every handled
+//! signal back to its default; a stop signal the invoker left ignored stays ignored, as `signals` wants. A
+//! process of this program starts with the stop signals blocked, and nothing else: one that comes before its
+//! handlers are there (`signals::install`, which unblocks them) waits for them instead of ending it unheard.
 
 use std::ffi::OsStr;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
-use nix::errno::Errno;
 use nix::fcntl::{FcntlArg, OFlag, fcntl};
-use nix::sys::signal::{Signal, kill};
-use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
+use nix::sys::signal::{SigSet, SigmaskHow, Signal, kill};
+use nix::sys::wait::{Id, WaitPidFlag, waitid, waitpid};
 use nix::unistd::Pid;
 
 /// How often a stop looks whether its processes have ended.
@@ -53,26 +55,6 @@ pub(crate) enum Streams {
     Piped,
 }
 
-/// How a process ended, as `waitpid` said.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Ended {
-    Exited(i32),
-    Killed(Signal),
-    /// Someone else reaped it (SIGCHLD ignored, a stray `waitpid(-1)`): its status is lost.
-    Lost(Errno),
-}
-
-impl Ended {
-    fn of(status: nix::Result<WaitStatus>) -> Option<Self> {
-        match status {
-            Ok(WaitStatus::Exited(_, code)) => Some(Ended::Exited(code)),
-            Ok(WaitStatus::Signaled(_, signal, _)) => Some(Ended::Killed(signal)),
-            Ok(_) | Err(Errno::EINTR) => None,
-            Err(e) => Some(Ended::Lost(e)),
-        }
-    }
-}
-
 /// A process of this program about to be started.
 pub(crate) struct Relaunch {
     what: String,
@@ -89,6 +71,8 @@ pub(crate) struct Relaunch {
     group: bool,
     /// This process's end of the socket on which it may say the pid of the init it hands over to.
     outside: Option<OwnedFd>,
+    /// The signals it starts with blocked (this program's stop signals, until its handlers are there).
+    blocked: SigSet,
 }
 
 impl Relaunch {
@@ -96,6 +80,7 @@ impl Relaunch {
     pub(crate) fn new(what: impl Into<String>) -> Self {
         let mut launch = Self::of("/proc/self/exe", what);
         launch.command.arg0(std::env::args_os().next().unwrap_or_else(|| "simple-ipc".into()));
+        launch.blocked = crate::signals::STOP_SIGNALS.into_iter().collect();
         launch
     }
 
@@ -115,6 +100,7 @@ impl Relaunch {
             tree: false,
             group: false,
             outside: None,
+            blocked: SigSet::empty(),
         }
     }
 
@@ -227,11 +213,15 @@ impl Relaunch {
 
     pub(crate) fn spawn(&mut self) -> Result<Process> {
         let (death, session, group, kept) = (self.death, self.session, self.group, self.kept.clone());
+        let blocked = self.blocked;
         let parent = nix::unistd::getpid();
-        // SAFETY: runs in the forked child before exec; setsid, setpgid, prctl, getppid, close_range and fcntl are
-        // async-signal-safe, and nothing here allocates (`kept` is the closure's own, only read).
+        // SAFETY: runs in the forked child before exec (after std emptied its signal mask); sigprocmask, setsid,
+        // setpgid, prctl, getppid, close_range and fcntl are async-signal-safe, and nothing here allocates
+        // (`kept` is the closure's own, only read).
         unsafe {
             self.command.pre_exec(move || {
+                nix::sys::signal::sigprocmask(SigmaskHow::SIG_BLOCK, Some(&blocked), None)
+                    .map_err(std::io::Error::from)?;
                 if session {
                     nix::unistd::setsid().map_err(std::io::Error::from)?;
                 } else if group {
@@ -251,6 +241,8 @@ impl Relaunch {
             self.command.spawn().with_context(|| format!("starting {} ({program})", self.what))?;
         self.given.clear();
         let output = (child.stdout.take().map(OwnedFd::from), child.stderr.take().map(OwnedFd::from));
+        // One of the run's processes, should the kernel log an Xid of it.
+        crate::node::note_run_process(child.id());
         Ok(Process {
             pid: Pid::from_raw(child.id() as i32),
             ended: None,
@@ -259,6 +251,7 @@ impl Relaunch {
             output,
             report: self.report.take().map(|fd| Report { fd: Some(fd), got: Vec::new() }),
             outside: self.outside.take(),
+            sent: Vec::new(),
         })
     }
 }
@@ -273,6 +266,8 @@ pub(crate) struct Process {
     report: Option<Report>,
     /// See [`Relaunch::outside_socket`]: open while the init it may hand over to lives.
     outside: Option<OwnedFd>,
+    /// The signals sent to it, in order, while it may still hand over (sent again to the init).
+    sent: Vec<Signal>,
 }
 
 impl Process {
@@ -319,14 +314,23 @@ impl Process {
             let init = i32::from_ne_bytes(pid);
             if init > 0 {
                 (self.pid, self.ended) = (Pid::from_raw(init), None);
+                crate::node::note_run_process(init.unsigned_abs());
+                // What the process that handed over held blocked and ended without taking.
+                for signal in std::mem::take(&mut self.sent) {
+                    let _ = kill(self.pid, signal);
+                }
             }
         }
     }
 
-    /// Sends `signal`, unless it has been reaped (its pid may be another's by then).
-    pub(crate) fn signal(&self, signal: Signal) {
+    /// Sends `signal`, unless it has been reaped (its pid may be another's by then); where it may still hand
+    /// over to an init, the init gets it too once it does.
+    pub(crate) fn signal(&mut self, signal: Signal) {
         if self.ended.is_none() {
             let _ = kill(self.pid, signal);
+            if self.outside.is_some() && !self.sent.contains(&signal) {
+                self.sent.push(signal);
+            }
         }
     }
 
@@ -354,7 +358,7 @@ impl Process {
     }
 
     /// SIGKILL to it (and, with [`Relaunch::killing_what_it_started`], first to all it started).
-    pub(crate) fn kill_all(&self) {
+    pub(crate) fn kill_all(&mut self) {
         if self.tree && self.ended.is_none() {
             for started in crate::proc_stat::descendants(self.pid).into_iter().rev() {
                 let _ = kill(started, Signal::SIGKILL);
@@ -370,77 +374,14 @@ impl Drop for Process {
     }
 }
 
-/// Stops these processes together, each as its [`OnDrop`] says, the graces running at once: its stop signal
-/// to each, then each still there when its grace is over is killed and reaped (or left). Returns, in their
-/// order, whether each had to be killed.
-pub(crate) fn stop_all<'a>(processes: impl IntoIterator<Item = &'a mut Process>) -> Vec<bool> {
-    let mut processes: Vec<&mut Process> = processes.into_iter().collect();
-    for process in &processes {
-        match process.on_drop {
-            OnDrop::Stop { signal: Some(signal), .. } => process.signal(signal),
-            // One stopped by hand (SIGSTOP) would stay stopped for good once left: it is continued first.
-            OnDrop::Leave { .. } => process.signal(Signal::SIGCONT),
-            OnDrop::Stop { signal: None, .. } => {}
-        }
-    }
-    let start = Instant::now();
-    let mut killed = vec![false; processes.len()];
-    loop {
-        let now = start.elapsed();
-        let mut waiting = false;
-        for (process, killed) in processes.iter_mut().zip(&mut killed) {
-            if process.try_wait().is_some() {
-                continue;
-            }
-            match process.on_drop {
-                OnDrop::Stop { grace, .. } if now >= grace => {
-                    process.kill_all();
-                    *killed = true;
-                }
-                OnDrop::Leave { within } if now >= within => {}
-                _ => waiting = true,
-            }
-        }
-        // Reaped once every one due has its SIGKILL: they tear down at once (a GPU context takes a while).
-        for (process, _) in processes.iter_mut().zip(&killed).filter(|(_, killed)| **killed) {
-            process.wait();
-        }
-        if !waiting {
-            return killed;
-        }
-        std::thread::sleep(LOOK);
-    }
-}
-
-/// The reading end of the pipe a process writes its result to, read without blocking.
-struct Report {
-    /// `None` once at its end.
-    fd: Option<OwnedFd>,
-    got: Vec<u8>,
-}
-
-impl Report {
-    /// Reads all that the pipe holds now.
-    fn read(&mut self) -> Result<()> {
-        let Some(fd) = &self.fd else { return Ok(()) };
-        let mut chunk = [0u8; 16 * 1024];
-        loop {
-            match nix::unistd::read(fd, &mut chunk) {
-                Ok(0) => {
-                    self.fd = None;
-                    return Ok(());
-                }
-                Ok(n) => self.got.extend_from_slice(&chunk[..n]),
-                Err(Errno::EAGAIN) => return Ok(()),
-                Err(Errno::EINTR) => {}
-                Err(e) => return Err(e).context("reading the result of a process of this program"),
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests;
 
+mod ended;
+mod report_pipe;
+mod stopping;
 mod supervise;
+pub(crate) use ended::Ended;
+use report_pipe::Report;
+pub(crate) use stopping::stop_all;
 pub(crate) use supervise::{Echo, Followed, Output, Policies, follow};

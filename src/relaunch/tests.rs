@@ -1,7 +1,9 @@
 //! The module's own tests: each starts `sh` with the policies under test.
 
 use super::*;
+use nix::errno::Errno;
 use std::os::fd::{AsFd, FromRawFd};
+use std::time::Instant;
 
 fn sh(script: &str) -> Relaunch {
     let mut launch = Relaunch::of("/bin/sh", "a shell");
@@ -219,7 +221,7 @@ fn what_it_started_is_killed_with_it_only_where_asked() {
 #[test]
 fn a_process_stopped_by_a_signal_is_seen_stopped() {
     let mut launch = sh("exec sleep 30");
-    let process = launch
+    let mut process = launch
         .on_drop(OnDrop::Stop { signal: Some(Signal::SIGTERM), grace: Duration::ZERO })
         .spawn()
         .unwrap();

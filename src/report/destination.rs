@@ -56,6 +56,14 @@ impl Output {
         }
     }
 
+    /// What it is on standard output: `--json document`, `metrics (--metrics -)`.
+    fn streamed(self) -> &'static str {
+        match self {
+            Output::Json => "--json document",
+            Output::Metrics => "metrics (--metrics -)",
+        }
+    }
+
     /// Its option and what it is: `--json document`, `--metrics file`.
     fn named(self) -> &'static str {
         match self {
@@ -139,7 +147,8 @@ impl Destination {
                 return pipe.write_all(text.as_bytes()).context(what);
             }
             Self::StandardOutput(stdout) => {
-                return crate::output::deliver(stdout.as_fd(), text.as_bytes());
+                return crate::output::deliver(stdout.as_fd(), text.as_bytes())
+                    .with_context(|| format!("writing the {} to standard output", output.streamed()));
             }
         };
         replace(target, text)

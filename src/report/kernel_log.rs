@@ -2,6 +2,8 @@
 //! errors that the kernel logged for its chosen GPUs since it began (see `node`), said on standard error,
 //! named in the failure's reason (so on its verdict line, and in the reason a process outside an isolation
 //! or the top of `--ipc all` reads back), and kept for the document: its `xid` list, its `cause` and `fix`.
+//! Only the run's own Xids (the node's, or one of its processes' faults: `Xid::is_the_runs`) are named as its
+//! cause; another process's is listed and said as such.
 //! Where the log could not be read, the document says why, once; a run that passed says nothing of it.
 
 use super::document::{Mode, Status};
@@ -51,19 +53,20 @@ fn gpus(devices: &[Device]) -> Vec<Gpu> {
         .collect()
 }
 
-/// `said` (a diagnosis's cause or fix), with each Xid of `log` as `each` words it, once per number and GPU,
-/// where the run `status` failed; `said` as it is otherwise.
+/// `said` (a diagnosis's cause or fix), with each of the run's own Xids of `log` as `each` words it, once
+/// per number and GPU, where the run `status` failed; `said` as it is otherwise.
 pub(super) fn beside(
     said: Option<String>,
     log: &KernelLog,
     status: Status,
     each: impl Fn(&Xid) -> String,
 ) -> Option<String> {
-    if status != Status::Failed || log.xid.is_empty() {
+    let runs: Vec<&Xid> = log.xid.iter().filter(|x| x.is_the_runs()).collect();
+    if status != Status::Failed || runs.is_empty() {
         return said;
     }
     let mut words: Vec<String> = Vec::new();
-    for xid in &log.xid {
+    for xid in runs {
         let one = each(xid);
         if !words.contains(&one) {
             words.push(one);
@@ -79,7 +82,7 @@ pub(super) fn beside(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::node::xid::Whose;
+    use crate::node::xid::{Faulting, Whose};
 
     fn xid(number: u32) -> Xid {
         Xid {
@@ -92,6 +95,9 @@ mod tests {
             meaning: "GPU has fallen off the bus: gone".into(),
             action: "the node needs attention".into(),
             whose: Whose::Node,
+            pid: None,
+            process_name: None,
+            process: Faulting::NotKnown,
         }
     }
 
@@ -106,6 +112,12 @@ mod tests {
         assert_eq!(diagnosed.as_deref(), Some("a cause\nXid 79; Xid 31"));
         assert_eq!(beside(Some("a".into()), &log, Status::Passed, number).as_deref(), Some("a"));
         assert_eq!(beside(None, &KernelLog::default(), Status::Failed, number), None);
+        // Another process's fault on the run's GPU is no cause of the run's; one of the run's processes' is.
+        let of = |process| Xid { whose: Whose::Program, process, pid: Some(7), ..xid(31) };
+        let another = KernelLog { xid: vec![of(Faulting::Another), of(Faulting::NotKnown)], unread: None };
+        assert_eq!(beside(Some("a".into()), &another, Status::Failed, number).as_deref(), Some("a"));
+        let ours = KernelLog { xid: vec![of(Faulting::Another), of(Faulting::Run)], unread: None };
+        assert_eq!(beside(None, &ours, Status::Failed, number).as_deref(), Some("Xid 31"));
     }
 
     /// Only the chosen devices with a PCI address are looked for.

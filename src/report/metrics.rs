@@ -13,15 +13,15 @@
 //! (a benchmark's hand-over by its `snake_case` name, `--isolate`'s kinds joined by `+`). docs/metrics.md
 //! lists them.
 
-use std::fmt::Write as _;
-
 use serde::Serialize;
 
 use super::document::{BenchResults, Document, MatrixCell, MechanismResult, RunResults, Status};
 use crate::placement::Placement;
+#[cfg(test)]
+use exposition::{HELP, PREFIX};
+use exposition::{Labels, Metrics};
 
-/// The prefix of every metric's name.
-const PREFIX: &str = "simple_ipc_";
+mod exposition;
 
 /// The states of a run (and of a mechanism of `--ipc all`), as the document names them.
 const STATUSES: [(Status, &str); 4] = [
@@ -34,155 +34,6 @@ const STATUSES: [(Status, &str); 4] = [
 /// A matrix cell's results, as the document names them (`error`: its run failed for another cause than
 /// the driver's refusal).
 const CELL_RESULTS: [&str; 5] = ["ok", "waived", "not_simulated", "failed", "error"];
-
-/// Each metric's name (less [`PREFIX`]) and what it means (its `# HELP`), in the order written.
-pub const HELP: [(&str, &str); 26] = [
-    ("info", "The run: this program's version, its mode and options, the driver's versions (always 1)"),
-    ("status", "How the run ended: 1 for its status, 0 for the others"),
-    ("exit_status", "The run's exit status: 0 passed, 1 failed, 2 waived, 128+N stopped by signal N"),
-    (
-        "refused",
-        "The driver (or the kernel) refused to open a handle another process made: its call and error \
-         (always 1)",
-    ),
-    (
-        "kernel_log_unreadable",
-        "The kernel's log was to be read for Xid errors and could not be (the --json document says why)",
-    ),
-    ("device_info", "A GPU the driver reports, and whether the run chose it (always 1)"),
-    ("processes", "How many processes took part in the run"),
-    ("buffer_bytes", "The size of each process's buffer, every byte of which was verified"),
-    ("process_seconds", "A process's whole wall time in the run"),
-    ("phase_seconds", "A process's time in one phase of the run"),
-    (
-        "xid_errors",
-        "Xid errors the kernel logged for a GPU of the run while it ran, by number and whose fault it most \
-         likely is (program, node, not_known)",
-    ),
-    ("mechanism_status", "How a mechanism's run of --ipc all ended: 1 for its status, 0 for the others"),
-    ("mechanism_seconds", "A mechanism's run's wall time under --ipc all"),
-    (
-        "mechanism_open_handle_seconds",
-        "The median over the processes of their time to open every handle, divided by the process count",
-    ),
-    (
-        "mechanism_refused",
-        "The driver (or the kernel) refused to open a handle in a mechanism's run of --ipc all: its call \
-         and error (always 1)",
-    ),
-    (
-        "matrix_result",
-        "A cell of the container matrix: a handle across a boundary (its --isolate): 1 for its result, 0 \
-         for the others",
-    ),
-    ("matrix_refused", "A cell of the container matrix that failed: the driver's error (always 1)"),
-    (
-        "bench_round_trip_seconds",
-        "A hand-over's round trip between the pair's processes (its 10th, 50th and 90th percentiles, or \
-         the mean where every round was queued ahead)",
-    ),
-    (
-        "bench_copy_bytes_per_second",
-        "A copy's rate through the IPC mapping (path ipc), beside the limit of that path (a local or \
-         in-process peer copy)",
-    ),
-    ("bench_copy_ipc_ratio", "A copy's rate through the IPC mapping over its reference's"),
-    (
-        "mps_client",
-        "Whether the run's processes were clients of an MPS daemon, as the driver says (1) or not (0)",
-    ),
-    (
-        "joiner_shares",
-        "What a process that joined shares with the server (a namespace, /dev/shm, the node, the GPUs...): \
-         1 for same, differs or unknown, 0 for the others",
-    ),
-    (
-        "joiner_forecast",
-        "The forecast of a path (a kind of handle) between the server and a process that joined: 1 for its \
-         verdict, 0 for the others",
-    ),
-    (
-        "joiner_mps_client",
-        "Whether a process that joined found an MPS daemon's control socket (1) or not (0)",
-    ),
-    ("path_outcome", "How a path the served run took fared: 1 for its outcome, 0 for the others"),
-    (
-        "path_forecast_agrees",
-        "Whether the forecast of a path the run took agrees with what happened (1) or not (0)",
-    ),
-];
-
-/// The labels of one series, in the order written.
-type Labels = Vec<(&'static str, String)>;
-
-/// One metric: its name (without the prefix) and its series.
-struct Family {
-    name: &'static str,
-    series: Vec<(Labels, f64)>,
-}
-
-/// The metrics of one document, each family once.
-#[derive(Default)]
-struct Metrics {
-    families: Vec<Family>,
-}
-
-impl Metrics {
-    /// Adds a series of `name` (one of [`HELP`]'s); a value that is not finite is left out, as the document
-    /// leaves it out (`null`).
-    fn gauge(&mut self, name: &'static str, labels: Labels, value: f64) {
-        if !value.is_finite() {
-            return;
-        }
-        let at = match self.families.iter().position(|f| f.name == name) {
-            Some(at) => at,
-            None => {
-                self.families.push(Family { name, series: Vec::new() });
-                self.families.len() - 1
-            }
-        };
-        self.families[at].series.push((labels, value));
-    }
-
-    /// One series per state of `states`, 1 for `holds` and 0 for the others.
-    fn states(&mut self, name: &'static str, labels: Labels, (key, states, holds): StateSet) {
-        for state in states {
-            let mut labels = labels.clone();
-            labels.push((key, (*state).to_owned()));
-            self.gauge(name, labels, f64::from(u8::from(*state == holds)));
-        }
-    }
-
-    /// The exposition's text: each family's `# HELP` and `# TYPE` lines, then its series; the families in
-    /// [`HELP`]'s order.
-    fn text(&self) -> String {
-        let at = |name: &str| HELP.iter().position(|(n, _)| *n == name).unwrap_or(HELP.len());
-        let mut families: Vec<&Family> = self.families.iter().collect();
-        families.sort_by_key(|family| at(family.name));
-        let mut text = String::new();
-        for family in families {
-            let name = format!("{PREFIX}{}", family.name);
-            let help = HELP.get(at(family.name)).map_or("", |(_, help)| help);
-            let _ = writeln!(text, "# HELP {name} {help}\n# TYPE {name} gauge");
-            for (labels, value) in &family.series {
-                let labels: Vec<String> =
-                    labels.iter().map(|(key, value)| format!("{key}=\"{}\"", escaped(value))).collect();
-                let labels =
-                    if labels.is_empty() { String::new() } else { format!("{{{}}}", labels.join(",")) };
-                let _ = writeln!(text, "{name}{labels} {value}");
-            }
-        }
-        text
-    }
-}
-
-/// A state set: its label's name, every state, and the one that holds.
-type StateSet<'a> = (&'static str, &'a [&'a str], &'a str);
-
-/// A label's value as the exposition format writes it: `\`, `"` and newlines escaped.
-fn escaped(value: &str) -> String {
-    value.replace('\\', r"\\").replace('"', "\\\"").replace('\n', r"\n")
-}
 
 /// The metrics of `document`, in Prometheus' text format.
 pub fn text(document: &Document) -> String {
@@ -242,6 +93,9 @@ fn run_ended(metrics: &mut Metrics, document: &Document) {
     if document.kernel_log.is_some() {
         metrics.gauge("kernel_log_unreadable", Vec::new(), 1.0);
     }
+    if document.test_kernel_log.is_some() {
+        metrics.gauge("test_kernel_log", Vec::new(), 1.0);
+    }
 }
 
 /// Every GPU the driver reports.
@@ -293,6 +147,7 @@ fn xid(metrics: &mut Metrics, document: &Document, mechanism: &str) {
             ("pci_bus_id", xid.pci_bus_id.clone()),
             ("xid", xid.xid.to_string()),
             ("whose", tag(&xid.whose)),
+            ("process", tag(&xid.process)),
         ];
         match counted.iter_mut().find(|(seen, _)| *seen == labels) {
             Some((_, count)) => *count += 1.0,
@@ -481,97 +336,4 @@ fn snake_case(words: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A label's value is escaped as the format says; HELP and TYPE come once, before the family's series;
-    /// a figure that is not finite is left out.
-    #[test]
-    fn the_text_is_the_exposition_format() {
-        let mut metrics = Metrics::default();
-        metrics.gauge("phase_seconds", vec![("k", "x\"y\\z\nw".into())], 0.25);
-        metrics.gauge("processes", Vec::new(), f64::NAN);
-        metrics.gauge("phase_seconds", vec![("k", "2".into())], 3.0);
-        assert_eq!(
-            metrics.text(),
-            "# HELP simple_ipc_phase_seconds A process's time in one phase of the run\n\
-             # TYPE simple_ipc_phase_seconds gauge\n\
-             simple_ipc_phase_seconds{k=\"x\\\"y\\\\z\\nw\"} 0.25\nsimple_ipc_phase_seconds{k=\"2\"} 3\n"
-        );
-    }
-
-    /// Each metric has words for its `# HELP`, none of which needs escaping, and a name of Prometheus'
-    /// conventions: no `_total` (none is a counter), a unit in base units where it has one.
-    #[test]
-    fn each_metric_has_its_help_and_a_conventional_name() {
-        for (name, help) in HELP {
-            assert!(!help.is_empty() && !help.contains(['\\', '\n']), "{name}: {help}");
-            assert!(name.chars().all(|c| c.is_ascii_lowercase() || c == '_'), "{name}");
-            assert!(!name.ends_with("_total") && !name.contains("_ms") && !name.contains("_us"), "{name}");
-            assert_eq!(HELP.iter().filter(|(n, _)| n == &name).count(), 1, "{name} once");
-        }
-    }
-
-    /// A state set has one series per state, 1 for the one that holds.
-    #[test]
-    fn a_state_is_one_series_per_state() {
-        let mut metrics = Metrics::default();
-        metrics.states("status", Vec::new(), ("status", &status_names(), "failed"));
-        let text = metrics.text();
-        assert!(text.contains("simple_ipc_status{status=\"failed\"} 1\n"), "{text}");
-        for other in ["passed", "waived", "interrupted"] {
-            assert!(text.contains(&format!("simple_ipc_status{{status=\"{other}\"}} 0\n")), "{text}");
-        }
-    }
-
-    /// A failed run's document: its status, exit status and options; the Xid errors by GPU and number.
-    #[test]
-    fn a_failed_runs_metrics_say_how_it_ended_and_its_xid_errors() {
-        let mut document = crate::report::document::example();
-        let xid = |number: u32| crate::node::Xid {
-            xid: number,
-            device: 0,
-            uuid: "GPU-0".into(),
-            pci_bus_id: "0000:10:00.0".into(),
-            seconds_into_run: 0.5,
-            message: "NVRM: Xid".into(),
-            meaning: "m".into(),
-            action: "a".into(),
-            whose: crate::node::xid::Whose::Node,
-        };
-        document.xid = vec![xid(79), xid(31), xid(79)];
-        let text = text(&document);
-        assert!(text.contains("simple_ipc_status{status=\"failed\"} 1\n"), "{text}");
-        assert!(text.contains("simple_ipc_exit_status 1\n"), "{text}");
-        assert!(text.contains("isolate=\"joiners:pid\""), "{text}");
-        let gpu = r#"mechanism="legacy",device="0",uuid="GPU-0",pci_bus_id="0000:10:00.0""#;
-        let of = |number: u32| format!("simple_ipc_xid_errors{{{gpu},xid=\"{number}\",whose=\"node\"}}");
-        assert!(text.contains(&format!("{} 2\n", of(79))), "counted: {text}");
-        assert!(text.contains(&format!("{} 1\n", of(31))), "{text}");
-        assert_eq!(text.matches("# TYPE simple_ipc_xid_errors gauge").count(), 1, "{text}");
-    }
-
-    /// docs/metrics.md names every metric, in the order written.
-    #[test]
-    fn docs_metrics_md_lists_every_metric_in_order() {
-        let doc = include_str!("../../docs/metrics.md");
-        let mut from = 0;
-        for (name, _) in HELP {
-            let row = format!("| `{PREFIX}{name}` |");
-            let at =
-                doc[from..].find(&row).unwrap_or_else(|| panic!("docs/metrics.md lacks {row} (in order)"));
-            from += at + row.len();
-        }
-    }
-
-    #[test]
-    fn words_become_a_snake_case_name() {
-        assert_eq!(snake_case("events, signal only, GPU waits"), "events_signal_only_gpu_waits");
-        assert_eq!(
-            snake_case("stream memops, signal only, queued ahead (mean)"),
-            "stream_memops_signal_only_queued_ahead_mean"
-        );
-        assert_eq!(snake_case("in-process peer copy"), "in_process_peer_copy");
-        assert_eq!(kinds("pid,shm,ipc"), "pid+shm+ipc");
-    }
-}
+mod tests;

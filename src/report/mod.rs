@@ -29,11 +29,13 @@
 mod destination;
 pub mod document;
 mod kernel_log;
+mod last_word;
+mod made;
 mod metrics;
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use destination::{Destination, Output};
 
 use crate::driver::Driver;
@@ -45,6 +47,8 @@ pub use document::MatrixCell;
 use document::{BenchResults, Device, DriverFacts, MechanismResult, Mode, Options, RunResults};
 pub use document::{Document, Refused, Status};
 pub use kernel_log::look_at_the_kernel_log;
+pub(crate) use last_word::for_the_watchdog;
+pub use made::{Made, made};
 
 /// The document of this run, opened by `main` before anything runs ([`open`], [`open_inherited`]) and
 /// written by [`Made::write`] (or [`finish`]) once the verdict is known: as JSON (`--json`, or the pipe to
@@ -325,6 +329,7 @@ fn document(opened: &Opened, verdict: &Verdict, found: Found) -> Document {
         },
         xid: kernel_log.xid,
         kernel_log: kernel_log.unread,
+        test_kernel_log: crate::node::test_log(),
         summary: verdict.summary.map(str::to_owned),
         exit_status: verdict.exit_status,
         mode: opened.mode,
@@ -339,163 +344,5 @@ fn document(opened: &Opened, verdict: &Verdict, found: Found) -> Document {
     }
 }
 
-/// This run's document, made whole once the verdict is known ([`made`]). `main` writes it before it says the
-/// verdict line, so that the line, the run's last word, can say whether the document was written; and
-/// writes it again where that line then found the reader of standard output gone, so that the document
-/// says how the run ended.
-pub struct Made {
-    opened: Opened,
-    document: Document,
-}
-
-/// The document of `opened` (if the run was given `--json`), with the verdict and what the role found.
-pub fn made(opened: Option<Opened>, verdict: &Verdict, found: Found) -> Option<Made> {
-    let opened = opened?;
-    let document = document(&opened, verdict, found);
-    Some(Made { opened, document })
-}
-
-impl Made {
-    /// Writes the document: to a new file beside the path, renamed over it (or to the inherited pipe, or to
-    /// standard output), and its metrics likewise. Where one could not be written, the other says so: the
-    /// run did not pass (as `main` then says it), or its reader went away.
-    pub fn write(&self) -> Result<()> {
-        let metrics_written = self.write_metrics(&self.document);
-        let document = not_written(&self.document, &metrics_written);
-        let json_written = match &self.opened.json {
-            Some(json) => document::text(document.as_ref().unwrap_or(&self.document))
-                .context("writing the --json document")
-                .and_then(|text| json.write(&text)),
-            None => Ok(()),
-        };
-        if metrics_written.is_ok()
-            && let Some(document) = not_written(&self.document, &json_written)
-        {
-            self.write_metrics(&document)?;
-        }
-        json_written.and(metrics_written)
-    }
-
-    fn write_metrics(&self, document: &Document) -> Result<()> {
-        self.opened.metrics.as_ref().map_or(Ok(()), |metrics| metrics.write(&metrics::text(document)))
-    }
-
-    /// The run ended otherwise after its document was written: interrupted, for `reason`, with
-    /// `exit_status` (the verdict line found the reader of standard output gone). A file is written again
-    /// to say so; a stream (a pipe, standard output) has taken the document already, and is left alone.
-    pub fn rewrite_interrupted(&mut self, reason: String, exit_status: u8) -> Result<()> {
-        self.rewrite_ended(Status::Interrupted, reason, exit_status)
-    }
-
-    /// The run ended otherwise after its document was written: `status` (interrupted, or failed where the
-    /// verdict line could not be written), for `reason`, with `exit_status`. A file is written again to say
-    /// so; a stream has taken the document already, and is left alone.
-    pub fn rewrite_ended(&mut self, status: Status, reason: String, exit_status: u8) -> Result<()> {
-        let is_file = |target: &Option<Target>| target.as_ref().is_some_and(|t| t.destination.is_file());
-        if !is_file(&self.opened.json) && !is_file(&self.opened.metrics) {
-            return Ok(());
-        }
-        let document = &mut self.document;
-        document.status = status;
-        (document.reason, document.exit_status) = (Some(reason), exit_status);
-        // What only a pass or a failure of the run itself carries (as `document` leaves them out of an
-        // interrupted run's).
-        (document.summary, document.cause, document.fix, document.refused) = (None, None, None, None);
-        if is_file(&self.opened.metrics) {
-            self.write_metrics(&self.document)?;
-        }
-        match &self.opened.json {
-            Some(json) if json.destination.is_file() => {
-                json.write(&document::text(&self.document).context("writing the --json document")?)
-            }
-            _ => Ok(()),
-        }
-    }
-}
-
-/// `document` as it must read where the other form of it could not be written (`written`): the run did not
-/// pass (a pass or a waiver becomes a failure, for that reason), or its reader went away (interrupted, 141);
-/// `None` where it was written.
-fn not_written(document: &Document, written: &Result<()>) -> Option<Document> {
-    let Err(e) = written else { return None };
-    let mut document = document.clone();
-    if e.chain().any(|cause| cause.is::<crate::output::ReaderGone>()) {
-        document.status = Status::Interrupted;
-        document.reason = Some(crate::output::ReaderGone.to_string());
-        document.exit_status = crate::output::READER_GONE_STATUS;
-    } else if matches!(document.status, Status::Passed | Status::Waived) {
-        document.status = Status::Failed;
-        document.reason = Some(format!("{e:#}"));
-        document.exit_status = crate::outcome::EXIT_FAILURE;
-        document.summary = None;
-    }
-    Some(document)
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_regular_file_is_replaced_whole_and_anything_else_refused_without_blocking() {
-        let asked = || {
-            let (mode, options) = crate::role::Role::Topology.asked();
-            (mode, Options { ipc: "vmm".into(), ..options })
-        };
-        let tmp = tempfile::Builder::new().prefix("simple-ipc-json-").tempdir().unwrap();
-        let dir = tmp.path();
-        let file = dir.join("t.json");
-        std::fs::write(&file, "an old and much longer document").unwrap();
-        let opened = open(Some(&file), None, asked()).unwrap().unwrap();
-        assert_eq!(std::fs::read_to_string(&file).unwrap(), "an old and much longer document", "not yet");
-        let diagnosis = Diagnosis::new("the cause".into(), "; what fixes it: ", "the fix".into());
-        let failed = Verdict { diagnosis: Some(&diagnosis), ..Verdict::of(Status::Failed, "x", 1) };
-        let found = Found { results: Some(Results::Mechanisms(Vec::new())), ..Found::default() };
-        made(Some(opened), &failed, found).unwrap().write().unwrap();
-        let doc: Document = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
-        assert_eq!((doc.status, doc.exit_status, doc.reason.as_deref()), (Status::Failed, 1, Some("x")));
-        assert_eq!((doc.cause.as_deref(), doc.fix.as_deref()), (Some("the cause"), Some("the fix")));
-        assert_eq!((doc.mode, doc.options.ipc.as_str()), (Mode::Run, "vmm"));
-        assert_eq!(doc.mechanisms, Some(Vec::new()), "the role's results are there");
-        assert_eq!(std::fs::read_dir(dir).unwrap().count(), 1, "no temporary file is left");
-
-        let fifo = dir.join("fifo");
-        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
-        let Err(refused) = open(Some(&fifo), None, asked()) else { panic!("a FIFO is refused") };
-        assert!(format!("{refused:#}").contains("is a FIFO"), "{refused:#}");
-        assert!(open(Some(&dir.join("no/such/dir/t.json")), None, asked()).is_err());
-        assert!(open(Some(dir), None, asked()).is_err(), "a directory is refused");
-    }
-
-    /// Where one form of the document could not be written, the other says so: a pass or a waiver is a
-    /// failure for that reason (as `main` says it), a reader gone is an interruption (141), and a failure
-    /// stays the failure it was.
-    #[test]
-    fn the_other_form_says_what_could_not_be_written() {
-        let mut passed = document::example();
-        (passed.status, passed.reason, passed.exit_status) = (Status::Passed, None, 0);
-        passed.summary = Some("2 processes".into());
-        assert_eq!(not_written(&passed, &Ok(())), None);
-        let full = not_written(&passed, &Err(anyhow::anyhow!("disk full"))).unwrap();
-        assert_eq!(
-            (full.status, full.reason.as_deref(), full.exit_status),
-            (Status::Failed, Some("disk full"), 1)
-        );
-        assert_eq!(full.summary, None);
-        let gone = not_written(&passed, &Err(crate::output::ReaderGone.into())).unwrap();
-        assert_eq!((gone.status, gone.exit_status), (Status::Interrupted, 141));
-        let failed = document::example();
-        let still = not_written(&failed, &Err(anyhow::anyhow!("disk full"))).unwrap();
-        assert_eq!((still.status, still.reason), (Status::Failed, failed.reason.clone()));
-    }
-
-    #[test]
-    fn the_kernel_modules_version_is_read_from_its_line() {
-        let proprietary = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.65.06  Sun Jul 27 07:09:38 UTC 2025\nGCC version:  gcc version 12.3.0\n";
-        assert_eq!(version_in(proprietary).as_deref(), Some("580.65.06"));
-        // The H200 host's.
-        let open = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (nixbld@)  \nGCC version:  gcc version 15.3.0 (GCC) \n";
-        assert_eq!(version_in(open).as_deref(), Some("580.159.04"));
-        assert_eq!(version_in("GCC version: 12.3.0\n"), None);
-    }
-}
+mod tests;

@@ -16,6 +16,7 @@ fn run() -> Run {
         isolate: Some(Isolation::parse("pid").unwrap()),
         json: Some("run.json".into()),
         metrics: Some("run.prom".into()),
+        socket_dir: None,
     }
 }
 

@@ -59,6 +59,8 @@ pub struct Children<'s> {
     running: Vec<Running>,
     /// When the watchdog stops the run (`--timeout`); `None`: never.
     deadline: Option<(Instant, Duration)>,
+    /// How long this process was held stopped while it waited (said where the deadline passes).
+    held: crate::held::Held,
     /// The benchmark's producer, and `--quiet`: what each child is told.
     bench: bool,
     quiet: bool,
@@ -79,7 +81,8 @@ impl<'s> Children<'s> {
         timeout: Timeout,
     ) -> Result<Self> {
         let deadline = timeout.deadline_from(started);
-        let mut children = Self { segment, running: Vec::new(), deadline, bench, quiet };
+        let held = crate::held::Held::new();
+        let mut children = Self { segment, running: Vec::new(), deadline, held, bench, quiet };
         // On error, `children` is dropped here and stops the ones already started.
         children.spawn_more(indices, sockets)?;
         Ok(children)
@@ -145,10 +148,12 @@ impl<'s> Children<'s> {
 
     /// `Err` once the watchdog's deadline has passed, naming where each child still running is.
     fn check_deadline(&self) -> Result<()> {
+        self.held.look();
         match self.deadline {
             Some((deadline, timeout)) if Instant::now() >= deadline => Err(anyhow!(
-                "the run did not finish within {} s (--timeout); stopped it. {}",
+                "the run did not finish within {} s (--timeout); stopped it.{} {}",
                 timeout.as_secs_f64(),
+                self.held.said(),
                 self.where_each_one_is()
             )),
             _ => Ok(()),

@@ -38,7 +38,8 @@ impl<'s> Team<'s> {
     ) -> Result<Option<Self>> {
         let timeout = run.timeout;
         if let Some(isolation) = &run.isolate {
-            let mut launched = Launched::prepare(isolation, guardian, &audience.refused)?;
+            let mut launched =
+                Launched::prepare(isolation, guardian, &audience.refused, run.socket_dir.as_deref())?;
             let address = launched.address();
             let sockets = std::mem::take(their_sockets);
             let joiners = Joiners::listen(segment, address.clone(), n, sockets, started, timeout)?

@@ -48,7 +48,7 @@ pub(crate) fn export(run: &Run) -> Result<Ran> {
 
     // The importer, across the boundary, at a socket only it is let through.
     let refused = RefCell::new(None);
-    let mut launched = Launched::prepare(isolation, &guardian, &refused)?;
+    let mut launched = Launched::prepare(isolation, &guardian, &refused, run.socket_dir.as_deref())?;
     let address = launched.address();
     let (listener, made) = crate::joiners::bind_at(&address)?;
     launched.start(&address, 1, isolation, run.timeout, run.quiet, true)?;

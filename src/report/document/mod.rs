@@ -40,6 +40,9 @@ pub struct Document {
     /// Why the kernel's log could not be read, where it was to be read for Xid errors and could not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel_log: Option<String>,
+    /// The test's file read instead of the kernel's log (`SIMPLE_IPC_TEST_KERNEL_LOG`), where one was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test_kernel_log: Option<String>,
     /// What a run that passed did, as its verdict line says it (`2 processes on 2 GPUs, ...`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<String>,
@@ -248,6 +251,7 @@ mod tests {
             refused: None,
             xid: Vec::new(),
             kernel_log: None,
+            test_kernel_log: None,
             summary: None,
             exit_status: 1,
             mode: Mode::Run,

@@ -1,0 +1,26 @@
+//! The documents of a run that its watchdog ends (see `watchdog`): the same `--json` and `--metrics` as
+//! [`Made::write`] writes at any other end, failed for the watchdog's reason, with exit status 1 and nothing
+//! the roles found (the main thread that holds it is the one that did not come back).
+
+use std::sync::Arc;
+
+use super::{Found, Made, Opened, Status, Verdict, document};
+use crate::outcome::EXIT_FAILURE;
+use crate::watchdog::LastWord;
+
+/// What writes the documents of `opened` should the watchdog end this process.
+pub(crate) fn for_the_watchdog(opened: &Arc<Opened>) -> LastWord {
+    let opened = Arc::clone(opened);
+    Box::new(move |why: &str| {
+        let verdict = Verdict {
+            status: Status::Failed,
+            reason: Some(why),
+            summary: None,
+            diagnosis: None,
+            refused: None,
+            exit_status: EXIT_FAILURE,
+        };
+        let document = document(&opened, &verdict, Found::default());
+        Made { opened: Arc::clone(&opened), document }.write()
+    })
+}

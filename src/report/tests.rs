@@ -1,0 +1,69 @@
+//! The unit tests of `report`: the document's file, and what each form says where the other failed.
+
+use std::sync::Arc;
+
+use super::made::not_written;
+use super::*;
+
+#[test]
+fn a_regular_file_is_replaced_whole_and_anything_else_refused_without_blocking() {
+    let asked = || {
+        let (mode, options) = crate::role::Role::Topology.asked();
+        (mode, Options { ipc: "vmm".into(), ..options })
+    };
+    let tmp = tempfile::Builder::new().prefix("simple-ipc-json-").tempdir().unwrap();
+    let dir = tmp.path();
+    let file = dir.join("t.json");
+    std::fs::write(&file, "an old and much longer document").unwrap();
+    let opened = open(Some(&file), None, asked()).unwrap().unwrap();
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "an old and much longer document", "not yet");
+    let diagnosis = Diagnosis::new("the cause".into(), "; what fixes it: ", "the fix".into());
+    let failed = Verdict { diagnosis: Some(&diagnosis), ..Verdict::of(Status::Failed, "x", 1) };
+    let found = Found { results: Some(Results::Mechanisms(Vec::new())), ..Found::default() };
+    made(Some(Arc::new(opened)), &failed, found).unwrap().write().unwrap();
+    let doc: Document = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!((doc.status, doc.exit_status, doc.reason.as_deref()), (Status::Failed, 1, Some("x")));
+    assert_eq!((doc.cause.as_deref(), doc.fix.as_deref()), (Some("the cause"), Some("the fix")));
+    assert_eq!((doc.mode, doc.options.ipc.as_str()), (Mode::Run, "vmm"));
+    assert_eq!(doc.mechanisms, Some(Vec::new()), "the role's results are there");
+    assert_eq!(std::fs::read_dir(dir).unwrap().count(), 1, "no temporary file is left");
+
+    let fifo = dir.join("fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let Err(refused) = open(Some(&fifo), None, asked()) else { panic!("a FIFO is refused") };
+    assert!(format!("{refused:#}").contains("is a FIFO"), "{refused:#}");
+    assert!(open(Some(&dir.join("no/such/dir/t.json")), None, asked()).is_err());
+    assert!(open(Some(dir), None, asked()).is_err(), "a directory is refused");
+}
+
+/// Where one form of the document could not be written, the other says so: a pass or a waiver is a
+/// failure for that reason (as `main` says it), a reader gone is an interruption (141), and a failure
+/// stays the failure it was.
+#[test]
+fn the_other_form_says_what_could_not_be_written() {
+    let mut passed = document::example();
+    (passed.status, passed.reason, passed.exit_status) = (Status::Passed, None, 0);
+    passed.summary = Some("2 processes".into());
+    assert_eq!(not_written(&passed, &Ok(())), None);
+    let full = not_written(&passed, &Err(anyhow::anyhow!("disk full"))).unwrap();
+    assert_eq!(
+        (full.status, full.reason.as_deref(), full.exit_status),
+        (Status::Failed, Some("disk full"), 1)
+    );
+    assert_eq!(full.summary, None);
+    let gone = not_written(&passed, &Err(crate::output::ReaderGone.into())).unwrap();
+    assert_eq!((gone.status, gone.exit_status), (Status::Interrupted, 141));
+    let failed = document::example();
+    let still = not_written(&failed, &Err(anyhow::anyhow!("disk full"))).unwrap();
+    assert_eq!((still.status, still.reason), (Status::Failed, failed.reason.clone()));
+}
+
+#[test]
+fn the_kernel_modules_version_is_read_from_its_line() {
+    let proprietary = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.65.06  Sun Jul 27 07:09:38 UTC 2025\nGCC version:  gcc version 12.3.0\n";
+    assert_eq!(version_in(proprietary).as_deref(), Some("580.65.06"));
+    // The H200 host's.
+    let open = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (nixbld@)  \nGCC version:  gcc version 15.3.0 (GCC) \n";
+    assert_eq!(version_in(open).as_deref(), Some("580.159.04"));
+    assert_eq!(version_in("GCC version: 12.3.0\n"), None);
+}
