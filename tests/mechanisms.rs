@@ -346,6 +346,24 @@ fn a_run_under_mps_says_so() {
     );
     let _ = daemon.kill();
     let _ = daemon.wait();
+    // Another user's daemon (NVIDIA's program, by its name) in a directory anyone could make: no client of
+    // this user's run, and said whose it is.
+    if nix::unistd::geteuid().is_root() {
+        std::fs::remove_file(&control).unwrap();
+        for path in [dir.path(), programs.path()] {
+            std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+        }
+        let mut theirs = common::stand_in_mps_daemon_of(dir.path(), programs.path(), Some(65534));
+        let out = run(simulated("ok").env("CUDA_MPS_PIPE_DIRECTORY", dir.path()));
+        let all = text(&out);
+        let _ = theirs.kill();
+        let _ = theirs.wait();
+        assert_eq!(out.status.code(), Some(0), "{all}");
+        assert!(!all.contains("under MPS") && !all.contains("no MPS clients"), "{all}");
+        assert!(all.contains("a listener of another user (uid 65534, pid "), "{all}");
+    } else {
+        common::skipped("root", "a_run_under_mps_says_so: another user's daemon");
+    }
     // Another program's socket where the daemon's would be is named, and makes no client.
     std::fs::remove_file(&control).unwrap();
     let listener = std::os::unix::net::UnixListener::bind(&control).unwrap();

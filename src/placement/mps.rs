@@ -59,6 +59,7 @@ impl Mps {
             Answer::Daemon => (true, None),
             Answer::Unseen => (true, Some("a process this PID namespace cannot see".to_owned())),
             Answer::Other(what) => (false, Some(format!("{what}, not NVIDIA's control daemon"))),
+            Answer::AnotherUser(what) => (false, Some(what)),
         };
         Self { pipe_directory, from_env: from_env.is_some(), client, answered }
     }
@@ -98,6 +99,9 @@ enum Answer {
     Unseen,
     /// Another program: its name and pid.
     Other(String),
+    /// A listener of another user (not this one, not root), whose clients this user's processes are not: in
+    /// words.
+    AnotherUser(String),
 }
 
 /// The executable NVIDIA's control daemon runs.
@@ -120,6 +124,16 @@ fn control_answer(path: &std::path::Path) -> Answer {
             Err(_) => continue,
         }
         let Ok(peer) = getsockopt(&probe, PeerCredentials) else { return Answer::Unseen };
+        // A daemon serves its own user's clients (root's serves every user's): another user's listener in a
+        // directory anyone can make (/tmp/nvidia-mps) makes no client of this process, whatever it runs.
+        let me = nix::unistd::geteuid().as_raw();
+        if peer.uid() != me && peer.uid() != 0 {
+            let pid = peer.pid();
+            return Answer::AnotherUser(format!(
+                "a listener of another user (uid {}, pid {pid}), whose daemon would not serve this user",
+                peer.uid()
+            ));
+        }
         return match peer.pid() {
             0 => Answer::Unseen,
             pid => match program_of(pid) {

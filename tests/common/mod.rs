@@ -383,6 +383,15 @@ pub fn at_socket(args: &[String], socket: &Path) -> Vec<String> {
 /// daemon does on the H200 host, driver 580) until it is killed. Needs python3 (CI has it).
 #[allow(dead_code)]
 pub fn stand_in_mps_daemon(dir: &std::path::Path, program_dir: &std::path::Path) -> std::process::Child {
+    stand_in_mps_daemon_of(dir, program_dir, None)
+}
+
+/// [`stand_in_mps_daemon`], run as `uid` (and its group) where one is given: another user's daemon.
+pub fn stand_in_mps_daemon_of(
+    dir: &std::path::Path,
+    program_dir: &std::path::Path,
+    uid: Option<u32>,
+) -> std::process::Child {
     let python = Command::new("python3")
         .args(["-c", "import os, sys; print(os.path.realpath(sys.executable))"])
         .output()
@@ -393,13 +402,12 @@ pub fn stand_in_mps_daemon(dir: &std::path::Path, program_dir: &std::path::Path)
                   s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)\n\
                   s.bind(sys.argv[1]); s.listen(64); print('ready', flush=True)\n\
                   while True: time.sleep(1)\n";
-    let mut daemon = Command::new(&program)
-        .args(["-c", script])
-        .arg(dir.join("control"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut daemon = Command::new(&program);
+    daemon.args(["-c", script]).arg(dir.join("control")).stdin(Stdio::null()).stdout(Stdio::piped());
+    if let Some(uid) = uid {
+        daemon.uid(uid).gid(uid);
+    }
+    let mut daemon = daemon.spawn().unwrap();
     let mut ready = String::new();
     std::io::BufRead::read_line(&mut std::io::BufReader::new(daemon.stdout.take().unwrap()), &mut ready)
         .unwrap();
