@@ -264,10 +264,12 @@ fn a_result_longer_than_the_pipe_is_read_while_it_runs() {
 
 #[test]
 fn one_left_on_drop_that_ends_within_its_while_is_reaped() {
+    // Timed from before the spawn: the sleep ends at least 0.1 s after it, however late the spawn returns
+    // on a loaded machine (timed from after it, this test failed under load).
+    let start = Instant::now();
     let process =
         sh("exec sleep 0.1").on_drop(OnDrop::Leave { within: Duration::from_secs(5) }).spawn().unwrap();
     let pid = process.pid();
-    let start = Instant::now();
     drop(process);
     let reaped = !in_proc(pid);
     if !reaped {
