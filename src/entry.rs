@@ -60,7 +60,14 @@ pub fn main() -> ExitCode {
     };
     // A read of two other processes, not a run: its answer is its own (see `placement::between`).
     if let Role::Between(between) = &role {
-        return crate::placement::between::main(between);
+        let (exporter, importer, quiet) = (between.exporter, between.importer, between.quiet);
+        let json = between.json.as_deref();
+        return crate::placement::between::main(&crate::placement::between::Asked {
+            exporter,
+            importer,
+            json,
+            quiet,
+        });
     }
     let who = match &role {
         Role::Child(child) => format!("Process {}", child.index),

@@ -23,8 +23,7 @@ pub(crate) const GRACE: Duration = Duration::from_secs(3);
 /// stopped meanwhile).
 const TICK: Duration = Duration::from_millis(50);
 
-/// Writes the run's documents as failed for the reason it is given; `Err` says why it could not.
-pub(crate) type LastWord = Box<dyn Fn(&str) -> anyhow::Result<()> + Send>;
+pub(crate) use crate::report::LastWord;
 
 /// Where this process's documents go, left by `main` ([`leave_last_word`]); its lock is held while a watchdog
 /// is disarmed and while one ends the process, so that only one of them says how the run ended.

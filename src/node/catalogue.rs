@@ -1,7 +1,21 @@
 //! NVIDIA's Xid catalogue (docs.nvidia.com/deploy/xid-errors), for the numbers a run of CUDA IPC can meet:
 //! what each means, what to do, and whose fault it most likely is.
 
-use super::xid::Whose;
+use serde::{Deserialize, Serialize};
+
+/// Whose the fault an Xid reports most likely is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Whose {
+    /// The program's (or a process of the run's): a bad address, a fault of its kernel, a process that ended
+    /// with work in flight. The GPU goes on serving others.
+    Program,
+    /// The node's: its GPU memory, its bus, its links or its firmware. The node needs attention (drain,
+    /// reset, replace), not the program.
+    Node,
+    /// A number this program does not know.
+    NotKnown,
+}
 
 /// What NVIDIA's Xid catalogue (docs.nvidia.com/deploy/xid-errors) says Xid `number` means, what to do,
 /// and whose the fault most likely is.

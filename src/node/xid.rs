@@ -8,6 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use super::catalogue::Whose;
 use super::catalogue::catalogue;
 use super::kmsg::{self, Record, RunStart};
 pub use super::processes::Faulting;
@@ -20,20 +21,6 @@ pub struct Gpu {
     pub uuid: String,
     /// As CUDA writes it: `0000:17:00.0`.
     pub pci_bus_id: String,
-}
-
-/// Whose the fault an Xid reports most likely is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Whose {
-    /// The program's (or a process of the run's): a bad address, a fault of its kernel, a process that ended
-    /// with work in flight. The GPU goes on serving others.
-    Program,
-    /// The node's: its GPU memory, its bus, its links or its firmware. The node needs attention (drain,
-    /// reset, replace), not the program.
-    Node,
-    /// A number this program does not know.
-    NotKnown,
 }
 
 /// An Xid the kernel logged during the run for one of its GPUs.

@@ -12,11 +12,11 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use serde::Serialize;
 
+use super::outside::with_outside;
 use super::outside::{self, Loaded, Observed};
-use super::share::{compare, with_outside};
+use super::share::compare;
 use super::{Placement, ProcessPlacement};
 use crate::outcome::EXIT_FAILURE;
-use crate::role::Between;
 
 /// What `--between` answers, as `--json` writes it.
 #[derive(Serialize)]
@@ -28,13 +28,21 @@ struct Answer<'a> {
     directions: Vec<Placement>,
 }
 
+/// What `--between` is asked: the two pids as this process sees them, and its output.
+pub(crate) struct Asked<'a> {
+    pub exporter: i32,
+    pub importer: i32,
+    pub json: Option<&'a std::path::Path>,
+    pub quiet: bool,
+}
+
 /// Runs `--between`: 0 with its answer, 1 where a process cannot be read (which fact, and why).
-pub(crate) fn main(asked: &Between) -> ExitCode {
+pub(crate) fn main(asked: &Asked) -> ExitCode {
     match answer(asked) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             warn!("simple-ipc: --between: {e:#}");
-            if let Some(path) = &asked.json {
+            if let Some(path) = asked.json {
                 let failed = serde_json::json!({ "status": "failed", "reason": format!("{e:#}") });
                 if let Err(e) = write_json(path, &failed) {
                     warn!("simple-ipc: {e:#}");
@@ -45,7 +53,7 @@ pub(crate) fn main(asked: &Between) -> ExitCode {
     }
 }
 
-fn answer(asked: &Between) -> Result<()> {
+fn answer(asked: &Asked) -> Result<()> {
     if asked.exporter == asked.importer {
         anyhow::bail!("pid {} is both processes: CUDA IPC is between two", asked.exporter);
     }
@@ -64,7 +72,7 @@ fn answer(asked: &Between) -> Result<()> {
         text.push_str(&placement.text_between());
     }
     let document = Answer { status: "answered", processes: [&first, &second], directions };
-    match asked.json.as_deref() {
+    match asked.json {
         Some(path) if path.as_os_str() == "-" => {
             let mut out = std::io::stdout().lock();
             serde_json::to_writer(&mut out, &document)?;

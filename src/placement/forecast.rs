@@ -10,6 +10,7 @@ mod gpus;
 mod pidfd;
 
 use super::Place;
+pub use super::share::{EXPORTERS_NUMBER_THERE, IMPORTER_IS_ANCESTOR};
 use super::share::{Fact, Sameness};
 use gpus::{platform_rows, unseen_gpus};
 pub use pidfd::UNDER_A_FILTER;
@@ -78,14 +79,6 @@ pub(super) fn dev_shm_fix() -> Fix {
         option: Some("--sync memops (no interprocess event)".into()),
     }
 }
-
-/// A fact of the pair beyond the table's (`share::compare` adds it): the importer is an ancestor of the
-/// exporter (`same`), or is not (`differs`); known only from outside (`--between`), where both pids are.
-pub const IMPORTER_IS_ANCESTOR: &str = "importer_is_ancestor";
-/// A fact of the pair beyond the table's: where their PID namespaces differ, a process of the importer's
-/// namespace has the exporter's own pid number (`same`, its name the detail), or none has (`differs`).
-/// Known of any namespace's pid 1 (its init), and from outside of every number.
-pub const EXPORTERS_NUMBER_THERE: &str = "exporters_pid_number_taken_there";
 
 pub(super) fn fact(facts: &[Fact], name: &str) -> Sameness {
     facts.iter().find(|f| f.fact == name).map_or(Sameness::Unknown, |f| f.same)

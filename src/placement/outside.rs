@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, anyhow, bail};
 use serde::{Deserialize, Serialize};
 
+use super::share::{EXPORTERS_NUMBER_THERE, Fact, IMPORTER_IS_ANCESTOR, Sameness};
 use super::versions::{self, Version};
 use super::{Capabilities, Namespaces, Place, Platform, libraries, mps};
 
@@ -313,6 +314,23 @@ pub fn pair(exporter: &Observed, importer: &Observed) -> PairSeen {
     let at_exporters_number =
         at_exporters_number.or_else(|| (number == 1).then(|| "its own init (pid 1)".to_owned()));
     PairSeen { importer_is_ancestor, at_exporters_number }
+}
+
+/// `facts` with what an outside view read of the pair ([`PairSeen`](PairSeen)) in place
+/// of what the places alone could tell.
+pub fn with_outside(mut facts: Vec<Fact>, seen: &PairSeen) -> Vec<Fact> {
+    let pid_namespaces_differ =
+        facts.iter().any(|f| f.fact == super::share::FACTS[0].0 && f.same == Sameness::Differs);
+    for fact in &mut facts {
+        if fact.fact == IMPORTER_IS_ANCESTOR {
+            fact.same = if seen.importer_is_ancestor { Sameness::Same } else { Sameness::Differs };
+        }
+        if fact.fact == EXPORTERS_NUMBER_THERE && pid_namespaces_differ {
+            fact.same = if seen.at_exporters_number.is_some() { Sameness::Same } else { Sameness::Differs };
+            fact.detail = seen.at_exporters_number.clone();
+        }
+    }
+    facts
 }
 
 #[cfg(test)]

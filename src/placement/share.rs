@@ -5,6 +5,14 @@ use serde::{Deserialize, Serialize};
 
 use super::Place;
 
+/// A fact of the pair beyond the table's (`share::compare` adds it): the importer is an ancestor of the
+/// exporter (`same`), or is not (`differs`); known only from outside (`--between`), where both pids are.
+pub const IMPORTER_IS_ANCESTOR: &str = "importer_is_ancestor";
+/// A fact of the pair beyond the table's: where their PID namespaces differ, a process of the importer's
+/// namespace has the exporter's own pid number (`same`, its name the detail), or none has (`differs`).
+/// Known of any namespace's pid 1 (its init), and from outside of every number.
+pub const EXPORTERS_NUMBER_THERE: &str = "exporters_pid_number_taken_there";
+
 /// How one fact compares between the exporter and an importer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -100,7 +108,7 @@ pub fn compare(exporter: &Place, importer: &Place) -> Vec<Fact> {
         // the exporter's pid number in the importer's PID namespace is known of pid 1 (every namespace has
         // its init); whether the importer is the exporter's ancestor, only from outside (`with_outside`).
         Fact {
-            fact: super::forecast::EXPORTERS_NUMBER_THERE.to_owned(),
+            fact: EXPORTERS_NUMBER_THERE.to_owned(),
             same: match (pid, exporter.pid) {
                 (Sameness::Differs, 1) => Sameness::Same,
                 _ => Sameness::Unknown,
@@ -108,28 +116,8 @@ pub fn compare(exporter: &Place, importer: &Place) -> Vec<Fact> {
             detail: (pid == Sameness::Differs && exporter.pid == 1)
                 .then(|| "its own init (pid 1)".to_owned()),
         },
-        Fact {
-            fact: super::forecast::IMPORTER_IS_ANCESTOR.to_owned(),
-            same: Sameness::Unknown,
-            detail: None,
-        },
+        Fact { fact: IMPORTER_IS_ANCESTOR.to_owned(), same: Sameness::Unknown, detail: None },
     ]
-}
-
-/// `facts` with what an outside view read of the pair ([`PairSeen`](super::outside::PairSeen)) in place
-/// of what the places alone could tell.
-pub fn with_outside(mut facts: Vec<Fact>, seen: &super::outside::PairSeen) -> Vec<Fact> {
-    let pid_namespaces_differ = facts.iter().any(|f| f.fact == FACTS[0].0 && f.same == Sameness::Differs);
-    for fact in &mut facts {
-        if fact.fact == super::forecast::IMPORTER_IS_ANCESTOR {
-            fact.same = if seen.importer_is_ancestor { Sameness::Same } else { Sameness::Differs };
-        }
-        if fact.fact == super::forecast::EXPORTERS_NUMBER_THERE && pid_namespaces_differ {
-            fact.same = if seen.at_exporters_number.is_some() { Sameness::Same } else { Sameness::Differs };
-            fact.detail = seen.at_exporters_number.clone();
-        }
-    }
-    facts
 }
 
 /// The word of a table cell: `same`, `differs` (with its detail), `?`.

@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use super::{Found, Made, Opened, Status, Verdict, document};
 use crate::outcome::EXIT_FAILURE;
-use crate::watchdog::LastWord;
+
+/// Writes the run's documents as failed for the reason it is given; `Err` says why it could not.
+pub(crate) type LastWord = Box<dyn Fn(&str) -> anyhow::Result<()> + Send>;
 
 /// What writes the documents of `opened` should the watchdog end this process.
 pub(crate) fn for_the_watchdog(opened: &Arc<Opened>) -> LastWord {

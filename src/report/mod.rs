@@ -47,7 +47,7 @@ pub use document::MatrixCell;
 use document::{BenchResults, Device, DriverFacts, MechanismResult, Mode, Options, RunResults};
 pub use document::{Document, Refused, Status};
 pub use kernel_log::look_at_the_kernel_log;
-pub(crate) use last_word::for_the_watchdog;
+pub(crate) use last_word::{LastWord, for_the_watchdog};
 pub use made::{Made, made};
 
 /// The document of this run, opened by `main` before anything runs ([`open`], [`open_inherited`]) and
