@@ -9,15 +9,18 @@ use nix::sys::signal::{SigHandler, Signal, signal};
 use crate::ipc::diagnose::Diagnosis;
 use std::os::fd::RawFd;
 
+use crate::os::signals::Interrupted;
 use crate::outcome::{EXIT_FAILURE, EXIT_WAIVED, Ending, Outcome};
 use crate::output::READER_GONE_STATUS;
+use crate::report::verdict::{self, is_reader_gone, reader_gone};
 use crate::report::{self, Status};
 use crate::role::{MechanismRun, Role};
 use crate::sample::attach::Stopped;
-use crate::signals::Interrupted;
 use crate::tool::{child, parent};
-use crate::verdict::{self, is_reader_gone, reader_gone};
-use crate::{bench, cli, devices, driver, every_mechanism, fault, guardian, join, signals, topology};
+use crate::{
+    bench, cli, devices, driver, every_mechanism, join, os::signals, phases::fault, supervise::guardian,
+    topology,
+};
 
 /// The whole program: what `main` runs.
 pub fn main() -> ExitCode {
@@ -91,7 +94,7 @@ pub fn main() -> ExitCode {
     };
     // A run its watchdog must end (a call that never returns) still writes them, as failed.
     if let Some(document) = &document {
-        crate::watchdog::leave_last_word(report::for_the_watchdog(document));
+        crate::supervise::watchdog::leave_last_word(report::for_the_watchdog(document));
     }
     if role.quiet() {
         crate::output::be_quiet();
@@ -114,8 +117,9 @@ pub fn main() -> ExitCode {
     // Where `ipc::diagnose` explained the failure, the document carries its cause and fix as fields.
     // A process that joined over the socket gave its own (see `wire::Message::Ended`).
     let diagnosis = failure.and_then(|e| {
-        e.downcast_ref::<Diagnosis>()
-            .or_else(|| e.downcast_ref::<crate::peers::PeerFailed>().and_then(|j| j.diagnosis.as_ref()))
+        e.downcast_ref::<Diagnosis>().or_else(|| {
+            e.downcast_ref::<crate::supervise::peers::PeerFailed>().and_then(|j| j.diagnosis.as_ref())
+        })
     });
     // How the run ended, decided once: the verdict line, the document and the exit status say it.
     let Ending { mut status, mut reason, summary, exit_status: mut code } = match &outcome {
@@ -136,7 +140,8 @@ pub fn main() -> ExitCode {
     let says_verdict = ends_with_a_verdict && !inside && code != READER_GONE_STATUS;
     // A served or isolated run: what was forecast for each path it took, beside what happened.
     let refused = failure.and_then(|e| {
-        report::Refused::of(e).or_else(|| e.downcast_ref::<crate::peers::PeerFailed>()?.refused.clone())
+        report::Refused::of(e)
+            .or_else(|| e.downcast_ref::<crate::supervise::peers::PeerFailed>()?.refused.clone())
     });
     if let Some(placement) = &mut found.placement
         && let text =
@@ -284,7 +289,7 @@ fn beyond_the_simulation(e: &anyhow::Error) -> Option<String> {
     if let Some(failed) = here.filter(|failed| failed.beyond_the_simulation) {
         return Some(failed.call.clone());
     }
-    let peer = e.chain().find_map(|cause| cause.downcast_ref::<crate::peers::PeerFailed>())?;
+    let peer = e.chain().find_map(|cause| cause.downcast_ref::<crate::supervise::peers::PeerFailed>())?;
     let refused = peer.refused.as_ref().filter(|refused| refused.beyond_the_simulation)?;
     Some(format!("{} in process {}", refused.call, peer.index))
 }
@@ -299,7 +304,7 @@ fn run(role: Role) -> anyhow::Result<report::Ran> {
         Role::MechanismRun(sub) => sub.run.isolate.as_ref().map(|isolation| (&sub.run, isolation, true)),
         _ => None,
     };
-    let outside = |fd: RawFd| crate::inherit::take(fd, "--outside-fd");
+    let outside = |fd: RawFd| crate::os::inherit::take(fd, "--outside-fd");
     match (&role, isolate) {
         (Role::Isolated(isolated), _) => {
             crate::isolation::enter(&isolated.isolation, outside(isolated.outside_fd)?)?

@@ -6,10 +6,10 @@ use anyhow::Result;
 
 use crate::devices;
 use crate::driver::Driver;
-use crate::guardian::Guardian;
 use crate::outcome::Waiver;
 use crate::report::Found;
 use crate::segment::{self, Segment};
+use crate::supervise::guardian::Guardian;
 
 /// What a parent's role starts from. Its fields drop in this order: CUDA is released (the exports that
 /// borrow it dropped before), then the guardian, then the segment.

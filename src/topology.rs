@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use anyhow::Result;
 
 use crate::driver::Driver;
-use crate::numa::Sysfs;
+use crate::os::numa::Sysfs;
 use crate::outcome::Outcome;
 
 /// `--topology`: prints the report, or is waived where there is no GPU.

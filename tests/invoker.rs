@@ -12,7 +12,7 @@ use std::time::Duration;
 use common::{FAULT, run, simulated, text, wait_for_lines, wait_group_gone};
 use nix::sys::signal::{SigHandler, Signal, kill, signal};
 use nix::unistd::Pid;
-use simple_ipc::phase::Phase;
+use simple_ipc::phases::Phase;
 
 /// [`simulated`], started with `signals` ignored, as a supervisor or `nohup` would leave them (an ignored
 /// disposition is kept across exec).

@@ -9,7 +9,7 @@ use anyhow::Result;
 use crate::driver::Driver;
 use crate::gpu::Stream;
 use crate::ipc::{DeviceBuffer, OpenedBuffer};
-use crate::stop::StopCheck;
+use crate::os::stop::StopCheck;
 
 const SMALLEST: usize = 4 * 1024;
 

@@ -7,11 +7,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
-use crate::barrier::{self, StopCheck};
-use crate::futex;
 use crate::gpu::Stream;
 use crate::ipc::{DeviceBuffer, DeviceMemory, Event, ExportedEvent, Mechanism, OpenedEvent, Slice};
+use crate::os::futex;
 use crate::segment::SharedState;
+use crate::segment::barrier::{self, StopCheck};
 
 /// The flags' buffer: the consumer's flag at its start, the producer's one cache line further.
 pub const FLAGS_BYTES: usize = 4096;

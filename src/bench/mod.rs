@@ -30,27 +30,27 @@ use self::copy::{Reference, copy_rates, sizes};
 use self::handover::{FLAGS_BYTES, Handover, Pair, WORK_BYTES, answer, flags_mechanism, measure, rounds};
 use self::rendezvous::{Rendezvous, Side, Step};
 use self::report::{Figures, TestResult, mps_note};
-use crate::barrier::StopCheck;
 use crate::devices;
 use crate::driver::{self, Driver};
-use crate::fault;
 use crate::gpu::Stream;
 use crate::ipc::diagnose::Exporter;
 use crate::ipc::{DeviceBuffer, ExportedBuffer, ExportedEvent, Mechanism, OpenedBuffer, OpenedEvent};
 use crate::joiners::{Audience, Joiners};
+use crate::os::signals;
 use crate::outcome::{Outcome, Waiver};
-use crate::phase::Phase;
-use crate::phase::Who;
-use crate::progress;
+use crate::output::progress;
+use crate::phases::Phase;
+use crate::phases::Who;
+use crate::phases::fault;
+use crate::phases::timings::Stopwatch;
 use crate::report::document::BenchResults;
 use crate::report::{Found, Ran, Results};
 use crate::role::Bench;
 use crate::sample::attach;
 use crate::sample::children::Children;
+use crate::segment::barrier::StopCheck;
 use crate::segment::{self, RunPlan};
 use crate::setup;
-use crate::signals;
-use crate::timings::Stopwatch;
 use crate::wire::descriptors;
 
 /// The consumer is process 0 (the parent), the producer process 1 (its child).
@@ -272,9 +272,11 @@ impl Producer<'_> {
     /// Waits for the producer's end, which must be a good one.
     fn wait(self) -> Result<()> {
         match self {
-            Producer::Child(mut children) => crate::peers::wait(&mut children, || false, || {}, || None),
+            Producer::Child(mut children) => {
+                crate::supervise::peers::wait(&mut children, || false, || {}, || None)
+            }
             Producer::Joined(joiners) => {
-                crate::peers::wait(&mut joiners.into_inner(), || false, || {}, || None)
+                crate::supervise::peers::wait(&mut joiners.into_inner(), || false, || {}, || None)
             }
         }
     }
@@ -288,7 +290,7 @@ pub fn run_producer(index: usize, segment_fd: Option<i32>, socket_fd: Option<i32
     let watch = Stopwatch::start(Who::Child(index), Phase::Attach)?;
     let (segment, parent_pid) = attach::segment(segment_fd)?;
     say!("CP: lshmName = {}", segment::name_for(parent_pid as u32))?;
-    let socket = socket_fd.map(|fd| crate::inherit::take(fd, "descriptor socket")).transpose()?;
+    let socket = socket_fd.map(|fd| crate::os::inherit::take(fd, "descriptor socket")).transpose()?;
     produce(index, watch, &segment, socket, &attach::Parent::Pid(parent_pid))
 }
 

@@ -16,9 +16,9 @@ use anyhow::{Result, bail};
 
 use super::handover::Handover;
 use super::report::human;
-use crate::barrier::Barrier;
+use crate::os::stop::StopCheck;
 use crate::segment::SharedState;
-use crate::stop::StopCheck;
+use crate::segment::barrier::Barrier;
 
 /// A point where the two sides meet, for each pair of devices in this order: `PairAnnounced`,
 /// `EndpointsPublished`, one `Handover` per kind measured, `HandoversDone`, then for each size

@@ -9,10 +9,10 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use super::user::{self, parse_address};
 use super::values::parse_timeout;
 use crate::meeting::Address;
-use crate::namespace_kinds::Isolation;
+use crate::os::namespace_kinds::Isolation;
+use crate::phases::timings::Timeout;
 use crate::role::{Child, Isolated, Joiner, MechanismRun, Role, Served};
 use crate::segment::MAX_PROCESSES;
-use crate::timings::Timeout;
 use crate::wire::Round;
 
 #[derive(Parser, Debug)]
@@ -48,7 +48,7 @@ enum Sub {
     Join {
         #[arg(value_name = "SOCKET", value_parser = parse_address)]
         address: Address,
-        #[arg(long, value_name = "KINDS", value_parser = crate::namespace_kinds::parse_arg)]
+        #[arg(long, value_name = "KINDS", value_parser = crate::os::namespace_kinds::parse_arg)]
         isolated: Isolation,
         #[arg(long, value_name = "FD")]
         report_fd: i32,

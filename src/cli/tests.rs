@@ -4,8 +4,8 @@ use super::rules::{Asked, parse_from};
 use super::user::*;
 use crate::ipc::{Fds, Mechanism, Sync};
 use crate::meeting::Address;
+use crate::phases::timings::Timeout;
 use crate::role::{Role, Run};
-use crate::timings::Timeout;
 
 fn run(args: &[&str]) -> Option<Role> {
     match parse_from(std::iter::once("simple-ipc").chain(args.iter().copied())) {

@@ -12,8 +12,8 @@ use super::values::{SyncParser, parse_bench_size, parse_timeout};
 
 use crate::ipc::{Fds, Mechanism, Sync};
 use crate::meeting::Address;
+use crate::phases::timings::Timeout;
 use crate::segment::MAX_PROCESSES;
-use crate::timings::Timeout;
 
 /// `--version`: this program's version, the git revision it was built from, and what its kernel needs.
 const VERSION: &str = concat!(
@@ -168,9 +168,9 @@ pub(super) struct Options {
     /// in a user namespace: no root needed), container (Docker's default: pid, shm, ipc, net, uts, cgroup);
     /// `joiners:KINDS` leaves the parent where it is. With --ipc all: the table of every boundary of KINDS
     /// by every kind of handle (each cell a run whose --ipc and --sync the table sets).
-    #[arg(long, value_name = "KINDS", value_parser = crate::namespace_kinds::parse_arg, help_heading = CONTAINERS,
+    #[arg(long, value_name = "KINDS", value_parser = crate::os::namespace_kinds::parse_arg, help_heading = CONTAINERS,
           conflicts_with_all = ["bench", "topology", "serve", "join", "sequential"])]
-    pub isolate: Option<crate::namespace_kinds::Isolation>,
+    pub isolate: Option<crate::os::namespace_kinds::Isolation>,
 
     /// Forecast CUDA IPC between two running processes, read from outside them; no run, no GPU needed.
     ///

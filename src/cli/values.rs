@@ -8,7 +8,7 @@ use clap::ValueEnum;
 use clap::builder::{EnumValueParser, PossibleValue, TypedValueParser};
 
 use crate::ipc::Sync;
-use crate::timings::Timeout;
+use crate::phases::timings::Timeout;
 
 /// The smallest and largest `--bench-max-bytes`: the benchmark's first size, and the most one copy takes.
 const BENCH_MIN_BYTES: u64 = 4096;

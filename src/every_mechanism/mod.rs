@@ -14,12 +14,12 @@
 use anyhow::{Result, anyhow};
 
 use crate::ipc::Mechanism;
+use crate::os::signals;
 use crate::outcome::RunEnd;
 use crate::outcome::{Outcome, Waiver};
 use crate::report::document::{Document, MechanismResult};
 use crate::report::{Ran, Results, Status};
 use crate::role::{EveryMechanism, Run};
-use crate::signals;
 
 mod served;
 mod sub_run;
@@ -74,7 +74,7 @@ pub fn run(every: &EveryMechanism) -> Result<Ran> {
     };
     // Each run's document comes back through its pipe.
     let each = Run { json: None, ..run.clone() };
-    let bar = crate::progress::Bar::start(Mechanism::ALL.len() as u64, "--ipc all", run.quiet);
+    let bar = crate::output::progress::Bar::start(Mechanism::ALL.len() as u64, "--ipc all", run.quiet);
     for mechanism in Mechanism::ALL {
         bar.doing(format!("--ipc {}", mechanism.name()));
         say!("== --ipc {}", mechanism.name())?;

@@ -15,13 +15,13 @@ use nix::errno::Errno;
 use nix::sys::socket::{SockFlag, accept4, getsockopt, sockopt::PeerCredentials};
 
 use super::{Row, sub_run};
-use crate::guardian::Guardian;
 use crate::ipc::Mechanism;
 use crate::joiners;
-use crate::made_path::MadePath;
 use crate::meeting::{self, Address};
+use crate::os::made_path::MadePath;
+use crate::phases::timings::Timeout;
 use crate::role::{Run, Served};
-use crate::timings::Timeout;
+use crate::supervise::guardian::Guardian;
 use crate::wire::{self, Heard, Message, Round, RunEnd};
 
 /// Connections still waiting at the listener that the top parent tells at the end, at most.

@@ -10,10 +10,12 @@ use nix::sys::signal::Signal;
 
 use super::{Row, table};
 use crate::ipc::Mechanism;
+use crate::os::signals::Interrupted;
 use crate::outcome::RunEnd;
-use crate::relaunch::{Echo, Ended, Followed, OnDrop, Output, Policies, Relaunch, Streams, follow};
 use crate::role::{MechanismRun, Role, Run, Served};
-use crate::signals::Interrupted;
+use crate::supervise::relaunch::{
+    Echo, Ended, Followed, OnDrop, Output, Policies, Relaunch, Streams, follow,
+};
 
 /// How long a run of one mechanism gets to stop in order (it stops its children within 300 ms) before it is
 /// killed.
@@ -72,8 +74,8 @@ pub(crate) fn run_one_inheriting(
         launch.give(fd);
     }
     // A descriptor fault is meant for the mechanisms that send descriptors; legacy's run would refuse it.
-    if crate::fault::needs_descriptors() && !mechanism.uses_descriptors() {
-        launch.env_remove(crate::fault::FAULT_ENV);
+    if crate::phases::fault::needs_descriptors() && !mechanism.uses_descriptors() {
+        launch.env_remove(crate::phases::fault::FAULT_ENV);
     }
     let start = Instant::now();
     // Declared before the pipes: on an early return they close first, so the run cannot block writing to

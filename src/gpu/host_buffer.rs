@@ -8,7 +8,7 @@ use super::memory::DeviceMemory;
 use super::release::release;
 use super::stream::Stream;
 use crate::driver::Driver;
-use crate::stop::StopCheck;
+use crate::os::stop::StopCheck;
 
 pub struct HostBuffer<'d> {
     driver: &'d dyn Driver,

@@ -7,7 +7,7 @@ use anyhow::{Result, ensure};
 use super::memory::DeviceMemory;
 use super::release::release;
 use crate::driver::{Driver, RawEvent, RawStream};
-use crate::stop::{self, StopCheck};
+use crate::os::stop::{self, StopCheck};
 
 /// Any event a stream can wait for or record: exported by this process or opened from another (see
 /// `ipc::events`).

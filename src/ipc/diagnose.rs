@@ -13,7 +13,7 @@
 //! Blanket advice (`--ipc=host`) is wrong for most of these; each message names only what its case needs.
 
 use crate::driver::{code, failed_code};
-use crate::driver_files::{EventFile, NameNow};
+use crate::os::driver_files::{EventFile, NameNow};
 
 /// What the importer tried to open.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -204,7 +204,7 @@ mod tests {
     fn an_event_file_that_is_not_there_says_where_it_went() {
         let absent = EventFile {
             name: "cuda.shm.0.7ffffffe.1".into(),
-            dev: crate::driver_files::shm_dev().unwrap(),
+            dev: crate::os::driver_files::shm_dev().unwrap(),
             ino: 1,
         };
         let known = Exporter { pid: Some(1), file: Some(absent.clone()) };

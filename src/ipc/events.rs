@@ -13,8 +13,8 @@ use anyhow::{Context, Result};
 
 use super::diagnose::{self, Exporter, Opening};
 use crate::driver::{Driver, IpcHandleBytes, RawEvent};
-use crate::driver_files::{self, EventFile};
 use crate::gpu::{Event, release};
+use crate::os::driver_files::{self, EventFile};
 
 /// Held while this process exports or opens an event, so that the one driver file that appears in
 /// `/proc/self/maps` meanwhile is that event's.

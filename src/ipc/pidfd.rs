@@ -21,7 +21,7 @@ use nix::errno::Errno;
 use serde::{Deserialize, Serialize};
 
 use super::diagnose::Diagnosis;
-use crate::access::Access;
+use crate::os::access::Access;
 
 /// What else needs neither a shared PID namespace nor ptrace permission.
 const SOCKET_FIX: &str = "or --fds socket, which needs neither";

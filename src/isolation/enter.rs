@@ -30,8 +30,8 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid, fork, getegid, geteuid, setsid};
 
 use super::{Isolation, Kind};
+use crate::os::signals::{self, STOP_SIGNALS};
 use crate::outcome::Waiver;
-use crate::signals::{self, STOP_SIGNALS};
 
 fn unavailable(kind: &str, error: Errno) -> anyhow::Error {
     let why = match error {
@@ -252,7 +252,7 @@ fn be_init(run: Pid, waited: &SigSet, outside_lives: OwnedFd) -> ! {
         }
         if outside_hung_up {
             outside_gone = Some(Instant::now());
-            for pid in crate::proc_stat::descendants(nix::unistd::getpid()) {
+            for pid in crate::os::proc_stat::descendants(nix::unistd::getpid()) {
                 let _ = kill(pid, Signal::SIGCONT);
             }
             if ended.is_none() {

@@ -14,16 +14,16 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use nix::sys::signal::Signal;
 
-use crate::guardian::Guardian;
 use crate::isolation::{Isolation, Kind};
-use crate::made_path::MadePath;
 use crate::meeting::Address;
+use crate::os::made_path::MadePath;
 use crate::outcome::EXIT_WAIVED;
 use crate::outcome::Waiver;
-use crate::relaunch::{Ended, OnDrop, Process, Relaunch};
+use crate::phases::timings::Timeout;
 use crate::report::Refused;
 use crate::role::{Isolated, Joiner, Role};
-use crate::timings::Timeout;
+use crate::supervise::guardian::Guardian;
+use crate::supervise::relaunch::{Ended, OnDrop, Process, Relaunch};
 
 /// How long a started process gets to end by itself after the run ended (it stops within 0.5 s of the
 /// server's end); then it is killed, and its init stops what it runs.
@@ -210,7 +210,7 @@ impl<'g> Launched<'g> {
 
 impl Drop for Launched<'_> {
     fn drop(&mut self) {
-        crate::relaunch::stop_all(&mut self.processes);
+        crate::supervise::relaunch::stop_all(&mut self.processes);
         for process in &mut self.processes {
             // The driver's refusal in a process that joined is this run's to report, as typed facts.
             if let Some(refused) = process.document().and_then(|d| d.refused) {

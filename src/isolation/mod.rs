@@ -20,4 +20,4 @@ mod outside;
 pub use enter::enter;
 pub(crate) use outside::run_inside;
 
-pub(crate) use crate::namespace_kinds::{Isolation, Kind};
+pub(crate) use crate::os::namespace_kinds::{Isolation, Kind};

@@ -30,9 +30,9 @@ use nix::sys::signal::Signal;
 
 use crate::ipc::Mechanism;
 use crate::outcome::{EXIT_FAILURE, Ending, Outcome};
-use crate::relaunch::{Ended, Followed, OnDrop, Policies, Relaunch, follow};
 use crate::report::{self, Status};
 use crate::role::{MechanismRun, Role, Run, Served};
+use crate::supervise::relaunch::{Ended, Followed, OnDrop, Policies, Relaunch, follow};
 
 /// How long past `--timeout` the run has to stop itself (its watchdog stops its processes within about a
 /// second and a half) before the process outside stops it.
@@ -48,7 +48,7 @@ pub(crate) fn run_inside(
     served: Option<&Served>,
     matrix_row: bool,
 ) -> Result<report::Ran> {
-    crate::signals::take_job_control()?;
+    crate::os::signals::take_job_control()?;
     let mut launch = Relaunch::new("the isolated run");
     let report_fd = launch.report_pipe()?;
     let outside_fd = Some(launch.outside_socket()?);

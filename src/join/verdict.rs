@@ -4,8 +4,8 @@
 use anyhow::{Result, anyhow, bail};
 
 use crate::meeting::Address;
+use crate::os::signals;
 use crate::outcome::{Outcome, Waiver};
-use crate::signals;
 use crate::wire::{Round, RunEnd};
 
 /// A joiner's verdict on a served sequence: it fails if any run failed (naming each, with this process's

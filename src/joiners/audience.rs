@@ -9,9 +9,9 @@ use anyhow::{Result, bail};
 
 use crate::meeting;
 use crate::outcome::Outcome;
-use crate::peers::PeerFailed;
 use crate::placement::Placement;
 use crate::report::{Found, Refused};
+use crate::supervise::peers::PeerFailed;
 use crate::wire::{self, Message, Round, RunEnd};
 
 /// The joiners still connected when the run is over, to be told how the whole run ended: a joiner's verdict
@@ -49,16 +49,16 @@ impl Audience {
         let [listener, back, held @ ..] = fds else {
             bail!("--served-fds {fds:?}: the listener and the socket back come first");
         };
-        let held = held.iter().map(|&fd| crate::inherit::take(fd, "held connection"));
+        let held = held.iter().map(|&fd| crate::os::inherit::take(fd, "held connection"));
         Ok(Self {
             told: RefCell::default(),
             placement: RefCell::default(),
             refused: RefCell::default(),
             sequence: Some(InSequence {
                 round,
-                listener: RefCell::new(Some(crate::inherit::take(*listener, "sequence's listener")?)),
+                listener: RefCell::new(Some(crate::os::inherit::take(*listener, "sequence's listener")?)),
                 waiting: RefCell::new(held.collect::<Result<_>>()?),
-                back: crate::inherit::take(*back, "socket back to the top parent")?,
+                back: crate::os::inherit::take(*back, "socket back to the top parent")?,
             }),
         })
     }

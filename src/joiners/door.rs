@@ -159,7 +159,7 @@ pub(crate) fn started_by(pid: i32, pids: &[i32]) -> bool {
         if pids.contains(&current) {
             return true;
         }
-        match crate::proc_stat::read(current) {
+        match crate::os::proc_stat::read(current) {
             Some(stat) => current = stat.parent,
             None => return false,
         }

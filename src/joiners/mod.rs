@@ -15,13 +15,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use crate::guardian::Guardian;
-use crate::made_path::MadePath;
 use crate::meeting::Address;
-use crate::peers::{PeerFailed, Peers};
+use crate::os::made_path::MadePath;
+use crate::phases::timings::Timeout;
 use crate::placement::Place;
 use crate::segment::{Segment, SharedState};
-use crate::timings::Timeout;
+use crate::supervise::guardian::Guardian;
+use crate::supervise::peers::{PeerFailed, Peers};
 use crate::wire::Round;
 
 mod audience;
@@ -84,7 +84,8 @@ impl Waiting {
     fn look(&mut self) -> bool {
         let gap = self.last_look.elapsed().min(LOOK_COUNTS_AT_MOST);
         self.last_look = Instant::now();
-        let stopped = crate::proc_stat::read(self.pid).is_some_and(|stat| matches!(stat.state, 'T' | 't'));
+        let stopped =
+            crate::os::proc_stat::read(self.pid).is_some_and(|stat| matches!(stat.state, 'T' | 't'));
         if !stopped {
             self.waited += gap;
         }
@@ -110,7 +111,7 @@ pub struct Joiners<'s> {
     waiting: Vec<Waiting>,
     deadline: Option<(Instant, Duration)>,
     /// How long this process was held stopped while it waited (said where the deadline passes).
-    held: crate::held::Held,
+    held: crate::supervise::held::Held,
     /// The socket's file goes once every process has joined (`--isolate`: nobody else is to come, and a
     /// server killed after that leaves no file).
     remove_when_full: bool,
@@ -256,7 +257,7 @@ impl<'s> Joiners<'s> {
             joined: Vec::new(),
             waiting: Vec::new(),
             deadline: timeout.deadline_from(started),
-            held: crate::held::Held::new(),
+            held: crate::supervise::held::Held::new(),
             remove_when_full: false,
             round: None,
             only_started_by: None,
@@ -351,7 +352,7 @@ mod tests {
         let pid = sleeper.0.id() as i32;
         let signal = |signal| nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal).unwrap();
         signal(nix::sys::signal::Signal::SIGSTOP);
-        while crate::proc_stat::read(pid).is_none_or(|s| s.state != 'T') {
+        while crate::os::proc_stat::read(pid).is_none_or(|s| s.state != 'T') {
             std::thread::sleep(Duration::from_millis(1));
         }
         let mut waiting = Waiting::new(ours, pid, None);

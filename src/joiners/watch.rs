@@ -6,8 +6,8 @@ use std::time::Instant;
 use anyhow::{Result, anyhow};
 
 use super::Joiners;
-use crate::peers::PeerFailed;
-use crate::timings::progress_of;
+use crate::phases::timings::progress_of;
+use crate::supervise::peers::PeerFailed;
 use crate::wire::{self, Heard, Message};
 
 impl Joiners<'_> {
@@ -29,7 +29,7 @@ impl Joiners<'_> {
                 Ok(Heard::Nothing) => continue,
                 // Its own word is not enough: it must have finished in the segment too.
                 Ok(Heard::Said(Message::Ended(0, ..), _))
-                    if crate::timings::finished(self.segment.state(), joiner.index) =>
+                    if crate::phases::timings::finished(self.segment.state(), joiner.index) =>
                 {
                     None
                 }

@@ -24,7 +24,7 @@ impl How {
     /// As the environment asks (see the module's doc).
     pub(super) fn asked() -> Self {
         let serial = super::lanes::serial_asked();
-        if serial || std::env::var_os(crate::fault::FAULT_ENV).is_some() {
+        if serial || std::env::var_os(crate::phases::fault::FAULT_ENV).is_some() {
             return How::Cells { serial };
         }
         How::Rows
@@ -41,7 +41,7 @@ impl How {
             ),
             How::Cells { serial: false } => format!(
                 "each cell an isolated run of its own, as {} is set, {at_once}",
-                crate::fault::FAULT_ENV
+                crate::phases::fault::FAULT_ENV
             ),
         }
     }

@@ -98,7 +98,7 @@ pub(super) fn run_all(
                         if stop.load(Ordering::SeqCst) {
                             return Ok(());
                         }
-                        if let Err(e) = run_row(row, &send).and_then(|()| crate::signals::check()) {
+                        if let Err(e) = run_row(row, &send).and_then(|()| crate::os::signals::check()) {
                             stop.store(true, Ordering::SeqCst);
                             return Err(e);
                         }
@@ -129,7 +129,7 @@ pub(super) fn run_all(
         let mut failures: Vec<anyhow::Error> =
             first.into_iter().chain(ended.filter_map(Result::err)).collect();
         // A stop signal is said as such (128+N), whichever lane saw it first.
-        let interrupted = failures.iter().position(|e| e.is::<crate::signals::Interrupted>());
+        let interrupted = failures.iter().position(|e| e.is::<crate::os::signals::Interrupted>());
         match interrupted.or((!failures.is_empty()).then_some(0)) {
             Some(at) => Err(failures.swap_remove(at)),
             None => Ok(()),

@@ -134,8 +134,11 @@ pub fn run(run: &Run, asked: &Isolation) -> Result<Ran> {
     let daemon = crate::placement::mps::Mps::here();
     let mut cells: Vec<Vec<Cell>> = vec![vec![Cell::Broken("not run".to_owned()); COLUMNS.len()]; rows.len()];
     let mut clients: Vec<Vec<Option<mps::Clients>>> = vec![vec![None; COLUMNS.len()]; rows.len()];
-    let bar =
-        crate::progress::Bar::start((rows.len() * COLUMNS.len()) as u64, "--ipc all --isolate", run.quiet);
+    let bar = crate::output::progress::Bar::start(
+        (rows.len() * COLUMNS.len()) as u64,
+        "--ipc all --isolate",
+        run.quiet,
+    );
     let run_row = |row: usize, send: &dyn Fn(lanes::Done) -> bool| -> Result<()> {
         if how == how::How::Rows {
             for (column, (cell, clients)) in how::row_cells(run, &rows[row])?.into_iter().enumerate() {
@@ -148,7 +151,7 @@ pub fn run(run: &Run, asked: &Isolation) -> Result<Ran> {
             if !send(lanes::Done { row, column, cell, clients }) {
                 break;
             }
-            crate::signals::check()?;
+            crate::os::signals::check()?;
         }
         Ok(())
     };
@@ -248,7 +251,7 @@ fn cell_run(run: &Run, row: &Boundary, column: &Column) -> Result<Run> {
 mod tests {
     use super::*;
     use crate::ipc::{Fds, Sync};
-    use crate::timings::Timeout;
+    use crate::phases::timings::Timeout;
 
     /// A cell's document as its run wrote it: `status`, `reason`, and the driver's refusal where there was
     /// one.

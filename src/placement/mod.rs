@@ -147,7 +147,7 @@ impl Platform {
 impl Place {
     /// This process's place, read now.
     pub fn here() -> Self {
-        let access = crate::access::Access::here();
+        let access = crate::os::access::Access::here();
         let env = |name: &str| std::env::var(name).ok();
         Place {
             pid: std::process::id(),

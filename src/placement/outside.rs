@@ -55,7 +55,7 @@ pub fn observe(pid: i32) -> Result<Observed> {
     let proc = PathBuf::from(format!("/proc/{pid}"));
     let status = std::fs::read_to_string(proc.join("status"))
         .map_err(|e| anyhow!("process {pid} cannot be read: /proc/{pid}/status: {e} (has it ended?)"))?;
-    let field = |name: &str| crate::access::status_field(&status, name);
+    let field = |name: &str| crate::os::access::status_field(&status, name);
     let unreadable = |fact: &str| format!("process {pid}: its {fact} could not be read");
     let name = crate::output::printable(&field("Name").unwrap_or_default());
     let own_pid =
@@ -138,7 +138,7 @@ pub fn observe(pid: i32) -> Result<Observed> {
         gpus,
         imex_channel,
         uid: uid_as_it_sees_itself(node_uid, &uid_map),
-        in_user_namespace: !crate::access::is_identity_map(uid_map.trim()),
+        in_user_namespace: !crate::os::access::is_identity_map(uid_map.trim()),
         capabilities: Capabilities { sys_ptrace: has(19), sys_nice: has(23), ipc_lock: has(14) },
         ptrace_scope: std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
             .ok()
@@ -281,7 +281,7 @@ pub fn pair(exporter: &Observed, importer: &Observed) -> PairSeen {
     let mut importer_is_ancestor = false;
     let mut current = exporter.pid;
     for _ in 0..64 {
-        match crate::proc_stat::read(current) {
+        match crate::os::proc_stat::read(current) {
             Some(stat) if stat.parent > 0 => {
                 current = stat.parent;
                 if current == importer.pid {
@@ -303,9 +303,9 @@ pub fn pair(exporter: &Observed, importer: &Observed) -> PairSeen {
             }
             let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
             let own: u32 =
-                crate::access::status_field(&status, "NSpid")?.split_whitespace().last()?.parse().ok()?;
+                crate::os::access::status_field(&status, "NSpid")?.split_whitespace().last()?.parse().ok()?;
             (own == number).then(|| {
-                let name = crate::access::status_field(&status, "Name").unwrap_or_default();
+                let name = crate::os::access::status_field(&status, "Name").unwrap_or_default();
                 format!("{} (pid {pid} here)", crate::output::printable(&name))
             })
         })

@@ -32,6 +32,7 @@ mod kernel_log;
 mod last_word;
 mod made;
 mod metrics;
+pub(crate) mod verdict;
 
 use std::path::{Path, PathBuf};
 
@@ -193,7 +194,7 @@ pub fn open(json: Option<&Path>, metrics: Option<&Path>, asked: (Mode, Options))
 
 /// The inherited descriptor `fd` (`--report-fd`) as the document of this run (`asked`: its mode and options).
 pub fn open_inherited(fd: std::os::fd::RawFd, asked: (Mode, Options)) -> Result<Opened> {
-    let pipe = std::fs::File::from(crate::inherit::take(fd, "--report-fd")?);
+    let pipe = std::fs::File::from(crate::os::inherit::take(fd, "--report-fd")?);
     Ok(Opened::new(Some(Target::json(Destination::Inherited(pipe))), None, asked))
 }
 

@@ -8,13 +8,13 @@ use std::sync::atomic::Ordering;
 use anyhow::{Context, Result, bail, ensure};
 use nix::unistd::getppid;
 
-use crate::barrier;
 use crate::driver::{Driver, uuid_text};
 use crate::ipc::diagnose::Diagnosis;
 use crate::meeting;
+use crate::os::signals;
 use crate::outcome::Waiver;
+use crate::segment::barrier;
 use crate::segment::{self, Segment, SharedState};
-use crate::signals;
 
 /// Why a process of the run stopped before its part was done, where that was no failure of its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -14,18 +14,18 @@ use anyhow::{Context, Result, anyhow, bail};
 use super::attach;
 use super::extras::{ChildExtras, WriteOrder};
 use super::verify::{expected_byte, find_mismatches};
-use crate::barrier;
 use crate::driver::{self, Driver};
 use crate::gpu::Stream;
 use crate::gpu::host_buffer::{self, HostBuffer};
 use crate::gpu::kernel::SimpleKernel;
-use crate::inherit;
 use crate::ipc::diagnose::Exporter;
 use crate::ipc::{Mechanism, OpenedBuffer, OpenedEvent};
-use crate::phase::{Phase, Who};
+use crate::os::inherit;
+use crate::os::stop::StopCheck;
+use crate::phases::timings::Stopwatch;
+use crate::phases::{Phase, Who};
+use crate::segment::barrier;
 use crate::segment::{self, Segment};
-use crate::stop::StopCheck;
-use crate::timings::Stopwatch;
 use crate::wire::descriptors;
 
 /// `childProcess` for a child its parent started: the parent's pid (`getppid`), its segment

@@ -12,12 +12,12 @@ use anyhow::{Result, anyhow, bail};
 use nix::sys::signal::Signal;
 
 use super::extras::Processes;
-use crate::peers::{self, PeerFailed, Peers};
-use crate::relaunch::{Ended, OnDrop, Process, Relaunch};
+use crate::phases::timings::{Timeout, progress_of};
 use crate::role::{Child, Role};
 use crate::segment::Segment;
-use crate::sigbus;
-use crate::timings::{Timeout, progress_of};
+use crate::supervise::peers::{self, PeerFailed, Peers};
+use crate::supervise::relaunch::{Ended, OnDrop, Process, Relaunch};
+use crate::supervise::sigbus;
 
 /// How long stopped children get to close what they opened before they are killed: every wait of a child
 /// looks at the abort flag at least every 10 ms, so one that has not left by then is hung or stopped.
@@ -60,7 +60,7 @@ pub struct Children<'s> {
     /// When the watchdog stops the run (`--timeout`); `None`: never.
     deadline: Option<(Instant, Duration)>,
     /// How long this process was held stopped while it waited (said where the deadline passes).
-    held: crate::held::Held,
+    held: crate::supervise::held::Held,
     /// The benchmark's producer, and `--quiet`: what each child is told.
     bench: bool,
     quiet: bool,
@@ -81,7 +81,7 @@ impl<'s> Children<'s> {
         timeout: Timeout,
     ) -> Result<Self> {
         let deadline = timeout.deadline_from(started);
-        let held = crate::held::Held::new();
+        let held = crate::supervise::held::Held::new();
         let mut children = Self { segment, running: Vec::new(), deadline, held, bench, quiet };
         // On error, `children` is dropped here and stops the ones already started.
         children.spawn_more(indices, sockets)?;
@@ -182,7 +182,8 @@ impl<'s> Children<'s> {
             return;
         }
         self.segment.state().abort();
-        let killed = crate::relaunch::stop_all(self.running.iter_mut().map(|child| &mut child.process));
+        let killed =
+            crate::supervise::relaunch::stop_all(self.running.iter_mut().map(|child| &mut child.process));
         for (child, _) in self.running.drain(..).zip(killed).filter(|(_, killed)| *killed) {
             if let Some(failed) = failed {
                 warn!("Process {} did not stop after process {failed} failed: killed", child.index);

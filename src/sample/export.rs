@@ -12,12 +12,12 @@ use anyhow::{Context, Result, anyhow};
 use super::extras::ExportExtras;
 use crate::devices;
 use crate::driver::Driver;
-use crate::guardian::Guardian;
 use crate::ipc::{ExportedBuffer, ExportedEvent, Mechanism, ProcessExports};
 use crate::outcome::Waiver;
-use crate::phase::Phase;
+use crate::phases::Phase;
+use crate::phases::timings::Stopwatch;
 use crate::segment::SharedState;
-use crate::timings::Stopwatch;
+use crate::supervise::guardian::Guardian;
 use crate::wire::descriptors;
 
 /// The exports of some processes, with their indices.

@@ -11,12 +11,12 @@ use anyhow::Result;
 
 use crate::driver::Driver;
 use crate::gpu::Stream;
-use crate::guardian::Guardian;
 use crate::ipc::{ExportedBuffer, ExportedEvent, Mechanism, OpenedBuffer, OpenedEvent, ProcessExports};
 use crate::outcome::Waiver;
+use crate::phases::timings::{Phases, Stopwatch};
 use crate::report::Results;
 use crate::segment::{Segment, SharedState};
-use crate::timings::{Phases, Stopwatch};
+use crate::supervise::guardian::Guardian;
 use crate::wire::descriptors;
 
 /// What the tool adds to the parent's story (`parent.rs`), step by step.

@@ -20,14 +20,14 @@ use super::extras::{ParentExtras, Processes};
 use crate::devices;
 use crate::driver::Driver;
 use crate::ipc::{Event, Mechanism, platform};
+use crate::os::signals;
 use crate::outcome::{Outcome, Waiver};
-use crate::phase::{Phase, Who};
+use crate::phases::timings::{Stopwatch, Timeout};
+use crate::phases::{Phase, Who};
 use crate::report::Found;
 use crate::segment::{self, RunPlan};
 use crate::setup;
-use crate::signals;
-use crate::timings::{Stopwatch, Timeout};
-use crate::watchdog::Watchdog;
+use crate::supervise::watchdog::Watchdog;
 
 /// What the story itself is asked: the mechanism, how many processes per device, in which order the parent
 /// exports and starts them, and what the children are told.

@@ -8,15 +8,15 @@ use anyhow::{Context, Result};
 
 use super::memops::{self, Flags};
 use crate::driver::Driver;
-use crate::fault;
 use crate::ipc::{Mechanism, OpenedBuffer, OpenedEvent, Sync, pidfd};
-use crate::numa::{self, Sysfs};
-use crate::phase::Who;
+use crate::os::numa::{self, Sysfs};
+use crate::phases::Who;
+use crate::phases::fault;
+use crate::phases::timings::Stopwatch;
 use crate::sample::attach::Parent;
 use crate::sample::child as story;
 use crate::sample::extras::{ChildExtras, WriteOrder};
 use crate::segment::{self, Segment, SharedState};
-use crate::timings::Stopwatch;
 
 /// A child the parent started: its index, and the segment and descriptor socket it inherited.
 pub fn run(index: usize, segment_fd: Option<i32>, socket_fd: Option<i32>) -> Result<()> {

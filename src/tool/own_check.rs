@@ -6,12 +6,12 @@
 use anyhow::{Context, Result, bail};
 
 use crate::driver::Driver;
-use crate::fault;
 use crate::gpu::host_buffer::{self, HostBuffer};
 use crate::gpu::{DeviceMemory, Stream};
-use crate::phase::Who;
+use crate::os::stop::StopCheck;
+use crate::phases::Who;
+use crate::phases::fault;
 use crate::sample::verify::{expected_byte, find_mismatches};
-use crate::stop::StopCheck;
 
 /// The byte a checking parent fills every buffer with before the run: no process writes it (there are at
 /// most 32), so a buffer nobody wrote cannot pass, whatever the allocation held before.

@@ -12,13 +12,14 @@ use super::memops;
 use super::own_check::{self, UNWRITTEN};
 use super::team::Team;
 use crate::driver::{Capability, Driver};
-use crate::fault;
 use crate::gpu::{DeviceMemory, Stream};
-use crate::guardian::Guardian;
 use crate::ipc::{ExportedBuffer, ExportedEvent, Fds, Mechanism, ProcessExports, Sync, pidfd};
 use crate::joiners::Audience;
+use crate::os::signals;
 use crate::outcome::{Outcome, Waiver};
-use crate::phase::Phase;
+use crate::phases::Phase;
+use crate::phases::fault;
+use crate::phases::timings::{self, Phases, Stopwatch};
 use crate::placement::mps::Mps;
 use crate::report::document::RunResults;
 use crate::report::{Found, Ran, Results, Tell};
@@ -26,8 +27,7 @@ use crate::role::{Run, Served};
 use crate::sample::extras::{ExportExtras, ParentExtras, Processes};
 use crate::sample::parent::{Sample, parent_process};
 use crate::segment::{self, Segment, SharedState};
-use crate::signals;
-use crate::timings::{self, Phases, Stopwatch};
+use crate::supervise::guardian::Guardian;
 use crate::wire::descriptors;
 
 /// Runs the sample of `mechanism` as `run` asks; `served`: a run of a served sequence (`--serve --ipc all`).

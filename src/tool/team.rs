@@ -7,13 +7,13 @@ use std::time::Instant;
 
 use anyhow::Result;
 
-use crate::guardian::Guardian;
 use crate::isolation::launch::Launched;
 use crate::joiners::{Audience, Joiners};
-use crate::peers;
 use crate::role::Run;
 use crate::sample::extras::Processes;
 use crate::segment::{Segment, SharedState};
+use crate::supervise::guardian::Guardian;
+use crate::supervise::peers;
 
 /// The run's other processes where they are not the sample's children: the processes that join it
 /// (`--serve`), or the processes it starts in namespaces of their own, which join it (`--isolate`).

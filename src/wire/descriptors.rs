@@ -13,8 +13,8 @@ use anyhow::{Context, Result, bail, ensure};
 use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
 
 use super::{Heard, Message};
-use crate::fault::DescriptorFault;
-use crate::stop::StopCheck;
+use crate::os::stop::StopCheck;
+use crate::phases::fault::DescriptorFault;
 use crate::wire;
 
 /// How long a child waits on the socket, in milliseconds, before it looks at its stop check again.

@@ -13,8 +13,8 @@ use std::os::fd::{AsFd, AsRawFd};
 use nix::errno::Errno;
 use nix::sys::socket::{MsgFlags, recv, send};
 
-use crate::driver_files::{EventFile, RECORD_BYTES};
-use crate::made_path::MadePath;
+use crate::os::driver_files::{EventFile, RECORD_BYTES};
+use crate::os::made_path::MadePath;
 
 /// The most records a `Making` note lists; with more, the guardian removes nothing it was not told of.
 const MAX_LISTED: usize = 256;

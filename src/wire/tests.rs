@@ -232,3 +232,24 @@ fn a_place_beyond_its_bounds_is_not_taken() {
     assert_eq!(heard.settings, vec![("UCX_TLS".to_owned(), "cuda_ipc\\u{1b}[2J".to_owned())]);
     assert_eq!(heard.mps.pipe_directory, "/tmp/\\nmps");
 }
+
+/// A made path crosses to the guardian and back whole; a note cut short, or of a relative path, is none.
+#[test]
+fn a_made_path_crosses_to_the_guardian_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("s");
+    let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    let made_socket = crate::os::made_path::MadePath::of(&socket).unwrap();
+    let made_dir = crate::os::made_path::MadePath::of(dir.path()).unwrap();
+    use crate::os::made_path::MadePath;
+    use crate::wire::guardian::Note;
+    for note in [Note::Path(made_socket.clone()), Note::Forget(made_dir.clone())] {
+        let bytes = note.encode().unwrap();
+        assert_eq!(Note::decode(&bytes).as_ref(), Some(&note), "{bytes:?}");
+    }
+    let bytes = Note::Path(made_socket.clone()).encode().unwrap();
+    assert_eq!(Note::decode(&bytes[..34]), None, "no path");
+    assert_eq!(Note::decode(&bytes[..20]), None, "cut short");
+    let relative = MadePath { path: "s".into(), ..made_socket.clone() };
+    assert_eq!(Note::decode(&Note::Path(relative).encode().unwrap()), None, "not absolute");
+}

@@ -124,7 +124,7 @@ impl CudaDriver {
         // names; nothing is called through it.
         if !unsafe { sys::is_culib_present() } {
             // In a container, the engine mounts the library with the GPUs: its flag is the fix.
-            let why = match crate::container::engine() {
+            let why = match crate::os::container::engine() {
                 Some(engine) => {
                     format!("no CUDA driver library (libcuda.so) in this container: {}", engine.gpus_fix())
                 }

@@ -88,7 +88,7 @@ fn each_obstacle_is_named_only_where_it_stands() {
 fn the_exporter_is_found_generations_below_the_peer() {
     let me = std::process::id();
     let parent = std::os::unix::process::parent_id();
-    let grandparent = crate::proc_stat::read(parent as i32).expect("the parent's stat").parent as u32;
+    let grandparent = crate::os::proc_stat::read(parent as i32).expect("the parent's stat").parent as u32;
     if grandparent > 1 {
         assert_eq!(exporter_seen_from(grandparent, me).unwrap(), me);
     }

@@ -13,7 +13,6 @@ use nix::sys::socket::{SockFlag, accept4, getsockopt, sockopt::PeerCredentials};
 use super::super::axes::{Boundary, COLUMNS, Column};
 use super::{Answer, BYTES, Offer, Offered, OfferedEvent, cell_of, talk};
 use crate::driver::{Capability, Driver};
-use crate::guardian::Guardian;
 use crate::ipc::{ExportedBuffer, ExportedEvent, Fds, Sync, pidfd};
 use crate::isolation::launch::Launched;
 use crate::matrix::Cell;
@@ -21,6 +20,7 @@ use crate::outcome::{Outcome, Waiver};
 use crate::placement::{Place, Placement};
 use crate::report::{Ran, Results};
 use crate::role::Run;
+use crate::supervise::guardian::Guardian;
 
 /// The device every row runs on: the handles cross between processes, not between devices.
 const DEVICE: i32 = 0;
@@ -53,7 +53,7 @@ pub(crate) fn export(run: &Run) -> Result<Ran> {
     let (listener, made) = crate::joiners::bind_at(&address)?;
     launched.start(&address, 1, isolation, run.timeout, run.quiet, true)?;
     let mut look = || -> Result<()> {
-        crate::signals::check()?;
+        crate::os::signals::check()?;
         launched.ended_early().map_or(Ok(()), Err)
     };
     let connection = accept(&listener, deadline, &mut look);

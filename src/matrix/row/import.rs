@@ -12,11 +12,11 @@ use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
 use super::super::axes::{COLUMNS, Column};
 use super::{Answer, Offer, Offered, cell_of, handle_of, talk};
 use crate::driver::Driver;
-use crate::driver_files::EventFile;
 use crate::ipc::diagnose::Exporter;
 use crate::ipc::{Fds, OpenedBuffer, OpenedEvent, pidfd};
 use crate::matrix::Cell;
 use crate::meeting::Address;
+use crate::os::driver_files::EventFile;
 use crate::outcome::Outcome;
 use crate::report::Ran;
 use crate::role::Isolated;
@@ -30,7 +30,7 @@ pub(crate) fn import(isolated: &Isolated) -> Result<Ran> {
     let deadline = joiner.timeout.limit().map(|limit| Instant::now() + limit);
     let connection = connect(&joiner.address, deadline)?;
     let (offer, fds): (Offer, Vec<OwnedFd>) =
-        talk::hear(&connection, deadline, &mut || crate::signals::check())?;
+        talk::hear(&connection, deadline, &mut || crate::os::signals::check())?;
     // The exporter as this process sees it (0: outside this PID namespace), for `pidfd_getfd`.
     let peer =
         getsockopt(&connection, PeerCredentials).context("the exporter's credentials (SO_PEERCRED)")?;
@@ -65,7 +65,7 @@ pub(crate) fn import(isolated: &Isolated) -> Result<Ran> {
 /// a socket that is not there (or refuses) means the exporter is gone.
 fn connect(address: &Address, deadline: Option<Instant>) -> Result<OwnedFd> {
     loop {
-        crate::signals::check()?;
+        crate::os::signals::check()?;
         let connection = crate::meeting::seqpacket()?;
         match nix::sys::socket::connect(connection.as_raw_fd(), &address.unix()?) {
             Ok(()) => return Ok(connection),

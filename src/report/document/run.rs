@@ -8,8 +8,8 @@ use serde::de::{MapAccess, Visitor};
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use crate::phases::timings::Phases;
 use crate::segment::SharedState;
-use crate::timings::Phases;
 
 /// A plain run's results: what each process spent in each phase, in milliseconds.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -14,6 +14,8 @@
 //! followed by the port's own fields. Every field is an atomic, so any bytes are a valid `SharedState` and
 //! several processes may touch any field at once; plain data is published by the parent through `phase`.
 
+pub(crate) mod barrier;
+
 use std::ffi::CString;
 use std::fs::File;
 use std::mem::size_of;
@@ -29,9 +31,9 @@ use nix::sys::stat::fstat;
 mod fields;
 pub use fields::{BenchFlags, HandleSlot, RunState};
 
-use crate::barrier::Barrier;
-use crate::driver_files::{self, EventFile};
-use crate::futex;
+use crate::os::driver_files::{self, EventFile};
+use crate::os::futex;
+use crate::segment::barrier::Barrier;
 
 /// Most processes in one run: the original's `MAX_DEVICES`, one slot per process.
 pub const MAX_PROCESSES: usize = 32;
@@ -355,7 +357,7 @@ impl Segment {
     /// the layout's size, then its header. A short or growable object is refused before it is mapped, so it
     /// cannot raise SIGBUS.
     pub fn open_inherited(fd: RawFd) -> Result<Self> {
-        Self::open(crate::inherit::take(fd, "segment")?)
+        Self::open(crate::os::inherit::take(fd, "segment")?)
     }
 
     /// [`Segment::open_inherited`], for a descriptor this process was handed over a socket (`--join`).

@@ -80,7 +80,7 @@ impl Relaunch {
     pub(crate) fn new(what: impl Into<String>) -> Self {
         let mut launch = Self::of("/proc/self/exe", what);
         launch.command.arg0(std::env::args_os().next().unwrap_or_else(|| "simple-ipc".into()));
-        launch.blocked = crate::signals::STOP_SIGNALS.into_iter().collect();
+        launch.blocked = crate::os::signals::STOP_SIGNALS.into_iter().collect();
         launch
     }
 
@@ -119,7 +119,7 @@ impl Relaunch {
     /// ignored (which it would inherit, and `signals` keeps): then SIGKILL, so that it never outlives this
     /// process.
     pub(crate) fn stopped_at_death(&mut self) -> Result<&mut Self> {
-        let heard = !crate::signals::is_ignored(Signal::SIGTERM)?;
+        let heard = !crate::os::signals::is_ignored(Signal::SIGTERM)?;
         Ok(self.death_signal(if heard { Signal::SIGTERM } else { Signal::SIGKILL }))
     }
 
@@ -233,7 +233,7 @@ impl Relaunch {
                         return Err(std::io::Error::from_raw_os_error(nix::libc::ESRCH)); // died before it
                     }
                 }
-                crate::inherit::only_these_across_exec(&kept)
+                crate::os::inherit::only_these_across_exec(&kept)
             });
         }
         let program = self.command.get_program().to_string_lossy().into_owned();
@@ -336,7 +336,7 @@ impl Process {
 
     /// Whether it is stopped by a signal (its state in `/proc/<pid>/stat` is `T`).
     pub(crate) fn is_stopped(&self) -> bool {
-        crate::proc_stat::read(self.pid.as_raw()).is_some_and(|stat| stat.state == 'T')
+        crate::os::proc_stat::read(self.pid.as_raw()).is_some_and(|stat| stat.state == 'T')
     }
 
     /// Its standard output and error, where they are pipes ([`Streams::Piped`]).
@@ -360,7 +360,7 @@ impl Process {
     /// SIGKILL to it (and, with [`Relaunch::killing_what_it_started`], first to all it started).
     pub(crate) fn kill_all(&mut self) {
         if self.tree && self.ended.is_none() {
-            for started in crate::proc_stat::descendants(self.pid).into_iter().rev() {
+            for started in crate::os::proc_stat::descendants(self.pid).into_iter().rev() {
                 let _ = kill(started, Signal::SIGKILL);
             }
         }

@@ -14,6 +14,8 @@
 //! inherit descriptor 1) goes to standard error, with no process having to know; [`deliver`] writes the
 //! document to the standard output the invoker gave.
 
+pub(crate) mod progress;
+
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
@@ -83,7 +85,7 @@ fn write_all_to(fd: BorrowedFd, bytes: &[u8]) -> std::io::Result<()> {
 /// lines do not interleave): `Err(ReaderGone)` when the reader went away, an error with context otherwise.
 fn to_stdout(bytes: &[u8]) -> Result<()> {
     // A progress bar on the terminal is taken off it first (its lock before std's, as for `warn`).
-    let written = crate::progress::suspend(|| {
+    let written = crate::output::progress::suspend(|| {
         // Std's lock on standard output serialises the writers; its buffer is not used (every write goes
         // straight to the descriptor, so nothing is held back and nothing can be lost at exit).
         let _one_writer = std::io::stdout().lock();
@@ -220,7 +222,7 @@ pub fn verdict(line: &str) -> Result<()> {
 pub fn warn(args: std::fmt::Arguments) {
     let line = format!("{args}\n");
     // The progress bar's lock is taken before std's, in the order the bar's own drawing takes them.
-    crate::progress::suspend(|| {
+    crate::output::progress::suspend(|| {
         let _one_writer = std::io::stderr().lock();
         // SAFETY: standard error stays open for the process's life (see `fill_closed_standard_descriptors`).
         let stderr = unsafe { BorrowedFd::borrow_raw(2) };

@@ -32,9 +32,9 @@ use nix::sys::socket::{
     AddressFamily, SockFlag, SockType, socketpair, sockopt::PeerCredentials, sockopt::SockType as SocketType,
 };
 
-use crate::driver_files::{self, EventFile};
-use crate::made_path::MadePath;
-use crate::relaunch::{OnDrop, Process, Relaunch, Streams};
+use crate::os::driver_files::{self, EventFile};
+use crate::os::made_path::MadePath;
+use crate::supervise::relaunch::{OnDrop, Process, Relaunch, Streams};
 use crate::wire::{self, guardian::Note};
 
 /// How long the parent waits, on its way out, for the guardian to end; past it the guardian is left to
@@ -154,7 +154,7 @@ pub fn watch(fd: RawFd) -> Result<()> {
         // SAFETY: ignoring a signal installs no handler.
         let _ = unsafe { signal(stray, SigHandler::SigIgn) };
     }
-    let socket = crate::inherit::take(fd, "guardian socket")?;
+    let socket = crate::os::inherit::take(fd, "guardian socket")?;
     // The parent's pid from the socket, not getppid(): a parent killed before this look has left the
     // guardian to the reaper already.
     let parent = check_peer_is_parent(&socket)?;
@@ -226,7 +226,8 @@ fn check_peer_is_parent(socket: &OwnedFd) -> Result<u32> {
     let parent = nix::unistd::getppid().as_raw();
     // A parent killed before this look is the guardian's parent no longer (it is gone, or a zombie its own
     // parent has not reaped yet); its last words are still in the socket.
-    let peer_is_gone = crate::proc_stat::read(peer.pid()).is_none_or(|stat| matches!(stat.state, 'Z' | 'X'));
+    let peer_is_gone =
+        crate::os::proc_stat::read(peer.pid()).is_none_or(|stat| matches!(stat.state, 'Z' | 'X'));
     if peer.pid() != parent && !peer_is_gone {
         bail!("the guardian serves only the process that started it (its peer is pid {})", peer.pid());
     }

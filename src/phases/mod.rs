@@ -1,6 +1,9 @@
 //! The phases of a run, in the order a run goes through them: one list for the timings, the watchdog's
 //! report of where each process was, and the places a test fault can strike. A leaf.
 
+pub(crate) mod fault;
+pub(crate) mod timings;
+
 /// One phase of the parent's or a child's run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Phase {

@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 
 use crate::ipc::{Fds, Mechanism, Sync};
 use crate::meeting::Address;
-use crate::namespace_kinds::Isolation;
+use crate::os::namespace_kinds::Isolation;
+use crate::phases::timings::Timeout;
 use crate::report::document::{Mode, Options};
-use crate::timings::Timeout;
 use crate::wire::Round;
 
 /// The first argument of a process this program starts in an internal role: no option and no value the

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use nix::sys::signal::Signal;
 
+use crate::os::signals::{self, Interrupted};
 use crate::output::{self, ReaderGone};
-use crate::signals::{self, Interrupted};
 
 /// How often the parent looks at its peers while they run.
 const POLL: Duration = Duration::from_millis(1);

@@ -139,7 +139,7 @@ fn it_gets_its_death_signal_when_the_thread_that_started_it_ends() {
 
 /// Whether `pid` has ended: gone from `/proc`, or a zombie its new parent has not reaped yet.
 fn ended(pid: Pid) -> bool {
-    crate::proc_stat::read(pid.as_raw()).is_none_or(|stat| stat.state == 'Z')
+    crate::os::proc_stat::read(pid.as_raw()).is_none_or(|stat| stat.state == 'Z')
 }
 
 /// Waits up to `within` for `done`.

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
-use crate::futex;
-pub use crate::stop::StopCheck;
+use crate::os::futex;
+pub use crate::os::stop::StopCheck;
 
 /// How long one futex sleep lasts before the waiter looks at its [`StopCheck`] again.
 const SLEEP_SLICE: Duration = Duration::from_millis(10);

@@ -19,14 +19,14 @@ pub(crate) struct Held {
 impl Held {
     pub(crate) fn new() -> Self {
         Self {
-            last: Cell::new((Instant::now(), crate::signals::continues())),
+            last: Cell::new((Instant::now(), crate::os::signals::continues())),
             total: Cell::new(Duration::ZERO),
         }
     }
 
     /// A look of the wait loop: the gap since the last one counts where a SIGCONT came during it.
     pub(crate) fn look(&self) {
-        let (now, continues) = (Instant::now(), crate::signals::continues());
+        let (now, continues) = (Instant::now(), crate::os::signals::continues());
         let (then, before) = self.last.replace((now, continues));
         let gap = now.saturating_duration_since(then);
         if continues != before && gap >= LEAST {
@@ -57,18 +57,21 @@ mod tests {
     #[test]
     fn a_gap_counts_only_where_the_process_was_continued() {
         let held = Held::new();
-        held.last.set((Instant::now() - Duration::from_secs(2), crate::signals::continues()));
+        held.last.set((Instant::now() - Duration::from_secs(2), crate::os::signals::continues()));
         held.look();
         assert_eq!(held.said(), "", "no SIGCONT came: the process was busy, not held");
-        held.last.set((Instant::now() - Duration::from_secs(2), crate::signals::continues().wrapping_sub(1)));
+        held.last
+            .set((Instant::now() - Duration::from_secs(2), crate::os::signals::continues().wrapping_sub(1)));
         held.look();
         assert!(
             held.said().contains("held stopped (SIGSTOP or Ctrl-Z, then continued) for 2.0 s"),
             "{}",
             held.said()
         );
-        held.last
-            .set((Instant::now() - Duration::from_millis(10), crate::signals::continues().wrapping_sub(1)));
+        held.last.set((
+            Instant::now() - Duration::from_millis(10),
+            crate::os::signals::continues().wrapping_sub(1),
+        ));
         held.look();
         assert!(held.said().contains("for 2.0 s"), "a short gap adds nothing: {}", held.said());
     }

@@ -16,7 +16,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 use super::{Ended, Process};
-use crate::signals;
+use crate::os::signals;
 
 /// How often the loop looks at the process while it waits for output.
 const LOOK_MS: u8 = 10;
@@ -146,9 +146,9 @@ fn hold(top: Pid) -> Duration {
     let at = Instant::now();
     for _ in 0..2 {
         // Twice: what a process of the run started while the others were being stopped.
-        for pid in std::iter::once(top).chain(crate::proc_stat::descendants(top)) {
+        for pid in std::iter::once(top).chain(crate::os::proc_stat::descendants(top)) {
             let leads_a_session =
-                crate::proc_stat::read(pid.as_raw()).is_some_and(|s| s.session == pid.as_raw());
+                crate::os::proc_stat::read(pid.as_raw()).is_some_and(|s| s.session == pid.as_raw());
             if !leads_a_session {
                 let _ = kill(pid, Signal::SIGSTOP);
             }
@@ -165,7 +165,7 @@ fn hold(top: Pid) -> Duration {
 /// sessions of their own: a signal to the run's process group would not reach them).
 fn signal_all(top: Pid, signal: Signal) {
     let _ = kill(top, signal);
-    for pid in crate::proc_stat::descendants(top) {
+    for pid in crate::os::proc_stat::descendants(top) {
         let _ = kill(pid, signal);
     }
 }
@@ -174,8 +174,8 @@ fn signal_all(top: Pid, signal: Signal) {
 /// N)`.
 fn stopped_among(top: Pid) -> Option<String> {
     let stopped = std::iter::once(top)
-        .chain(crate::proc_stat::descendants(top))
-        .find(|pid| crate::proc_stat::read(pid.as_raw()).is_some_and(|s| matches!(s.state, 'T' | 't')))?;
+        .chain(crate::os::proc_stat::descendants(top))
+        .find(|pid| crate::os::proc_stat::read(pid.as_raw()).is_some_and(|s| matches!(s.state, 'T' | 't')))?;
     let status = std::fs::read_to_string(format!("/proc/{stopped}/status")).unwrap_or_default();
     let inner =
         status.lines().find_map(|l| l.strip_prefix("NSpid:")).and_then(|l| l.split_whitespace().last());
@@ -213,7 +213,7 @@ impl Output {
     /// is drawn again after each write, and would land inside a line) its whole lines.
     fn echo_lines(&mut self) -> Result<()> {
         let fresh = &self.got[self.echoed..];
-        let upto = match crate::progress::drawing() {
+        let upto = match crate::output::progress::drawing() {
             true => fresh.iter().rposition(|&b| b == b'\n').map_or(0, |last| last + 1),
             false => fresh.len(),
         };
@@ -232,13 +232,13 @@ impl Output {
             return Ok(());
         }
         match self.echo {
-            Echo::Stdout => crate::progress::suspend(|| {
+            Echo::Stdout => crate::output::progress::suspend(|| {
                 let mut out = std::io::stdout().lock();
                 out.write_all(bytes).and_then(|()| out.flush())
             })
             .context("writing to standard output")?,
             // As `warn!`: standard error cannot fail the run.
-            Echo::Stderr => crate::progress::suspend(|| drop(std::io::stderr().write_all(bytes))),
+            Echo::Stderr => crate::output::progress::suspend(|| drop(std::io::stderr().write_all(bytes))),
             Echo::Keep => {}
         }
         self.echoed += len;

@@ -12,13 +12,13 @@ use nix::sys::socket::connect;
 
 use crate::driver::Driver;
 use crate::meeting::{self, Address};
+use crate::os::signals;
 use crate::outcome::Outcome;
-use crate::phase::{Phase, Who};
+use crate::phases::timings::Stopwatch;
+use crate::phases::{Phase, Who};
 use crate::role::Joiner;
 use crate::sample::attach;
 use crate::segment;
-use crate::signals;
-use crate::timings::Stopwatch;
 use crate::tool::child;
 use crate::wire::{self, Heard, Message, Round, RunEnd};
 use verdict::{the_runs_verdict, the_sequences_verdict};
@@ -85,7 +85,7 @@ pub fn run(joiner: &Joiner, started_by_server: bool) -> Result<Outcome> {
     let (address, timeout, bench) = (&joiner.address, joiner.timeout.limit(), joiner.bench);
     let deadline = joiner.timeout.deadline_from(Instant::now());
     // No other process of this program watches a joiner: a call that never returns would keep it for good.
-    let _watchdog = crate::watchdog::Watchdog::start(deadline);
+    let _watchdog = crate::supervise::watchdog::Watchdog::start(deadline);
     // CUDA starts while this process waits for its server and to be admitted (the first run's; each later
     // run of a sequence starts its own).
     let mut cuda = Some(CudaStarting::now()?);
@@ -289,10 +289,10 @@ fn take_part_once(
     };
     let (index, round) = (admission.index, admission.round);
     // Killed by SIGBUS (a full /dev/shm) in its part, it still tells the server why.
-    let sigbus = crate::sigbus::diagnosis();
+    let sigbus = crate::supervise::sigbus::diagnosis();
     let why = format!("killed by SIGBUS: {sigbus}");
     let bus = Message::Ended(128 + nix::libc::SIGBUS as u8, why, Some(sigbus), None).encode()?;
-    crate::sigbus::leave_last_word(connection.as_raw_fd(), bus)?;
+    crate::supervise::sigbus::leave_last_word(connection.as_raw_fd(), bus)?;
     let server = attach::Parent::Server { connection, deadline };
     // However its part ends, from the segment's checks on, the server is told why: its verdict names it.
     let ended = take_part(address, admission, &server, bench_asked, cuda);

@@ -96,7 +96,7 @@ impl Isolation {
     pub fn described(&self) -> String {
         let implied = !self.kinds.is_empty()
             && !self.has(Kind::User)
-            && crate::access::in_user_namespace_as_another_user();
+            && crate::os::access::in_user_namespace_as_another_user();
         if implied { format!("{self}, in a user namespace: not root") } else { self.to_string() }
     }
 

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
-use crate::fault;
-use crate::phase::{Phase, Who};
+use crate::phases::fault;
+use crate::phases::{Phase, Who};
 use crate::segment::{SharedState, TIMING_SLOTS};
 
 /// The slot of the whole run's wall time, after the phases'.

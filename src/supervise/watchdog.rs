@@ -93,7 +93,7 @@ fn give_up(timeout: Duration, ran: Duration, last_word: Option<&LastWord>) -> ! 
     {
         warn!("simple-ipc: {e:#}");
     }
-    let line = crate::verdict::line(crate::report::Status::Failed, Some(&why), None, 1, ran);
+    let line = crate::report::verdict::line(crate::report::Status::Failed, Some(&why), None, 1, ran);
     let _ = crate::output::verdict(&line);
     // SAFETY: ends the process at once, without the destructors of a main thread stuck in a call; the kernel
     // and the driver release what it held.

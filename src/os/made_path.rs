@@ -1,6 +1,7 @@
 //! What the guardian removes besides the driver's files: a socket file or directory the run made, known by
 //! the identity it had when made, and removed only while it is still that very file. (How the parent tells
-//! the guardian of one is `wire::guardian`.)
+//! the guardian of one is `wire::guardian`.) A path this program made, known by its identity: a fact of the
+//! file system, below everything that sends or removes it.
 
 /// A socket file or directory the run made (a served run's socket, an isolated run's private directory),
 /// with the identity it had when made: the guardian removes a path only while it is still that very file,
@@ -80,16 +81,6 @@ mod tests {
         let made_dir = MadePath::of(dir.path()).unwrap();
         assert!(!made_socket.dir && made_socket.ctime != (0, 0), "{made_socket:?}");
         assert!(made_dir.dir && made_dir.ctime == (0, 0), "{made_dir:?}");
-        use crate::wire::guardian::Note;
-        for note in [Note::Path(made_socket.clone()), Note::Forget(made_dir.clone())] {
-            let bytes = note.encode().unwrap();
-            assert_eq!(Note::decode(&bytes).as_ref(), Some(&note), "{bytes:?}");
-        }
-        let bytes = Note::Path(made_socket.clone()).encode().unwrap();
-        assert_eq!(Note::decode(&bytes[..34]), None, "no path");
-        assert_eq!(Note::decode(&bytes[..20]), None, "cut short");
-        let relative = MadePath { path: "s".into(), ..made_socket.clone() };
-        assert_eq!(Note::decode(&Note::Path(relative).encode().unwrap()), None, "not absolute");
     }
 
     /// The removal takes only what was made: a socket bound again at the path, a directory that holds

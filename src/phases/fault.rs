@@ -20,13 +20,13 @@
 //! enters its phase (the parent has no `verify`), or when its action has nothing to act on there (the
 //! descriptor faults where the parent sends no descriptors, as with legacy IPC).
 //!
-//! [`Stopwatch`]: crate::timings::Stopwatch
+//! [`Stopwatch`]: crate::phases::timings::Stopwatch
 
 use std::ops::Range;
 
 use anyhow::{Result, anyhow, bail, ensure};
 
-use crate::phase::{Phase, Who};
+use crate::phases::{Phase, Who};
 
 pub const FAULT_ENV: &str = "SIMPLE_IPC_TEST_FAULT";
 

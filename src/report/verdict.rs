@@ -4,9 +4,9 @@
 
 use nix::sys::signal::Signal;
 
+use crate::os::signals::Interrupted;
 use crate::output::{READER_GONE_STATUS, ReaderGone};
 use crate::report::Status;
-use crate::signals::Interrupted;
 
 /// Whether `cause` is the reader of standard output gone: [`ReaderGone`], or a run of `--ipc all` stopped
 /// because of it (`Interrupted(SIGPIPE)`: SIGPIPE is ignored, so no signal of that name stops a run).
@@ -51,7 +51,7 @@ pub(crate) fn line(
                 let variable = crate::driver::host::SIMULATE_ENV;
                 // As the container's own program (pid 1: `docker run IMAGE`), as its engine passes a
                 // variable to it; in a shell in a container, as anywhere else.
-                let how = match crate::container::engine().filter(|_| std::process::id() == 1) {
+                let how = match crate::os::container::engine().filter(|_| std::process::id() == 1) {
                     Some(engine) => engine.simulation_hint(variable),
                     None => format!("{variable}=ok,ok {}", this_program()),
                 };
