@@ -3,8 +3,8 @@
 //! are its nine steps, in its order, each in one place (the paths under `src/`):
 //!
 //! 1. segment, in `parentProcess` (`sample/parent.rs`, `parent_process`): `sharedMemoryCreate` of
-//!    `shmStruct` in `setup::start` (the layout, the original's fields first: `segment.rs`);
-//!    `describe_run` fills `nprocesses` and `devices`.
+//!    `shmStruct` in `setup::segment_and_guardian` (the layout, the original's fields first:
+//!    `segment/mod.rs`); `describe_run` fills `nprocesses` and `devices`.
 //! 2. device filter (`parent_process`): unified addressing, the default compute mode, peers both ways
 //!    (`devices::select`), then the mechanism's own needs (`fit_devices`); with none left, "No CUDA devices
 //!    support IPC" waives the run. The original's `cudaDeviceEnablePeerAccess` in that loop is done once the
@@ -15,13 +15,14 @@
 //!    `export` makes the handle, and the driver's `cuIpcGetMemHandle` is in `driver/cuda/ipc.rs`; the
 //!    event's in `ipc/events.rs` (`IpcEvent::create`).
 //! 4. spawn: `spawnProcess`, this program again once per process (`sample/children.rs`, `Children::spawn`);
-//!    the first device's processes are started before step 2, so that their `cuInit` runs beside the
-//!    parent's, and wait in the segment for the plan (`attach::wait_for_the_plan`).
+//!    the first device's processes are started early, at the end of step 1 (before the devices are chosen),
+//!    so that their `cuInit` runs beside the parent's, and wait in the segment for the plan
+//!    (`attach::wait_for_the_plan`).
 //! 5. wait: `waitProcess`, "Process %d failed!" (`parent_process`; `Children` through `peers::wait`).
 //! 6. open, in `childProcess` (`sample/child.rs`: `child_process` does `sharedMemoryOpen`, `take_part` the
 //!    rest): `cudaIpcOpenMemHandle` and `cudaIpcOpenEventHandle` for every process.
 //! 7. round-robin (`take_part`): per step `cudaStreamWaitEvent`, `simpleKernel`, `cudaEventRecord`
-//!    (`Events`), then `barrierWait` (`barrier.rs`, `Barrier::wait`) and "Step %d done".
+//!    (`Events`), then `barrierWait` (`segment/barrier.rs`, `Barrier::wait`) and "Step %d done".
 //! 8. verify (`take_part`): wait for the last writer (`wait_for_writes`, the step's `cudaStreamWaitEvent`),
 //!    copy back, compare every byte with `(id + 1) % n` (`sample/verify.rs`).
 //! 9. clean-up order: each child closes what it opened before it says it finished (`take_part`'s end); then

@@ -64,9 +64,10 @@ pub(crate) fn parent_process(
     let cuda: Box<dyn Driver>;
     let exports;
     let mut children: Box<dyn Processes + '_>;
-    // Step 4, begun: where the children are this program's own, the first device's start now, so that their
-    // CUDA start overlaps the parent's; they wait in the segment until the devices are chosen (`--sequential`
-    // keeps the original's order: every child once everything is exported).
+    // Still step 1, before the devices are chosen: where the children are this program's own, the first
+    // device's are started now (the original starts them at step 4), so that their CUDA start overlaps the
+    // parent's; they wait in the segment until the devices are chosen (`--sequential` keeps the original's
+    // order: every child once everything is exported).
     // (--procs-per-device is at most MAX_PROCESSES, the parser's bound.)
     let early = match extras.children_come() && !sample.sequential && setup::cuda_library_here() {
         true => sample.procs_per_device,
