@@ -410,6 +410,9 @@ fn json_dash_the_process_outside_an_isolated_run_writes_it() {
     let (doc, _) = the_document_alone("the container matrix", &out, 0, "PASSED: the container matrix");
     assert_eq!(doc["mode"], "container_matrix", "{doc}");
     assert!(doc["matrix"].as_array().is_some_and(|cells| !cells.is_empty()), "{doc}");
+    // A simulated matrix says so, as every simulated run does; its cells set their own ordering.
+    assert_eq!(doc["driver"]["simulated"], true, "{doc}");
+    assert_eq!(doc["options"]["sync"], "per_cell", "{doc}");
 }
 
 /// `simple-ipc --json - | python3 -m json.tool`: the whole of standard output is one JSON document.

@@ -185,7 +185,10 @@ pub fn run(run: &Run, asked: &Isolation) -> Result<Ran> {
         },
         other => other,
     };
-    Ok(Ran::with(outcome, Results::Matrix(document(&rows, &cells))))
+    let mut ran = Ran::with(outcome, Results::Matrix(document(&rows, &cells)));
+    // The matrix loads no driver itself (its rows do): it says which one ran them, a simulation included.
+    ran.found.note_driver_asked();
+    Ok(ran)
 }
 
 /// Passed with what the matrix found; waived where every run was; failed where a run failed for another

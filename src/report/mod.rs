@@ -209,6 +209,14 @@ impl Found {
         });
     }
 
+    /// Notes the driver a mode's runs load, where the mode loads none itself (the container matrix): the
+    /// simulation where it was asked for, else the kernel module's version.
+    pub fn note_driver_asked(&mut self) {
+        let simulated = crate::driver::host::requested();
+        let version = if simulated { None } else { kernel_module_version() };
+        self.driver = Some(DriverFacts { version, cuda_version: None, simulated });
+    }
+
     /// Notes every device the driver reports, and which of them the run chose; a device that cannot be
     /// asked is left out.
     pub fn note_devices(&mut self, driver: &dyn Driver, chosen: &[i32]) {

@@ -341,7 +341,9 @@ impl Role {
             Role::MechanismRun(sub) => (Mode::Run, of_run(&sub.run, sub.mechanism.name())),
             Role::EveryMechanism(EveryMechanism { run, .. }) => (Mode::IpcAll, of_run(run, "all")),
             Role::Matrix(run, asked) => {
-                (Mode::ContainerMatrix, Options { isolate: Some(asked.to_string()), ..of_run(run, "all") })
+                // The matrix sets each cell's ordering itself (the cells say theirs): no one --sync.
+                let options = Options { isolate: Some(asked.to_string()), ..of_run(run, "all") };
+                (Mode::ContainerMatrix, Options { sync: "per_cell".to_owned(), ..options })
             }
             Role::Bench(bench) => (
                 Mode::Bench,

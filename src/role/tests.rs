@@ -164,7 +164,9 @@ fn the_document_says_what_each_role_was_asked() {
     assert_eq!(every(run()).asked(), (Mode::IpcAll, all.clone()));
     let matrix = Role::Matrix(run(), Isolation::parse("net").unwrap());
     let isolate = Some(Isolation::parse("net").unwrap().to_string());
-    assert_eq!(matrix.asked(), (Mode::ContainerMatrix, Options { isolate, ..all }));
+    // The matrix sets each cell's ordering: its document says so, not the --sync it was never given.
+    let per_cell = "per_cell".to_owned();
+    assert_eq!(matrix.asked(), (Mode::ContainerMatrix, Options { isolate, sync: per_cell, ..all }));
 
     let defaults = Options {
         ipc: "legacy".into(),

@@ -137,11 +137,15 @@ impl Metrics {
             let help = HELP.get(at(family.name)).map_or("", |(_, help)| help);
             let _ = writeln!(text, "# HELP {name} {help}\n# TYPE {name} gauge");
             for (labels, value) in &family.series {
-                let labels: Vec<String> =
-                    labels.iter().map(|(key, value)| format!("{key}=\"{}\"", escaped(value))).collect();
+                // An empty label is no label (Prometheus takes them as one): left out, as docs/metrics.md says.
+                let labels: Vec<String> = labels
+                    .iter()
+                    .filter(|(_, value)| !value.is_empty())
+                    .map(|(key, value)| format!("{key}=\"{}\"", escaped(value)))
+                    .collect();
                 let labels =
                     if labels.is_empty() { String::new() } else { format!("{{{}}}", labels.join(",")) };
-                let _ = writeln!(text, "{name}{labels} {value}");
+                let _ = writeln!(text, "{name}{labels} {}", without_float_noise(*value));
             }
         }
         text
@@ -154,4 +158,14 @@ pub(super) type StateSet<'a> = (&'static str, &'a [&'a str], &'a str);
 /// A label's value as the exposition format writes it: `\`, `"` and newlines escaped.
 fn escaped(value: &str) -> String {
     value.replace('\\', r"\\").replace('"', "\\\"").replace('\n', r"\n")
+}
+
+/// `value` as its shortest decimal once the noise of a unit's conversion is gone (`ms / 1000` makes
+/// 0.042642000000000006 of 42.642 ms): rounded to the nanosecond, or nano-unit, where it is small enough for
+/// that to be exact.
+fn without_float_noise(value: f64) -> f64 {
+    if !value.is_finite() || value.abs() >= 1e6 {
+        return value;
+    }
+    (value * 1e9).round() / 1e9
 }

@@ -10,11 +10,14 @@ fn the_text_is_the_exposition_format() {
     metrics.gauge("phase_seconds", vec![("k", "x\"y\\z\nw".into())], 0.25);
     metrics.gauge("processes", Vec::new(), f64::NAN);
     metrics.gauge("phase_seconds", vec![("k", "2".into())], 3.0);
+    // An empty label is left out; a millisecond figure made seconds carries no float noise.
+    metrics.gauge("phase_seconds", vec![("k", "3".into()), ("pci_bus_id", String::new())], 42.642 / 1000.0);
     assert_eq!(
         metrics.text(),
         "# HELP simple_ipc_phase_seconds A process's time in one phase of the run\n\
          # TYPE simple_ipc_phase_seconds gauge\n\
-         simple_ipc_phase_seconds{k=\"x\\\"y\\\\z\\nw\"} 0.25\nsimple_ipc_phase_seconds{k=\"2\"} 3\n"
+         simple_ipc_phase_seconds{k=\"x\\\"y\\\\z\\nw\"} 0.25\nsimple_ipc_phase_seconds{k=\"2\"} 3\n\
+         simple_ipc_phase_seconds{k=\"3\"} 0.042642\n"
     );
 }
 
