@@ -327,4 +327,30 @@ mod tests {
         assert_eq!(ld_so_cache(&cache, "libc.so.6"), vec![PathBuf::from("/lib/libc.so.6")]);
         assert!(ld_so_cache(&cache[..10], "libc.so.6").is_empty());
     }
+
+    /// PyTorch's version is a short printable text: an empty one, one with a space, or one past 64
+    /// characters is none.
+    #[test]
+    fn pytorchs_version_is_a_short_printable_text() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("lib")).unwrap();
+        let library = dir.path().join("lib").join("libtorch_cuda.so");
+        let of = |value: &str| {
+            std::fs::write(dir.path().join("version.py"), format!("__version__ = '{value}'\n")).unwrap();
+            torch_of_library(&library)
+        };
+        assert_eq!(of(""), None);
+        assert_eq!(of("2.11.0 beta"), None);
+        assert_eq!(of(&"2".repeat(65)), None);
+        assert_eq!(of(&"2".repeat(64)), Some("2".repeat(64)));
+    }
+
+    /// Each number of a version is at most six digits, and each but the last ends at its dot: a longer one,
+    /// or one with text before its dot, is no version.
+    #[test]
+    fn a_versions_numbers_are_short_and_whole() {
+        assert_eq!(Version::at_start_of("2.1234567.0"), None);
+        assert_eq!(Version::at_start_of("2.123456.0"), Some(Version(2, 123456, 0)));
+        assert_eq!(Version::at_start_of("2x.28.3"), None);
+    }
 }
