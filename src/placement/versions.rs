@@ -345,6 +345,35 @@ mod tests {
         assert_eq!(of(&"2".repeat(64)), Some("2".repeat(64)));
     }
 
+    /// Section headers smaller than ELF64's (0x40 bytes) are no ELF64 file's: the whole file is searched,
+    /// not what such headers would say is `.rodata`.
+    #[test]
+    fn section_headers_smaller_than_elf64s_are_not_read() {
+        let mut elf = vec![0u8; 0x40];
+        elf[..6].copy_from_slice(b"\x7fELF\x02\x01");
+        let names_at = elf.len();
+        elf.extend_from_slice(b".rodata\0");
+        let rodata_at = elf.len();
+        elf.extend_from_slice(b"NCCL version 2.19.3\0");
+        let headers_at = elf.len();
+        // Three headers of 0x20 bytes, read as 0x40 would make index 0 `.rodata` and index 1 the names.
+        let mut table = vec![0u8; 0x60];
+        table[0x18..0x20].copy_from_slice(&(rodata_at as u64).to_le_bytes());
+        table[0x20..0x28].copy_from_slice(&4u64.to_le_bytes());
+        table[0x38..0x40].copy_from_slice(&(names_at as u64).to_le_bytes());
+        table[0x40..0x48].copy_from_slice(&8u64.to_le_bytes());
+        elf.extend(table);
+        elf[0x28..0x30].copy_from_slice(&(headers_at as u64).to_le_bytes());
+        elf[0x3a..0x3c].copy_from_slice(&0x20u16.to_le_bytes());
+        elf[0x3c..0x3e].copy_from_slice(&3u16.to_le_bytes());
+        elf[0x3e..0x40].copy_from_slice(&1u16.to_le_bytes());
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("libnccl.so.2");
+        std::fs::write(&path, &elf).unwrap();
+        assert_eq!(read_only_data(&std::fs::File::open(&path).unwrap()), Some(elf));
+        assert_eq!(nccl_of_file(&path), Some(Version(2, 19, 3)));
+    }
+
     /// Each number of a version is at most six digits, and each but the last ends at its dot: a longer one,
     /// or one with text before its dot, is no version.
     #[test]
