@@ -374,6 +374,48 @@ mod tests {
         assert_eq!(nccl_of_file(&path), Some(Version(2, 19, 3)));
     }
 
+    /// Whatever LD_LIBRARY_PATH and ld.so.cache say, the loader's default directories are searched last.
+    #[test]
+    fn the_loaders_default_directories_come_last() {
+        let found = loader_candidates("libnccl.so.2");
+        let defaults: Vec<PathBuf> = [
+            "/lib64",
+            "/usr/lib64",
+            "/lib",
+            "/usr/lib",
+            "/lib/x86_64-linux-gnu",
+            "/usr/lib/x86_64-linux-gnu",
+        ]
+        .iter()
+        .map(|d| Path::new(d).join("libnccl.so.2"))
+        .collect();
+        assert!(found.ends_with(&defaults), "{found:?}");
+    }
+
+    /// `SIMPLE_IPC_NCCL_LIBRARY` names the NCCL read, before any the loader would find, and one it names
+    /// that is not there is none (asked of a child process of this test, whose environment is its own).
+    #[test]
+    fn the_nccl_its_setting_names_is_the_one_read() {
+        const EXPECTED: &str = "SIMPLE_IPC_TEST_EXPECTED_NCCL";
+        if let Some(expected) = std::env::var_os(EXPECTED) {
+            assert_eq!(nccl().map(|v| v.to_string()).unwrap_or_default(), expected.to_string_lossy());
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let named = dir.path().join("libnccl.so.2.21.5");
+        std::fs::write(&named, b"not read").unwrap();
+        for (library, expected) in [(named, "2.21.5"), (dir.path().join("absent"), "")] {
+            let child = std::process::Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", "placement::versions::tests::the_nccl_its_setting_names_is_the_one_read"])
+                .env("SIMPLE_IPC_NCCL_LIBRARY", &library)
+                .env(EXPECTED, expected)
+                .output()
+                .unwrap();
+            let said = String::from_utf8_lossy(&child.stdout);
+            assert!(child.status.success() && said.contains("1 passed"), "{library:?}: {said}");
+        }
+    }
+
     /// Each number of a version is at most six digits, and each but the last ends at its dot: a longer one,
     /// or one with text before its dot, is no version.
     #[test]
