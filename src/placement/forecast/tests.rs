@@ -231,3 +231,21 @@ fn an_importer_that_sees_no_gpu_opens_nothing() {
         assert_eq!(row.verdict, Verdict::Fails("CUDA_ERROR_NO_DEVICE".into()), "{row:?}");
     }
 }
+
+/// The node's root opens the exporter's event file whoever owns it on the node: root of a user namespace
+/// mapped to another node uid still names the file uid 0, which node root finds and may open; two
+/// processes of one uid as each sees it, each mapped to another node uid, do not.
+#[test]
+fn node_root_opens_the_event_file_of_any_owner() {
+    let mut mapped_exporter = place(1);
+    (mapped_exporter.in_user_namespace, mapped_exporter.node_uid) = (true, Some(100_000));
+    assert_eq!(row_of(&mapped_exporter, &place(2), "legacy event").verdict, Verdict::Works);
+    let (mut exporter, mut importer) = (place(1), place(2));
+    (exporter.uid, exporter.in_user_namespace, exporter.node_uid) = (1000, true, Some(101_000));
+    (importer.uid, importer.in_user_namespace, importer.node_uid) = (1000, true, Some(201_000));
+    let event = row_of(&exporter, &importer, "legacy event");
+    assert_eq!(event.verdict, Verdict::Fails("CUDA_ERROR_MAP_FAILED".into()), "another owner: {event:?}");
+    importer.in_user_namespace = false;
+    importer.node_uid = Some(1000);
+    assert_eq!(row_of(&exporter, &importer, "legacy event").verdict, event.verdict, "not root: no way in");
+}
