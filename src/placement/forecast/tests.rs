@@ -294,3 +294,21 @@ fn across_pid_namespaces_pidfd_getfds_option_is_the_socket() {
     assert_eq!(fix.option.as_deref(), Some(pidfd::BY_SOCKET));
     assert_eq!(fix.docker, same_pid_number_fix().docker);
 }
+
+/// An importer that sees no GPU says so in every row, with the fix that gives it the exporter's GPU; one
+/// whose container lacks the GPU gets the same fix on every memory path.
+#[test]
+fn an_unseen_gpu_is_the_rule_and_the_fix_of_every_row_it_fails() {
+    let (exporter, mut importer) = (place(1), place(2));
+    importer.gpus = Some(vec![]);
+    for row in forecast(&exporter, &importer, &compare(&exporter, &importer)) {
+        assert!(row.rule.starts_with("the importer sees no GPU at all"), "{row:?}");
+        assert!(row.fix.as_ref().is_some_and(|f| f.docker.starts_with("--gpus all")), "{row:?}");
+    }
+    importer.gpus = Some(vec!["GPU-b".into()]);
+    importer.gpus_present = Some(vec!["GPU-b".into()]);
+    for row in forecast(&exporter, &importer, &compare(&exporter, &importer)) {
+        let fixed = row.fix.as_ref().is_some_and(|f| f.docker.starts_with("--gpus all"));
+        assert_eq!(fixed, row.path != "legacy event", "{row:?}");
+    }
+}
