@@ -385,3 +385,16 @@ fn the_untranslated_pid_stays_the_cause_after_a_run_measured_the_event() {
     assert!(matches!(&row.verdict, Verdict::Fails(e) if e.contains("EBADF")), "{row:?}");
     assert!(row.measured, "it rests on a measured primitive too");
 }
+
+/// Across nodes, fabric handles are only for a pair with an IMEX channel on both: one side's alone sends
+/// every library to the network.
+#[test]
+fn another_node_with_one_imex_channel_falls_back_to_the_network() {
+    let (mut exporter, mut importer) = (place(1), place(2));
+    importer.boot_id = Some("c".into());
+    for (exporter_has, importer_has) in [(true, false), (false, true)] {
+        (exporter.imex_channel, importer.imex_channel) = (exporter_has, importer_has);
+        let all = rows(&exporter, &importer, &[]);
+        assert!(all.iter().all(|f| f.verdict == Verdict::FallsBack("the network".into())), "{all:?}");
+    }
+}
