@@ -398,3 +398,48 @@ fn another_node_with_one_imex_channel_falls_back_to_the_network() {
         assert!(all.iter().all(|f| f.verdict == Verdict::FallsBack("the network".into())), "{all:?}");
     }
 }
+
+/// Two host hashes with an IMEX channel on one side only: no MNNVL, NCCL's NET transport.
+#[test]
+fn nccls_mnnvl_needs_an_imex_channel_on_both() {
+    let (mut exporter, mut importer) = (place(1), place(2));
+    importer.hostname = "other".into();
+    importer.namespaces.uts = Some(4);
+    for (exporter_has, importer_has) in [(true, false), (false, true)] {
+        (exporter.imex_channel, importer.imex_channel) = (exporter_has, importer_has);
+        assert!(matches!(verdict_of(&exporter, &importer, NCCL_P2P), Verdict::FallsBack(_)));
+    }
+}
+
+/// NCCL 2.4.x hashed the mount namespace too (2.4.0 included); two hostnames under NCCL 2.5.6 are said in
+/// the words of the hash from 2.5.6 on, not of the older one.
+#[test]
+fn nccls_host_hash_ranges_start_at_their_first_release() {
+    let (mut exporter, mut importer) = (roomy(place(1)), roomy(place(2)));
+    importer.namespaces.mnt = Some(5);
+    exporter.nccl_version = Some(Version(2, 4, 0));
+    assert!(matches!(verdict_of(&exporter, &importer, NCCL_P2P), Verdict::FallsBack(_)), "2.4.0 hashes mnt");
+    exporter.nccl_version = Some(Version(2, 5, 6));
+    importer.namespaces.uts = Some(5);
+    importer.hostname = "other".into();
+    let p2p = row(&exporter, &importer, NCCL_P2P);
+    assert!(p2p.rule.starts_with("NCCL takes two hostnames for two nodes"), "{p2p:?}");
+}
+
+/// NCCL before 2.19.1 only ftruncates its /dev/shm files: a roomy /dev/shm works, and 512 MiB free is room
+/// for it too.
+#[test]
+fn an_older_nccls_shm_files_fit_a_dev_shm_with_room() {
+    let older = |mut p: Place, free: u64| {
+        if let Some(shm) = p.dev_shm.as_mut() {
+            (shm.size_bytes, shm.free_bytes) = (free, free);
+        }
+        p.nccl_version = Some(Version(2, 18, 6));
+        p
+    };
+    for free in [8 << 30, 512 << 20] {
+        let (exporter, importer) = (older(place(1), free), older(place(2), free));
+        let shm = row(&exporter, &importer, NCCL_SHM);
+        assert_eq!(shm.verdict, Verdict::Works, "{free} bytes free: {shm:?}");
+    }
+}
