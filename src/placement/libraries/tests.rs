@@ -443,3 +443,33 @@ fn an_older_nccls_shm_files_fit_a_dev_shm_with_room() {
         assert_eq!(shm.verdict, Verdict::Works, "{free} bytes free: {shm:?}");
     }
 }
+
+/// Fabric handles are PyTorch's only where both have an IMEX channel: one side's alone leaves expandable
+/// segments on pidfd_getfd.
+#[test]
+fn pytorch_takes_fabric_handles_only_with_an_imex_channel_on_both() {
+    let (mut exporter, importer) = (place(1), place(2));
+    exporter.imex_channel = true;
+    let expandable = row(&exporter, &importer, TORCH_EXPANDABLE);
+    assert_eq!(expandable.verdict, Verdict::Works, "{expandable:?}");
+    assert!(expandable.rule.contains("legacy event + VMM fd by pidfd_getfd"), "{expandable:?}");
+}
+
+/// Known from outside that no process of the importer's PID namespace has the exporter's number: PyTorch's
+/// pidfd_open finds none (ESRCH), said as known, not as a guess.
+#[test]
+fn pytorchs_pidfd_open_finds_no_process_where_none_has_the_number() {
+    let (exporter, mut importer) = (place(7), place(2));
+    importer.namespaces.pid = Some(9);
+    let mut facts = compare(&exporter, &importer);
+    let taken = facts.iter_mut().find(|f| f.fact == crate::placement::forecast::EXPORTERS_NUMBER_THERE);
+    taken.unwrap().same = Sameness::Differs;
+    let forecast = handles(&exporter, &importer, &facts);
+    let all = libraries(&exporter, &importer, &facts, &Primitives { forecast: &forecast, measured: &[] });
+    let expandable = all.into_iter().find(|f| f.path == TORCH_EXPANDABLE).unwrap();
+    assert_eq!(expandable.verdict, Verdict::Fails("its VMM fd by pidfd_getfd: ESRCH, forecast".into()));
+    assert!(
+        expandable.rule.contains("no process of the importer's PID namespace is pid 7"),
+        "{expandable:?}"
+    );
+}
