@@ -327,4 +327,101 @@ mod tests {
         assert_eq!(ld_so_cache(&cache, "libc.so.6"), vec![PathBuf::from("/lib/libc.so.6")]);
         assert!(ld_so_cache(&cache[..10], "libc.so.6").is_empty());
     }
+
+    /// PyTorch's version is a short printable text: an empty one, one with a space, or one past 64
+    /// characters is none.
+    #[test]
+    fn pytorchs_version_is_a_short_printable_text() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("lib")).unwrap();
+        let library = dir.path().join("lib").join("libtorch_cuda.so");
+        let of = |value: &str| {
+            std::fs::write(dir.path().join("version.py"), format!("__version__ = '{value}'\n")).unwrap();
+            torch_of_library(&library)
+        };
+        assert_eq!(of(""), None);
+        assert_eq!(of("2.11.0 beta"), None);
+        assert_eq!(of(&"2".repeat(65)), None);
+        assert_eq!(of(&"2".repeat(64)), Some("2".repeat(64)));
+    }
+
+    /// Section headers smaller than ELF64's (0x40 bytes) are no ELF64 file's: the whole file is searched,
+    /// not what such headers would say is `.rodata`.
+    #[test]
+    fn section_headers_smaller_than_elf64s_are_not_read() {
+        let mut elf = vec![0u8; 0x40];
+        elf[..6].copy_from_slice(b"\x7fELF\x02\x01");
+        let names_at = elf.len();
+        elf.extend_from_slice(b".rodata\0");
+        let rodata_at = elf.len();
+        elf.extend_from_slice(b"NCCL version 2.19.3\0");
+        let headers_at = elf.len();
+        // Three headers of 0x20 bytes, read as 0x40 would make index 0 `.rodata` and index 1 the names.
+        let mut table = vec![0u8; 0x60];
+        table[0x18..0x20].copy_from_slice(&(rodata_at as u64).to_le_bytes());
+        table[0x20..0x28].copy_from_slice(&4u64.to_le_bytes());
+        table[0x38..0x40].copy_from_slice(&(names_at as u64).to_le_bytes());
+        table[0x40..0x48].copy_from_slice(&8u64.to_le_bytes());
+        elf.extend(table);
+        elf[0x28..0x30].copy_from_slice(&(headers_at as u64).to_le_bytes());
+        elf[0x3a..0x3c].copy_from_slice(&0x20u16.to_le_bytes());
+        elf[0x3c..0x3e].copy_from_slice(&3u16.to_le_bytes());
+        elf[0x3e..0x40].copy_from_slice(&1u16.to_le_bytes());
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("libnccl.so.2");
+        std::fs::write(&path, &elf).unwrap();
+        assert_eq!(read_only_data(&std::fs::File::open(&path).unwrap()), Some(elf));
+        assert_eq!(nccl_of_file(&path), Some(Version(2, 19, 3)));
+    }
+
+    /// Whatever LD_LIBRARY_PATH and ld.so.cache say, the loader's default directories are searched last.
+    #[test]
+    fn the_loaders_default_directories_come_last() {
+        let found = loader_candidates("libnccl.so.2");
+        let defaults: Vec<PathBuf> = [
+            "/lib64",
+            "/usr/lib64",
+            "/lib",
+            "/usr/lib",
+            "/lib/x86_64-linux-gnu",
+            "/usr/lib/x86_64-linux-gnu",
+        ]
+        .iter()
+        .map(|d| Path::new(d).join("libnccl.so.2"))
+        .collect();
+        assert!(found.ends_with(&defaults), "{found:?}");
+    }
+
+    /// `SIMPLE_IPC_NCCL_LIBRARY` names the NCCL read, before any the loader would find, and one it names
+    /// that is not there is none (asked of a child process of this test, whose environment is its own).
+    #[test]
+    fn the_nccl_its_setting_names_is_the_one_read() {
+        const EXPECTED: &str = "SIMPLE_IPC_TEST_EXPECTED_NCCL";
+        if let Some(expected) = std::env::var_os(EXPECTED) {
+            assert_eq!(nccl().map(|v| v.to_string()).unwrap_or_default(), expected.to_string_lossy());
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let named = dir.path().join("libnccl.so.2.21.5");
+        std::fs::write(&named, b"not read").unwrap();
+        for (library, expected) in [(named, "2.21.5"), (dir.path().join("absent"), "")] {
+            let child = std::process::Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", "placement::versions::tests::the_nccl_its_setting_names_is_the_one_read"])
+                .env("SIMPLE_IPC_NCCL_LIBRARY", &library)
+                .env(EXPECTED, expected)
+                .output()
+                .unwrap();
+            let said = String::from_utf8_lossy(&child.stdout);
+            assert!(child.status.success() && said.contains("1 passed"), "{library:?}: {said}");
+        }
+    }
+
+    /// Each number of a version is at most six digits, and each but the last ends at its dot: a longer one,
+    /// or one with text before its dot, is no version.
+    #[test]
+    fn a_versions_numbers_are_short_and_whole() {
+        assert_eq!(Version::at_start_of("2.1234567.0"), None);
+        assert_eq!(Version::at_start_of("2.123456.0"), Some(Version(2, 123456, 0)));
+        assert_eq!(Version::at_start_of("2x.28.3"), None);
+    }
 }

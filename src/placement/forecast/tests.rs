@@ -231,3 +231,84 @@ fn an_importer_that_sees_no_gpu_opens_nothing() {
         assert_eq!(row.verdict, Verdict::Fails("CUDA_ERROR_NO_DEVICE".into()), "{row:?}");
     }
 }
+
+/// The node's root opens the exporter's event file whoever owns it on the node: root of a user namespace
+/// mapped to another node uid still names the file uid 0, which node root finds and may open; two
+/// processes of one uid as each sees it, each mapped to another node uid, do not.
+#[test]
+fn node_root_opens_the_event_file_of_any_owner() {
+    let mut mapped_exporter = place(1);
+    (mapped_exporter.in_user_namespace, mapped_exporter.node_uid) = (true, Some(100_000));
+    assert_eq!(row_of(&mapped_exporter, &place(2), "legacy event").verdict, Verdict::Works);
+    let (mut exporter, mut importer) = (place(1), place(2));
+    (exporter.uid, exporter.in_user_namespace, exporter.node_uid) = (1000, true, Some(101_000));
+    (importer.uid, importer.in_user_namespace, importer.node_uid) = (1000, true, Some(201_000));
+    let event = row_of(&exporter, &importer, "legacy event");
+    assert_eq!(event.verdict, Verdict::Fails("CUDA_ERROR_MAP_FAILED".into()), "another owner: {event:?}");
+    importer.in_user_namespace = false;
+    importer.node_uid = Some(1000);
+    assert_eq!(row_of(&exporter, &importer, "legacy event").verdict, event.verdict, "not root: no way in");
+}
+
+/// ptrace's check for one uid: the importer must hold every capability the exporter holds (CAP_SYS_PTRACE,
+/// CAP_SYS_NICE, CAP_IPC_LOCK, each alone refuses), or CAP_SYS_PTRACE; holding the same is enough.
+#[test]
+fn a_capability_the_exporter_holds_and_the_importer_lacks_refuses_pidfd_getfd() {
+    let holds: [fn(&mut Place); 3] = [
+        |p| p.capabilities.sys_ptrace = true,
+        |p| p.capabilities.sys_nice = true,
+        |p| p.capabilities.ipc_lock = true,
+    ];
+    for hold in holds {
+        let mut exporter = place(1);
+        hold(&mut exporter);
+        let refused = row_of(&exporter, &place(2), "VMM fd by pidfd_getfd");
+        assert_eq!(refused.verdict, fails("EPERM"), "{:?}: {refused:?}", exporter.capabilities);
+        assert!(refused.rule.contains("holds capabilities the importer lacks"), "{refused:?}");
+        let mut importer = place(2);
+        hold(&mut importer);
+        let row = row_of(&exporter, &importer, "VMM fd by pidfd_getfd");
+        assert_eq!(row.verdict, Verdict::Works, "{:?}: {row:?}", importer.capabilities);
+    }
+}
+
+/// Without Yama's scope (0), ptrace asks nothing of ancestry: an importer known to be no ancestor of the
+/// exporter fetches its descriptor all the same.
+#[test]
+fn without_yama_an_importer_need_not_be_an_ancestor() {
+    let (exporter, importer) = (place(1), place(2));
+    let mut facts = compare(&exporter, &importer);
+    facts.iter_mut().find(|f| f.fact == IMPORTER_IS_ANCESTOR).unwrap().same = Sameness::Differs;
+    assert_eq!(forecast(&exporter, &importer, &facts)[5].verdict, Verdict::Works);
+}
+
+/// Across PID namespaces, pidfd_getfd's least change is one PID namespace, or the program's own way that
+/// needs none: the descriptor over the run's socket (not the legacy paths' `--ipc vmm`).
+#[test]
+fn across_pid_namespaces_pidfd_getfds_option_is_the_socket() {
+    let (exporter, mut importer) = (place(1), place(2));
+    importer.namespaces.pid = Some(9);
+    let row = row_of(&exporter, &importer, "VMM fd by pidfd_getfd");
+    assert_eq!(row.verdict, fails("ESRCH"), "{row:?}");
+    let fix = row.fix.unwrap_or_else(|| panic!("a fix"));
+    assert_eq!(fix.option.as_deref(), Some(pidfd::BY_SOCKET));
+    assert_eq!(fix.docker, same_pid_number_fix().docker);
+}
+
+/// An importer that sees no GPU says so in every row, with the fix that gives it the exporter's GPU; one
+/// whose container lacks the GPU gets the same fix on every memory path.
+#[test]
+fn an_unseen_gpu_is_the_rule_and_the_fix_of_every_row_it_fails() {
+    let (exporter, mut importer) = (place(1), place(2));
+    importer.gpus = Some(vec![]);
+    for row in forecast(&exporter, &importer, &compare(&exporter, &importer)) {
+        assert!(row.rule.starts_with("the importer sees no GPU at all"), "{row:?}");
+        assert!(row.fix.as_ref().is_some_and(|f| f.docker.starts_with("--gpus all")), "{row:?}");
+    }
+    importer.gpus = Some(vec!["GPU-b".into()]);
+    importer.gpus_present = Some(vec!["GPU-b".into()]);
+    for row in forecast(&exporter, &importer, &compare(&exporter, &importer)) {
+        let fixed = row.fix.as_ref().is_some_and(|f| f.docker.starts_with("--gpus all"));
+        assert_eq!(fixed, row.path != "legacy event", "{row:?}");
+    }
+}
