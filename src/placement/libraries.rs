@@ -177,4 +177,6 @@ pub(crate) const TORCH_LEGACY: &str = "PyTorch CUDA IPC";
 pub(crate) const TORCH_EXPANDABLE: &str = "PyTorch expandable_segments";
 
 #[cfg(test)]
+mod more_tests;
+#[cfg(test)]
 mod tests;

@@ -319,39 +319,4 @@ pub(crate) mod tests {
         let gpus = table.lines().find(|l| l.starts_with("GPUs")).unwrap_or_default();
         assert!(gpus.contains("differs: lacks GPU-") && gpus.contains('…'), "{gpus}");
     }
-
-    /// What an outside view read stands in for what the places alone could tell: whether the importer is
-    /// the exporter's ancestor, always; who holds the exporter's pid number in the importer's PID namespace,
-    /// only where the two namespaces differ; the table's facts stay as they were.
-    #[test]
-    fn an_outside_view_tells_the_pairs_facts_beyond_the_table() {
-        use crate::placement::forecast::{EXPORTERS_NUMBER_THERE, IMPORTER_IS_ANCESTOR};
-        let seen = |ancestor: bool, at: Option<&str>| super::super::outside::PairSeen {
-            importer_is_ancestor: ancestor,
-            at_exporters_number: at.map(str::to_owned),
-        };
-        let mut other_net = place(2);
-        other_net.namespaces.net = Some(2);
-        let alone = compare(&place(5), &other_net);
-        let facts = with_outside(alone.clone(), &seen(true, Some("bash")));
-        assert_eq!(facts[..FACTS.len()], alone[..FACTS.len()], "the table's facts are unchanged");
-        assert_eq!(the(&facts, IMPORTER_IS_ANCESTOR).same, Sameness::Same);
-        let taken = the(&facts, EXPORTERS_NUMBER_THERE);
-        assert_eq!(
-            (taken.same, taken.detail),
-            (Sameness::Unknown, None),
-            "one PID namespace: no other number"
-        );
-        let mut elsewhere = place(2);
-        elsewhere.namespaces.pid = Some(2);
-        let alone = compare(&place(5), &elsewhere);
-        let facts = with_outside(alone.clone(), &seen(false, Some("sh")));
-        assert_eq!(facts[..FACTS.len()], alone[..FACTS.len()], "the table's facts are unchanged");
-        assert_eq!(the(&facts, IMPORTER_IS_ANCESTOR).same, Sameness::Differs);
-        let taken = the(&facts, EXPORTERS_NUMBER_THERE);
-        assert_eq!((taken.same, taken.detail.as_deref()), (Sameness::Same, Some("sh")));
-        let facts = with_outside(compare(&place(1), &elsewhere), &seen(false, None));
-        let taken = the(&facts, EXPORTERS_NUMBER_THERE);
-        assert_eq!((taken.same, taken.detail), (Sameness::Differs, None), "seen: nobody, not its own init");
-    }
 }

@@ -1,0 +1,102 @@
+use super::*;
+use crate::placement::share::compare;
+
+#[test]
+fn a_uid_is_mapped_as_its_user_namespace_sees_it() {
+    assert_eq!(uid_as_it_sees_itself(1000, "0 0 4294967295"), 1000);
+    assert_eq!(uid_as_it_sees_itself(1000, "0 1000 1"), 0);
+    assert_eq!(uid_as_it_sees_itself(100005, "0 1000 1\n1 100000 65536"), 6);
+    assert_eq!(uid_as_it_sees_itself(0, ""), 65534, "no map: the overflow uid");
+}
+
+#[test]
+fn the_environment_it_started_with_is_read_by_name() {
+    let env = Environment::parse(b"A=1\0CUDA_VISIBLE_DEVICES=\0B=x=y\0junk\0A=2\0");
+    assert_eq!(env.get("A"), Some("2"), "the last one, as getenv would not, but as a shell's export does");
+    assert_eq!(env.get("CUDA_VISIBLE_DEVICES"), Some(""));
+    assert_eq!(env.get("B"), Some("x=y"));
+    assert_eq!(env.get("junk"), None);
+}
+
+#[test]
+fn the_libraries_of_the_rows_are_found_in_its_maps() {
+    let maps = "7f00-7f01 r-xp 0 08:01 1 /opt/venv/nvidia/nccl/lib/libnccl.so.2.28.9\n\
+                7f01-7f02 r--p 0 08:01 2 /usr/lib/libucp.so.0.0.0\n\
+                7f02-7f03 r--p 0 08:01 3 /opt/venv/torch/lib/libtorch_cuda.so\n\
+                7f03-7f04 rw-p 0 00:00 0 [heap]\n";
+    let found = loaded(i32::MAX, maps, Path::new("/nonexistent-root"));
+    let nccl = found.nccl.unwrap();
+    assert_eq!(
+        (nccl.path.as_str(), nccl.version.as_deref()),
+        ("/opt/venv/nvidia/nccl/lib/libnccl.so.2.28.9", Some("2.28.9"))
+    );
+    assert_eq!(found.ucx.map(|u| u.path), Some("/usr/lib/libucp.so.0.0.0".to_owned()));
+    assert_eq!(found.torch.map(|t| t.version), Some(None), "no version.py under that root");
+}
+
+/// This test's own process, read from outside, is the place it reads of itself: every fact a served
+/// run's process hands over.
+#[test]
+fn a_process_read_from_outside_stands_where_it_says_it_stands() {
+    let here = Place::here();
+    let seen = observe(std::process::id() as i32).unwrap();
+    let there = seen.place;
+    assert_eq!(there.pid, here.pid);
+    assert_eq!(there.namespaces, here.namespaces);
+    assert_eq!(there.dev_shm.as_ref().map(|s| s.device), here.dev_shm.as_ref().map(|s| s.device));
+    assert_eq!((&there.hostname, &there.boot_id), (&here.hostname, &here.boot_id));
+    assert_eq!((there.uid, there.in_user_namespace), (here.uid, here.in_user_namespace));
+    assert_eq!((there.capabilities, there.seccomp), (here.capabilities, here.seccomp));
+    assert_eq!(there.platform, here.platform);
+    assert!(seen.name.starts_with("simple_ipc") || !seen.name.is_empty(), "{}", seen.name);
+}
+
+#[test]
+fn a_process_that_is_gone_is_said_so() {
+    let error = observe(i32::MAX).unwrap_err().to_string();
+    assert!(error.contains(&format!("process {} cannot be read", i32::MAX)), "{error}");
+    assert!(observe(0).is_err() && observe(-4).is_err());
+}
+
+fn the_fact(facts: &[Fact], name: &str) -> Fact {
+    facts.iter().find(|f| f.fact == name).cloned().unwrap()
+}
+
+/// What an outside view read stands in for what the places alone could tell: whether the importer is
+/// the exporter's ancestor, always; who holds the exporter's pid number in the importer's PID namespace,
+/// only where the two namespaces differ; the table's facts stay as they were.
+#[test]
+fn an_outside_view_tells_the_pairs_facts_beyond_the_table() {
+    let seen = |ancestor: bool, at: Option<&str>| PairSeen {
+        importer_is_ancestor: ancestor,
+        at_exporters_number: at.map(str::to_owned),
+    };
+    let mut other_net = crate::placement::share::tests::place(2);
+    other_net.namespaces.net = Some(2);
+    let alone = compare(&crate::placement::share::tests::place(5), &other_net);
+    let facts = with_outside(alone.clone(), &seen(true, Some("bash")));
+    assert_eq!(
+        facts[..super::super::share::FACTS.len()],
+        alone[..super::super::share::FACTS.len()],
+        "the table's facts are unchanged"
+    );
+    assert_eq!(the_fact(&facts, IMPORTER_IS_ANCESTOR).same, Sameness::Same);
+    let taken = the_fact(&facts, EXPORTERS_NUMBER_THERE);
+    assert_eq!((taken.same, taken.detail), (Sameness::Unknown, None), "one PID namespace: no other number");
+    let mut elsewhere = crate::placement::share::tests::place(2);
+    elsewhere.namespaces.pid = Some(2);
+    let alone = compare(&crate::placement::share::tests::place(5), &elsewhere);
+    let facts = with_outside(alone.clone(), &seen(false, Some("sh")));
+    assert_eq!(
+        facts[..super::super::share::FACTS.len()],
+        alone[..super::super::share::FACTS.len()],
+        "the table's facts are unchanged"
+    );
+    assert_eq!(the_fact(&facts, IMPORTER_IS_ANCESTOR).same, Sameness::Differs);
+    let taken = the_fact(&facts, EXPORTERS_NUMBER_THERE);
+    assert_eq!((taken.same, taken.detail.as_deref()), (Sameness::Same, Some("sh")));
+    let facts =
+        with_outside(compare(&crate::placement::share::tests::place(1), &elsewhere), &seen(false, None));
+    let taken = the_fact(&facts, EXPORTERS_NUMBER_THERE);
+    assert_eq!((taken.same, taken.detail), (Sameness::Differs, None), "seen: nobody, not its own init");
+}
