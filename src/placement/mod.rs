@@ -224,17 +224,25 @@ fn gpus_seen() -> Option<Vec<String>> {
 }
 
 /// The NVIDIA driver's GPUs (`/proc/driver/nvidia/gpus/<PCI address>/information`, in PCI order) whose
-/// device node (`/dev/nvidia<minor>`) is under `root`: the GPUs a container was given. `None` where the
-/// driver's files cannot be read.
+/// device node (`/dev/nvidia<minor>`) is under `root`: the GPUs a container was given. A root whose `/dev`
+/// has no `nvidiactl` was given no nodes at all, and its nodes say nothing: a host's are made by the first
+/// CUDA start (nvidia-modprobe), so every GPU the driver lists counts there. `None` where the driver's files
+/// cannot be read.
 pub(crate) fn gpus_with_nodes(root: &std::path::Path) -> Option<Vec<String>> {
+    gpus_with_nodes_in(std::path::Path::new("/proc/driver/nvidia/gpus"), root)
+}
+
+/// [`gpus_with_nodes`], the driver's GPUs listed in `driver` (its `gpus` folder).
+fn gpus_with_nodes_in(driver: &std::path::Path, root: &std::path::Path) -> Option<Vec<String>> {
+    let nodes_given = root.join("dev/nvidiactl").exists();
     let mut found: Vec<(String, String)> = Vec::new();
-    for entry in std::fs::read_dir("/proc/driver/nvidia/gpus").ok()?.flatten() {
+    for entry in std::fs::read_dir(driver).ok()?.flatten() {
         let information = std::fs::read_to_string(entry.path().join("information")).ok()?;
         let field =
             |name: &str| information.lines().find_map(|l| l.strip_prefix(name)).map(|v| v.trim().to_owned());
         let uuid = field("GPU UUID:")?;
-        let has_node =
-            field("Device Minor:").is_none_or(|minor| root.join(format!("dev/nvidia{minor}")).exists());
+        let has_node = !nodes_given
+            || field("Device Minor:").is_none_or(|minor| root.join(format!("dev/nvidia{minor}")).exists());
         if has_node {
             found.push((entry.file_name().to_string_lossy().into_owned(), uuid));
         }

@@ -123,3 +123,26 @@ fn every_text_of_a_place_is_made_printable() {
     assert_eq!(place.gpus, Some(vec![escaped.to_owned()]));
     assert_eq!(place.pidfd_getfd_itself.as_deref(), Some(escaped));
 }
+
+/// The GPUs a container was given are those whose device node is in its root, where it was given the
+/// driver's control node; a root with no node at all (a host before its first CUDA start) says nothing of
+/// them: every GPU the driver lists counts.
+#[test]
+fn the_gpus_a_root_has_are_those_of_its_device_nodes() {
+    let driver = tempfile::tempdir().unwrap();
+    for (address, uuid, minor) in [("0000:06:00.0", "GPU-b", 1), ("0000:05:00.0", "GPU-a", 0)] {
+        std::fs::create_dir(driver.path().join(address)).unwrap();
+        let information = format!("Model: \t\t H200\nGPU UUID: \t {uuid}\nDevice Minor: \t {minor}\n");
+        std::fs::write(driver.path().join(address).join("information"), information).unwrap();
+    }
+    let root = tempfile::tempdir().unwrap();
+    let all = Some(vec!["GPU-a".to_owned(), "GPU-b".to_owned()]);
+    assert_eq!(gpus_with_nodes_in(driver.path(), root.path()), all, "no nodes given: PCI order, all");
+    std::fs::create_dir(root.path().join("dev")).unwrap();
+    std::fs::write(root.path().join("dev/nvidiactl"), b"").unwrap();
+    std::fs::write(root.path().join("dev/nvidia1"), b"").unwrap();
+    assert_eq!(gpus_with_nodes_in(driver.path(), root.path()), Some(vec!["GPU-b".to_owned()]));
+    std::fs::remove_file(root.path().join("dev/nvidia1")).unwrap();
+    assert_eq!(gpus_with_nodes_in(driver.path(), root.path()), Some(vec![]), "the control node alone: none");
+    assert_eq!(gpus_with_nodes_in(&driver.path().join("absent"), root.path()), None);
+}
