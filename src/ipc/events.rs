@@ -20,16 +20,22 @@ use crate::os::driver_files::{self, EventFile};
 /// `/proc/self/maps` meanwhile is that event's.
 static MAPPING_EVENT_FILES: Mutex<()> = Mutex::new(());
 
-/// Runs `make` and returns what it made with the one driver file this process began to map meanwhile.
-fn with_new_file<T>(make: impl FnOnce() -> Result<T>) -> Result<(T, Option<EventFile>)> {
+/// Runs `make` (an event's creation, or its opening) and returns what it made with the driver files this
+/// process mapped before and after.
+fn with_mapped_files<T>(make: impl FnOnce() -> Result<T>) -> Result<(T, Mapped)> {
     let _alone = MAPPING_EVENT_FILES.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     // Opened before: a `make` that takes the last descriptor leaves none to open it with after, and the
     // file it made would be known to no one.
     let mut maps = driver_files::Maps::open()?;
     let before = maps.read()?;
     let made = make()?;
-    let file = driver_files::appeared(&before, &maps.read()?);
-    Ok((made, file))
+    Ok((made, Mapped { before, after: maps.read()? }))
+}
+
+/// The driver files a process mapped before and after it made or opened an event.
+struct Mapped {
+    before: Vec<EventFile>,
+    after: Vec<EventFile>,
 }
 
 /// An interprocess event this process holds on `device`'s context, exported by it ([`ExportedEvent`]) or
@@ -78,7 +84,7 @@ impl<'d> IpcEvent<'d, Exported> {
     /// `cudaEventCreate(DisableTiming | Interprocess)` + `cudaIpcGetEventHandle` on `device`.
     pub fn create(driver: &'d dyn Driver, device: i32) -> Result<Self> {
         driver.use_device(device)?;
-        let (mut exported, file) = with_new_file(|| {
+        let (mut exported, mapped) = with_mapped_files(|| {
             let event = driver.create_interprocess_event()?;
             let side = Exported { handle: [0; 64], file: None };
             let mut exported = Self { driver, device, event, side };
@@ -87,7 +93,8 @@ impl<'d> IpcEvent<'d, Exported> {
                 unsafe { driver.ipc_get_event_handle(event) }.context("exporting an event's IPC handle")?;
             Ok(exported)
         })?;
-        exported.side.file = file;
+        exported.side.file =
+            driver_files::holding_new_event(&mapped.before, &mapped.after, std::process::id());
         Ok(exported)
     }
 
@@ -117,12 +124,14 @@ impl<'d> IpcEvent<'d, Opened> {
         exporter: &Exporter,
     ) -> Result<Self> {
         driver.use_device(device)?;
-        let (opened, file) = with_new_file(|| {
+        let (opened, mapped) = with_mapped_files(|| {
             let event = driver
                 .ipc_open_event_handle(handle)
                 .map_err(|e| diagnose::open_failed(e, Opening::Event, exporter))?;
             Ok(Self { driver, device, event, side: Opened })
         })?;
+        // The file it mapped for the event: a second event of one exporter maps nothing new, and says nothing.
+        let file = driver_files::appeared(&mapped.before, &mapped.after);
         match diagnose::collision(exporter, file.as_ref()) {
             Some(collision) => Err(collision), // `opened` is destroyed on the way out
             None => Ok(opened),

@@ -175,8 +175,25 @@ fn mapped() -> Result<Vec<EventFile>> {
 
 /// The file that `after` maps and `before` did not, if there is exactly one.
 pub fn appeared(before: &[EventFile], after: &[EventFile]) -> Option<EventFile> {
-    let mut new = after.iter().filter(|f| !before.contains(f));
-    match (new.next(), new.next()) {
+    only(after.iter().filter(|f| !before.contains(f)))
+}
+
+/// The file that holds the event that process `pid` (the number it has as it sees itself) just made, from
+/// the driver files it mapped `before` and `after` making it: the one that appeared; where none did, the
+/// one file of its own it already mapped, which the driver filled further (it keeps a process's events
+/// in one file: the second event maps nothing new). Several files of its own, or several new ones: not
+/// known.
+pub fn holding_new_event(before: &[EventFile], after: &[EventFile], pid: u32) -> Option<EventFile> {
+    let mut new = after.iter().filter(|f| !before.contains(f)).peekable();
+    match new.peek() {
+        Some(_) => only(new),
+        None => only(after.iter().filter(|f| f.pid_number() == Some(pid))),
+    }
+}
+
+/// The one item of `items`, if there is exactly one.
+fn only<'f>(mut items: impl Iterator<Item = &'f EventFile>) -> Option<EventFile> {
+    match (items.next(), items.next()) {
         (Some(file), None) => Some(file.clone()),
         _ => None,
     }
@@ -297,5 +314,32 @@ mod tests {
         let seen = appeared(&before, &mapped().unwrap());
         assert_eq!(seen, Some(EventFile { name, dev: meta.dev(), ino: meta.ino() }));
         drop(map);
+    }
+
+    fn file(name: &str, ino: u64) -> EventFile {
+        EventFile { name: name.into(), dev: 7, ino }
+    }
+
+    #[test]
+    fn a_new_event_is_in_the_file_that_appeared_else_in_the_one_file_of_its_own_already_mapped() {
+        let mine = file("cuda.shm.0.1c8.1", 10);
+        let theirs = file("cuda.shm.0.2a.1", 11);
+        let second = file("cuda.shm.0.1c8.2", 12);
+        let pid = 0x1c8;
+        let files = |list: &[&EventFile]| list.iter().map(|f| (*f).clone()).collect::<Vec<_>>();
+        // The first event maps a new file.
+        let first = holding_new_event(&files(&[&theirs]), &files(&[&theirs, &mine]), pid);
+        assert_eq!(first.as_ref(), Some(&mine));
+        // The second maps nothing new: it is in the file of this process's own, not in another's it opened.
+        let mapped = files(&[&theirs, &mine]);
+        assert_eq!(holding_new_event(&mapped, &mapped, pid).as_ref(), Some(&mine));
+        assert_eq!(holding_new_event(&mapped, &mapped, 0x2b), None, "no file of its own: not known");
+        // Two files of its own, and nothing new: which one is not known.
+        let both = files(&[&mine, &second]);
+        assert_eq!(holding_new_event(&both, &both, pid), None);
+        // Two new files at once: not known either, though one is its own; one new among its own: that one.
+        assert_eq!(holding_new_event(&[], &files(&[&theirs, &mine]), pid), None);
+        let later = holding_new_event(&files(&[&mine]), &both, pid);
+        assert_eq!(later.as_ref(), Some(&second));
     }
 }
