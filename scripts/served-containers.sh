@@ -32,29 +32,36 @@ contained_joiner() {
     'mount -t tmpfs -o size=64m tmpfs /dev/shm && hostname joiner && exec "$@"' sh \
     "$bin" --join "$1" --timeout 60 >"$2" 2>&1
 }
-plain=(); near=(); served=(); bad=0
+plain=(); near=(); served=(); ends=(); bad=0
 # One served run, its joiners started by $1 (plain_joiner or contained_joiner), named $2; prints its ms.
 served_run() {
   local joiner=$1 name=$2 socket="$out/run.sock" a b server j1 j2
   a=$(now)
-  "$bin" "${args[@]}" --procs-per-device 2 --serve "$socket" --json "$out/$name.json" >"$out/$name.log" 2>&1 &
+  { "$bin" "${args[@]}" --procs-per-device 2 --serve "$socket" --json "$out/$name.json" >"$out/$name.log" 2>&1
+    echo $? >"$out/$name.rc"; now >"$out/$name.end"; } &
   server=$!
-  $joiner "$socket" "$out/$name-j1.log" &
+  { $joiner "$socket" "$out/$name-j1.log"; echo $? >"$out/$name-j1.rc"; now >"$out/$name-j1.end"; } &
   j1=$!
-  $joiner "$socket" "$out/$name-j2.log" &
+  { $joiner "$socket" "$out/$name-j2.log"; echo $? >"$out/$name-j2.rc"; now >"$out/$name-j2.end"; } &
   j2=$!
-  wait "$server" || { echo "$name run failed:" >&2; tail -3 "$out/$name.log" >&2; bad=1; }
-  wait "$j1" "$j2" || { echo "a joiner of the $name run failed:" >&2; tail -3 "$out/$name-j1.log" "$out/$name-j2.log" >&2; bad=1; }
+  wait "$server" "$j1" "$j2"
   b=$(now)
-  echo $(( (b - a) / 1000000 ))
+  [ "$(cat "$out/$name.rc")" = 0 ] || { echo "$name run failed:" >&2; tail -3 "$out/$name.log" >&2; bad=1; }
+  [ "$(cat "$out/$name-j1.rc" "$out/$name-j2.rc" | sort -u)" = 0 ] ||
+    { echo "a joiner of the $name run failed:" >&2; tail -3 "$out/$name-j1.log" "$out/$name-j2.log" >&2; bad=1; }
+  # When each ended, from the start (ms): where the last process's end comes after the server's.
+  ends+=("$name: server $(( ($(cat "$out/$name.end") - a) / 1000000 )), joiners $(( ($(cat "$out/$name-j1.end") - a) / 1000000 )) and $(( ($(cat "$out/$name-j2.end") - a) / 1000000 ))")
+  echo $(( (b - a) / 1000000 )) >"$out/$name.ms"
 }
 for round in $(seq "$rounds"); do
   a=$(now)
   "$bin" "${args[@]}" --procs-per-device 2 --json "$out/plain.json" >"$out/plain.log" 2>&1 || { echo "plain run failed:"; tail -3 "$out/plain.log"; bad=1; }
   b=$(now); plain+=($(( (b - a) / 1000000 )))
-  near+=($(served_run plain_joiner near))
-  served+=($(served_run contained_joiner served))
+  ends=()
+  served_run plain_joiner near; near+=($(cat "$out/near.ms"))
+  served_run contained_joiner served; served+=($(cat "$out/served.ms"))
   echo "-- round $round: plain ${plain[-1]} ms, served to joiners where the user is ${near[-1]} ms, served across containers ${served[-1]} ms"
+  echo "   ended at (ms): ${ends[0]}; ${ends[1]}"
 done
 p=$(echo "${plain[*]}" | median); n=$(echo "${near[*]}" | median); s=$(echo "${served[*]}" | median)
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }

@@ -42,12 +42,29 @@ impl<'d> HostBuffer<'d> {
         stream: &Stream,
         stop: &dyn StopCheck,
     ) -> Result<&mut [u8]> {
-        ensure!(bytes <= src.bytes() && bytes <= self.memory.len(), "a copy of {bytes} bytes does not fit");
+        self.copy_part_from(src, 0, bytes, stream, stop)
+    }
+
+    /// [`copy_from`](Self::copy_from) of the `bytes` bytes of `src` from `offset` on.
+    pub fn copy_part_from(
+        &mut self,
+        src: &(impl DeviceMemory + ?Sized),
+        offset: usize,
+        bytes: usize,
+        stream: &Stream,
+        stop: &dyn StopCheck,
+    ) -> Result<&mut [u8]> {
+        let end = offset.checked_add(bytes);
+        ensure!(
+            end.is_some_and(|end| end <= src.bytes()) && bytes <= self.memory.len(),
+            "a copy of {bytes} bytes from offset {offset} does not fit"
+        );
+        let from = src.ptr().offset(offset).ok_or_else(|| anyhow::anyhow!("offset {offset} overflows"))?;
         stream.synchronize(stop)?;
         self.driver.use_device(self.device)?;
         let dst = &mut self.memory[..bytes];
-        // SAFETY: `src` is borrowed and has `bytes` bytes (checked); the copy is synchronous.
-        unsafe { self.driver.copy_to_host(dst, src.ptr()) }?;
+        // SAFETY: `src` is borrowed and has `offset + bytes` bytes (checked); the copy is synchronous.
+        unsafe { self.driver.copy_to_host(dst, from) }?;
         Ok(dst)
     }
 }

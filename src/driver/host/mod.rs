@@ -269,6 +269,12 @@ impl HostDriver {
         Ok(Some(simulation))
     }
 
+    /// The simulation of `spec`'s devices, for a unit test elsewhere (the environment is every test's).
+    #[cfg(test)]
+    pub(crate) fn for_tests(spec: &str) -> Result<Self> {
+        Self::new(spec, None)
+    }
+
     /// The simulation of the devices `spec` describes (the value of [`SIMULATE_ENV`]).
     fn new(spec: &str, visible: Option<&str>) -> Result<Self> {
         let all = spec
