@@ -35,7 +35,7 @@ pub fn main() -> ExitCode {
     // stops the run in order, however early (a process that enters namespaces, `isolation::enter`, hands
     // the note on to the run's process it forks).
     if let Err(e) = signals::keep_child_statuses().and_then(|()| signals::install()) {
-        warn!("simple-ipc: {e:#}");
+        eprint_line!("simple-ipc: {e:#}");
         return ExitCode::from(EXIT_FAILURE);
     }
     // No panic reaches the user as status 101: it is a failure like any other, said in one line.
@@ -47,9 +47,9 @@ pub fn main() -> ExitCode {
             payload.downcast_ref::<&str>().copied().or(payload.downcast_ref::<String>().map(|s| s.as_str()));
         match said {
             Some(said) if said.contains("alternative stack") || said.contains("failed to allocate") => {
-                warn!("simple-ipc: out of memory: {said}")
+                eprint_line!("simple-ipc: out of memory: {said}")
             }
-            _ => warn!("simple-ipc: internal error: {panic}"),
+            _ => eprint_line!("simple-ipc: internal error: {panic}"),
         }
         std::process::exit(i32::from(EXIT_FAILURE));
     }));
@@ -88,7 +88,7 @@ pub fn main() -> ExitCode {
     let document = match opened {
         Ok(document) => document.map(std::sync::Arc::new),
         Err(e) => {
-            warn!("{who}: {e:#}");
+            eprint_line!("{who}: {e:#}");
             return ExitCode::from(EXIT_FAILURE);
         }
     };
@@ -149,7 +149,7 @@ pub fn main() -> ExitCode {
         && code != READER_GONE_STATUS
         && let Err(e) = crate::output::text(&text)
     {
-        warn!("{who}: {e:#}");
+        eprint_line!("{who}: {e:#}");
     }
     let diagnosis = diagnosis.filter(|_| status == Status::Failed);
     // Where the driver refused to open another process's handle, the document says so as typed facts.
@@ -185,7 +185,7 @@ pub fn main() -> ExitCode {
             // Said on a line of its own where no verdict line will say it, or where the verdict says the
             // run's own failure.
             if !says_verdict || matches!(status, Status::Failed | Status::Interrupted) {
-                warn!("{who}: {why}");
+                eprint_line!("{who}: {why}");
             }
             // The user asked for a document and has none: neither a pass nor a waiver (as the process outside
             // an isolated run says it, `isolation::outside`).
@@ -206,7 +206,7 @@ pub fn main() -> ExitCode {
                 if let Some(made) = &mut made
                     && let Err(e) = made.rewrite_interrupted(why.unwrap_or_default(), code)
                 {
-                    warn!("{who}: {e:#}");
+                    eprint_line!("{who}: {e:#}");
                 }
             }
             // The verdict is the run's last output: one that cannot be written (a full disk, an I/O error)
@@ -216,14 +216,14 @@ pub fn main() -> ExitCode {
                 let why = format!("{e:#}");
                 // A run that failed writing its output has said that error already.
                 if reason.as_deref() != Some(why.as_str()) {
-                    warn!("{who}: {why}");
+                    eprint_line!("{who}: {why}");
                 }
                 if matches!(status, Status::Passed | Status::Waived) {
                     code = EXIT_FAILURE;
                     if let Some(made) = &mut made
                         && let Err(e) = made.rewrite_ended(Status::Failed, why, code)
                     {
-                        warn!("{who}: {e:#}");
+                        eprint_line!("{who}: {e:#}");
                     }
                 }
             }
@@ -234,7 +234,7 @@ pub fn main() -> ExitCode {
 
 /// Says `waiver` as a line, unless the verdict line will say it (`verdict_says_it`).
 fn say_unless(verdict_says_it: bool, waiver: &crate::outcome::Waiver) -> anyhow::Result<()> {
-    if verdict_says_it { Ok(()) } else { say!("{waiver}") }
+    if verdict_says_it { Ok(()) } else { print_line!("{waiver}") }
 }
 
 /// How a run that ended with `e` ended, said on standard error as `who`'s where it is news.
@@ -243,7 +243,7 @@ fn ended_by(who: &str, e: &anyhow::Error) -> Ending {
         e if e.is::<join::RunOverBeforeJoining>() => (Status::Failed, e.to_string(), EXIT_FAILURE),
         // A namespace this host does not give: nothing here to test that way.
         e if e.chain().any(|cause| cause.is::<crate::outcome::Waiver>()) => {
-            warn!("{who}: {e:#}");
+            eprint_line!("{who}: {e:#}");
             (Status::Waived, format!("{e:#}"), EXIT_WAIVED)
         }
         // Quietly, as a C program killed by SIGPIPE. A run of `--ipc all` whose reader went away was stopped
@@ -262,7 +262,7 @@ fn ended_by(who: &str, e: &anyhow::Error) -> Ending {
         // The simulation was asked what it does not model: a limit of this test's, not a failure of CUDA
         // IPC, and waived as the container matrix's cells are ("not simulated").
         e if let Some(what) = beyond_the_simulation(e) => {
-            warn!("{who}: {e:#}");
+            eprint_line!("{who}: {e:#}");
             let why = format!(
                 "not simulated: {what} is beyond what the simulated GPUs model (the line above says why); \
                  on GPUs, the CUDA driver decides"
@@ -270,7 +270,7 @@ fn ended_by(who: &str, e: &anyhow::Error) -> Ending {
             (Status::Waived, why, EXIT_WAIVED)
         }
         e => {
-            warn!("{who}: {e:#}");
+            eprint_line!("{who}: {e:#}");
             match e.chain().find_map(|cause| cause.downcast_ref::<Interrupted>()) {
                 Some(interrupted) => {
                     (Status::Interrupted, interrupted.to_string(), 128 + interrupted.0 as u8)
@@ -337,13 +337,13 @@ fn run(role: Role) -> anyhow::Result<report::Ran> {
     }
     let joins = matches!(role, Role::Child(_) | Role::Joiner(_) | Role::Isolated(_) | Role::Guardian { .. });
     if !joins && driver::host::requested() {
-        say!(
+        print_line!(
             "SIMULATED GPUs ({}): a test of the process protocol in host memory, not of a GPU",
             driver::host::SIMULATE_ENV
         )?;
     }
     if !joins && let Some(hook) = crate::node::test_hook_said() {
-        warn!("{hook}");
+        eprint_line!("{hook}");
     }
     match role {
         Role::Guardian { fd } => guardian::watch(fd).map(|()| Outcome::Passed(None).into()),

@@ -114,7 +114,7 @@ fn consume(bench: &Bench, mechanism: Mechanism, audience: &Audience, found: &mut
         anyhow::Ok(any || driver.supports(device, crate::driver::Capability::MpsEnabled)?)
     })?;
     let mps = mps_note(mps_enabled);
-    say!(
+    print_line!(
         "IPC benchmark, {} IPC, {} pair(s) of (producer, consumer) GPUs; {mps}",
         mechanism.name(),
         pairs.len()
@@ -142,7 +142,9 @@ fn consume(bench: &Bench, mechanism: Mechanism, audience: &Audience, found: &mut
                     .covered_by(&setup.guardian)
                     .starting_at_index(PRODUCER)
                     .telling_the_end_to(audience);
-            say!("Serving the benchmark at {address}: waiting for its producer to join (--join {address})")?;
+            print_line!(
+                "Serving the benchmark at {address}: waiting for its producer to join (--join {address})"
+            )?;
             Producer::Joined(std::cell::RefCell::new(joiners))
         }
     };
@@ -289,7 +291,7 @@ pub fn run_producer(index: usize, segment_fd: Option<i32>, socket_fd: Option<i32
     }
     let watch = Stopwatch::start(Who::Child(index), Phase::Attach)?;
     let (segment, parent_pid) = attach::segment(segment_fd)?;
-    say!("CP: lshmName = {}", segment::name_for(parent_pid as u32))?;
+    print_line!("CP: lshmName = {}", segment::name_for(parent_pid as u32))?;
     let socket = socket_fd.map(|fd| crate::os::inherit::take(fd, "descriptor socket")).transpose()?;
     produce(index, watch, &segment, socket, &attach::Parent::Pid(parent_pid))
 }

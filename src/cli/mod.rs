@@ -92,7 +92,7 @@ pub(crate) fn print_usage_error(e: &Usage) {
     if !text.contains("Usage:") {
         text.push_str(&format!("\n\n{}", usage()));
     }
-    warn!("{}", text.trim_end());
+    eprint_line!("{}", text.trim_end());
 }
 
 /// Writes `--generate`'s text on standard output: the exit status, as for any other output of the program
@@ -103,7 +103,7 @@ fn write_generated(what: generate::What) -> u8 {
         Ok(()) => EXIT_SUCCESS,
         Err(e) if e.is::<ReaderGone>() => READER_GONE_STATUS,
         Err(e) => {
-            warn!("simple-ipc: --generate: {e:#}");
+            eprint_line!("simple-ipc: --generate: {e:#}");
             EXIT_FAILURE
         }
     }

@@ -77,11 +77,11 @@ pub fn run(every: &EveryMechanism) -> Result<Ran> {
     let bar = crate::output::progress::Bar::start(Mechanism::ALL.len() as u64, "--ipc all", run.quiet);
     for mechanism in Mechanism::ALL {
         bar.doing(format!("--ipc {}", mechanism.name()));
-        say!("== --ipc {}", mechanism.name())?;
+        print_line!("== --ipc {}", mechanism.name())?;
         // A mechanism the options cannot run whatever the devices (the parse found it) is waived, not run.
         let row = match (every.why_not_run(mechanism), &mut sequence) {
             (Some(reason), _) => {
-                say!("{reason}")?;
+                print_line!("{reason}")?;
                 Row { ending: RunEnd::Waived(reason.to_owned()), ..Row::not_run(mechanism) }
             }
             (None, Some(sequence)) => sequence.run(&each, mechanism)?,

@@ -75,7 +75,7 @@ impl Sequence {
         {
             let why =
                 format!("not run: the sequence did not finish within {} s (--timeout)", timeout.as_secs());
-            say!("{why}")?;
+            print_line!("{why}")?;
             return Ok(self.ended(Row {
                 mechanism,
                 ending: RunEnd::Failed { process: None, why },

@@ -94,7 +94,7 @@ impl Audience {
         if let Some(sequence) = self.sequence {
             connections.extend(sequence.waiting.into_inner());
             if let Err(e) = meeting::hand_back(&sequence.back, &connections) {
-                warn!("simple-ipc: {e:#}");
+                eprint_line!("simple-ipc: {e:#}");
             }
         }
     }

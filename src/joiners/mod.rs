@@ -280,7 +280,7 @@ impl<'s> Joiners<'s> {
         if self.joined.len() < self.expected()
             && let Err(e) = self.say_where_they_stand()
         {
-            warn!("simple-ipc: {e:#}");
+            eprint_line!("simple-ipc: {e:#}");
         }
         self.state().abort();
         let until = Instant::now() + GRACE;

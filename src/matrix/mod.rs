@@ -124,7 +124,7 @@ pub fn run(run: &Run, asked: &Isolation) -> Result<Ran> {
     let rows = boundaries(asked);
     let how = how::How::asked();
     let lanes = lanes::lanes(&rows, how == how::How::Cells { serial: true });
-    say!(
+    print_line!(
         "The container matrix ({} boundaries by {} kinds of handle, {})",
         rows.len(),
         COLUMNS.len(),
@@ -157,7 +157,7 @@ pub fn run(run: &Run, asked: &Isolation) -> Result<Ran> {
     };
     lanes::run_all(&lanes, &run_row, &mut |done| {
         let (row, column) = (&rows[done.row], &COLUMNS[done.column]);
-        say!("  {} / {}: {}", row.title, column.title, done.cell.word())?;
+        print_line!("  {} / {}: {}", row.title, column.title, done.cell.word())?;
         bar.doing(format!("{} / {}: {}", row.title, column.title, done.cell.word()));
         bar.step_done();
         cells[done.row][done.column] = done.cell;
@@ -174,7 +174,7 @@ pub fn run(run: &Run, asked: &Isolation) -> Result<Ran> {
     }
     if !nix::unistd::geteuid().is_root() {
         // (The matrix's own process enters no namespace: it is still the user who started it.)
-        say!(
+        print_line!(
             "(Not root: every isolated run here is in a user namespace of its own too, which the kernel needs.)"
         )?;
     }

@@ -27,11 +27,11 @@ pub fn look_at_the_kernel_log(
     }
     let Some(log) = crate::node::look(start, &gpus(&found.devices)) else { return };
     for line in log.lines() {
-        warn!("simple-ipc: {line}");
+        eprint_line!("simple-ipc: {line}");
     }
     if failed {
         if let Some(why) = &log.unread {
-            warn!("simple-ipc: the kernel's log could not be read for Xid errors: {why}");
+            eprint_line!("simple-ipc: the kernel's log could not be read for Xid errors: {why}");
         }
         if let (Some(said), Some(named)) = (reason.as_mut(), log.named()) {
             let (first, rest) = said.split_once('\n').map_or((said.as_str(), None), |(f, r)| (f, Some(r)));

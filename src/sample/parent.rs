@@ -54,7 +54,7 @@ pub(crate) fn parent_process(
     // the first children waiting for the plan).
     let _watchdog = Watchdog::start(sample.timeout.deadline_from(started));
     let mut watch = Stopwatch::start(Who::Parent, Phase::CudaStart)?;
-    say!("PP: lshmName = {}", segment::name_for(std::process::id()))?;
+    print_line!("PP: lshmName = {}", segment::name_for(std::process::id()))?;
     // Step 1, sharedMemoryCreate: the segment simpleIPCshm<pid> (`segment`), and the guardian, which removes
     // the driver's files for our events if we are killed. Dropped in the reverse order of these declarations:
     // the children first (stopped and reaped), then the exports (events destroyed, buffers freed), CUDA,
@@ -200,7 +200,7 @@ pub(crate) fn parent_process(
             names_removed = true;
             for event in exports.iter().filter_map(|e| e.event.as_ref()) {
                 if let Err(e) = event.remove_file_name() {
-                    warn!("warning: removing the name of an event's file: {e:#}");
+                    eprint_line!("warning: removing the name of an event's file: {e:#}");
                 }
             }
         }
@@ -261,7 +261,7 @@ fn fit_devices(
         match lack {
             None => fit.push(device),
             Some((option, reason)) => {
-                say!("Device {device} cannot run {option} ({reason}), skipping...")?;
+                print_line!("Device {device} cannot run {option} ({reason}), skipping...")?;
                 first_lack.get_or_insert((option, reason));
             }
         }

@@ -183,10 +183,13 @@ impl ParentExtras for RunExtras<'_> {
         // The parent's own check of its pipe directory: its children inherit it; joiners were told nothing.
         let mps = Mps::here();
         if let (false, Some(what)) = (mps.client, &mps.answered) {
-            say!("MPS: the control socket in {} is {what}: this run was no MPS client", mps.pipe_directory)?;
+            print_line!(
+                "MPS: the control socket in {} is {what}: this run was no MPS client",
+                mps.pipe_directory
+            )?;
         }
         if let Some(said) = mps.not_confirmed(mps_enabled) {
-            say!("{said}")?;
+            print_line!("{said}")?;
         }
         let mps = mps.under(mps_enabled).map(|under| format!(", {under}")).unwrap_or_default();
         let run = self.run;

@@ -49,7 +49,7 @@ impl<'s> Team<'s> {
             launched.start(&address, n, isolation, run.timeout, run.quiet, false)?;
             // Its descendants: each started process hands its namespace's init over to this one.
             let joiners = joiners.only_started_by(vec![nix::unistd::getpid().as_raw()]);
-            say!(
+            print_line!(
                 "Isolated ({isolation}): {n} processes started in namespaces of their own join at {address}"
             )?;
             return Ok(Some(Team::Isolated(joiners, launched)));
@@ -63,7 +63,7 @@ impl<'s> Team<'s> {
                 .telling_the_end_to(audience),
         };
         let processes = if n == 1 { "process" } else { "processes" };
-        say!(
+        print_line!(
             "Serving the run at {address}: waiting for {n} {processes} to join (--join {address}), {}",
             gpus_of(segment.state(), n)
         )?;
