@@ -106,9 +106,9 @@ pub fn main() -> ExitCode {
     let started = std::time::Instant::now();
     let mut began =
         crate::node::RunStart::now(matches!(role, Role::Sample(..) | Role::Bench(_) | Role::MechanismRun(_)));
-    let (outcome, mut found, tell) = match run(role) {
-        Ok(report::Ran { outcome, found, tell }) => (outcome, found, tell),
-        Err(e) => (Outcome::Failed(e), report::Found::default(), None),
+    let (outcome, mut findings, notify_waiters) = match run(role) {
+        Ok(report::RoleEnd { outcome, findings, notify_waiters }) => (outcome, findings, notify_waiters),
+        Err(e) => (Outcome::Failed(e), report::Findings::default(), None),
     };
     let failure = match &outcome {
         Outcome::Failed(e) => Some(e),
@@ -132,7 +132,7 @@ pub fn main() -> ExitCode {
         Outcome::Failed(e) => ended_by(&who, e),
         Outcome::Ended(ending) => ending.clone(),
     };
-    report::look_at_the_kernel_log(&mut began, status, asked.0, &mut found, &mut reason);
+    report::look_at_the_kernel_log(&mut began, status, asked.0, &mut findings, &mut reason);
     let summary = summary.as_deref();
     // The last line says how the run ended, for the roles a user starts (not a child, the guardian, a run
     // of one mechanism under --ipc all, whose top parent says it, or the run inside an isolation, whose
@@ -143,7 +143,7 @@ pub fn main() -> ExitCode {
         report::Refused::of(e)
             .or_else(|| e.downcast_ref::<crate::supervise::peers::PeerFailed>()?.refused.clone())
     });
-    if let Some(placement) = &mut found.placement
+    if let Some(placement) = &mut findings.placement
         && let text =
             report::forecast_against_outcome(placement, handles, status == Status::Passed, refused.as_ref())
         && code != READER_GONE_STATUS
@@ -159,11 +159,11 @@ pub fn main() -> ExitCode {
     // The document goes first (to its file, or to standard output for `--json -`), and the verdict line
     // after it: the line is the run's last word, so it must say whether the document was written, and a
     // passed run whose document could not be written is no pass.
-    let mut made = report::made(document, &ending, found);
+    let mut made = report::made(document, &ending, findings);
     let written = made.as_ref().map_or(Ok(()), report::Made::write);
     // Those waiting on the run (a served run's joiners) hear the verdict: a run whose document could not be
     // written did not pass, for them either.
-    if let Some(report::Tell(tell)) = tell {
+    if let Some(report::NotifyWaiters(tell)) = notify_waiters {
         match &written {
             // `--serve --json - | true`: the run ends interrupted (141), and is no pass for them either.
             Err(e) if e.chain().any(is_reader_gone) && !matches!(outcome, Outcome::Failed(_)) => {
@@ -295,7 +295,7 @@ fn beyond_the_simulation(e: &anyhow::Error) -> Option<String> {
 }
 
 /// Runs `role`.
-fn run(role: Role) -> anyhow::Result<report::Ran> {
+fn run(role: Role) -> anyhow::Result<report::RoleEnd> {
     // Unlike the original, an ARM host is not waived as a whole: GH200 and GB200 hosts have CUDA IPC, and
     // each device is asked for each mechanism by trial, as on x86-64.
     // First of all, while this process has one thread: the namespaces of an isolated run's process.
@@ -347,9 +347,9 @@ fn run(role: Role) -> anyhow::Result<report::Ran> {
     }
     match role {
         Role::Guardian { fd } => guardian::watch(fd).map(|()| Outcome::Passed(None).into()),
-        Role::Joiner(joiner) => join::run(&joiner, false).map(report::Ran::from),
+        Role::Joiner(joiner) => join::run(&joiner, false).map(report::RoleEnd::from),
         Role::Isolated(isolated) if isolated.matrix_row => crate::matrix::row::import(&isolated),
-        Role::Isolated(isolated) => join::run(&isolated.joiner, true).map(report::Ran::from),
+        Role::Isolated(isolated) => join::run(&isolated.joiner, true).map(report::RoleEnd::from),
         Role::Child(child) if child.bench => {
             bench::run_producer(child.index as usize, child.segment_fd, child.socket_fd)
                 .map(|()| Outcome::Passed(None).into())
@@ -359,7 +359,7 @@ fn run(role: Role) -> anyhow::Result<report::Ran> {
         Role::Bench(bench) => bench::run_consumer(&bench, bench.mechanism),
         Role::Topology => {
             fault::validate_for(&fault::Targets::NONE)?;
-            topology::run().map(report::Ran::from)
+            topology::run().map(report::RoleEnd::from)
         }
         Role::Sample(run, mechanism) => parent::run(&run, mechanism, None),
         Role::MechanismRun(sub) if sub.matrix_row => crate::matrix::row::export(&sub.run),

@@ -44,7 +44,7 @@ use crate::phases::Who;
 use crate::phases::fault;
 use crate::phases::timings::Stopwatch;
 use crate::report::document::BenchResults;
-use crate::report::{Found, Ran, Results};
+use crate::report::{Findings, Results, RoleEnd};
 use crate::role::Bench;
 use crate::sample::attach;
 use crate::sample::children::Children;
@@ -61,18 +61,23 @@ const DATA_SLOT: usize = 0;
 const FLAGS_SLOT: usize = 1;
 
 /// The consumer: the parent's side of `--bench`; it measures, prints and writes the JSON.
-pub fn run_consumer(bench: &Bench, mechanism: Mechanism) -> Result<Ran> {
+pub fn run_consumer(bench: &Bench, mechanism: Mechanism) -> Result<RoleEnd> {
     // Served, the producer is told how the whole benchmark ended: its verdict is the run's.
     let audience = Audience::default();
-    let mut found = Found::default();
-    let outcome = consume(bench, mechanism, &audience, &mut found).unwrap_or_else(Outcome::Failed);
-    audience.hand_over(&mut found);
-    let tell = crate::report::Tell(Box::new(move |ended: &Outcome| audience.tell(ended)));
-    Ok(Ran { outcome, found, tell: Some(tell) })
+    let mut findings = Findings::default();
+    let outcome = consume(bench, mechanism, &audience, &mut findings).unwrap_or_else(Outcome::Failed);
+    audience.hand_over(&mut findings);
+    let notify_waiters = crate::report::NotifyWaiters(Box::new(move |ended: &Outcome| audience.tell(ended)));
+    Ok(RoleEnd { outcome, findings, notify_waiters: Some(notify_waiters) })
 }
 
-/// `found`: what the benchmark found, for the document, however it ends.
-fn consume(bench: &Bench, mechanism: Mechanism, audience: &Audience, found: &mut Found) -> Result<Outcome> {
+/// `findings`: what the benchmark found, for the document, however it ends.
+fn consume(
+    bench: &Bench,
+    mechanism: Mechanism,
+    audience: &Audience,
+    findings: &mut Findings,
+) -> Result<Outcome> {
     let started = Instant::now();
     fault::validate_for(&fault::Targets {
         children: PRODUCER..PRODUCER + 1,
@@ -81,7 +86,7 @@ fn consume(bench: &Bench, mechanism: Mechanism, audience: &Audience, found: &mut
         parent_sends_descriptors: false,
         parent_checks_buffers: false,
     })?;
-    let setup = match setup::start(|| Ok(()), found)? {
+    let setup = match setup::start(|| Ok(()), findings)? {
         Ok(setup) => setup,
         Err(waiver) => return Ok(waiver.into()),
     };
@@ -252,7 +257,7 @@ fn consume(bench: &Bench, mechanism: Mechanism, audience: &Audience, found: &mut
         rendezvous.meet(Step::FlagsClosed, &stop)?;
     }
     producer.wait()?;
-    found.results = Some(Results::Bench(BenchResults::of(mechanism, &mps, &results)));
+    findings.results = Some(Results::Bench(BenchResults::of(mechanism, &mps, &results)));
     Ok(Outcome::Passed(None))
 }
 

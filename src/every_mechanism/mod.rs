@@ -18,7 +18,7 @@ use crate::os::signals;
 use crate::outcome::RunEnd;
 use crate::outcome::{Outcome, Waiver};
 use crate::report::document::{Document, MechanismResult};
-use crate::report::{Ran, Results, Status};
+use crate::report::{Results, RoleEnd, Status};
 use crate::role::{EveryMechanism, Run};
 
 mod served;
@@ -61,7 +61,7 @@ impl Row {
     }
 }
 
-pub fn run(every: &EveryMechanism) -> Result<Ran> {
+pub fn run(every: &EveryMechanism) -> Result<RoleEnd> {
     let run = &every.run;
     let mut rows = Vec::new();
     // Served (`--serve SOCKET --ipc all`), each mechanism's run is one of a sequence, which the joiners
@@ -96,7 +96,7 @@ pub fn run(every: &EveryMechanism) -> Result<Ran> {
         sequence.end();
     }
     crate::output::text(&table(&rows))?;
-    Ok(Ran::with(outcome(&rows), Results::Mechanisms(rows.iter().map(Row::result).collect())))
+    Ok(RoleEnd::with(outcome(&rows), Results::Mechanisms(rows.iter().map(Row::result).collect())))
 }
 
 /// 1 if any failed, 2 if all were waived, 0 otherwise, with what each run did.

@@ -10,7 +10,7 @@ use anyhow::{Result, bail};
 use crate::meeting;
 use crate::outcome::Outcome;
 use crate::placement::Placement;
-use crate::report::{Found, Refused};
+use crate::report::{Findings, Refused};
 use crate::supervise::peers::PeerFailed;
 use crate::wire::{self, Message, Round, RunEnd};
 
@@ -69,11 +69,11 @@ impl Audience {
         Some((sequence.round, sequence.listener.take()?, sequence.waiting.take()))
     }
 
-    /// Hands what the run's processes said of themselves over to `found`: where they stand, if they all
+    /// Hands what the run's processes said of themselves over to `findings`: where they stand, if they all
     /// joined, and a refusal one reported.
-    pub fn hand_over(&self, found: &mut Found) {
-        found.placement = self.placement.take();
-        found.refused = self.refused.take();
+    pub fn hand_over(&self, findings: &mut Findings) {
+        findings.placement = self.placement.take();
+        findings.refused = self.refused.take();
     }
 
     /// Tells each joiner how the run ended, by the server's verdict `ended`; then closes its connection, or,

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::{Found, Made, Opened, Status, Verdict, document};
+use super::{Findings, Made, Opened, Status, Verdict, document};
 use crate::outcome::EXIT_FAILURE;
 
 /// Writes the run's documents as failed for the reason it is given; `Err` says why it could not.
@@ -22,7 +22,7 @@ pub(crate) fn for_the_watchdog(opened: &Arc<Opened>) -> LastWord {
             refused: None,
             exit_status: EXIT_FAILURE,
         };
-        let document = document(&opened, &verdict, Found::default());
+        let document = document(&opened, &verdict, Findings::default());
         Made { opened: Arc::clone(&opened), document }.write()
     })
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 
-use super::{Document, Found, Opened, Status, Target, Verdict, document, metrics};
+use super::{Document, Findings, Opened, Status, Target, Verdict, document, metrics};
 
 /// This run's document, made whole once the verdict is known ([`made`]). `main` writes it before it says the
 /// verdict line, so that the line, the run's last word, can say whether the document was written; and
@@ -17,9 +17,9 @@ pub struct Made {
 }
 
 /// The document of `opened` (if the run was given `--json`), with the verdict and what the role found.
-pub fn made(opened: Option<Arc<Opened>>, verdict: &Verdict, found: Found) -> Option<Made> {
+pub fn made(opened: Option<Arc<Opened>>, verdict: &Verdict, findings: Findings) -> Option<Made> {
     let opened = opened?;
-    let document = document(&opened, verdict, found);
+    let document = document(&opened, verdict, findings);
     Some(Made { opened, document })
 }
 

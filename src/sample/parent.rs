@@ -24,7 +24,7 @@ use crate::os::signals;
 use crate::outcome::{Outcome, Waiver};
 use crate::phases::timings::{Stopwatch, Timeout};
 use crate::phases::{Phase, Who};
-use crate::report::Found;
+use crate::report::Findings;
 use crate::segment::{self, RunPlan};
 use crate::setup;
 use crate::supervise::watchdog::Watchdog;
@@ -42,11 +42,11 @@ pub(crate) struct Sample {
     pub timeout: Timeout,
 }
 
-/// `parentProcess`. `found`: what the run found, for the document, however it ends.
+/// `parentProcess`. `findings`: what the run found, for the document, however it ends.
 pub(crate) fn parent_process(
     sample: &Sample,
     extras: &dyn ParentExtras,
-    found: &mut Found,
+    findings: &mut Findings,
 ) -> Result<Outcome> {
     let mechanism = sample.mechanism;
     let started = Instant::now();
@@ -95,7 +95,7 @@ pub(crate) fn parent_process(
     };
     // Step 2, the original's device filter: unified addressing, the default compute mode, peers both ways
     // (`devices::select`).
-    let chosen = match setup::cuda_and_devices(|| watch.enter(Phase::DeviceSelection), found)? {
+    let chosen = match setup::cuda_and_devices(|| watch.enter(Phase::DeviceSelection), findings)? {
         Ok((driver, chosen)) => {
             cuda = driver;
             chosen
@@ -220,7 +220,7 @@ pub(crate) fn parent_process(
     watch.enter(Phase::WaitChildren)?;
     children.wait(&|| false, &mut || {})?;
 
-    found.results = Some(extras.results(state, &watch.finish())?);
+    findings.results = Some(extras.results(state, &watch.finish())?);
     Ok(Outcome::passed(extras.summary(n, chosen.len())?))
 }
 

@@ -22,7 +22,7 @@ use crate::phases::fault;
 use crate::phases::timings::{self, Phases, Stopwatch};
 use crate::placement::mps::Mps;
 use crate::report::document::RunResults;
-use crate::report::{Found, Ran, Results, Tell};
+use crate::report::{Findings, NotifyWaiters, Results, RoleEnd};
 use crate::role::{Run, Served};
 use crate::sample::extras::{ExportExtras, ParentExtras, Processes};
 use crate::sample::parent::{Sample, parent_process};
@@ -31,7 +31,7 @@ use crate::supervise::guardian::Guardian;
 use crate::wire::descriptors;
 
 /// Runs the sample of `mechanism` as `run` asks; `served`: a run of a served sequence (`--serve --ipc all`).
-pub fn run(run: &Run, mechanism: Mechanism, served: Option<&Served>) -> Result<Ran> {
+pub fn run(run: &Run, mechanism: Mechanism, served: Option<&Served>) -> Result<RoleEnd> {
     // Served, each joiner is told how the whole run ended once it is over: its verdict is the run's. A run
     // of a served sequence (`--serve --ipc all`) then hands every connection back to the sequence's top
     // parent, however it ended (waived before anyone joined, too).
@@ -39,7 +39,7 @@ pub fn run(run: &Run, mechanism: Mechanism, served: Option<&Served>) -> Result<R
         Some(served) => Audience::in_sequence(served.round, &served.fds)?,
         None => Audience::default(),
     };
-    let mut found = Found::default();
+    let mut findings = Findings::default();
     let sample = Sample {
         mechanism,
         procs_per_device: run.procs_per_device as usize,
@@ -48,11 +48,11 @@ pub fn run(run: &Run, mechanism: Mechanism, served: Option<&Served>) -> Result<R
         timeout: run.timeout,
     };
     let extras = RunExtras::new(run, mechanism, &audience);
-    let outcome = parent_process(&sample, &extras, &mut found).unwrap_or_else(Outcome::Failed);
-    audience.hand_over(&mut found);
+    let outcome = parent_process(&sample, &extras, &mut findings).unwrap_or_else(Outcome::Failed);
+    audience.hand_over(&mut findings);
     // Told once the document is written (`entry`), so that what the joiners hear is the verdict.
-    let tell = Tell(Box::new(move |ended: &Outcome| audience.tell(ended)));
-    Ok(Ran { outcome, found, tell: Some(tell) })
+    let notify_waiters = NotifyWaiters(Box::new(move |ended: &Outcome| audience.tell(ended)));
+    Ok(RoleEnd { outcome, findings, notify_waiters: Some(notify_waiters) })
 }
 
 /// The run's options, as the story's seams ask them.
