@@ -35,7 +35,7 @@ use crate::driver::{self, Driver};
 use crate::gpu::Stream;
 use crate::ipc::diagnose::Exporter;
 use crate::ipc::{DeviceBuffer, ExportedBuffer, ExportedEvent, Mechanism, OpenedBuffer, OpenedEvent};
-use crate::joiners::{Audience, Joiners};
+use crate::joiners::{Joiners, JoinersAtEnd};
 use crate::os::signals;
 use crate::outcome::{Outcome, Waiver};
 use crate::output::progress;
@@ -63,11 +63,12 @@ const FLAGS_SLOT: usize = 1;
 /// The consumer: the parent's side of `--bench`; it measures, prints and writes the JSON.
 pub fn run_consumer(bench: &Bench, mechanism: Mechanism) -> Result<RoleEnd> {
     // Served, the producer is told how the whole benchmark ended: its verdict is the run's.
-    let audience = Audience::default();
+    let joiners_at_end = JoinersAtEnd::default();
     let mut findings = Findings::default();
-    let outcome = consume(bench, mechanism, &audience, &mut findings).unwrap_or_else(Outcome::Failed);
-    audience.hand_over(&mut findings);
-    let notify_waiters = crate::report::NotifyWaiters(Box::new(move |ended: &Outcome| audience.tell(ended)));
+    let outcome = consume(bench, mechanism, &joiners_at_end, &mut findings).unwrap_or_else(Outcome::Failed);
+    joiners_at_end.hand_over(&mut findings);
+    let notify_waiters =
+        crate::report::NotifyWaiters(Box::new(move |ended: &Outcome| joiners_at_end.tell(ended)));
     Ok(RoleEnd { outcome, findings, notify_waiters: Some(notify_waiters) })
 }
 
@@ -75,7 +76,7 @@ pub fn run_consumer(bench: &Bench, mechanism: Mechanism) -> Result<RoleEnd> {
 fn consume(
     bench: &Bench,
     mechanism: Mechanism,
-    audience: &Audience,
+    joiners_at_end: &JoinersAtEnd,
     findings: &mut Findings,
 ) -> Result<Outcome> {
     let started = Instant::now();
@@ -146,7 +147,7 @@ fn consume(
                 Joiners::listen(&setup.segment, address.clone(), 2, their_socket, started, bench.timeout)?
                     .covered_by(&setup.guardian)
                     .starting_at_index(PRODUCER)
-                    .telling_the_end_to(audience);
+                    .handing_placement_and_connections_to(joiners_at_end);
             print_line!(
                 "Serving the benchmark at {address}: waiting for its producer to join (--join {address})"
             )?;

@@ -105,7 +105,7 @@ impl Joiners<'_> {
         crate::node::note_run_process(pid.unsigned_abs());
         self.joined.push(Joined { index, pid, connection: Some(connection), done: false, place });
         if self.joined.len() == self.expected() {
-            self.say_where_they_stand()?;
+            self.report_placement()?;
         }
         // A run of a sequence closes its door once full: a joiner that comes now waits at the sequence's
         // listener for the next run. So does an isolated run, and removes its socket: nobody else is to come.
@@ -119,7 +119,7 @@ impl Joiners<'_> {
     /// Once every process has joined, before anything runs (or, where the run ends first, once it ends, for
     /// those that joined): what each shares with the server and the forecast for each pair (`placement`),
     /// in the output and the document. A joiner that said no place is left out of it.
-    pub(super) fn say_where_they_stand(&self) -> Result<()> {
+    pub(super) fn report_placement(&self) -> Result<()> {
         let places: Vec<(usize, Place)> =
             self.joined.iter().filter_map(|j| Some((j.index, (**j.place.as_ref()?).clone()))).collect();
         if places.is_empty() {
@@ -134,8 +134,8 @@ impl Joiners<'_> {
             )?;
         }
         print_line!("{}", placement.text().trim_end())?;
-        if let Some(audience) = self.audience {
-            audience.placement.replace(Some(placement));
+        if let Some(at_end) = self.at_end {
+            at_end.placement.replace(Some(placement));
         }
         Ok(())
     }
