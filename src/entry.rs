@@ -159,8 +159,8 @@ pub fn main() -> ExitCode {
     // The document goes first (to its file, or to standard output for `--json -`), and the verdict line
     // after it: the line is the run's last word, so it must say whether the document was written, and a
     // passed run whose document could not be written is no pass.
-    let mut made = report::made(document, &ending, findings);
-    let written = made.as_ref().map_or(Ok(()), report::Made::write);
+    let mut final_document = report::final_document(document, &ending, findings);
+    let written = final_document.as_ref().map_or(Ok(()), report::FinalDocument::write);
     // Those waiting on the run (a served run's joiners) hear the verdict: a run whose document could not be
     // written did not pass, for them either.
     if let Some(report::NotifyWaiters(tell)) = notify_waiters {
@@ -203,8 +203,8 @@ pub fn main() -> ExitCode {
             Err(e) if e.chain().any(is_reader_gone) => {
                 let (_, why, gone) = reader_gone();
                 code = gone;
-                if let Some(made) = &mut made
-                    && let Err(e) = made.rewrite_interrupted(why.unwrap_or_default(), code)
+                if let Some(final_document) = &mut final_document
+                    && let Err(e) = final_document.rewrite_interrupted(why.unwrap_or_default(), code)
                 {
                     eprint_line!("{who}: {e:#}");
                 }
@@ -220,8 +220,8 @@ pub fn main() -> ExitCode {
                 }
                 if matches!(status, Status::Passed | Status::Waived) {
                     code = EXIT_FAILURE;
-                    if let Some(made) = &mut made
-                        && let Err(e) = made.rewrite_ended(Status::Failed, why, code)
+                    if let Some(final_document) = &mut final_document
+                        && let Err(e) = final_document.rewrite_ended(Status::Failed, why, code)
                     {
                         eprint_line!("{who}: {e:#}");
                     }

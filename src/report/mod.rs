@@ -13,24 +13,25 @@
 //!   another user made in a sticky directory (`/tmp`) is refused, never followed (see `destination`).
 //! - The roles note what they find as they learn it ([`Findings`]: the driver, the devices, their results),
 //!   and return it with their outcome ([`RoleEnd`]) to `main`, which decides the verdict.
-//! - [`made`] and [`Made::write`], from `main` once the exit status is decided, before the verdict line
-//!   (which says whether the document was written): the document goes to a new file of this process's own
-//!   beside the path, made under a random name, and is renamed over it, so the path holds the old document or
-//!   the whole new one, never an empty or partial one, nor one another user can rewrite.
+//! - [`final_document`] and [`FinalDocument::write`], from `main` once the exit status is decided, before the
+//!   verdict line (which says whether the document was written): the document goes to a new file of this
+//!   process's own beside the path, made under a random name, and is renamed over it, so the path holds the
+//!   old document or the whole new one, never an empty or partial one, nor one another user can rewrite.
 //!
 //! `--json -` writes the document to standard output instead, which then carries it alone (one JSON value,
 //! then a newline): [`open`] sends every other line of the run to standard error
-//! (`output::lines_to_standard_error`), and [`Made::write`] writes the document there whole, or says that its
-//! reader went away ([`ReaderGone`](crate::output::ReaderGone), 141); `main` says the verdict after it.
+//! (`output::lines_to_standard_error`), and [`FinalDocument::write`] writes the document there whole, or says
+//! that its reader went away ([`ReaderGone`](crate::output::ReaderGone), 141); `main` says the verdict after
+//! it.
 //!
 //! Nothing of it is process-wide: `main` holds the document it opened ([`Opened`]), and the outcome and what
 //! the roles found come back to it as values.
 
 mod destination;
 pub mod document;
+mod final_document;
 mod kernel_log;
 mod last_word;
-mod made;
 mod metrics;
 pub(crate) mod verdict;
 
@@ -47,12 +48,12 @@ use crate::placement::{Placement, paths_of};
 pub use document::MatrixCell;
 use document::{BenchResults, Device, DriverFacts, MechanismResult, Mode, Options, RunResults};
 pub use document::{Document, Refused, Status};
+pub use final_document::{FinalDocument, final_document};
 pub use kernel_log::look_at_the_kernel_log;
 pub(crate) use last_word::{LastWord, for_the_watchdog};
-pub use made::{Made, made};
 
-/// The document of this run, opened by `main` before anything runs ([`open`], [`open_inherited`]) and
-/// written by [`Made::write`] (or [`finish`]) once the verdict is known: as JSON (`--json`, or the pipe to
+/// The document of this run, opened by `main` before anything runs ([`open`], [`open_inherited`]) and written
+/// by [`FinalDocument::write`] (or [`for_the_watchdog`]) once the verdict is known: as JSON (`--json`, or the pipe to
 /// the process that started the run) and as metrics (`--metrics`), either or both.
 pub struct Opened {
     json: Option<Target>,
