@@ -88,11 +88,25 @@ pub(crate) fn print_usage_error(e: &Usage) {
         let _ = error.print(); // --help, --version
         return;
     }
-    let mut text = error.render().to_string().trim_end().to_owned();
-    if !text.contains("Usage:") {
-        text.push_str(&format!("\n\n{}", usage()));
+    eprint_line!("{}", with_usage(&error.render().to_string(), &usage()).trim_end());
+}
+
+/// clap's hint that ends each of its errors.
+const HELP_HINT: &str = "\n\nFor more information, try";
+
+/// clap's error `text` with the usage line `usage`, so that every usage error says the same things in the
+/// same order, as clap does where it gives the usage line itself: `error: ...` (and its tips), the usage
+/// line, then the hint to try `--help`. Where clap left the usage line out (an invalid value, a missing
+/// value), it goes in before the hint.
+fn with_usage(text: &str, usage: &str) -> String {
+    let text = text.trim_end();
+    if text.contains("Usage:") {
+        return text.to_owned();
     }
-    eprint_line!("{}", text.trim_end());
+    match text.find(HELP_HINT) {
+        Some(at) => format!("{}\n\n{usage}{}", &text[..at], &text[at..]),
+        None => format!("{text}\n\n{usage}"),
+    }
 }
 
 /// Writes `--generate`'s text on standard output: the exit status, as for any other output of the program

@@ -290,3 +290,16 @@ fn every_generated_text_names_the_options() {
         "{man}"
     );
 }
+
+/// The usage line goes where clap puts it when it gives one, before the hint to try `--help`: added to
+/// clap's errors without it, and never twice.
+#[test]
+fn the_usage_line_comes_before_the_help_hint() {
+    let usage = "Usage: simple-ipc [OPTIONS]";
+    let hint = "For more information, try '--help'.";
+    let without = format!("error: invalid value '0' for '--procs-per-device <N>'\n\n{hint}\n");
+    let ordered = format!("error: invalid value '0' for '--procs-per-device <N>'\n\n{usage}\n\n{hint}");
+    assert_eq!(super::with_usage(&without, usage), ordered);
+    assert_eq!(super::with_usage(&ordered, usage), ordered, "clap gave it: left as it is");
+    assert_eq!(super::with_usage("error: no hint\n", usage), format!("error: no hint\n\n{usage}"));
+}
