@@ -56,9 +56,9 @@ pub fn main() -> ExitCode {
     devices::prefer_fast_context_creation();
     let role = match cli::parse() {
         Ok(role) => role,
-        Err(usage) => {
-            cli::print_usage_error(&usage);
-            return ExitCode::from(cli::usage_exit_code(&usage));
+        Err(early_exit) => {
+            early_exit.print();
+            return ExitCode::from(early_exit.exit_code());
         }
     };
     // A read of two other processes, not a run: its answer is its own (see `placement::between`).

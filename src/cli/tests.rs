@@ -12,7 +12,7 @@ fn run(args: &[&str]) -> Option<Role> {
         Ok(Asked::Role(role)) => Some(*role),
         Ok(Asked::Generate(what)) => panic!("{args:?} is --generate {what:?}"),
         Err(e) => {
-            assert!(e.use_stderr(), "usage errors exit 1 (see usage_exit_code): {e}");
+            assert!(e.use_stderr(), "usage errors exit 1 (see EarlyExit::exit_code): {e}");
             None
         }
     }
