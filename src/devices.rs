@@ -44,15 +44,15 @@ pub fn select(driver: &dyn Driver) -> Result<Vec<i32>> {
         }
         let info = driver.device_info(device).with_context(|| format!("querying device {device}"))?;
         if !info.unified_addressing {
-            say!("Device {device} does not support unified addressing, skipping...")?;
+            print_line!("Device {device} does not support unified addressing, skipping...")?;
             continue;
         }
         if !info.default_compute_mode {
-            say!("Device {device} is in an unsupported compute mode for this sample")?;
+            print_line!("Device {device} is in an unsupported compute mode for this sample")?;
             continue;
         }
         if !peers_both_ways(driver, device, &chosen)? {
-            say!("Device {device} is not peer capable with some other selected peers, skipping")?;
+            print_line!("Device {device} is not peer capable with some other selected peers, skipping")?;
             continue;
         }
         chosen.push(device);

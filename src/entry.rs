@@ -35,7 +35,7 @@ pub fn main() -> ExitCode {
     // stops the run in order, however early (a process that enters namespaces, `isolation::enter`, hands
     // the note on to the run's process it forks).
     if let Err(e) = signals::keep_child_statuses().and_then(|()| signals::install()) {
-        warn!("simple-ipc: {e:#}");
+        eprint_line!("simple-ipc: {e:#}");
         return ExitCode::from(EXIT_FAILURE);
     }
     // No panic reaches the user as status 101: it is a failure like any other, said in one line.
@@ -47,18 +47,18 @@ pub fn main() -> ExitCode {
             payload.downcast_ref::<&str>().copied().or(payload.downcast_ref::<String>().map(|s| s.as_str()));
         match said {
             Some(said) if said.contains("alternative stack") || said.contains("failed to allocate") => {
-                warn!("simple-ipc: out of memory: {said}")
+                eprint_line!("simple-ipc: out of memory: {said}")
             }
-            _ => warn!("simple-ipc: internal error: {panic}"),
+            _ => eprint_line!("simple-ipc: internal error: {panic}"),
         }
         std::process::exit(i32::from(EXIT_FAILURE));
     }));
     devices::prefer_fast_context_creation();
     let role = match cli::parse() {
         Ok(role) => role,
-        Err(usage) => {
-            cli::print_usage_error(&usage);
-            return ExitCode::from(cli::usage_exit_code(&usage));
+        Err(early_exit) => {
+            early_exit.print();
+            return ExitCode::from(early_exit.exit_code());
         }
     };
     // A read of two other processes, not a run: its answer is its own (see `placement::between`).
@@ -88,7 +88,7 @@ pub fn main() -> ExitCode {
     let document = match opened {
         Ok(document) => document.map(std::sync::Arc::new),
         Err(e) => {
-            warn!("{who}: {e:#}");
+            eprint_line!("{who}: {e:#}");
             return ExitCode::from(EXIT_FAILURE);
         }
     };
@@ -106,9 +106,9 @@ pub fn main() -> ExitCode {
     let started = std::time::Instant::now();
     let mut began =
         crate::node::RunStart::now(matches!(role, Role::Sample(..) | Role::Bench(_) | Role::MechanismRun(_)));
-    let (outcome, mut found, tell) = match run(role) {
-        Ok(report::Ran { outcome, found, tell }) => (outcome, found, tell),
-        Err(e) => (Outcome::Failed(e), report::Found::default(), None),
+    let (outcome, mut findings, notify_waiters) = match run(role) {
+        Ok(report::RoleEnd { outcome, findings, notify_waiters }) => (outcome, findings, notify_waiters),
+        Err(e) => (Outcome::Failed(e), report::Findings::default(), None),
     };
     let failure = match &outcome {
         Outcome::Failed(e) => Some(e),
@@ -132,7 +132,7 @@ pub fn main() -> ExitCode {
         Outcome::Failed(e) => ended_by(&who, e),
         Outcome::Ended(ending) => ending.clone(),
     };
-    report::look_at_the_kernel_log(&mut began, status, asked.0, &mut found, &mut reason);
+    report::look_at_the_kernel_log(&mut began, status, asked.0, &mut findings, &mut reason);
     let summary = summary.as_deref();
     // The last line says how the run ended, for the roles a user starts (not a child, the guardian, a run
     // of one mechanism under --ipc all, whose top parent says it, or the run inside an isolation, whose
@@ -143,13 +143,13 @@ pub fn main() -> ExitCode {
         report::Refused::of(e)
             .or_else(|| e.downcast_ref::<crate::supervise::peers::PeerFailed>()?.refused.clone())
     });
-    if let Some(placement) = &mut found.placement
+    if let Some(placement) = &mut findings.placement
         && let text =
             report::forecast_against_outcome(placement, handles, status == Status::Passed, refused.as_ref())
         && code != READER_GONE_STATUS
         && let Err(e) = crate::output::text(&text)
     {
-        warn!("{who}: {e:#}");
+        eprint_line!("{who}: {e:#}");
     }
     let diagnosis = diagnosis.filter(|_| status == Status::Failed);
     // Where the driver refused to open another process's handle, the document says so as typed facts.
@@ -159,11 +159,11 @@ pub fn main() -> ExitCode {
     // The document goes first (to its file, or to standard output for `--json -`), and the verdict line
     // after it: the line is the run's last word, so it must say whether the document was written, and a
     // passed run whose document could not be written is no pass.
-    let mut made = report::made(document, &ending, found);
-    let written = made.as_ref().map_or(Ok(()), report::Made::write);
+    let mut final_document = report::final_document(document, &ending, findings);
+    let written = final_document.as_ref().map_or(Ok(()), report::FinalDocument::write);
     // Those waiting on the run (a served run's joiners) hear the verdict: a run whose document could not be
     // written did not pass, for them either.
-    if let Some(report::Tell(tell)) = tell {
+    if let Some(report::NotifyWaiters(tell)) = notify_waiters {
         match &written {
             // `--serve --json - | true`: the run ends interrupted (141), and is no pass for them either.
             Err(e) if e.chain().any(is_reader_gone) && !matches!(outcome, Outcome::Failed(_)) => {
@@ -185,7 +185,7 @@ pub fn main() -> ExitCode {
             // Said on a line of its own where no verdict line will say it, or where the verdict says the
             // run's own failure.
             if !says_verdict || matches!(status, Status::Failed | Status::Interrupted) {
-                warn!("{who}: {why}");
+                eprint_line!("{who}: {why}");
             }
             // The user asked for a document and has none: neither a pass nor a waiver (as the process outside
             // an isolated run says it, `isolation::outside`).
@@ -203,10 +203,10 @@ pub fn main() -> ExitCode {
             Err(e) if e.chain().any(is_reader_gone) => {
                 let (_, why, gone) = reader_gone();
                 code = gone;
-                if let Some(made) = &mut made
-                    && let Err(e) = made.rewrite_interrupted(why.unwrap_or_default(), code)
+                if let Some(final_document) = &mut final_document
+                    && let Err(e) = final_document.rewrite_interrupted(why.unwrap_or_default(), code)
                 {
-                    warn!("{who}: {e:#}");
+                    eprint_line!("{who}: {e:#}");
                 }
             }
             // The verdict is the run's last output: one that cannot be written (a full disk, an I/O error)
@@ -216,14 +216,14 @@ pub fn main() -> ExitCode {
                 let why = format!("{e:#}");
                 // A run that failed writing its output has said that error already.
                 if reason.as_deref() != Some(why.as_str()) {
-                    warn!("{who}: {why}");
+                    eprint_line!("{who}: {why}");
                 }
                 if matches!(status, Status::Passed | Status::Waived) {
                     code = EXIT_FAILURE;
-                    if let Some(made) = &mut made
-                        && let Err(e) = made.rewrite_ended(Status::Failed, why, code)
+                    if let Some(final_document) = &mut final_document
+                        && let Err(e) = final_document.rewrite_ended(Status::Failed, why, code)
                     {
-                        warn!("{who}: {e:#}");
+                        eprint_line!("{who}: {e:#}");
                     }
                 }
             }
@@ -234,7 +234,7 @@ pub fn main() -> ExitCode {
 
 /// Says `waiver` as a line, unless the verdict line will say it (`verdict_says_it`).
 fn say_unless(verdict_says_it: bool, waiver: &crate::outcome::Waiver) -> anyhow::Result<()> {
-    if verdict_says_it { Ok(()) } else { say!("{waiver}") }
+    if verdict_says_it { Ok(()) } else { print_line!("{waiver}") }
 }
 
 /// How a run that ended with `e` ended, said on standard error as `who`'s where it is news.
@@ -243,7 +243,7 @@ fn ended_by(who: &str, e: &anyhow::Error) -> Ending {
         e if e.is::<join::RunOverBeforeJoining>() => (Status::Failed, e.to_string(), EXIT_FAILURE),
         // A namespace this host does not give: nothing here to test that way.
         e if e.chain().any(|cause| cause.is::<crate::outcome::Waiver>()) => {
-            warn!("{who}: {e:#}");
+            eprint_line!("{who}: {e:#}");
             (Status::Waived, format!("{e:#}"), EXIT_WAIVED)
         }
         // Quietly, as a C program killed by SIGPIPE. A run of `--ipc all` whose reader went away was stopped
@@ -262,7 +262,7 @@ fn ended_by(who: &str, e: &anyhow::Error) -> Ending {
         // The simulation was asked what it does not model: a limit of this test's, not a failure of CUDA
         // IPC, and waived as the container matrix's cells are ("not simulated").
         e if let Some(what) = beyond_the_simulation(e) => {
-            warn!("{who}: {e:#}");
+            eprint_line!("{who}: {e:#}");
             let why = format!(
                 "not simulated: {what} is beyond what the simulated GPUs model (the line above says why); \
                  on GPUs, the CUDA driver decides"
@@ -270,7 +270,7 @@ fn ended_by(who: &str, e: &anyhow::Error) -> Ending {
             (Status::Waived, why, EXIT_WAIVED)
         }
         e => {
-            warn!("{who}: {e:#}");
+            eprint_line!("{who}: {e:#}");
             match e.chain().find_map(|cause| cause.downcast_ref::<Interrupted>()) {
                 Some(interrupted) => {
                     (Status::Interrupted, interrupted.to_string(), 128 + interrupted.0 as u8)
@@ -295,7 +295,7 @@ fn beyond_the_simulation(e: &anyhow::Error) -> Option<String> {
 }
 
 /// Runs `role`.
-fn run(role: Role) -> anyhow::Result<report::Ran> {
+fn run(role: Role) -> anyhow::Result<report::RoleEnd> {
     // Unlike the original, an ARM host is not waived as a whole: GH200 and GB200 hosts have CUDA IPC, and
     // each device is asked for each mechanism by trial, as on x86-64.
     // First of all, while this process has one thread: the namespaces of an isolated run's process.
@@ -337,19 +337,19 @@ fn run(role: Role) -> anyhow::Result<report::Ran> {
     }
     let joins = matches!(role, Role::Child(_) | Role::Joiner(_) | Role::Isolated(_) | Role::Guardian { .. });
     if !joins && driver::host::requested() {
-        say!(
+        print_line!(
             "SIMULATED GPUs ({}): a test of the process protocol in host memory, not of a GPU",
             driver::host::SIMULATE_ENV
         )?;
     }
     if !joins && let Some(hook) = crate::node::test_hook_said() {
-        warn!("{hook}");
+        eprint_line!("{hook}");
     }
     match role {
         Role::Guardian { fd } => guardian::watch(fd).map(|()| Outcome::Passed(None).into()),
-        Role::Joiner(joiner) => join::run(&joiner, false).map(report::Ran::from),
+        Role::Joiner(joiner) => join::run(&joiner, false).map(report::RoleEnd::from),
         Role::Isolated(isolated) if isolated.matrix_row => crate::matrix::row::import(&isolated),
-        Role::Isolated(isolated) => join::run(&isolated.joiner, true).map(report::Ran::from),
+        Role::Isolated(isolated) => join::run(&isolated.joiner, true).map(report::RoleEnd::from),
         Role::Child(child) if child.bench => {
             bench::run_producer(child.index as usize, child.segment_fd, child.socket_fd)
                 .map(|()| Outcome::Passed(None).into())
@@ -359,7 +359,7 @@ fn run(role: Role) -> anyhow::Result<report::Ran> {
         Role::Bench(bench) => bench::run_consumer(&bench, bench.mechanism),
         Role::Topology => {
             fault::validate_for(&fault::Targets::NONE)?;
-            topology::run().map(report::Ran::from)
+            topology::run().map(report::RoleEnd::from)
         }
         Role::Sample(run, mechanism) => parent::run(&run, mechanism, None),
         Role::MechanismRun(sub) if sub.matrix_row => crate::matrix::row::export(&sub.run),

@@ -7,7 +7,7 @@ use anyhow::Result;
 use crate::devices;
 use crate::driver::Driver;
 use crate::outcome::Waiver;
-use crate::report::Found;
+use crate::report::Findings;
 use crate::segment::{self, Segment};
 use crate::supervise::guardian::Guardian;
 
@@ -26,13 +26,13 @@ pub struct Setup {
 /// Creates the segment and starts the guardian, then loads the driver and chooses the devices; the waiver
 /// where there is no driver or no device fits. `before_selection` runs between the
 /// two (the parent enters its device-selection phase there).
-/// The driver and the devices are noted in `found`, for the document.
+/// The driver and the devices are noted in `findings`, for the document.
 pub fn start(
     before_selection: impl FnOnce() -> Result<()>,
-    found: &mut Found,
+    findings: &mut Findings,
 ) -> Result<Result<Setup, Waiver>> {
     let (segment, guardian) = segment_and_guardian()?;
-    Ok(cuda_and_devices(before_selection, found)?.map(|(cuda, chosen)| Setup {
+    Ok(cuda_and_devices(before_selection, findings)?.map(|(cuda, chosen)| Setup {
         cuda,
         guardian,
         segment,
@@ -56,19 +56,19 @@ pub fn cuda_library_here() -> bool {
 pub type CudaAndDevices = (Box<dyn Driver>, Vec<i32>);
 
 /// The driver (`cuInit`) and the devices that fit (`devices::select`, never none), or the waiver where there
-/// is no driver or no device fits; `before_selection` runs between the two. Both are noted in `found`.
+/// is no driver or no device fits; `before_selection` runs between the two. Both are noted in `findings`.
 pub fn cuda_and_devices(
     before_selection: impl FnOnce() -> Result<()>,
-    found: &mut Found,
+    findings: &mut Findings,
 ) -> Result<Result<CudaAndDevices, Waiver>> {
     let cuda = match devices::load_or_waive()? {
         Ok(cuda) => cuda,
         Err(waiver) => return Ok(Err(waiver)),
     };
-    found.note_driver(&*cuda);
+    findings.note_driver(&*cuda);
     before_selection()?;
     let chosen = devices::select(&*cuda)?;
-    found.note_devices(&*cuda, &chosen);
+    findings.note_devices(&*cuda, &chosen);
     if chosen.is_empty() {
         return Ok(Err(Waiver("No CUDA devices support IPC".into())));
     }

@@ -27,6 +27,32 @@ fn usage_errors_exit_1_with_usage_help() {
     }
 }
 
+/// Every usage error says its lines in one order, clap's: `error: ...`, the usage line, then the hint to try
+/// `--help` last; alike for clap's own errors (an unknown option, an invalid value, which clap gives without
+/// the usage line) and for the rules between options that this program holds after clap.
+#[test]
+fn usage_errors_say_the_error_then_the_usage_then_the_help_hint() {
+    for args in [
+        &["--nope"][..],
+        &["--procs-per-device", "0"],
+        &["--procs-per-device"],
+        &["--ipc", "bogus"],
+        &["--bench-max-bytes", "8KiB"],
+        &["--bench", "--ipc", "all"],
+        &["--topology", "--quiet"],
+    ] {
+        let out = Command::new(bin()).args(args).env_remove(SIMULATE).output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", text(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        let lines: Vec<&str> = err.lines().collect();
+        let usage = lines.iter().position(|line| line.starts_with("Usage: simple-ipc"));
+        let hint = lines.iter().position(|line| line.starts_with("For more information, try '--help'"));
+        assert!(lines[0].starts_with("error: "), "{args:?}: the error first: {err}");
+        assert!(usage.is_some_and(|usage| hint == Some(usage + 2)), "{args:?}: usage, then the hint: {err}");
+        assert_eq!(hint, Some(lines.len() - 1), "{args:?}: the hint last: {err}");
+    }
+}
+
 /// What this program gives the processes it starts is no option of the user's: a usage error that names
 /// none of the internal roles.
 #[test]

@@ -35,7 +35,7 @@ use crate::driver::{self, Driver};
 use crate::gpu::Stream;
 use crate::ipc::diagnose::Exporter;
 use crate::ipc::{DeviceBuffer, ExportedBuffer, ExportedEvent, Mechanism, OpenedBuffer, OpenedEvent};
-use crate::joiners::{Audience, Joiners};
+use crate::joiners::{Joiners, JoinersAtEnd};
 use crate::os::signals;
 use crate::outcome::{Outcome, Waiver};
 use crate::output::progress;
@@ -44,7 +44,7 @@ use crate::phases::Who;
 use crate::phases::fault;
 use crate::phases::timings::Stopwatch;
 use crate::report::document::BenchResults;
-use crate::report::{Found, Ran, Results};
+use crate::report::{Findings, Results, RoleEnd};
 use crate::role::Bench;
 use crate::sample::attach;
 use crate::sample::children::Children;
@@ -61,18 +61,24 @@ const DATA_SLOT: usize = 0;
 const FLAGS_SLOT: usize = 1;
 
 /// The consumer: the parent's side of `--bench`; it measures, prints and writes the JSON.
-pub fn run_consumer(bench: &Bench, mechanism: Mechanism) -> Result<Ran> {
+pub fn run_consumer(bench: &Bench, mechanism: Mechanism) -> Result<RoleEnd> {
     // Served, the producer is told how the whole benchmark ended: its verdict is the run's.
-    let audience = Audience::default();
-    let mut found = Found::default();
-    let outcome = consume(bench, mechanism, &audience, &mut found).unwrap_or_else(Outcome::Failed);
-    audience.hand_over(&mut found);
-    let tell = crate::report::Tell(Box::new(move |ended: &Outcome| audience.tell(ended)));
-    Ok(Ran { outcome, found, tell: Some(tell) })
+    let joiners_at_end = JoinersAtEnd::default();
+    let mut findings = Findings::default();
+    let outcome = consume(bench, mechanism, &joiners_at_end, &mut findings).unwrap_or_else(Outcome::Failed);
+    joiners_at_end.hand_over(&mut findings);
+    let notify_waiters =
+        crate::report::NotifyWaiters(Box::new(move |ended: &Outcome| joiners_at_end.tell(ended)));
+    Ok(RoleEnd { outcome, findings, notify_waiters: Some(notify_waiters) })
 }
 
-/// `found`: what the benchmark found, for the document, however it ends.
-fn consume(bench: &Bench, mechanism: Mechanism, audience: &Audience, found: &mut Found) -> Result<Outcome> {
+/// `findings`: what the benchmark found, for the document, however it ends.
+fn consume(
+    bench: &Bench,
+    mechanism: Mechanism,
+    joiners_at_end: &JoinersAtEnd,
+    findings: &mut Findings,
+) -> Result<Outcome> {
     let started = Instant::now();
     fault::validate_for(&fault::Targets {
         children: PRODUCER..PRODUCER + 1,
@@ -81,7 +87,7 @@ fn consume(bench: &Bench, mechanism: Mechanism, audience: &Audience, found: &mut
         parent_sends_descriptors: false,
         parent_checks_buffers: false,
     })?;
-    let setup = match setup::start(|| Ok(()), found)? {
+    let setup = match setup::start(|| Ok(()), findings)? {
         Ok(setup) => setup,
         Err(waiver) => return Ok(waiver.into()),
     };
@@ -114,7 +120,7 @@ fn consume(bench: &Bench, mechanism: Mechanism, audience: &Audience, found: &mut
         anyhow::Ok(any || driver.supports(device, crate::driver::Capability::MpsEnabled)?)
     })?;
     let mps = mps_note(mps_enabled);
-    say!(
+    print_line!(
         "IPC benchmark, {} IPC, {} pair(s) of (producer, consumer) GPUs; {mps}",
         mechanism.name(),
         pairs.len()
@@ -141,8 +147,10 @@ fn consume(bench: &Bench, mechanism: Mechanism, audience: &Audience, found: &mut
                 Joiners::listen(&setup.segment, address.clone(), 2, their_socket, started, bench.timeout)?
                     .covered_by(&setup.guardian)
                     .starting_at_index(PRODUCER)
-                    .telling_the_end_to(audience);
-            say!("Serving the benchmark at {address}: waiting for its producer to join (--join {address})")?;
+                    .handing_placement_and_connections_to(joiners_at_end);
+            print_line!(
+                "Serving the benchmark at {address}: waiting for its producer to join (--join {address})"
+            )?;
             Producer::Joined(std::cell::RefCell::new(joiners))
         }
     };
@@ -250,7 +258,7 @@ fn consume(bench: &Bench, mechanism: Mechanism, audience: &Audience, found: &mut
         rendezvous.meet(Step::FlagsClosed, &stop)?;
     }
     producer.wait()?;
-    found.results = Some(Results::Bench(BenchResults::of(mechanism, &mps, &results)));
+    findings.results = Some(Results::Bench(BenchResults::of(mechanism, &mps, &results)));
     Ok(Outcome::Passed(None))
 }
 
@@ -289,7 +297,7 @@ pub fn run_producer(index: usize, segment_fd: Option<i32>, socket_fd: Option<i32
     }
     let watch = Stopwatch::start(Who::Child(index), Phase::Attach)?;
     let (segment, parent_pid) = attach::segment(segment_fd)?;
-    say!("CP: lshmName = {}", segment::name_for(parent_pid as u32))?;
+    print_line!("CP: lshmName = {}", segment::name_for(parent_pid as u32))?;
     let socket = socket_fd.map(|fd| crate::os::inherit::take(fd, "descriptor socket")).transpose()?;
     produce(index, watch, &segment, socket, &attach::Parent::Pid(parent_pid))
 }

@@ -58,7 +58,7 @@ pub fn print_pair_header(
 ) -> Result<()> {
     let name = |d: i32| driver.device_info(d).map(|i| i.name);
     let same = producer == consumer;
-    say!(
+    print_line!(
         "== pair {pair}: producer on device {producer} ({}), consumer on device {consumer} ({}): {}",
         name(producer)?,
         name(consumer)?,
@@ -77,23 +77,23 @@ pub fn print_pair_header(
             "two GPUs: each side's work runs on its own GPU; a hand-over costs the signal's trip between them"
         }
     };
-    say!("   why the figures are what they are: {why}")?;
-    say!("   hand-over round trips in us, p50 (p10-p90):")
+    print_line!("   why the figures are what they are: {why}")?;
+    print_line!("   hand-over round trips in us, p50 (p10-p90):")
 }
 
 /// The row of one kind of hand-over.
 pub fn print_handover(handover: Handover, figures: &Figures) -> Result<()> {
-    say!("  {:<52} {}", handover.name(), figure_text(figures))
+    print_line!("  {:<52} {}", handover.name(), figure_text(figures))
 }
 
 /// The heading of the table of rates, compared with `reference`.
 pub fn print_rates_heading(reference: Reference) -> Result<()> {
-    say!("  {:>9}  {:>10}  {:>22}  {:>7}", "size", "IPC GB/s", reference.column(), "IPC %")
+    print_line!("  {:>9}  {:>10}  {:>22}  {:>7}", "size", "IPC GB/s", reference.column(), "IPC %")
 }
 
 /// The row of one size; `*` marks a size that fits in the L2 cache.
 pub fn print_rates(rates: &Rates) -> Result<()> {
-    say!(
+    print_line!(
         "  {:>9}{} {:>10.1}  {:>22.1}  {:>6.1}%",
         human(rates.bytes),
         if rates.in_l2 { "*" } else { " " },
@@ -105,7 +105,7 @@ pub fn print_rates(rates: &Rates) -> Result<()> {
 
 /// The note under the table: what the `*` means.
 pub fn print_l2_note(consumer: i32, l2: u64) -> Result<()> {
-    say!(
+    print_line!(
         "  * fits in device {consumer}'s L2 cache ({}): a rate of the cache, not of memory",
         human(l2 as usize)
     )

@@ -19,80 +19,97 @@ mod tests;
 mod user;
 mod values;
 
-/// What the command line has to say instead of a role: a usage error, `--help` or `--version` (clap's), or
-/// `--generate`'s text. [`print_usage_error`] prints it, then [`usage_exit_code`] says how to exit.
+/// A command line that asks for no run: the process prints what the command line has to say instead of a
+/// role, a usage error, `--help` or `--version` (clap's), or `--generate`'s text ([`EarlyExit::print`]), and
+/// exits ([`EarlyExit::exit_code`]).
 #[derive(Debug)]
-pub(crate) struct Usage {
-    said: Said,
+pub(crate) struct EarlyExit {
+    kind: Kind,
     /// `--generate`'s exit status, which depends on whether its text could be written: set by
-    /// [`print_usage_error`], and a failure until then (nothing was written).
+    /// [`EarlyExit::print`], and a failure until then (nothing was written).
     generated: Cell<u8>,
 }
 
+/// What an [`EarlyExit`] prints.
 #[derive(Debug)]
-enum Said {
+enum Kind {
     /// clap's error (or `--help`, `--version`), with the usage line of the parser that made it.
     Clap { error: clap::Error, usage: fn() -> String },
     /// `--generate`: completions or the man page, for standard output.
     Generate(generate::What),
 }
 
-impl Usage {
-    fn clap(error: clap::Error, usage: fn() -> String) -> Usage {
-        Usage { said: Said::Clap { error, usage }, generated: Cell::new(EXIT_FAILURE) }
-    }
-}
-
-/// Parses this process's arguments; on `Err`, call [`print_usage_error`], then exit with
-/// [`usage_exit_code`].
-pub(crate) fn parse() -> Result<Role, Usage> {
+/// Parses this process's arguments; on `Err`, call [`EarlyExit::print`], then exit with
+/// [`EarlyExit::exit_code`].
+pub(crate) fn parse() -> Result<Role, EarlyExit> {
     parse_from(std::env::args_os().collect())
 }
 
 /// Parses `args` (the program's name first).
-fn parse_from(args: Vec<OsString>) -> Result<Role, Usage> {
+fn parse_from(args: Vec<OsString>) -> Result<Role, EarlyExit> {
     match args.get(1) {
         Some(first) if first == INTERNAL => {
-            internal::parse_from(args.into_iter().skip(2)).map_err(|e| Usage::clap(e, internal::usage))
+            internal::parse_from(args.into_iter().skip(2)).map_err(|e| EarlyExit::clap(e, internal::usage))
         }
         _ => match rules::parse_from(args) {
             Ok(rules::Asked::Role(role)) => Ok(*role),
             Ok(rules::Asked::Generate(what)) => {
-                Err(Usage { said: Said::Generate(what), generated: Cell::new(EXIT_FAILURE) })
+                Err(EarlyExit { kind: Kind::Generate(what), generated: Cell::new(EXIT_FAILURE) })
             }
-            Err(e) => Err(Usage::clap(e, user::usage)),
+            Err(e) => Err(EarlyExit::clap(e, user::usage)),
         },
     }
 }
 
-/// 0 for `--help` and `--version`, 1 for a usage error (never clap's 2, which means "waived" here);
-/// `--generate`'s status once [`print_usage_error`] has written it (0, 141 where the reader went away, 1
-/// where it could not be written).
-pub(crate) fn usage_exit_code(e: &Usage) -> u8 {
-    match &e.said {
-        Said::Clap { error, .. } => u8::from(error.use_stderr()),
-        Said::Generate(_) => e.generated.get(),
+impl EarlyExit {
+    fn clap(error: clap::Error, usage: fn() -> String) -> EarlyExit {
+        EarlyExit { kind: Kind::Clap { error, usage }, generated: Cell::new(EXIT_FAILURE) }
+    }
+
+    /// Prints what clap has to say (a usage error always comes with the usage line, in clap's order: see
+    /// [`with_usage`]), or `--generate`'s text.
+    pub(crate) fn print(&self) {
+        let (error, usage) = match &self.kind {
+            Kind::Clap { error, usage } => (error, usage),
+            Kind::Generate(what) => {
+                self.generated.set(write_generated(*what));
+                return;
+            }
+        };
+        if !error.use_stderr() {
+            let _ = error.print(); // --help, --version
+            return;
+        }
+        eprint_line!("{}", with_usage(&error.render().to_string(), &usage()).trim_end());
+    }
+
+    /// 0 for `--help` and `--version`, 1 for a usage error (never clap's 2, which means "waived" here);
+    /// `--generate`'s status once [`EarlyExit::print`] has written it (0, 141 where the reader went away, 1
+    /// where it could not be written).
+    pub(crate) fn exit_code(&self) -> u8 {
+        match &self.kind {
+            Kind::Clap { error, .. } => u8::from(error.use_stderr()),
+            Kind::Generate(_) => self.generated.get(),
+        }
     }
 }
 
-/// Prints what clap has to say (a usage error always comes with the usage line), or `--generate`'s text.
-pub(crate) fn print_usage_error(e: &Usage) {
-    let (error, usage) = match &e.said {
-        Said::Clap { error, usage } => (error, usage),
-        Said::Generate(what) => {
-            e.generated.set(write_generated(*what));
-            return;
-        }
-    };
-    if !error.use_stderr() {
-        let _ = error.print(); // --help, --version
-        return;
+/// clap's hint that ends each of its errors.
+const HELP_HINT: &str = "\n\nFor more information, try";
+
+/// clap's error `text` with the usage line `usage`, so that every usage error says the same things in the
+/// same order, as clap does where it gives the usage line itself: `error: ...` (and its tips), the usage
+/// line, then the hint to try `--help`. Where clap left the usage line out (an invalid value, a missing
+/// value), it goes in before the hint.
+fn with_usage(text: &str, usage: &str) -> String {
+    let text = text.trim_end();
+    if text.contains("Usage:") {
+        return text.to_owned();
     }
-    let mut text = error.render().to_string().trim_end().to_owned();
-    if !text.contains("Usage:") {
-        text.push_str(&format!("\n\n{}", usage()));
+    match text.find(HELP_HINT) {
+        Some(at) => format!("{}\n\n{usage}{}", &text[..at], &text[at..]),
+        None => format!("{text}\n\n{usage}"),
     }
-    warn!("{}", text.trim_end());
 }
 
 /// Writes `--generate`'s text on standard output: the exit status, as for any other output of the program
@@ -103,7 +120,7 @@ fn write_generated(what: generate::What) -> u8 {
         Ok(()) => EXIT_SUCCESS,
         Err(e) if e.is::<ReaderGone>() => READER_GONE_STATUS,
         Err(e) => {
-            warn!("simple-ipc: --generate: {e:#}");
+            eprint_line!("simple-ipc: --generate: {e:#}");
             EXIT_FAILURE
         }
     }

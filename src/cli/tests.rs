@@ -12,7 +12,7 @@ fn run(args: &[&str]) -> Option<Role> {
         Ok(Asked::Role(role)) => Some(*role),
         Ok(Asked::Generate(what)) => panic!("{args:?} is --generate {what:?}"),
         Err(e) => {
-            assert!(e.use_stderr(), "usage errors exit 1 (see usage_exit_code): {e}");
+            assert!(e.use_stderr(), "usage errors exit 1 (see EarlyExit::exit_code): {e}");
             None
         }
     }
@@ -289,4 +289,17 @@ fn every_generated_text_names_the_options() {
         man.contains(&format!(".TH simple-ipc 1  \"simple-ipc {}\"", env!("CARGO_PKG_VERSION"))),
         "{man}"
     );
+}
+
+/// The usage line goes where clap puts it when it gives one, before the hint to try `--help`: added to
+/// clap's errors without it, and never twice.
+#[test]
+fn the_usage_line_comes_before_the_help_hint() {
+    let usage = "Usage: simple-ipc [OPTIONS]";
+    let hint = "For more information, try '--help'.";
+    let without = format!("error: invalid value '0' for '--procs-per-device <N>'\n\n{hint}\n");
+    let ordered = format!("error: invalid value '0' for '--procs-per-device <N>'\n\n{usage}\n\n{hint}");
+    assert_eq!(super::with_usage(&without, usage), ordered);
+    assert_eq!(super::with_usage(&ordered, usage), ordered, "clap gave it: left as it is");
+    assert_eq!(super::with_usage("error: no hint\n", usage), format!("error: no hint\n\n{usage}"));
 }

@@ -18,7 +18,7 @@ use crate::os::signals;
 use crate::outcome::RunEnd;
 use crate::outcome::{Outcome, Waiver};
 use crate::report::document::{Document, MechanismResult};
-use crate::report::{Ran, Results, Status};
+use crate::report::{Results, RoleEnd, Status};
 use crate::role::{EveryMechanism, Run};
 
 mod served;
@@ -61,7 +61,7 @@ impl Row {
     }
 }
 
-pub fn run(every: &EveryMechanism) -> Result<Ran> {
+pub fn run(every: &EveryMechanism) -> Result<RoleEnd> {
     let run = &every.run;
     let mut rows = Vec::new();
     // Served (`--serve SOCKET --ipc all`), each mechanism's run is one of a sequence, which the joiners
@@ -77,11 +77,11 @@ pub fn run(every: &EveryMechanism) -> Result<Ran> {
     let bar = crate::output::progress::Bar::start(Mechanism::ALL.len() as u64, "--ipc all", run.quiet);
     for mechanism in Mechanism::ALL {
         bar.doing(format!("--ipc {}", mechanism.name()));
-        say!("== --ipc {}", mechanism.name())?;
+        print_line!("== --ipc {}", mechanism.name())?;
         // A mechanism the options cannot run whatever the devices (the parse found it) is waived, not run.
         let row = match (every.why_not_run(mechanism), &mut sequence) {
             (Some(reason), _) => {
-                say!("{reason}")?;
+                print_line!("{reason}")?;
                 Row { ending: RunEnd::Waived(reason.to_owned()), ..Row::not_run(mechanism) }
             }
             (None, Some(sequence)) => sequence.run(&each, mechanism)?,
@@ -96,7 +96,7 @@ pub fn run(every: &EveryMechanism) -> Result<Ran> {
         sequence.end();
     }
     crate::output::text(&table(&rows))?;
-    Ok(Ran::with(outcome(&rows), Results::Mechanisms(rows.iter().map(Row::result).collect())))
+    Ok(RoleEnd::with(outcome(&rows), Results::Mechanisms(rows.iter().map(Row::result).collect())))
 }
 
 /// 1 if any failed, 2 if all were waived, 0 otherwise, with what each run did.

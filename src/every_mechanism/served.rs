@@ -1,6 +1,6 @@
 //! `--serve SOCKET --ipc all`: the top parent binds the socket once and holds it for the whole sequence.
 //! Each mechanism's run inherits the listener and the connections the top parent holds, and at its end
-//! hands every connection still open back (`joiners::Audience`): a joiner keeps one connection from the
+//! hands every connection still open back (`joiners::JoinersAtEnd`): a joiner keeps one connection from the
 //! run it first joins to the end, asking again after each run, and a run waived before anyone joined needs
 //! nobody told, for the next run admits whoever waits. Once the last run is over, the top parent tells each
 //! connection still open (and each still waiting at the listener) how every run ended, then closes the
@@ -75,7 +75,7 @@ impl Sequence {
         {
             let why =
                 format!("not run: the sequence did not finish within {} s (--timeout)", timeout.as_secs());
-            say!("{why}")?;
+            print_line!("{why}")?;
             return Ok(self.ended(Row {
                 mechanism,
                 ending: RunEnd::Failed { process: None, why },

@@ -101,7 +101,7 @@ pub(crate) fn run_one_inheriting(
             timeout.map_or(0.0, |t| t.as_secs_f64()),
             PAST_ITS_TIMEOUT.as_secs()
         );
-        say!("{why}")?;
+        print_line!("{why}")?;
         let wall_ms = Some(start.elapsed().as_secs_f64() * 1e3);
         return Ok(Row {
             mechanism,

@@ -13,6 +13,6 @@ pub(crate) fn release(
     give_back: impl FnOnce(&dyn Driver) -> Result<()>,
 ) {
     if let Err(e) = driver.use_device(device).and_then(|()| give_back(driver)) {
-        warn!("warning: {what}: {e:#}");
+        eprint_line!("warning: {what}: {e:#}");
     }
 }

@@ -47,7 +47,7 @@ pub(crate) fn run_inside(
     mechanism: Mechanism,
     served: Option<&Served>,
     matrix_row: bool,
-) -> Result<report::Ran> {
+) -> Result<report::RoleEnd> {
     crate::os::signals::take_job_control()?;
     let mut launch = Relaunch::new("the isolated run");
     let report_fd = launch.report_pipe()?;
@@ -105,7 +105,7 @@ pub(crate) fn run_inside(
                     held.as_secs_f64()
                 ));
             }
-            report::Ran::handed_back(ending, document)
+            report::RoleEnd::handed_back(ending, document)
         }
         None => Outcome::Ended(without_document(exit_status(ended))).into(),
     })

@@ -98,13 +98,13 @@ pub fn run(joiner: &Joiner, started_by_server: bool) -> Result<Outcome> {
                 // A run waived once this process had joined is waived, as the sequence's table says.
                 let ended = match (ended, end) {
                     (Err(_), Some(RunEnd::Waived(why))) => {
-                        say!("The server's run {round} was waived: {why}")?;
+                        print_line!("The server's run {round} was waived: {why}")?;
                         Ok(())
                     }
                     (ended, _) => ended,
                 };
                 if let Err(e) = &ended {
-                    warn!("simple-ipc: run {round} of the sequence: {e:#}");
+                    eprint_line!("simple-ipc: run {round} of the sequence: {e:#}");
                 }
                 took_part.push((round, ended));
             }
@@ -158,7 +158,9 @@ fn connect_to(address: &Address, started_by_server: bool, timeout: Option<Durati
                         format!("up to {} s (--timeout)", t.as_secs_f64())
                     });
                     let link = link_of(address).map(|to| format!(", a link to {to}")).unwrap_or_default();
-                    say!("Waiting for the server at {address}{link} (nothing listens there yet): {within}")?;
+                    print_line!(
+                        "Waiting for the server at {address}{link} (nothing listens there yet): {within}"
+                    )?;
                 }
                 if let Some(timeout) = timeout
                     && since.elapsed() >= timeout

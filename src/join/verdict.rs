@@ -24,7 +24,7 @@ pub(super) fn the_sequences_verdict(
         match (own, end) {
             (Some(Err(e)), _) => failed.push(format!("run {round}: {e:#}")),
             (Some(Ok(())), _) | (None, RunEnd::Passed) => {}
-            (None, RunEnd::Waived(why)) => say!("The server's run {round} was waived: {why}")?,
+            (None, RunEnd::Waived(why)) => print_line!("The server's run {round} was waived: {why}")?,
             (None, RunEnd::Failed { why, .. }) => failed.push(format!("run {round} failed: {why}")),
         }
     }

@@ -32,23 +32,25 @@ impl Joiners<'_> {
         let mut still = Vec::new();
         for mut waiting in std::mem::take(&mut self.waiting) {
             match wire::hear(&waiting.connection, 0) {
-                Ok(Heard::Said(Message::Ask { bench_only, place }, _)) => match &waiting
-                    .refusal
-                    .clone()
-                    .or_else(|| {
+                Ok(Heard::Said(Message::Ask { bench_only, place }, _)) => {
+                    match &waiting.refusal.clone().or_else(|| {
                         let bench = self.state().options.load(std::sync::atomic::Ordering::Relaxed)
                             & crate::segment::OPTION_BENCH
                             != 0;
                         (bench_only && !bench)
                             .then(|| "this run is not the benchmark (join it without --bench)".to_owned())
                     }) {
-                    // Refused once it has asked, so that the answer is read, not lost with the close.
-                    Some(why) => {
-                        warn!("simple-ipc: a process (pid {}) asked to join: refused: {why}", waiting.pid);
-                        let _ = meeting::refuse(&waiting.connection, why);
+                        // Refused once it has asked, so that the answer is read, not lost with the close.
+                        Some(why) => {
+                            eprint_line!(
+                                "simple-ipc: a process (pid {}) asked to join: refused: {why}",
+                                waiting.pid
+                            );
+                            let _ = meeting::refuse(&waiting.connection, why);
+                        }
+                        None => self.admit(waiting.connection, waiting.pid, place)?,
                     }
-                    None => self.admit(waiting.connection, waiting.pid, place)?,
-                },
+                }
                 Ok(Heard::Nothing) if waiting.look() => still.push(waiting),
                 _ => {}
             }
@@ -85,7 +87,7 @@ impl Joiners<'_> {
         let index = self.first + position;
         if position >= self.expected() {
             let why = format!("the run has all the {} processes it needs", self.processes);
-            warn!("simple-ipc: a process (pid {pid}) asked to join: refused: {why}");
+            eprint_line!("simple-ipc: a process (pid {pid}) asked to join: refused: {why}");
             let _ = meeting::refuse(&connection, &why);
             return Ok(());
         }
@@ -94,16 +96,16 @@ impl Joiners<'_> {
         let admit = Message::Admit { index, processes: self.processes, round: self.round };
         if let Err(e) = wire::send(&connection, &admit, &fds) {
             // It left while it was being admitted: it takes no place.
-            warn!("simple-ipc: a process (pid {pid}) that asked to join is gone: {e:#}");
+            eprint_line!("simple-ipc: a process (pid {pid}) that asked to join is gone: {e:#}");
             return Ok(());
         }
         self.descriptor_sockets[position] = None;
-        say!("Process {index} joined (pid {pid})")?;
+        print_line!("Process {index} joined (pid {pid})")?;
         // One of the run's processes, should the kernel log an Xid of it (its pid as this process sees it).
         crate::node::note_run_process(pid.unsigned_abs());
         self.joined.push(Joined { index, pid, connection: Some(connection), done: false, place });
         if self.joined.len() == self.expected() {
-            self.say_where_they_stand()?;
+            self.report_placement()?;
         }
         // A run of a sequence closes its door once full: a joiner that comes now waits at the sequence's
         // listener for the next run. So does an isolated run, and removes its socket: nobody else is to come.
@@ -117,7 +119,7 @@ impl Joiners<'_> {
     /// Once every process has joined, before anything runs (or, where the run ends first, once it ends, for
     /// those that joined): what each shares with the server and the forecast for each pair (`placement`),
     /// in the output and the document. A joiner that said no place is left out of it.
-    pub(super) fn say_where_they_stand(&self) -> Result<()> {
+    pub(super) fn report_placement(&self) -> Result<()> {
         let places: Vec<(usize, Place)> =
             self.joined.iter().filter_map(|j| Some((j.index, (**j.place.as_ref()?).clone()))).collect();
         if places.is_empty() {
@@ -125,15 +127,15 @@ impl Joiners<'_> {
         }
         let placement = Placement::of(Place::here(), places);
         if self.joined.len() < self.expected() {
-            say!(
+            print_line!(
                 "Only {} of the {} processes joined before the run ended: where those stand, and their forecast.",
                 self.joined.len(),
                 self.expected()
             )?;
         }
-        say!("{}", placement.text().trim_end())?;
-        if let Some(audience) = self.audience {
-            audience.placement.replace(Some(placement));
+        print_line!("{}", placement.text().trim_end())?;
+        if let Some(at_end) = self.at_end {
+            at_end.placement.replace(Some(placement));
         }
         Ok(())
     }

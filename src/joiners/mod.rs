@@ -1,10 +1,10 @@
 //! The processes that join a served run (`--serve SOCKET`), as the server sees them: the listening socket,
 //! each joiner admitted at the door (`door`), watched through its connection until it says how it ended
-//! (`watch`), and told how the whole run ended (`audience`). A run of a served sequence (`--serve --ipc
-//! all`) neither binds nor removes the socket: it inherits the sequence's listener and the connections its
-//! top parent holds, and hands every connection still open back at its end. The server cannot kill a
-//! joiner: it stops one by aborting the run in the segment and closing the connection, which every wait of a
-//! joiner looks at.
+//! (`watch`), and told how the whole run ended (`at_end`: what the joiners leave for the run's end). A run
+//! of a served sequence (`--serve --ipc all`) neither binds nor removes the socket: it inherits the
+//! sequence's listener and the connections its top parent holds, and hands every connection still open back
+//! at its end. The server cannot kill a joiner: it stops one by aborting the run in the segment and closing
+//! the connection, which every wait of a joiner looks at.
 //!
 //! A joiner's death is its connection closing without a word: the run fails at once, naming it, as a child's
 //! death does. A socket path is made by the server and removed by it (or by its guardian, if it is killed),
@@ -24,12 +24,12 @@ use crate::supervise::guardian::Guardian;
 use crate::supervise::peers::{PeerFailed, Peers};
 use crate::wire::Round;
 
-mod audience;
+mod at_end;
 mod door;
 mod socket_file;
 mod watch;
 
-pub use audience::Audience;
+pub use at_end::JoinersAtEnd;
 pub(crate) use door::{started_by, stranger};
 pub(crate) use socket_file::{bind_at, remove_if_made};
 
@@ -120,9 +120,10 @@ pub struct Joiners<'s> {
     /// `--isolate`: only processes these processes started may join (the server started them itself).
     only_started_by: Option<Vec<i32>>,
     /// Where the placement goes once every process has joined, for the run's end; and where the joiners'
-    /// connections go when these joiners do, to be told how the run ended, if they are (`tells_the_end`).
-    audience: Option<&'s Audience>,
-    tells_the_end: bool,
+    /// connections go when these joiners do, to be told how the run ended, if they are
+    /// (`hands_over_connections`).
+    at_end: Option<&'s JoinersAtEnd>,
+    hands_over_connections: bool,
     /// The guardian told of the socket's file (as made), which removes it if this server is killed.
     guardian: Option<(&'s Guardian, Box<MadePath>)>,
 }
@@ -156,30 +157,31 @@ impl<'s> Joiners<'s> {
         self
     }
 
-    /// Hands the joiners' connections to `audience` at the end, to be told how the run ended.
-    pub fn telling_the_end_to(mut self, audience: &'s Audience) -> Self {
-        self.tells_the_end = true;
-        self.telling_where_they_stand_to(audience)
+    /// Hands where the joiners stand to `at_end` (as [`handing_placement_to`](Self::handing_placement_to)),
+    /// and, when these joiners go, their connections, to be told how the run ended.
+    pub fn handing_placement_and_connections_to(mut self, at_end: &'s JoinersAtEnd) -> Self {
+        self.hands_over_connections = true;
+        self.handing_placement_to(at_end)
     }
 
-    /// Hands where the joiners stand, once they all have, to `audience`, for the run's end.
-    pub fn telling_where_they_stand_to(mut self, audience: &'s Audience) -> Self {
-        self.audience = Some(audience);
+    /// Hands where the joiners stand, once they all have, to `at_end`, for the run's end.
+    pub fn handing_placement_to(mut self, at_end: &'s JoinersAtEnd) -> Self {
+        self.at_end = Some(at_end);
         self
     }
 
     /// The joiners of a run of a served sequence, at the listener (and with the connections) that
-    /// `audience` inherited from the sequence's top parent.
+    /// `at_end` inherited from the sequence's top parent.
     pub fn in_sequence(
         segment: &'s Segment,
-        audience: &'s Audience,
+        at_end: &'s JoinersAtEnd,
         processes: usize,
         descriptor_sockets: Vec<OwnedFd>,
         started: Instant,
         timeout: Timeout,
     ) -> Result<Self> {
         let (round, listener, held) =
-            audience.door().context("a run of a served sequence without the sequence's listener")?;
+            at_end.door().context("a run of a served sequence without the sequence's listener")?;
         let address = Address::Abstract("(the sequence's)".to_owned()); // never bound or removed here
         let mut joiners =
             Self::at(segment, (listener, None), address, processes, descriptor_sockets, started, timeout);
@@ -187,7 +189,7 @@ impl<'s> Joiners<'s> {
         for connection in held {
             joiners.arrived(connection);
         }
-        Ok(joiners.telling_the_end_to(audience))
+        Ok(joiners.handing_placement_and_connections_to(at_end))
     }
 
     /// Removes the socket's file once every process has joined.
@@ -261,8 +263,8 @@ impl<'s> Joiners<'s> {
             remove_when_full: false,
             round: None,
             only_started_by: None,
-            audience: None,
-            tells_the_end: false,
+            at_end: None,
+            hands_over_connections: false,
             guardian: None,
         }
     }
@@ -272,15 +274,15 @@ impl<'s> Joiners<'s> {
     }
 
     /// Aborts the run, gives the joiners [`GRACE`] to say how they ended, then lets every connection go: to
-    /// the audience, which tells them how the run ended, or closed (a joiner still waiting stops when it sees
+    /// `at_end`, which tells them how the run ended, or closed (a joiner still waiting stops when it sees
     /// it closed).
     pub fn stop(&mut self) {
         // A run that ends before its last joiner joined keeps the forecast of those that did: it matters
         // most when the run fails.
         if self.joined.len() < self.expected()
-            && let Err(e) = self.say_where_they_stand()
+            && let Err(e) = self.report_placement()
         {
-            warn!("simple-ipc: {e:#}");
+            eprint_line!("simple-ipc: {e:#}");
         }
         self.state().abort();
         let until = Instant::now() + GRACE;
@@ -288,14 +290,14 @@ impl<'s> Joiners<'s> {
             let _ = self.look_at_joiners();
             std::thread::sleep(POLL);
         }
-        let Some(audience) = self.audience.filter(|_| self.tells_the_end) else { return };
+        let Some(at_end) = self.at_end.filter(|_| self.hands_over_connections) else { return };
         for joiner in &mut self.joined {
             if let Some(connection) = joiner.connection.take() {
-                audience.told.borrow_mut().push(connection);
+                at_end.to_tell.borrow_mut().push(connection);
             }
         }
         // In a sequence, those that have not asked yet may be for the next run.
-        if let Some(sequence) = &audience.sequence {
+        if let Some(sequence) = &at_end.sequence {
             sequence.waiting.borrow_mut().extend(self.waiting.drain(..).map(|w| w.connection));
         }
     }

@@ -24,7 +24,7 @@ pub(crate) fn bind_at(address: &Address) -> Result<(OwnedFd, Option<(u64, u64)>)
             );
         }
         std::fs::remove_file(path).with_context(|| format!("--serve {address}: removing a stale socket"))?;
-        warn!("simple-ipc: removed the stale socket {address} (nothing listened there)");
+        eprint_line!("simple-ipc: removed the stale socket {address} (nothing listened there)");
     }
     listen_at(address)
 }

@@ -39,7 +39,7 @@ use anyhow::{Result, anyhow};
 use crate::isolation::Isolation;
 use crate::outcome::RunEnd;
 use crate::outcome::{Outcome, Waiver};
-use crate::report::{Document, Ran, Results, Status};
+use crate::report::{Document, Results, RoleEnd, Status};
 use crate::role::Run;
 use axes::{Boundary, COLUMNS, Column, boundaries};
 use table::{document, table};
@@ -120,11 +120,11 @@ fn classify(ending: &RunEnd, document: Option<&Document>) -> Cell {
 
 /// The matrix of the boundaries of `asked`, each cell a run with `run`'s options, the rows at once where
 /// nothing of one changes another (`lanes`).
-pub fn run(run: &Run, asked: &Isolation) -> Result<Ran> {
+pub fn run(run: &Run, asked: &Isolation) -> Result<RoleEnd> {
     let rows = boundaries(asked);
     let how = how::How::asked();
     let lanes = lanes::lanes(&rows, how == how::How::Cells { serial: true });
-    say!(
+    print_line!(
         "The container matrix ({} boundaries by {} kinds of handle, {})",
         rows.len(),
         COLUMNS.len(),
@@ -157,7 +157,7 @@ pub fn run(run: &Run, asked: &Isolation) -> Result<Ran> {
     };
     lanes::run_all(&lanes, &run_row, &mut |done| {
         let (row, column) = (&rows[done.row], &COLUMNS[done.column]);
-        say!("  {} / {}: {}", row.title, column.title, done.cell.word())?;
+        print_line!("  {} / {}: {}", row.title, column.title, done.cell.word())?;
         bar.doing(format!("{} / {}: {}", row.title, column.title, done.cell.word()));
         bar.step_done();
         cells[done.row][done.column] = done.cell;
@@ -174,7 +174,7 @@ pub fn run(run: &Run, asked: &Isolation) -> Result<Ran> {
     }
     if !nix::unistd::geteuid().is_root() {
         // (The matrix's own process enters no namespace: it is still the user who started it.)
-        say!(
+        print_line!(
             "(Not root: every isolated run here is in a user namespace of its own too, which the kernel needs.)"
         )?;
     }
@@ -185,10 +185,10 @@ pub fn run(run: &Run, asked: &Isolation) -> Result<Ran> {
         },
         other => other,
     };
-    let mut ran = Ran::with(outcome, Results::Matrix(document(&rows, &cells)));
+    let mut end = RoleEnd::with(outcome, Results::Matrix(document(&rows, &cells)));
     // The matrix loads no driver itself (its rows do): it says which one ran them, a simulation included.
-    ran.found.note_driver_asked();
-    Ok(ran)
+    end.findings.note_driver_asked();
+    Ok(end)
 }
 
 /// Passed with what the matrix found; waived where every run was; failed where a run failed for another

@@ -84,7 +84,7 @@ fn write_all_to(fd: BorrowedFd, bytes: &[u8]) -> std::io::Result<()> {
 /// Writes `bytes` to standard output in one go (one writer at a time among this process's threads, so that
 /// lines do not interleave): `Err(ReaderGone)` when the reader went away, an error with context otherwise.
 fn to_stdout(bytes: &[u8]) -> Result<()> {
-    // A progress bar on the terminal is taken off it first (its lock before std's, as for `warn`).
+    // A progress bar on the terminal is taken off it first (its lock before std's, as for `stderr_line`).
     let written = crate::output::progress::suspend(|| {
         // Std's lock on standard output serialises the writers; its buffer is not used (every write goes
         // straight to the descriptor, so nothing is held back and nothing can be lost at exit).
@@ -182,8 +182,8 @@ pub fn fill_closed_standard_descriptors() {
 }
 
 /// `--quiet`: standard output gets the verdict line alone. A setting of how this process prints, set once by
-/// `main` before any role runs, as a logger's level is: every `say!` reads it, and it decides nothing of the
-/// verdict, so it is not passed down to each function that prints.
+/// `main` before any role runs, as a logger's level is: every `print_line!` reads it, and it decides nothing
+/// of the verdict, so it is not passed down to each function that prints.
 static QUIET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// From now on, [`line`] and [`text`] write nothing (`--quiet`); [`verdict`] still does.
@@ -195,8 +195,8 @@ fn quiet() -> bool {
     QUIET.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-/// Writes a line (use [`say!`](crate::say)) at once, so that the lines of several processes come out in the
-/// order they were written.
+/// Writes a line (use [`print_line!`](crate::print_line)) at once, so that the lines of several processes
+/// come out in the order they were written.
 pub fn line(args: std::fmt::Arguments) -> Result<()> {
     if quiet() {
         return Ok(());
@@ -217,9 +217,10 @@ pub fn verdict(line: &str) -> Result<()> {
     to_stdout(format!("{line}\n").as_bytes())
 }
 
-/// Writes a line to standard error in one write, so that the lines of processes sharing it do not
-/// interleave; an error writing it is ignored (there is nowhere left to report it).
-pub fn warn(args: std::fmt::Arguments) {
+/// Writes a line to standard error (use [`eprint_line!`](crate::eprint_line)) in one write, so that the
+/// lines of processes sharing it do not interleave; an error writing it is ignored (there is nowhere left to
+/// report it).
+pub fn stderr_line(args: std::fmt::Arguments) {
     let line = format!("{args}\n");
     // The progress bar's lock is taken before std's, in the order the bar's own drawing takes them.
     crate::output::progress::suspend(|| {
@@ -230,16 +231,19 @@ pub fn warn(args: std::fmt::Arguments) {
     });
 }
 
-/// `say!("...", ...)`: a line on standard output, `Err` if it cannot be written.
+/// `print_line!("...", ...)`: `println!`, but a line written whole in one write, nothing under `--quiet`,
+/// and `Err` where it cannot be written (a full disk, a reader gone) instead of a panic.
 #[macro_export]
-macro_rules! say {
+macro_rules! print_line {
     ($($arg:tt)*) => { $crate::output::line(format_args!($($arg)*)) };
 }
 
-/// `warn!("...", ...)`: a line on standard error, never failing.
+/// `eprint_line!("...", ...)`: `eprintln!`, but a line written whole in one write, and never failing (an
+/// error writing standard error is ignored: there is nowhere left to report it). It carries errors, warnings
+/// and notes alike, with no level (unlike the `log` crate's `warn!`).
 #[macro_export]
-macro_rules! warn {
-    ($($arg:tt)*) => { $crate::output::warn(format_args!($($arg)*)) };
+macro_rules! eprint_line {
+    ($($arg:tt)*) => { $crate::output::stderr_line(format_args!($($arg)*)) };
 }
 
 /// `text` from another process, fit to print: each control character (ESC, CR, BEL, a newline, C1 codes)

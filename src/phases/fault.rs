@@ -185,7 +185,7 @@ pub fn at(who: Who, phase: Phase) -> Result<()> {
     {
         return Ok(());
     }
-    warn!("test fault: {spec} strikes");
+    eprint_line!("test fault: {spec} strikes");
     match action {
         Action::Kill => {
             nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL)?;
@@ -208,7 +208,7 @@ pub fn descriptor_fault() -> Option<DescriptorFault> {
     let spec = std::env::var(FAULT_ENV).ok()?;
     match parse(&spec) {
         Ok((Who::Parent, Phase::AllocateExport, Action::Descriptors(fault))) => {
-            warn!("test fault: {spec} strikes");
+            eprint_line!("test fault: {spec} strikes");
             Some(fault)
         }
         _ => None,
@@ -227,7 +227,7 @@ pub fn lies(who: Who) -> bool {
     let Ok(spec) = std::env::var(FAULT_ENV) else { return false };
     let lies = matches!(parse(&spec), Ok((target, _, Action::Lie)) if target == who);
     if lies {
-        warn!("test fault: {spec} strikes");
+        eprint_line!("test fault: {spec} strikes");
     }
     lies
 }
@@ -240,7 +240,7 @@ pub fn corrupt_if_asked(who: Who, data: &mut [u8], expected: u8) {
     if !matches!(parse(&spec), Ok((target, Phase::Verify, Action::Corrupt)) if target == who) {
         return;
     }
-    warn!("test fault: {spec} strikes");
+    eprint_line!("test fault: {spec} strikes");
     let last = data.len().saturating_sub(1);
     if let Some(byte) = data.get_mut(last / 3) {
         *byte = expected.wrapping_add(7);

@@ -41,11 +41,11 @@ pub(crate) fn main(asked: &Asked) -> ExitCode {
     match answer(asked) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            warn!("simple-ipc: --between: {e:#}");
+            eprint_line!("simple-ipc: --between: {e:#}");
             if let Some(path) = asked.json {
                 let failed = serde_json::json!({ "status": "failed", "reason": format!("{e:#}") });
                 if let Err(e) = write_json(path, &failed) {
-                    warn!("simple-ipc: {e:#}");
+                    eprint_line!("simple-ipc: {e:#}");
                 }
             }
             ExitCode::from(EXIT_FAILURE)

@@ -33,13 +33,13 @@ pub struct Placement {
     pub processes: Vec<ProcessPlacement>,
     /// Once the run is over: the forecast of each path it took beside what happened.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub against: Option<Vec<Against>>,
+    pub against: Option<Vec<ForecastCheck>>,
 }
 
 /// What happened to a path the run took.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "outcome", content = "detail")]
-pub enum Seen {
+pub enum PathOutcome {
     Worked,
     /// The driver refused its handle, with this error.
     Refused(String),
@@ -74,11 +74,11 @@ impl RefusedBy {
 
 /// One path's forecast (the worst over the processes that joined) beside its outcome.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Against {
+pub struct ForecastCheck {
     pub path: String,
     pub forecast: Verdict,
     #[serde(flatten)]
-    pub seen: Seen,
+    pub outcome: PathOutcome,
     /// Whether they agree; `null` where either is not known.
     pub agrees: Option<bool>,
 }
@@ -139,49 +139,50 @@ impl Placement {
         paths: &[&str],
         passed: bool,
         refused: Option<(bool, &str, RefusedBy)>,
-    ) -> Vec<Against> {
+    ) -> Vec<ForecastCheck> {
         paths
             .iter()
             .enumerate()
             .map(|(at, path)| {
                 let forecast = self.worst(path);
                 let is_event = *path == "legacy event";
-                let seen = match refused {
-                    _ if passed => Seen::Worked,
+                let outcome = match refused {
+                    _ if passed => PathOutcome::Worked,
                     Some((event, error, by)) if event == is_event => match by {
-                        RefusedBy::BeyondTheSimulation => Seen::NotSimulated,
-                        RefusedBy::Driver => Seen::Refused(error.to_owned()),
-                        RefusedBy::Kernel => Seen::KernelRefused(error.to_owned()),
+                        RefusedBy::BeyondTheSimulation => PathOutcome::NotSimulated,
+                        RefusedBy::Driver => PathOutcome::Refused(error.to_owned()),
+                        RefusedBy::Kernel => PathOutcome::KernelRefused(error.to_owned()),
                     },
                     // The memory's handle is opened before the event's.
-                    Some((true, ..)) if at == 0 => Seen::Worked,
-                    _ => Seen::Untried,
+                    Some((true, ..)) if at == 0 => PathOutcome::Worked,
+                    _ => PathOutcome::Untried,
                 };
-                let agrees = match (&forecast, &seen) {
-                    (Verdict::Works, Seen::Worked) => Some(true),
-                    (Verdict::Fails(said), Seen::Refused(error) | Seen::KernelRefused(error)) => {
-                        Some(said == error)
-                    }
-                    (Verdict::Works, Seen::Refused(_) | Seen::KernelRefused(_))
-                    | (Verdict::Fails(_), Seen::Worked) => Some(false),
+                let agrees = match (&forecast, &outcome) {
+                    (Verdict::Works, PathOutcome::Worked) => Some(true),
+                    (
+                        Verdict::Fails(said),
+                        PathOutcome::Refused(error) | PathOutcome::KernelRefused(error),
+                    ) => Some(said == error),
+                    (Verdict::Works, PathOutcome::Refused(_) | PathOutcome::KernelRefused(_))
+                    | (Verdict::Fails(_), PathOutcome::Worked) => Some(false),
                     _ => None,
                 };
-                Against { path: (*path).to_owned(), forecast, seen, agrees }
+                ForecastCheck { path: (*path).to_owned(), forecast, outcome, agrees }
             })
             .collect()
     }
 
     /// Each library path again for every process, with the primitives the run measured (`against`) in
     /// place of their forecasts; the lines that say the rows resting on a measured primitive.
-    pub fn measure_libraries(&mut self, against: &[Against]) -> String {
+    pub fn measure_libraries(&mut self, against: &[ForecastCheck]) -> String {
         let measured: Vec<(String, Verdict)> = against
             .iter()
-            .filter_map(|a| match &a.seen {
-                Seen::Worked => Some((a.path.clone(), Verdict::Works)),
-                Seen::Refused(error) | Seen::KernelRefused(error) => {
+            .filter_map(|a| match &a.outcome {
+                PathOutcome::Worked => Some((a.path.clone(), Verdict::Works)),
+                PathOutcome::Refused(error) | PathOutcome::KernelRefused(error) => {
                     Some((a.path.clone(), Verdict::Fails(error.clone())))
                 }
-                Seen::NotSimulated | Seen::Untried => None,
+                PathOutcome::NotSimulated | PathOutcome::Untried => None,
             })
             .collect();
         if measured.is_empty() {
@@ -301,22 +302,22 @@ impl Placement {
 }
 
 /// The forecast beside the outcome, a line each path; a path where they disagree is called out.
-pub fn against_text(against: &[Against]) -> String {
+pub fn against_text(against: &[ForecastCheck]) -> String {
     let mut text = String::from("Forecast against outcome:\n");
     for a in against {
-        let seen = match &a.seen {
-            Seen::Worked => "it worked".to_owned(),
-            Seen::Refused(error) => format!("the driver refused it ({error})"),
-            Seen::KernelRefused(error) => format!("the kernel refused it ({error})"),
-            Seen::NotSimulated => "not simulated".to_owned(),
-            Seen::Untried => "untried (the run ended for another cause first)".to_owned(),
+        let outcome = match &a.outcome {
+            PathOutcome::Worked => "it worked".to_owned(),
+            PathOutcome::Refused(error) => format!("the driver refused it ({error})"),
+            PathOutcome::KernelRefused(error) => format!("the kernel refused it ({error})"),
+            PathOutcome::NotSimulated => "not simulated".to_owned(),
+            PathOutcome::Untried => "untried (the run ended for another cause first)".to_owned(),
         };
         let call = if a.agrees == Some(false) {
             " <- THE FORECAST WAS WRONG here: the driver may answer otherwise than measured (please report it)"
         } else {
             ""
         };
-        text.push_str(&format!("  {}: forecast {}, {seen}{call}\n", a.path, word(&a.forecast)));
+        text.push_str(&format!("  {}: forecast {}, {outcome}{call}\n", a.path, word(&a.forecast)));
     }
     text
 }

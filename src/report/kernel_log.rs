@@ -7,17 +7,17 @@
 //! Where the log could not be read, the document says why, once; a run that passed says nothing of it.
 
 use super::document::{Mode, Status};
-use super::{Found, document::Device};
+use super::{Findings, document::Device};
 use crate::node::{Gpu, KernelLog, RunStart, Xid};
 
 /// Reads the kernel's log for the run's chosen GPUs (those with a PCI address: no simulated one, unless a
 /// test's log is read) where the run ended with `status` in `mode` and that calls for it; says what it
-/// found, names it in `reason` where the run failed, and keeps it in `found` for the document.
+/// found, names it in `reason` where the run failed, and keeps it in `findings` for the document.
 pub fn look_at_the_kernel_log(
     start: &mut RunStart,
     status: Status,
     mode: Mode,
-    found: &mut Found,
+    findings: &mut Findings,
     reason: &mut Option<String>,
 ) {
     let failed = status == Status::Failed;
@@ -25,13 +25,13 @@ pub fn look_at_the_kernel_log(
     if !(failed || measured) {
         return;
     }
-    let Some(log) = crate::node::look(start, &gpus(&found.devices)) else { return };
+    let Some(log) = crate::node::look(start, &gpus(&findings.devices)) else { return };
     for line in log.lines() {
-        warn!("simple-ipc: {line}");
+        eprint_line!("simple-ipc: {line}");
     }
     if failed {
         if let Some(why) = &log.unread {
-            warn!("simple-ipc: the kernel's log could not be read for Xid errors: {why}");
+            eprint_line!("simple-ipc: the kernel's log could not be read for Xid errors: {why}");
         }
         if let (Some(said), Some(named)) = (reason.as_mut(), log.named()) {
             let (first, rest) = said.split_once('\n').map_or((said.as_str(), None), |(f, r)| (f, Some(r)));
@@ -41,7 +41,7 @@ pub fn look_at_the_kernel_log(
             };
         }
     }
-    found.kernel_log = Some(log);
+    findings.kernel_log = Some(log);
 }
 
 /// The chosen devices that have a PCI address.

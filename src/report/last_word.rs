@@ -1,10 +1,10 @@
 //! The documents of a run that its watchdog ends (see `watchdog`): the same `--json` and `--metrics` as
-//! [`Made::write`] writes at any other end, failed for the watchdog's reason, with exit status 1 and nothing
-//! the roles found (the main thread that holds it is the one that did not come back).
+//! [`FinalDocument::write`] writes at any other end, failed for the watchdog's reason, with exit status 1 and
+//! nothing the roles found (the main thread that holds it is the one that did not come back).
 
 use std::sync::Arc;
 
-use super::{Found, Made, Opened, Status, Verdict, document};
+use super::{FinalDocument, Findings, Opened, Status, Verdict, document};
 use crate::outcome::EXIT_FAILURE;
 
 /// Writes the run's documents as failed for the reason it is given; `Err` says why it could not.
@@ -22,7 +22,7 @@ pub(crate) fn for_the_watchdog(opened: &Arc<Opened>) -> LastWord {
             refused: None,
             exit_status: EXIT_FAILURE,
         };
-        let document = document(&opened, &verdict, Found::default());
-        Made { opened: Arc::clone(&opened), document }.write()
+        let document = document(&opened, &verdict, Findings::default());
+        FinalDocument { opened: Arc::clone(&opened), document }.write()
     })
 }

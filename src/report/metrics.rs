@@ -287,7 +287,7 @@ fn served(metrics: &mut Metrics, placement: &Placement) {
     let outcomes = ["worked", "refused", "kernel_refused", "not_simulated", "untried"];
     for against in placement.against.iter().flatten() {
         let labels = vec![("path", against.path.clone())];
-        let outcome = tag_of(&against.seen, "outcome");
+        let outcome = tag_of(&against.outcome, "outcome");
         metrics.states("path_outcome", labels.clone(), ("outcome", &outcomes, &outcome));
         if let Some(agrees) = against.agrees {
             metrics.gauge("path_forecast_agrees", labels, f64::from(u8::from(agrees)));

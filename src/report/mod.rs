@@ -11,26 +11,27 @@
 //!   (`--json /dev/stdout >> log`, `--json F > F`): writing it would destroy what the run prints and what was
 //!   there before. Nothing is opened or truncated, so a FIFO can never block the run. A symbolic link that
 //!   another user made in a sticky directory (`/tmp`) is refused, never followed (see `destination`).
-//! - The roles note what they find as they learn it ([`Found`]: the driver, the devices, their results), and
-//!   return it with their outcome ([`Ran`]) to `main`, which decides the verdict.
-//! - [`made`] and [`Made::write`], from `main` once the exit status is decided, before the verdict line
-//!   (which says whether the document was written): the document goes to a new file of this process's own
-//!   beside the path, made under a random name, and is renamed over it, so the path holds the old document or
-//!   the whole new one, never an empty or partial one, nor one another user can rewrite.
+//! - The roles note what they find as they learn it ([`Findings`]: the driver, the devices, their results),
+//!   and return it with their outcome ([`RoleEnd`]) to `main`, which decides the verdict.
+//! - [`final_document`] and [`FinalDocument::write`], from `main` once the exit status is decided, before the
+//!   verdict line (which says whether the document was written): the document goes to a new file of this
+//!   process's own beside the path, made under a random name, and is renamed over it, so the path holds the
+//!   old document or the whole new one, never an empty or partial one, nor one another user can rewrite.
 //!
 //! `--json -` writes the document to standard output instead, which then carries it alone (one JSON value,
 //! then a newline): [`open`] sends every other line of the run to standard error
-//! (`output::lines_to_standard_error`), and [`Made::write`] writes the document there whole, or says that its
-//! reader went away ([`ReaderGone`](crate::output::ReaderGone), 141); `main` says the verdict after it.
+//! (`output::lines_to_standard_error`), and [`FinalDocument::write`] writes the document there whole, or says
+//! that its reader went away ([`ReaderGone`](crate::output::ReaderGone), 141); `main` says the verdict after
+//! it.
 //!
 //! Nothing of it is process-wide: `main` holds the document it opened ([`Opened`]), and the outcome and what
 //! the roles found come back to it as values.
 
 mod destination;
 pub mod document;
+mod final_document;
 mod kernel_log;
 mod last_word;
-mod made;
 mod metrics;
 pub(crate) mod verdict;
 
@@ -47,12 +48,12 @@ use crate::placement::{Placement, paths_of};
 pub use document::MatrixCell;
 use document::{BenchResults, Device, DriverFacts, MechanismResult, Mode, Options, RunResults};
 pub use document::{Document, Refused, Status};
+pub use final_document::{FinalDocument, final_document};
 pub use kernel_log::look_at_the_kernel_log;
 pub(crate) use last_word::{LastWord, for_the_watchdog};
-pub use made::{Made, made};
 
-/// The document of this run, opened by `main` before anything runs ([`open`], [`open_inherited`]) and
-/// written by [`Made::write`] (or [`finish`]) once the verdict is known: as JSON (`--json`, or the pipe to
+/// The document of this run, opened by `main` before anything runs ([`open`], [`open_inherited`]) and written
+/// by [`FinalDocument::write`] (or [`for_the_watchdog`]) once the verdict is known: as JSON (`--json`, or the pipe to
 /// the process that started the run) and as metrics (`--metrics`), either or both.
 pub struct Opened {
     json: Option<Target>,
@@ -100,28 +101,31 @@ pub enum Results {
     Whole(Box<Document>),
 }
 
-/// What a role hands back to the top: how the run ended, and what it found for the document.
+/// What a role returns to `main` when it ends: how the run ended, what it found for the document, and who is
+/// waiting to hear the verdict.
 #[derive(Debug)]
-pub struct Ran {
+pub struct RoleEnd {
     pub outcome: Outcome,
-    pub found: Found,
-    /// Those still to be told how the run ended (a served run's joiners), once its document is written: a
-    /// joiner's verdict is the run's, and a run whose document could not be written did not pass.
-    pub tell: Option<Tell>,
+    pub findings: Findings,
+    /// Tells those still waiting on the run (a served run's joiners) how it ended, once its document is
+    /// written: a joiner's verdict is the run's, and a run whose document could not be written did not pass.
+    pub notify_waiters: Option<NotifyWaiters>,
 }
 
-/// How a role tells those waiting on it how the run ended (see [`Ran::tell`]).
-pub struct Tell(pub Box<dyn FnOnce(&Outcome)>);
+/// Called once, with the verdict `main` decided, to tell those waiting on the run how it ended (see
+/// [`RoleEnd::notify_waiters`]).
+pub struct NotifyWaiters(pub Box<dyn FnOnce(&Outcome)>);
 
-impl std::fmt::Debug for Tell {
+impl std::fmt::Debug for NotifyWaiters {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Tell")
+        f.write_str("NotifyWaiters")
     }
 }
 
-/// What a role found, however the run ended: noted as it learns it, handed back with its outcome.
+/// What a role found for the document, however the run ended: noted as it learns it, returned with its
+/// outcome in its [`RoleEnd`].
 #[derive(Debug, Default)]
-pub struct Found {
+pub struct Findings {
     pub results: Option<Results>,
     /// Where the processes that joined stand (a served or isolated run), once they all have.
     pub placement: Option<Placement>,
@@ -135,14 +139,18 @@ pub struct Found {
     kernel_log: Option<crate::node::KernelLog>,
 }
 
-impl Ran {
+impl RoleEnd {
     /// The outcome, with what the role found.
     pub fn with(outcome: Outcome, results: Results) -> Self {
-        Self { outcome, found: Found { results: Some(results), ..Found::default() }, tell: None }
+        Self {
+            outcome,
+            findings: Findings { results: Some(results), ..Findings::default() },
+            notify_waiters: None,
+        }
     }
 }
 
-impl Ran {
+impl RoleEnd {
     /// The run, as `ending` and the whole `document` of the process that ran it say.
     pub fn handed_back(ending: crate::outcome::Ending, document: Document) -> Self {
         Self::with(Outcome::Ended(ending), Results::Whole(Box::new(document)))
@@ -161,9 +169,9 @@ impl Document {
     }
 }
 
-impl From<Outcome> for Ran {
+impl From<Outcome> for RoleEnd {
     fn from(outcome: Outcome) -> Self {
-        Self { outcome, found: Found::default(), tell: None }
+        Self { outcome, findings: Findings::default(), notify_waiters: None }
     }
 }
 
@@ -198,7 +206,7 @@ pub fn open_inherited(fd: std::os::fd::RawFd, asked: (Mode, Options)) -> Result<
     Ok(Opened::new(Some(Target::json(Destination::Inherited(pipe))), None, asked))
 }
 
-impl Found {
+impl Findings {
     /// Notes the driver the run loaded: its versions, and whether it is the simulation.
     pub fn note_driver(&mut self, driver: &dyn Driver) {
         let simulated = driver.simulated();
@@ -281,8 +289,8 @@ impl<'a> Verdict<'a> {
 }
 
 /// The whole document of `opened`, with the verdict and what the role found.
-fn document(opened: &Opened, verdict: &Verdict, found: Found) -> Document {
-    let Found { results, placement, mut driver, mut devices, refused, kernel_log } = found;
+fn document(opened: &Opened, verdict: &Verdict, findings: Findings) -> Document {
+    let Findings { results, placement, mut driver, mut devices, refused, kernel_log } = findings;
     let kernel_log = kernel_log.unwrap_or_default();
     let (mut run, mut mechanisms, mut bench, mut matrix) = (None, None, None, None);
     match results {

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use super::made::not_written;
+use super::final_document::not_written;
 use super::*;
 
 #[test]
@@ -19,8 +19,8 @@ fn a_regular_file_is_replaced_whole_and_anything_else_refused_without_blocking()
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "an old and much longer document", "not yet");
     let diagnosis = Diagnosis::new("the cause".into(), "; what fixes it: ", "the fix".into());
     let failed = Verdict { diagnosis: Some(&diagnosis), ..Verdict::of(Status::Failed, "x", 1) };
-    let found = Found { results: Some(Results::Mechanisms(Vec::new())), ..Found::default() };
-    made(Some(Arc::new(opened)), &failed, found).unwrap().write().unwrap();
+    let findings = Findings { results: Some(Results::Mechanisms(Vec::new())), ..Findings::default() };
+    final_document(Some(Arc::new(opened)), &failed, findings).unwrap().write().unwrap();
     let doc: Document = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     assert_eq!((doc.status, doc.exit_status, doc.reason.as_deref()), (Status::Failed, 1, Some("x")));
     assert_eq!((doc.cause.as_deref(), doc.fix.as_deref()), (Some("the cause"), Some("the fix")));

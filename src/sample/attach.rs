@@ -67,7 +67,7 @@ pub enum Parent<'a> {
 pub fn joined_segment(index: usize, processes: usize, fd: OwnedFd) -> Result<Segment> {
     let segment = Segment::open(fd).context("Failed to create shared memory slab")?;
     let state = segment.state();
-    say!("CP: lshmName = {}", segment::name_for(state.parent_pid.load(Ordering::Relaxed)))?;
+    print_line!("CP: lshmName = {}", segment::name_for(state.parent_pid.load(Ordering::Relaxed)))?;
     let n = state.process_count();
     ensure!(index < n, "this is process {index}, but the segment has {n} processes");
     ensure!(n == processes, "the server said the run has {processes} processes, its segment says {n}");

@@ -67,7 +67,7 @@ pub(crate) fn take_part(
     attach::wait_for_the_plan(state, index, parent)?;
     if let attach::Parent::Pid(pid) = parent {
         // The original's first line, once the run goes on (a joiner said it as it joined).
-        say!("CP: lshmName = {}", segment::name_for(*pid as u32))?;
+        print_line!("CP: lshmName = {}", segment::name_for(*pid as u32))?;
     }
     let cuda = attach::driver(state, index, cuda)?;
     let driver: &dyn Driver = &*cuda;
@@ -85,7 +85,7 @@ pub(crate) fn take_part(
     let device = attach::device(driver, state, index)?;
 
     watch.enter(Phase::Context)?;
-    say!("Process {index}: Starting on device {device}...")?;
+    print_line!("Process {index}: Starting on device {device}...")?;
     extras.place(driver, device, state)?;
     let stream = Stream::non_blocking(driver, device)?;
 
@@ -146,7 +146,7 @@ pub(crate) fn take_part(
         order.after_writing(&stream, target, step)?;
         barrier.wait(&stop).with_context(|| format!("in the barrier after step {step}"))?;
         if index == 0 {
-            say!("Step {step} done")?;
+            print_line!("Step {step} done")?;
         }
     }
 
@@ -155,7 +155,7 @@ pub(crate) fn take_part(
     watch.enter(Phase::CopyBack)?;
     order.wait_for_writes(&stream, index, n)?;
     let data = host.copy_from(&buffers[index], size, &stream, &stop).context("copying the buffer back")?;
-    say!("Process {index}: verifying...")?;
+    print_line!("Process {index}: verifying...")?;
     watch.enter(Phase::Verify)?;
     let expected = expected_byte(index, n);
     extras.before_comparing(data, expected);
@@ -174,7 +174,7 @@ pub(crate) fn take_part(
     drop((events, buffers, host, kernel, stream));
     state.descriptors[index][1].store(open_descriptors()?, Ordering::Relaxed);
     watch.finish().publish(state, index);
-    say!("Process {index} complete!")?;
+    print_line!("Process {index} complete!")?;
     // The parent may free the buffers now, while this process ends, and its CUDA context with it.
     state.finished.fetch_add(1, Ordering::AcqRel);
     extras.leave_cuda(cuda);

@@ -186,7 +186,7 @@ impl<'s> Children<'s> {
             crate::supervise::relaunch::stop_all(self.running.iter_mut().map(|child| &mut child.process));
         for (child, _) in self.running.drain(..).zip(killed).filter(|(_, killed)| *killed) {
             if let Some(failed) = failed {
-                warn!("Process {} did not stop after process {failed} failed: killed", child.index);
+                eprint_line!("Process {} did not stop after process {failed} failed: killed", child.index);
             }
         }
     }

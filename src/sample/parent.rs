@@ -24,7 +24,7 @@ use crate::os::signals;
 use crate::outcome::{Outcome, Waiver};
 use crate::phases::timings::{Stopwatch, Timeout};
 use crate::phases::{Phase, Who};
-use crate::report::Found;
+use crate::report::Findings;
 use crate::segment::{self, RunPlan};
 use crate::setup;
 use crate::supervise::watchdog::Watchdog;
@@ -42,11 +42,11 @@ pub(crate) struct Sample {
     pub timeout: Timeout,
 }
 
-/// `parentProcess`. `found`: what the run found, for the document, however it ends.
+/// `parentProcess`. `findings`: what the run found, for the document, however it ends.
 pub(crate) fn parent_process(
     sample: &Sample,
     extras: &dyn ParentExtras,
-    found: &mut Found,
+    findings: &mut Findings,
 ) -> Result<Outcome> {
     let mechanism = sample.mechanism;
     let started = Instant::now();
@@ -54,7 +54,7 @@ pub(crate) fn parent_process(
     // the first children waiting for the plan).
     let _watchdog = Watchdog::start(sample.timeout.deadline_from(started));
     let mut watch = Stopwatch::start(Who::Parent, Phase::CudaStart)?;
-    say!("PP: lshmName = {}", segment::name_for(std::process::id()))?;
+    print_line!("PP: lshmName = {}", segment::name_for(std::process::id()))?;
     // Step 1, sharedMemoryCreate: the segment simpleIPCshm<pid> (`segment`), and the guardian, which removes
     // the driver's files for our events if we are killed. Dropped in the reverse order of these declarations:
     // the children first (stopped and reaped), then the exports (events destroyed, buffers freed), CUDA,
@@ -95,7 +95,7 @@ pub(crate) fn parent_process(
     };
     // Step 2, the original's device filter: unified addressing, the default compute mode, peers both ways
     // (`devices::select`).
-    let chosen = match setup::cuda_and_devices(|| watch.enter(Phase::DeviceSelection), found)? {
+    let chosen = match setup::cuda_and_devices(|| watch.enter(Phase::DeviceSelection), findings)? {
         Ok((driver, chosen)) => {
             cuda = driver;
             chosen
@@ -200,7 +200,7 @@ pub(crate) fn parent_process(
             names_removed = true;
             for event in exports.iter().filter_map(|e| e.event.as_ref()) {
                 if let Err(e) = event.remove_file_name() {
-                    warn!("warning: removing the name of an event's file: {e:#}");
+                    eprint_line!("warning: removing the name of an event's file: {e:#}");
                 }
             }
         }
@@ -220,7 +220,7 @@ pub(crate) fn parent_process(
     watch.enter(Phase::WaitChildren)?;
     children.wait(&|| false, &mut || {})?;
 
-    found.results = Some(extras.results(state, &watch.finish())?);
+    findings.results = Some(extras.results(state, &watch.finish())?);
     Ok(Outcome::passed(extras.summary(n, chosen.len())?))
 }
 
@@ -261,7 +261,7 @@ fn fit_devices(
         match lack {
             None => fit.push(device),
             Some((option, reason)) => {
-                say!("Device {device} cannot run {option} ({reason}), skipping...")?;
+                print_line!("Device {device} cannot run {option} ({reason}), skipping...")?;
                 first_lack.get_or_insert((option, reason));
             }
         }

@@ -126,7 +126,7 @@ impl Guardian {
             Errno::EPIPE | Errno::ECONNRESET => "is gone".to_owned(),
             other => format!("cannot be told ({other})"),
         };
-        warn!(
+        eprint_line!(
             "warning: the guardian of this run's driver files (pid {pid}) {why}: should this run be killed, \
              the driver's files for its events stay in /dev/shm"
         );

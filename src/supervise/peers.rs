@@ -122,7 +122,7 @@ pub(crate) fn look_once<P: Peers>(
             return Err(verdict);
         };
         peers.stop(Some(failure.index));
-        warn!(
+        eprint_line!(
             "simple-ipc: {} {:.0} ms after process {} was seen to fail",
             P::STOPPED,
             seen.elapsed().as_secs_f64() * 1e3,

@@ -86,12 +86,12 @@ fn give_up(timeout: Duration, ran: Duration, last_word: Option<&LastWord>) -> ! 
         timeout.as_secs_f64(),
         GRACE.as_secs()
     );
-    warn!("simple-ipc: {why}");
+    eprint_line!("simple-ipc: {why}");
     // The documents first, as `main` writes them: the verdict line is the run's last word.
     if let Some(write) = last_word
         && let Err(e) = write(&why)
     {
-        warn!("simple-ipc: {e:#}");
+        eprint_line!("simple-ipc: {e:#}");
     }
     let line = crate::report::verdict::line(crate::report::Status::Failed, Some(&why), None, 1, ran);
     let _ = crate::output::verdict(&line);

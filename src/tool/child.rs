@@ -94,8 +94,10 @@ impl ChildExtras for Options<'_> {
         let index = self.index;
         let bus = driver.device_info(device)?.pci_bus_id;
         match numa::bind_to_device_node(&Sysfs::default(), bus.as_deref())? {
-            Some(place) => say!("Process {index}: bound to the CPUs of device {device}'s NUMA {place}"),
-            None => say!("Process {index}: device {device} has no known NUMA node; not bound"),
+            Some(place) => {
+                print_line!("Process {index}: bound to the CPUs of device {device}'s NUMA {place}")
+            }
+            None => print_line!("Process {index}: device {device} has no known NUMA node; not bound"),
         }
     }
 

@@ -14,7 +14,7 @@ use super::team::Team;
 use crate::driver::{Capability, Driver};
 use crate::gpu::{DeviceMemory, Stream};
 use crate::ipc::{ExportedBuffer, ExportedEvent, Fds, Mechanism, ProcessExports, Sync, pidfd};
-use crate::joiners::Audience;
+use crate::joiners::JoinersAtEnd;
 use crate::os::signals;
 use crate::outcome::{Outcome, Waiver};
 use crate::phases::Phase;
@@ -22,7 +22,7 @@ use crate::phases::fault;
 use crate::phases::timings::{self, Phases, Stopwatch};
 use crate::placement::mps::Mps;
 use crate::report::document::RunResults;
-use crate::report::{Found, Ran, Results, Tell};
+use crate::report::{Findings, NotifyWaiters, Results, RoleEnd};
 use crate::role::{Run, Served};
 use crate::sample::extras::{ExportExtras, ParentExtras, Processes};
 use crate::sample::parent::{Sample, parent_process};
@@ -31,15 +31,15 @@ use crate::supervise::guardian::Guardian;
 use crate::wire::descriptors;
 
 /// Runs the sample of `mechanism` as `run` asks; `served`: a run of a served sequence (`--serve --ipc all`).
-pub fn run(run: &Run, mechanism: Mechanism, served: Option<&Served>) -> Result<Ran> {
+pub fn run(run: &Run, mechanism: Mechanism, served: Option<&Served>) -> Result<RoleEnd> {
     // Served, each joiner is told how the whole run ended once it is over: its verdict is the run's. A run
     // of a served sequence (`--serve --ipc all`) then hands every connection back to the sequence's top
     // parent, however it ended (waived before anyone joined, too).
-    let audience = match served {
-        Some(served) => Audience::in_sequence(served.round, &served.fds)?,
-        None => Audience::default(),
+    let joiners_at_end = match served {
+        Some(served) => JoinersAtEnd::in_sequence(served.round, &served.fds)?,
+        None => JoinersAtEnd::default(),
     };
-    let mut found = Found::default();
+    let mut findings = Findings::default();
     let sample = Sample {
         mechanism,
         procs_per_device: run.procs_per_device as usize,
@@ -47,19 +47,19 @@ pub fn run(run: &Run, mechanism: Mechanism, served: Option<&Served>) -> Result<R
         quiet: run.quiet,
         timeout: run.timeout,
     };
-    let extras = RunExtras::new(run, mechanism, &audience);
-    let outcome = parent_process(&sample, &extras, &mut found).unwrap_or_else(Outcome::Failed);
-    audience.hand_over(&mut found);
+    let extras = RunExtras::new(run, mechanism, &joiners_at_end);
+    let outcome = parent_process(&sample, &extras, &mut findings).unwrap_or_else(Outcome::Failed);
+    joiners_at_end.hand_over(&mut findings);
     // Told once the document is written (`entry`), so that what the joiners hear is the verdict.
-    let tell = Tell(Box::new(move |ended: &Outcome| audience.tell(ended)));
-    Ok(Ran { outcome, found, tell: Some(tell) })
+    let notify_waiters = NotifyWaiters(Box::new(move |ended: &Outcome| joiners_at_end.tell(ended)));
+    Ok(RoleEnd { outcome, findings, notify_waiters: Some(notify_waiters) })
 }
 
 /// The run's options, as the story's seams ask them.
 struct RunExtras<'a> {
     run: &'a Run,
     mechanism: Mechanism,
-    audience: &'a Audience,
+    joiners_at_end: &'a JoinersAtEnd,
     /// `--fds pidfd` with a mechanism that has descriptors: the importers fetch them themselves.
     pidfd: bool,
     /// Processes it did not start from its own program (`--serve`), or that run where it cannot see them
@@ -71,12 +71,12 @@ struct RunExtras<'a> {
 }
 
 impl<'a> RunExtras<'a> {
-    fn new(run: &'a Run, mechanism: Mechanism, audience: &'a Audience) -> Self {
+    fn new(run: &'a Run, mechanism: Mechanism, joiners_at_end: &'a JoinersAtEnd) -> Self {
         let checks_itself = run.serve.is_some() || run.isolate.is_some();
         RunExtras {
             run,
             mechanism,
-            audience,
+            joiners_at_end,
             pidfd: run.fds == Fds::Pidfd && mechanism.uses_descriptors(),
             checks_itself,
             mps_enabled: Cell::new(false),
@@ -147,7 +147,7 @@ impl ParentExtras for RunExtras<'_> {
         their_sockets: &mut Vec<OwnedFd>,
         started: Instant,
     ) -> Result<Option<Box<dyn Processes + 's>>> {
-        let team = Team::start(self.run, segment, n, their_sockets, started, self.audience, guardian)?;
+        let team = Team::start(self.run, segment, n, their_sockets, started, self.joiners_at_end, guardian)?;
         Ok(team.map(|team| Box::new(team) as Box<dyn Processes>))
     }
 
@@ -183,10 +183,13 @@ impl ParentExtras for RunExtras<'_> {
         // The parent's own check of its pipe directory: its children inherit it; joiners were told nothing.
         let mps = Mps::here();
         if let (false, Some(what)) = (mps.client, &mps.answered) {
-            say!("MPS: the control socket in {} is {what}: this run was no MPS client", mps.pipe_directory)?;
+            print_line!(
+                "MPS: the control socket in {} is {what}: this run was no MPS client",
+                mps.pipe_directory
+            )?;
         }
         if let Some(said) = mps.not_confirmed(mps_enabled) {
-            say!("{said}")?;
+            print_line!("{said}")?;
         }
         let mps = mps.under(mps_enabled).map(|under| format!(", {under}")).unwrap_or_default();
         let run = self.run;

@@ -8,7 +8,7 @@ use std::time::Instant;
 use anyhow::Result;
 
 use crate::isolation::launch::Launched;
-use crate::joiners::{Audience, Joiners};
+use crate::joiners::{Joiners, JoinersAtEnd};
 use crate::role::Run;
 use crate::sample::extras::Processes;
 use crate::segment::{Segment, SharedState};
@@ -26,44 +26,44 @@ pub(super) enum Team<'s> {
 impl<'s> Team<'s> {
     /// With `--isolate`, starts the processes that join; with `--serve`, listens for the processes that
     /// join (each gets its end of its descriptor socket from `their_sockets` when it joins, and is told how
-    /// the run ended by `audience`); else `None`: the children come.
+    /// the run ended by `joiners_at_end`); else `None`: the children come.
     pub(super) fn start(
         run: &Run,
         segment: &'s Segment,
         n: usize,
         their_sockets: &mut Vec<OwnedFd>,
         started: Instant,
-        audience: &'s Audience,
+        joiners_at_end: &'s JoinersAtEnd,
         guardian: &'s Guardian,
     ) -> Result<Option<Self>> {
         let timeout = run.timeout;
         if let Some(isolation) = &run.isolate {
             let mut launched =
-                Launched::prepare(isolation, guardian, &audience.refused, run.socket_dir.as_deref())?;
+                Launched::prepare(isolation, guardian, &joiners_at_end.refused, run.socket_dir.as_deref())?;
             let address = launched.address();
             let sockets = std::mem::take(their_sockets);
             let joiners = Joiners::listen(segment, address.clone(), n, sockets, started, timeout)?
                 .covered_by(guardian)
                 .removing_the_socket_when_full()
-                .telling_where_they_stand_to(audience);
+                .handing_placement_to(joiners_at_end);
             launched.start(&address, n, isolation, run.timeout, run.quiet, false)?;
             // Its descendants: each started process hands its namespace's init over to this one.
             let joiners = joiners.only_started_by(vec![nix::unistd::getpid().as_raw()]);
-            say!(
+            print_line!(
                 "Isolated ({isolation}): {n} processes started in namespaces of their own join at {address}"
             )?;
             return Ok(Some(Team::Isolated(joiners, launched)));
         }
         let Some(address) = &run.serve else { return Ok(None) };
         let sockets = std::mem::take(their_sockets);
-        let joiners = match audience.is_in_sequence() {
-            true => Joiners::in_sequence(segment, audience, n, sockets, started, timeout)?,
+        let joiners = match joiners_at_end.is_in_sequence() {
+            true => Joiners::in_sequence(segment, joiners_at_end, n, sockets, started, timeout)?,
             false => Joiners::listen(segment, address.clone(), n, sockets, started, timeout)?
                 .covered_by(guardian)
-                .telling_the_end_to(audience),
+                .handing_placement_and_connections_to(joiners_at_end),
         };
         let processes = if n == 1 { "process" } else { "processes" };
-        say!(
+        print_line!(
             "Serving the run at {address}: waiting for {n} {processes} to join (--join {address}), {}",
             gpus_of(segment.state(), n)
         )?;

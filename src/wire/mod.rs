@@ -269,7 +269,7 @@ fn place_said(bytes: &[u8]) -> Option<Place> {
     match place.received() {
         Ok(place) => Some(place),
         Err(why) => {
-            warn!(
+            eprint_line!(
                 "simple-ipc: a process that asked to join said where it stands, but {why}: no place of \
                  simple-ipc's (its sender is broken or lying), so it is left out of where the processes stand"
             );

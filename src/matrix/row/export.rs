@@ -18,7 +18,7 @@ use crate::isolation::launch::Launched;
 use crate::matrix::Cell;
 use crate::outcome::{Outcome, Waiver};
 use crate::placement::{Place, Placement};
-use crate::report::{Ran, Results};
+use crate::report::{Results, RoleEnd};
 use crate::role::Run;
 use crate::supervise::guardian::Guardian;
 
@@ -32,7 +32,7 @@ struct Export<'d> {
 }
 
 /// Runs the row of `run`'s isolation (already entered, where it includes this process): see the module.
-pub(crate) fn export(run: &Run) -> Result<Ran> {
+pub(crate) fn export(run: &Run) -> Result<RoleEnd> {
     let Some(isolation) = &run.isolate else { bail!("a row of the container matrix is always isolated") };
     let started = Instant::now();
     let deadline = run.timeout.limit().map(|limit| started + limit);
@@ -71,9 +71,9 @@ pub(crate) fn export(run: &Run) -> Result<Ran> {
     let driver_says = driver.supports(DEVICE, Capability::MpsEnabled).unwrap_or(false);
     let under = crate::placement::mps::Mps::here().under(driver_says).map(|u| format!(", {u}"));
     let summary = format!("a row of the container matrix ({isolation}){}", under.unwrap_or_default());
-    let mut ran = Ran::with(Outcome::passed(summary), Results::Matrix(cells));
-    ran.found.placement = Some(Placement::of(Place::here(), vec![(0, *answer.place)]));
-    Ok(ran)
+    let mut end = RoleEnd::with(Outcome::passed(summary), Results::Matrix(cells));
+    end.findings.placement = Some(Placement::of(Place::here(), vec![(0, *answer.place)]));
+    Ok(end)
 }
 
 /// A column's buffer of its mechanism (and its event, where its run orders by events), or its cell where

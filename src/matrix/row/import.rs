@@ -18,14 +18,14 @@ use crate::matrix::Cell;
 use crate::meeting::Address;
 use crate::os::driver_files::EventFile;
 use crate::outcome::Outcome;
-use crate::report::Ran;
+use crate::report::RoleEnd;
 use crate::role::Isolated;
 
 /// The device the row runs on (the exporter's).
 const DEVICE: i32 = 0;
 
 /// Joins the row at its address (namespaces entered), opens what it offers, answers.
-pub(crate) fn import(isolated: &Isolated) -> Result<Ran> {
+pub(crate) fn import(isolated: &Isolated) -> Result<RoleEnd> {
     let joiner = &isolated.joiner;
     let deadline = joiner.timeout.limit().map(|limit| Instant::now() + limit);
     let connection = connect(&joiner.address, deadline)?;

@@ -67,7 +67,7 @@ fn the_forecast_stands_beside_the_outcome_and_a_wrong_one_is_called_out() {
     let refused =
         placement.against(&paths, false, Some((false, "CUDA_ERROR_INVALID_CONTEXT", RefusedBy::Driver)));
     assert_eq!(refused[0].agrees, Some(true), "{refused:?}");
-    assert_eq!(refused[1].seen, Seen::Untried, "the event was never opened");
+    assert_eq!(refused[1].outcome, PathOutcome::Untried, "the event was never opened");
     let passed = placement.against(&paths, true, None);
     assert_eq!(passed[0].agrees, Some(false), "the worst forecast, the collision, said it fails");
     let text = against_text(&passed);
@@ -79,14 +79,14 @@ fn the_forecast_stands_beside_the_outcome_and_a_wrong_one_is_called_out() {
     );
     let fine = Placement::of(place(1), vec![(0, place(2))]);
     let event = fine.against(&paths, false, Some((true, "CUDA_ERROR_MAP_FAILED", RefusedBy::Driver)));
-    assert_eq!((event[0].seen.clone(), event[0].agrees), (Seen::Worked, Some(true)));
+    assert_eq!((event[0].outcome.clone(), event[0].agrees), (PathOutcome::Worked, Some(true)));
     assert_eq!(event[1].agrees, Some(false), "forecast works, refused");
     let beyond = fine.against(
         &paths,
         false,
         Some((false, "CUDA_ERROR_INVALID_VALUE", RefusedBy::BeyondTheSimulation)),
     );
-    assert_eq!((beyond[0].seen.clone(), beyond[0].agrees), (Seen::NotSimulated, None));
+    assert_eq!((beyond[0].outcome.clone(), beyond[0].agrees), (PathOutcome::NotSimulated, None));
     let json = serde_json::to_value(&event[1]).unwrap();
     assert_eq!(
         (json["outcome"].as_str(), json["detail"].as_str()),

@@ -237,7 +237,7 @@ impl Output {
                 out.write_all(bytes).and_then(|()| out.flush())
             })
             .context("writing to standard output")?,
-            // As `warn!`: standard error cannot fail the run.
+            // As `eprint_line!`: standard error cannot fail the run.
             Echo::Stderr => crate::output::progress::suspend(|| drop(std::io::stderr().write_all(bytes))),
             Echo::Keep => {}
         }

@@ -1,6 +1,7 @@
-//! The joiners still connected once a served run is over, told how the whole run ended, and what the
-//! processes that joined said of themselves, for the document; in a served sequence, what a run inherits
-//! from its top parent and hands back at its end.
+//! What the joiners leave for the end of the run, once the server's [`Joiners`](super::Joiners) are gone:
+//! the connections still open, to be told how the whole run ended, and what the processes that joined said
+//! of themselves, for the document; in a served sequence, what a run inherits from its top parent and hands
+//! back at its end.
 
 use std::cell::RefCell;
 use std::os::fd::OwnedFd;
@@ -10,18 +11,20 @@ use anyhow::{Result, bail};
 use crate::meeting;
 use crate::outcome::Outcome;
 use crate::placement::Placement;
-use crate::report::{Found, Refused};
+use crate::report::{Findings, Refused};
 use crate::supervise::peers::PeerFailed;
 use crate::wire::{self, Message, Round, RunEnd};
 
-/// The joiners still connected when the run is over, to be told how the whole run ended: a joiner's verdict
-/// is the run's, not its own part's. A server's [`Joiners`] hand their connections over as they go, and
-/// where they stand once they all have joined.
+/// The joiners as the end of the run finds them, held by the role that started the run and lent to its
+/// [`Joiners`](super::Joiners), which hand over where the joiners stand once they all have joined, and their
+/// connections as they go. The connections still open when the run is over are told how the whole run
+/// ended: a joiner's verdict is the run's, not its own part's.
 #[derive(Default)]
-pub struct Audience {
-    pub(super) told: RefCell<Vec<OwnedFd>>,
+pub struct JoinersAtEnd {
+    /// The joiners' connections handed over, to be told how the run ended.
+    pub(super) to_tell: RefCell<Vec<OwnedFd>>,
     pub(super) sequence: Option<InSequence>,
-    /// Where the processes that joined stand, once they all have (see `Joiners::say_where_they_stand`).
+    /// Where the processes that joined stand, once they all have (see `Joiners::report_placement`).
     pub(super) placement: RefCell<Option<Placement>>,
     /// A refusal that a process the run started in namespaces of its own reported (see `parent::isolated`).
     pub(crate) refused: RefCell<Option<Refused>>,
@@ -37,13 +40,13 @@ pub(super) struct InSequence {
     pub(super) back: OwnedFd,
 }
 
-impl Audience {
-    /// Whether this is the audience of a run of a served sequence (which inherited the listener).
+impl JoinersAtEnd {
+    /// Whether these are the joiners of a run of a served sequence (which inherited the listener).
     pub fn is_in_sequence(&self) -> bool {
         self.sequence.is_some()
     }
 
-    /// The audience of run `round` of a served sequence, from the descriptors `--served-fds` names: the
+    /// The joiners of run `round` of a served sequence, from the descriptors `--served-fds` names: the
     /// listener, the socket back to the top parent, then the connections it holds.
     pub fn in_sequence(round: Round, fds: &[i32]) -> Result<Self> {
         let [listener, back, held @ ..] = fds else {
@@ -51,7 +54,7 @@ impl Audience {
         };
         let held = held.iter().map(|&fd| crate::os::inherit::take(fd, "held connection"));
         Ok(Self {
-            told: RefCell::default(),
+            to_tell: RefCell::default(),
             placement: RefCell::default(),
             refused: RefCell::default(),
             sequence: Some(InSequence {
@@ -69,17 +72,17 @@ impl Audience {
         Some((sequence.round, sequence.listener.take()?, sequence.waiting.take()))
     }
 
-    /// Hands what the run's processes said of themselves over to `found`: where they stand, if they all
+    /// Hands what the run's processes said of themselves over to `findings`: where they stand, if they all
     /// joined, and a refusal one reported.
-    pub fn hand_over(&self, found: &mut Found) {
-        found.placement = self.placement.take();
-        found.refused = self.refused.take();
+    pub fn hand_over(&self, findings: &mut Findings) {
+        findings.placement = self.placement.take();
+        findings.refused = self.refused.take();
     }
 
     /// Tells each joiner how the run ended, by the server's verdict `ended`; then closes its connection, or,
     /// in a served sequence, hands it back to the top parent with every other connection still open.
     pub fn tell(self, ended: &Outcome) {
-        let mut connections = self.told.into_inner();
+        let mut connections = self.to_tell.into_inner();
         let end = match ended {
             Outcome::Passed(_) => RunEnd::Passed,
             Outcome::Waived(waiver) => RunEnd::Waived(waiver.to_string()),
@@ -94,7 +97,7 @@ impl Audience {
         if let Some(sequence) = self.sequence {
             connections.extend(sequence.waiting.into_inner());
             if let Err(e) = meeting::hand_back(&sequence.back, &connections) {
-                warn!("simple-ipc: {e:#}");
+                eprint_line!("simple-ipc: {e:#}");
             }
         }
     }

@@ -5,25 +5,29 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 
-use super::{Document, Found, Opened, Status, Target, Verdict, document, metrics};
+use super::{Document, Findings, Opened, Status, Target, Verdict, document, metrics};
 
-/// This run's document, made whole once the verdict is known ([`made`]). `main` writes it before it says the
-/// verdict line, so that the line, the run's last word, can say whether the document was written; and
-/// writes it again where that line then found the reader of standard output gone, so that the document
+/// This run's document, made whole once the verdict is known ([`final_document`]). `main` writes it before it
+/// says the verdict line, so that the line, the run's last word, can say whether the document was written;
+/// and writes it again where that line then found the reader of standard output gone, so that the document
 /// says how the run ended.
-pub struct Made {
+pub struct FinalDocument {
     pub(super) opened: Arc<Opened>,
     pub(super) document: Document,
 }
 
 /// The document of `opened` (if the run was given `--json`), with the verdict and what the role found.
-pub fn made(opened: Option<Arc<Opened>>, verdict: &Verdict, found: Found) -> Option<Made> {
+pub fn final_document(
+    opened: Option<Arc<Opened>>,
+    verdict: &Verdict,
+    findings: Findings,
+) -> Option<FinalDocument> {
     let opened = opened?;
-    let document = document(&opened, verdict, found);
-    Some(Made { opened, document })
+    let document = document(&opened, verdict, findings);
+    Some(FinalDocument { opened, document })
 }
 
-impl Made {
+impl FinalDocument {
     /// Writes the document: to a new file beside the path, renamed over it (or to the inherited pipe, or to
     /// standard output), and its metrics likewise. Where one could not be written, the other says so: the
     /// run did not pass (as `main` then says it), or its reader went away.
