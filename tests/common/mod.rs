@@ -1,8 +1,10 @@
 //! Helpers shared by the integration tests: the binary, the simulated GPUs, checks that a run left no
 //! process and nothing in /dev/shm behind, and the tests' own files, which go when the test ends, however
-//! it ends. The helpers of one subject's several files are a module each: [`serve`] (`tests/serve_*.rs`).
+//! it ends. The helpers of one subject's several files are a module each: [`serve`] (`tests/serve_*.rs`),
+//! [`isolate`] (`tests/isolate_*.rs`).
 #![allow(dead_code)]
 
+pub mod isolate;
 pub mod serve;
 
 use std::os::unix::process::CommandExt;
