@@ -1,7 +1,12 @@
 //! Helpers shared by the integration tests: the binary, the simulated GPUs, checks that a run left no
 //! process and nothing in /dev/shm behind, and the tests' own files, which go when the test ends, however
-//! it ends.
+//! it ends. The helpers of one subject's several files are a module each: [`serve`] (`tests/serve_*.rs`),
+//! [`isolate`] (`tests/isolate_*.rs`), [`kubernetes`] (`tests/kubernetes_*.rs`).
 #![allow(dead_code)]
+
+pub mod isolate;
+pub mod kubernetes;
+pub mod serve;
 
 use std::os::unix::process::CommandExt;
 use std::path::Path;
