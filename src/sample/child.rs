@@ -95,7 +95,8 @@ pub(crate) fn take_part(
     let host_memory = host_memory.join().map_err(|_| anyhow!("the host buffer thread failed"))??;
     let mut host = HostBuffer::pin(driver, device, host_memory)?;
 
-    // The parent exports the handles while we started CUDA; wait until they are all there.
+    // The parent exports the handles while we started CUDA; wait until they are all there (the segment's
+    // run state, which the parent sets once every handle is in: the original's children start only then).
     watch.enter(Phase::WaitReady)?;
     barrier::wait_until(&state.run_state, |s| s != segment::RunState::Starting as u32, &stop)?;
     stop.check()?;

@@ -10,7 +10,8 @@
 //!    support IPC" waives the run. The original's `cudaDeviceEnablePeerAccess` in that loop is done once the
 //!    handles are published, off the children's path (`devices::enable_peers`, from `export.rs`).
 //! 3. export: `cudaMalloc` + `cudaIpcGetMemHandle` and `cudaEventCreate(cudaEventInterprocess)` +
-//!    `cudaIpcGetEventHandle`, per process (`sample/export.rs`, `Exporter::export_device`). The calls
+//!    `cudaIpcGetEventHandle`, per process (`sample/export.rs`, `Exporter::export_device`, which makes the
+//!    event first). The calls
 //!    themselves are three steps down: `ipc::ExportedBuffer::allocate` picks the mechanism, `ipc/legacy.rs`
 //!    `export` makes the handle, and the driver's `cuIpcGetMemHandle` is in `driver/cuda/ipc.rs`; the
 //!    event's in `ipc/events.rs` (`IpcEvent::create`).

@@ -122,8 +122,9 @@ pub(crate) fn parent_process(
         mechanism: mechanism.code(),
     });
 
-    // Step 3, export: every process's buffer and event, their handles into the segment (`export`). vmm and
-    // pool: a socket per child, whose other end it inherits, for the descriptors.
+    // What step 3 (export, below) needs: every process's buffer and event go on `devices`, their handles
+    // into the segment (`export`); vmm and pool: a socket per child, whose other end it inherits, for the
+    // descriptors.
     let (more_sockets, mut their_sockets) =
         descriptor_sockets(mechanism, extras.descriptor_sockets(n).saturating_sub(sockets.len()))?;
     sockets.extend(more_sockets);
@@ -137,9 +138,9 @@ pub(crate) fn parent_process(
         sockets,
         guardian: &guardian,
     };
-    // Step 4, spawnProcess once per process: this program again, as child INDEX with the segment
-    // (`Children::spawn`), those not started yet; or the processes the tool lets in instead (`--serve`,
-    // `--isolate`).
+    // How step 4 (spawnProcess, below) starts the processes: this program again, as child INDEX with the
+    // segment (`Children::spawn`), those not started yet; or the processes the tool lets in instead
+    // (`--serve`, `--isolate`).
     let (segment, guardian) = (&segment, &guardian);
     let spawn = move |their_sockets: &mut Vec<_>| {
         let processes: Box<dyn Processes + '_> = match first {
@@ -162,9 +163,10 @@ pub(crate) fn parent_process(
         };
         anyhow::Ok(processes)
     };
-    // The original exports, then spawns (`--sequential`); here the children start first, so that their CUDA
-    // start-up overlaps the exports.
+    // Steps 3 and 4. The original exports, then spawns (`--sequential`); here the children start first, so
+    // that their CUDA start-up overlaps the exports.
     if sample.sequential {
+        // Step 3, export; then step 4, spawn.
         watch.enter(Phase::AllocateExport)?;
         exports = match missing_waived(exporter.export_all(&mut watch, Phase::StartChildren, &mut || Ok(())))?
         {
@@ -173,10 +175,11 @@ pub(crate) fn parent_process(
         };
         children = spawn(&mut their_sockets)?;
     } else {
+        // Step 4, spawn (the rest of the processes); then step 3, export, meanwhile watching the processes
+        // and admitting joiners as they come.
         watch.enter(Phase::StartChildren)?;
         children = spawn(&mut their_sockets)?;
         watch.enter(Phase::AllocateExport)?;
-        // Meanwhile, the processes are watched, and joiners admitted as they come.
         let exported = exporter.export_all(&mut watch, Phase::WaitChildren, &mut || children.check_alive());
         exports = match missing_waived(exported)? {
             Ok(exported) => exported,
