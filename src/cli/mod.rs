@@ -103,13 +103,16 @@ const HELP_HINT: &str = "\n\nFor more information, try";
 /// value), it goes in before the hint.
 fn with_usage(text: &str, usage: &str) -> String {
     let text = text.trim_end();
-    if text.contains("Usage:") {
+    // The hint is clap's last paragraph and its usage line the one before: looked for there, not in the
+    // value the user gave, which clap quotes in the first.
+    let (body, hint) = match text.rfind(HELP_HINT) {
+        Some(at) => (&text[..at], &text[at..]),
+        None => (text, ""),
+    };
+    if body.rsplit("\n\n").next().is_some_and(|last| last.starts_with("Usage:")) {
         return text.to_owned();
     }
-    match text.find(HELP_HINT) {
-        Some(at) => format!("{}\n\n{usage}{}", &text[..at], &text[at..]),
-        None => format!("{text}\n\n{usage}"),
-    }
+    format!("{body}\n\n{usage}{hint}")
 }
 
 /// Writes `--generate`'s text on standard output: the exit status, as for any other output of the program

@@ -302,4 +302,10 @@ fn the_usage_line_comes_before_the_help_hint() {
     assert_eq!(super::with_usage(&without, usage), ordered);
     assert_eq!(super::with_usage(&ordered, usage), ordered, "clap gave it: left as it is");
     assert_eq!(super::with_usage("error: no hint\n", usage), format!("error: no hint\n\n{usage}"));
+    // A value that quotes the usage line's or the hint's words is the user's, not clap's.
+    for value in ["Usage: x", "\n\nFor more information, try x"] {
+        let error = format!("error: invalid value '{value}' for '--ipc <MECHANISM>'");
+        let said = super::with_usage(&format!("{error}\n\n{hint}\n"), usage);
+        assert_eq!(said, format!("{error}\n\n{usage}\n\n{hint}"), "{value:?}");
+    }
 }
