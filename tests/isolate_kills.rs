@@ -88,6 +88,28 @@ fn pid_in_its_namespace(pid: u32) -> Option<u32> {
     status.lines().find_map(|l| l.strip_prefix("NSpid:"))?.split_whitespace().last()?.parse().ok()
 }
 
+/// An isolated run (`--isolate ISOLATE`, vmm and memops, 2 processes, `--timeout 2`) whose child 1 hangs in
+/// the round-robin, its processes marked with `mark`, its output in the file `log`: a file, not a pipe, as a
+/// process left behind would hold a pipe open, and the test with it.
+fn run_whose_child1_hangs(
+    tmp: &Tmp,
+    isolate: &str,
+    mark: &str,
+    log: &std::path::Path,
+) -> std::process::Child {
+    let file = std::fs::File::create(log).unwrap();
+    let args = "--ipc vmm --sync memops --procs-per-device 2 --timeout 2 --isolate";
+    let mut args: Vec<&str> = args.split(' ').collect();
+    args.push(isolate);
+    isolated(tmp, &args)
+        .env(FAULT, "child1@round-robin:hang")
+        .env("SIMPLE_IPC_TEST_MARK", mark)
+        .stdout(file.try_clone().unwrap())
+        .stderr(file)
+        .spawn()
+        .unwrap()
+}
+
 /// The init (pid 1) of an isolated run's PID namespace stopped (SIGSTOP): it can reap nothing, and the run
 /// would never end. The process outside stops the run at its deadline (--timeout and 4 s), exits 1 naming
 /// the stopped init, and nothing of the run is left; never PASSED. Under joiners:pid, a joiner's stopped
@@ -100,17 +122,7 @@ fn a_stopped_init_is_stopped_at_the_deadline_and_named() {
         let mark = format!("{}-stopped-init-{isolate}", std::process::id());
         let _end = EndMarked(mark.clone());
         let log = tmp.path().join("run.log");
-        let file = std::fs::File::create(&log).unwrap();
-        let args = "--ipc vmm --sync memops --procs-per-device 2 --timeout 2 --isolate";
-        let mut args: Vec<&str> = args.split(' ').collect();
-        args.push(isolate);
-        let mut child = isolated(&tmp, &args)
-            .env(FAULT, "child1@round-robin:hang")
-            .env("SIMPLE_IPC_TEST_MARK", &mark)
-            .stdout(file.try_clone().unwrap())
-            .stderr(file)
-            .spawn()
-            .unwrap();
+        let mut child = run_whose_child1_hangs(&tmp, isolate, &mark, &log);
         let started = Instant::now();
         let said = || std::fs::read_to_string(&log).unwrap_or_default();
         while said().matches("Starting on device").count() < 2 && started.elapsed() < Duration::from_secs(10)
@@ -148,19 +160,8 @@ fn a_hung_isolated_process_is_ended_by_the_parent_that_started_it() {
         let tmp = Tmp::new("hung");
         let mark = format!("{}-hung-{isolate}", std::process::id());
         let _end = EndMarked(mark.clone());
-        let args = "--ipc vmm --sync memops --procs-per-device 2 --timeout 2";
-        let mut args: Vec<&str> = args.split(' ').collect();
-        args.extend(["--isolate", isolate]);
-        // Output to a file, not a pipe: a process left behind would hold a pipe open, and the test with it.
         let log = tmp.path().join("run.log");
-        let file = std::fs::File::create(&log).unwrap();
-        let mut child = isolated(&tmp, &args)
-            .env(FAULT, "child1@round-robin:hang")
-            .env("SIMPLE_IPC_TEST_MARK", &mark)
-            .stdout(file.try_clone().unwrap())
-            .stderr(file)
-            .spawn()
-            .unwrap();
+        let mut child = run_whose_child1_hangs(&tmp, isolate, &mark, &log);
         let status = wait_at_most(&mut child, Duration::from_secs(15));
         let said = std::fs::read_to_string(&log).unwrap_or_default();
         let _ = std::fs::remove_file(&log);
