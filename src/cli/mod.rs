@@ -8,7 +8,7 @@ use std::cell::Cell;
 use std::ffi::OsString;
 
 use crate::outcome::{EXIT_FAILURE, EXIT_SUCCESS};
-use crate::output::{READER_GONE_STATUS, ReaderGone};
+use crate::output::{READER_GONE_STATUS, ReaderGone, printable};
 use crate::role::{INTERNAL, Role};
 
 mod generate;
@@ -33,8 +33,8 @@ pub(crate) struct EarlyExit {
 /// What an [`EarlyExit`] prints.
 #[derive(Debug)]
 enum Kind {
-    /// clap's error (or `--help`, `--version`), with the usage line of the parser that made it.
-    Clap { error: clap::Error, usage: fn() -> String },
+    /// clap's error (or `--help`, `--version`); a usage error has the usage line of the parser that made it.
+    Clap { error: clap::Error },
     /// `--generate`: completions or the man page, for standard output.
     Generate(generate::What),
 }
@@ -62,25 +62,37 @@ fn parse_from(args: Vec<OsString>) -> Result<Role, EarlyExit> {
 }
 
 impl EarlyExit {
-    fn clap(error: clap::Error, usage: fn() -> String) -> EarlyExit {
-        EarlyExit { kind: Kind::Clap { error, usage }, generated: Cell::new(EXIT_FAILURE) }
+    fn clap(mut error: clap::Error, usage: fn() -> String) -> EarlyExit {
+        if error.use_stderr() {
+            as_usage_error(&mut error, &usage());
+        }
+        EarlyExit { kind: Kind::Clap { error }, generated: Cell::new(EXIT_FAILURE) }
+    }
+
+    /// A usage error's text, as [`print`](Self::print) writes it; `None` for anything else.
+    fn usage_error(&self) -> Option<String> {
+        match &self.kind {
+            Kind::Clap { error } if error.use_stderr() => {
+                Some(error.render().to_string().trim_end().to_owned())
+            }
+            _ => None,
+        }
     }
 
     /// Prints what clap has to say (a usage error always comes with the usage line, in clap's order: see
-    /// [`with_usage`]), or `--generate`'s text.
+    /// [`as_usage_error`]), or `--generate`'s text.
     pub(crate) fn print(&self) {
-        let (error, usage) = match &self.kind {
-            Kind::Clap { error, usage } => (error, usage),
+        let error = match &self.kind {
+            Kind::Clap { error } => error,
             Kind::Generate(what) => {
                 self.generated.set(write_generated(*what));
                 return;
             }
         };
-        if !error.use_stderr() {
-            let _ = error.print(); // --help, --version
-            return;
+        match self.usage_error() {
+            Some(text) => eprint_line!("{text}"),
+            None => drop(error.print()), // --help, --version
         }
-        eprint_line!("{}", with_usage(&error.render().to_string(), &usage()).trim_end());
     }
 
     /// 0 for `--help` and `--version`, 1 for a usage error (never clap's 2, which means "waived" here);
@@ -88,31 +100,38 @@ impl EarlyExit {
     /// where it could not be written).
     pub(crate) fn exit_code(&self) -> u8 {
         match &self.kind {
-            Kind::Clap { error, .. } => u8::from(error.use_stderr()),
+            Kind::Clap { error } => u8::from(error.use_stderr()),
             Kind::Generate(_) => self.generated.get(),
         }
     }
 }
 
-/// clap's hint that ends each of its errors.
-const HELP_HINT: &str = "\n\nFor more information, try";
-
-/// clap's error `text` with the usage line `usage`, so that every usage error says the same things in the
-/// same order, as clap does where it gives the usage line itself: `error: ...` (and its tips), the usage
-/// line, then the hint to try `--help`. Where clap left the usage line out (an invalid value, a missing
-/// value), it goes in before the hint.
-fn with_usage(text: &str, usage: &str) -> String {
-    let text = text.trim_end();
-    // The hint is clap's last paragraph and its usage line the one before: looked for there, not in the
-    // value the user gave, which clap quotes in the first.
-    let (body, hint) = match text.rfind(HELP_HINT) {
-        Some(at) => (&text[..at], &text[at..]),
-        None => (text, ""),
-    };
-    if body.rsplit("\n\n").next().is_some_and(|last| last.starts_with("Usage:")) {
-        return text.to_owned();
+/// Makes clap's usage error `error` say the same things in the same order as every other: `error: ...`
+/// (and its tips), the usage line `usage`, then the hint to try `--help`. Where clap left the usage line out
+/// (an invalid value, a missing value) it is given to clap, which puts it where it puts its own; clap's
+/// text is never searched for it, since the value the user gave, which clap quotes, may hold any of its
+/// words. What the user typed, as clap quotes it, is made fit to print ([`printable`]): a newline or an
+/// escape sequence in a value would otherwise add lines to the error or rewrite the terminal's.
+fn as_usage_error(error: &mut clap::Error, usage: &str) {
+    use clap::error::{ContextKind, ContextValue};
+    let quoted: Vec<(ContextKind, ContextValue)> = error
+        .context()
+        .filter_map(|(kind, value)| match value {
+            ContextValue::String(text) => Some((kind, ContextValue::String(printable(text)))),
+            ContextValue::Strings(texts) => {
+                Some((kind, ContextValue::Strings(texts.iter().map(|t| printable(t)).collect())))
+            }
+            _ => None,
+        })
+        .collect();
+    for (kind, value) in quoted {
+        error.insert(kind, value);
     }
-    format!("{body}\n\n{usage}{hint}")
+    // An error clap wrote out itself (the program's own rules, which clap gives the usage line, and the
+    // help it shows for a missing subcommand) is printed as written: the context is not read for it.
+    if error.get(ContextKind::Usage).is_none() {
+        error.insert(ContextKind::Usage, ContextValue::StyledStr(usage.to_owned().into()));
+    }
 }
 
 /// Writes `--generate`'s text on standard output: the exit status, as for any other output of the program

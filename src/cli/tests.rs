@@ -291,21 +291,49 @@ fn every_generated_text_names_the_options() {
     );
 }
 
+/// The usage error `args` make, as printed.
+fn usage_error(args: &[&str]) -> String {
+    let args = std::iter::once("simple-ipc").chain(args.iter().copied()).map(Into::into).collect();
+    match super::parse_from(args) {
+        Err(early) => early.usage_error().unwrap_or_else(|| panic!("not a usage error: {early:?}")),
+        Ok(role) => panic!("{role:?}"),
+    }
+}
+
 /// The usage line goes where clap puts it when it gives one, before the hint to try `--help`: added to
-/// clap's errors without it, and never twice.
+/// clap's errors without it, and never twice. A value that quotes the usage line's or the hint's words,
+/// or holds a newline or an escape, is the user's: it is quoted fit to print, and moves nothing.
 #[test]
 fn the_usage_line_comes_before_the_help_hint() {
     let usage = "Usage: simple-ipc [OPTIONS]";
     let hint = "For more information, try '--help'.";
-    let without = format!("error: invalid value '0' for '--procs-per-device <N>'\n\n{hint}\n");
-    let ordered = format!("error: invalid value '0' for '--procs-per-device <N>'\n\n{usage}\n\n{hint}");
-    assert_eq!(super::with_usage(&without, usage), ordered);
-    assert_eq!(super::with_usage(&ordered, usage), ordered, "clap gave it: left as it is");
-    assert_eq!(super::with_usage("error: no hint\n", usage), format!("error: no hint\n\n{usage}"));
-    // A value that quotes the usage line's or the hint's words is the user's, not clap's.
-    for value in ["Usage: x", "\n\nFor more information, try x"] {
-        let error = format!("error: invalid value '{value}' for '--ipc <MECHANISM>'");
-        let said = super::with_usage(&format!("{error}\n\n{hint}\n"), usage);
-        assert_eq!(said, format!("{error}\n\n{usage}\n\n{hint}"), "{value:?}");
+    let values = [
+        ("0", "0"),
+        ("Usage: x", "Usage: x"),
+        ("a\n\nUsage: b", "a\\n\\nUsage: b"),
+        ("\n\nFor more information, try x", "\\n\\nFor more information, try x"),
+        ("\u{1b}[2J\r\u{202e}", "\\u{1b}[2J\\r\\u{202e}"),
+    ];
+    for (value, quoted) in values {
+        let said = usage_error(&["--procs-per-device", value]);
+        let error = format!("error: invalid value '{quoted}' for '--procs-per-device <N>': ");
+        assert!(said.starts_with(&error), "{value:?}: {said}");
+        assert!(said.ends_with(&format!("\n\n{usage}\n\n{hint}")), "{value:?}: {said}");
+        assert_eq!(said.matches("Usage:").count(), 1 + value.matches("Usage:").count(), "{value:?}: {said}");
+        let said = usage_error(&["--ipc", value]);
+        let error = format!("error: invalid value '{quoted}' for '--ipc <MECHANISM>'\n  [possible values: ");
+        assert!(said.starts_with(&error) && said.ends_with(&format!("\n\n{usage}\n\n{hint}")), "{said}");
+        let said = usage_error(&[&format!("--{value}")]);
+        assert!(said.starts_with(&format!("error: unexpected argument '--{quoted}' found")), "{said}");
+        assert!(said.ends_with(&format!("\n\n{usage}\n\n{hint}")), "{value:?}: {said}");
     }
+    // The program's own rules, which clap writes out with the usage line: said once.
+    let said = usage_error(&["--bench", "--ipc", "all"]);
+    assert!(
+        said.ends_with(&format!("\n\n{usage}\n\n{hint}")) && said.matches("Usage:").count() == 1,
+        "{said}"
+    );
+    // The internal parser's help for a missing subcommand holds its usage line already.
+    let said = usage_error(&[crate::role::INTERNAL]);
+    assert_eq!(said.matches("Usage: simple-ipc @internal").count(), 1, "{said}");
 }

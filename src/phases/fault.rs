@@ -232,21 +232,31 @@ pub fn lies(who: Who) -> bool {
     lies
 }
 
-/// The `corrupt` fault: if it names this process, says so and changes two bytes of `data` (the buffer as
-/// copied back, which must hold `expected` everywhere), so that the verification must fail. It works on a
-/// GPU as on the simulation, so the GPU check can prove that a wrong buffer is a failure.
-pub fn corrupt_if_asked(who: Who, data: &mut [u8], expected: u8) {
+/// The `corrupt` fault: if it names this process, says so and changes two bytes of the copied-back buffer
+/// (which must hold `expected` everywhere), so that the verification must fail: [`corrupt`]'s, where they
+/// fall in `data`, the buffer's bytes from offset `at` of `whole` (a buffer copied back a part at a time
+/// has each part given here). It works on a GPU as on the simulation, so the GPU check can prove that a
+/// wrong buffer is a failure.
+pub fn corrupt_if_asked(who: Who, data: &mut [u8], at: usize, whole: usize, expected: u8) {
     let Ok(spec) = std::env::var(FAULT_ENV) else { return };
     if !matches!(parse(&spec), Ok((target, Phase::Verify, Action::Corrupt)) if target == who) {
         return;
     }
-    eprint_line!("test fault: {spec} strikes");
-    let last = data.len().saturating_sub(1);
-    if let Some(byte) = data.get_mut(last / 3) {
-        *byte = expected.wrapping_add(7);
+    if at == 0 {
+        eprint_line!("test fault: {spec} strikes");
     }
-    if let Some(byte) = data.get_mut(last) {
-        *byte = expected.wrapping_add(1);
+    corrupt(data, at, whole, expected);
+}
+
+/// The `corrupt` fault's two bytes of a buffer of `whole` bytes, the one a third of the way in and the
+/// last (so that a check that stops short of the end cannot pass), changed where they fall in `data`, the
+/// buffer's bytes from offset `at`.
+pub fn corrupt(data: &mut [u8], at: usize, whole: usize, expected: u8) {
+    let last = whole.saturating_sub(1);
+    for (offset, value) in [(last / 3, expected.wrapping_add(7)), (last, expected.wrapping_add(1))] {
+        if let Some(byte) = offset.checked_sub(at).and_then(|i| data.get_mut(i)) {
+            *byte = value;
+        }
     }
 }
 

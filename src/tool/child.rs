@@ -156,7 +156,7 @@ impl ChildExtras for Options<'_> {
     }
 
     fn before_comparing(&self, data: &mut [u8], expected: u8) {
-        fault::corrupt_if_asked(Who::Child(self.index), data, expected);
+        fault::corrupt_if_asked(Who::Child(self.index), data, 0, data.len(), expected);
     }
 
     fn leave_cuda(&self, cuda: Box<dyn Driver>) {

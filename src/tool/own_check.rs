@@ -30,6 +30,22 @@ pub fn every_buffer(
     bytes: usize,
     stop: &dyn StopCheck,
 ) -> Result<()> {
+    let corrupt =
+        |data: &mut [u8], at, expected| fault::corrupt_if_asked(Who::Parent, data, at, bytes, expected);
+    every_buffer_with(driver, buffers, devices, bytes, stop, &corrupt)
+}
+
+/// [`every_buffer`], with what the `corrupt` fault does to each part copied back (the part, its offset in
+/// the buffer, the byte expected) as a parameter, so that a test can corrupt a buffer as the fault does
+/// without the variable, which every test in the process would see.
+fn every_buffer_with(
+    driver: &dyn Driver,
+    buffers: &[&dyn DeviceMemory],
+    devices: &[i32],
+    bytes: usize,
+    stop: &dyn StopCheck,
+    corrupt: &dyn Fn(&mut [u8], usize, u8),
+) -> Result<()> {
     let n = buffers.len();
     let part = bytes.clamp(1, PART);
     let mut wrong = Vec::new();
@@ -52,9 +68,7 @@ pub fn every_buffer(
             let data = host
                 .copy_part_from(buffer, offset, part.min(bytes - offset), stream, stop)
                 .with_context(|| format!("copying back the buffer of process {index} to check it"))?;
-            if offset == 0 {
-                fault::corrupt_if_asked(Who::Parent, data, expected);
-            }
+            corrupt(data, offset, expected);
             let here = find_mismatches(data, expected)?;
             found.count += here.count;
             found.first = found.first.or(here.first.map(|(at, value)| (offset + at, value)));
@@ -110,6 +124,34 @@ mod tests {
                 "the parent's own check of every buffer failed: the buffer of process 1 has 2 of {bytes} bytes \
                  that are not {second}; the first, at offset {wrong_at}, is {UNWRITTEN} (the byte it held before \
                  the run: unwritten)"
+            )
+        );
+    }
+
+    /// The `corrupt` fault changes the same two bytes of a buffer copied back a part at a time as of one
+    /// copied back whole: the one a third of the way in and the last, which is in the last part.
+    #[test]
+    fn the_corrupt_fault_reaches_the_last_part() {
+        use crate::gpu::DeviceBuffer;
+        let driver = crate::driver::host::HostDriver::for_tests("ok").unwrap();
+        let bytes = 2 * PART + 5;
+        let expected = expected_byte(0, 1);
+        let buffer = DeviceBuffer::allocate(&driver, 0, bytes).unwrap();
+        let stream = Stream::non_blocking(&driver, 0).unwrap();
+        stream.fill(&buffer, expected, bytes).unwrap();
+        stream.synchronize(&|| Ok(())).unwrap();
+        let corrupt = |data: &mut [u8], at, expected| fault::corrupt(data, at, bytes, expected);
+        let said = every_buffer_with(&driver, &[&buffer], &[0], bytes, &|| Ok(()), &corrupt).unwrap_err();
+        let mut whole = vec![expected; bytes];
+        fault::corrupt(&mut whole, 0, bytes, expected);
+        let changed: Vec<usize> = (0..bytes).filter(|&i| whole[i] != expected).collect();
+        assert_eq!(changed, [(bytes - 1) / 3, bytes - 1]);
+        assert_eq!(
+            said.to_string(),
+            format!(
+                "the parent's own check of every buffer failed: the buffer of process 0 has 2 of {bytes} bytes \
+                 that are not {expected}; the first, at offset {}, is {}",
+                changed[0], whole[changed[0]]
             )
         );
     }
