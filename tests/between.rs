@@ -245,7 +245,7 @@ fn a_process_that_is_gone_or_no_pid_is_a_clear_error() {
     if nix::unistd::geteuid().is_root() {
         // A copy another user may run, in a directory it may enter.
         let copy = dir.path().join("simple-ipc");
-        std::fs::copy(bin(), &copy).unwrap();
+        common::copy_executable(bin(), &copy, &["--version"]);
         std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
         let nobody = Command::new(&copy).args(["--between", &me, &me_too()]).uid(65534).gid(65534).output();
         let nobody = nobody.unwrap();

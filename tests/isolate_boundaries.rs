@@ -243,7 +243,7 @@ fn a_user_who_is_not_root_is_told_of_the_user_namespace() {
     let tmp = Tmp::new("nobody");
     std::fs::set_permissions(tmp.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let copy = tmp.path().join("simple-ipc");
-    std::fs::copy(bin(), &copy).unwrap();
+    common::copy_executable(bin(), &copy, &["--version"]);
     let mut command = Command::new("setpriv");
     command
         .args(["--reuid=65534", "--regid=65534", "--clear-groups"])

@@ -46,7 +46,7 @@ fn a_joiner_of_another_user_is_refused_and_an_unreachable_socket_said_so() {
     let copy_dir = common::scratch("nobody");
     std::fs::set_permissions(copy_dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let copy = copy_dir.path().join("simple-ipc");
-    std::fs::copy(bin(), &copy).unwrap();
+    common::copy_executable(bin(), &copy, &["--version"]);
     let reachable = Command::new(&copy).arg("--version").uid(65534).gid(65534).output();
     if !reachable.is_ok_and(|o| o.status.success()) {
         common::skipped(

@@ -391,6 +391,29 @@ pub fn stand_in_mps_daemon(dir: &std::path::Path, program_dir: &std::path::Path)
     stand_in_mps_daemon_of(dir, program_dir, None)
 }
 
+/// Copies the executable `from` to `to`, and returns once `to` can be run (`probe`, its arguments for a run
+/// that does nothing): a process another test thread forks while the copy is being written inherits the
+/// copy's writable descriptor until it execs, and running the copy meanwhile fails with ETXTBSY ("Text file
+/// busy"). Once one run has started, none holds it: the copy's descriptor is closed, and nothing forked
+/// later can inherit it.
+pub fn copy_executable(from: impl AsRef<Path>, to: impl AsRef<Path>, probe: &[&str]) {
+    let to = to.as_ref();
+    std::fs::copy(from, to).unwrap();
+    let since = Instant::now();
+    loop {
+        match Command::new(to).args(probe).stdin(Stdio::null()).output() {
+            Err(e)
+                if e.kind() == std::io::ErrorKind::ExecutableFileBusy
+                    && since.elapsed() < Duration::from_secs(5) =>
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => panic!("running the copy {}: {e}", to.display()),
+            Ok(_) => return,
+        }
+    }
+}
+
 /// [`stand_in_mps_daemon`], run as `uid` (and its group) where one is given: another user's daemon.
 pub fn stand_in_mps_daemon_of(
     dir: &std::path::Path,
@@ -402,7 +425,7 @@ pub fn stand_in_mps_daemon_of(
         .output()
         .expect("python3, for a stand-in of NVIDIA's daemon");
     let program = program_dir.join("nvidia-cuda-mps-control");
-    std::fs::copy(String::from_utf8_lossy(&python.stdout).trim(), &program).unwrap();
+    copy_executable(String::from_utf8_lossy(&python.stdout).trim(), &program, &["-c", ""]);
     let script = "import socket, sys, time\n\
                   s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)\n\
                   s.bind(sys.argv[1]); s.listen(64); print('ready', flush=True)\n\
