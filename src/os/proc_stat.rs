@@ -21,6 +21,12 @@ pub fn read(pid: i32) -> Option<ProcStat> {
     Some(ProcStat { state, parent, session })
 }
 
+/// `pid`'s number in its own (innermost) PID namespace, from `/proc/<pid>/status`: 1 for an init.
+pub(crate) fn innermost_pid(pid: nix::unistd::Pid) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|l| l.strip_prefix("NSpid:"))?.split_whitespace().last()?.parse().ok()
+}
+
 /// Every process below `top`, as `/proc` says now (children before their own children).
 pub(crate) fn descendants(top: nix::unistd::Pid) -> Vec<nix::unistd::Pid> {
     let all: Vec<(i32, i32)> = std::fs::read_dir("/proc")
@@ -57,5 +63,8 @@ mod tests {
         assert_eq!(me.parent, nix::unistd::getppid().as_raw());
         assert_eq!(me.session, nix::unistd::getsid(None).unwrap().as_raw());
         assert!(read(i32::MAX).is_none());
+        let me = nix::unistd::getpid();
+        assert_eq!(innermost_pid(me), Some(me.as_raw() as u32), "its number in its own namespace: getpid's");
+        assert_eq!(innermost_pid(nix::unistd::Pid::from_raw(i32::MAX)), None);
     }
 }

@@ -141,25 +141,51 @@ pub(crate) fn follow(process: &mut Process, policies: &Policies, outputs: &mut [
 /// sessions of their own (the init of a PID namespace, the guardian) only wait, and are left awake: the init
 /// continues the run and stops it in order should this process die while it holds it (`kill -9 %1`), and
 /// the kernel does the same for a run without one (an orphaned process group with stopped members gets
-/// SIGHUP and SIGCONT).
+/// SIGHUP and SIGCONT). An init that has not started its process yet is held too: awake, it would start
+/// it while the run is held (a joiner ran on through Ctrl-Z that way, 3 times in 60 on a loaded host), and
+/// an init held before it forks forks once continued.
 fn hold(top: Pid) -> Duration {
     let at = Instant::now();
-    for _ in 0..2 {
-        // Twice: what a process of the run started while the others were being stopped.
-        for pid in std::iter::once(top).chain(crate::os::proc_stat::descendants(top)) {
-            let leads_a_session =
-                crate::os::proc_stat::read(pid.as_raw()).is_some_and(|s| s.session == pid.as_raw());
-            if !leads_a_session {
-                let _ = kill(pid, Signal::SIGSTOP);
-            }
-        }
-    }
+    stop_the_run(top);
     // Delivered before kill returns: this process stops here until SIGCONT.
     let _ = kill(nix::unistd::getpid(), Signal::SIGSTOP);
     signal_all(top, Signal::SIGCONT);
     let _ = signals::continued();
     at.elapsed()
 }
+
+/// [`hold`]'s stopping of `top` and every process below it but the leaders of sessions (an init that has not
+/// started its process yet stopped too).
+pub(super) fn stop_the_run(top: Pid) {
+    // Pass after pass, until one finds no process the last did not: what a process of the run started while
+    // the others were being stopped is stopped by the next.
+    let mut seen: Vec<Pid> = Vec::new();
+    for _ in 0..HOLD_PASSES {
+        let below = crate::os::proc_stat::descendants(top);
+        for pid in std::iter::once(top).chain(below.iter().copied()) {
+            let Some(stat) = crate::os::proc_stat::read(pid.as_raw()) else { continue };
+            let leads_a_session = stat.session == pid.as_raw();
+            let has_a_child = || {
+                below
+                    .iter()
+                    .any(|p| crate::os::proc_stat::read(p.as_raw()).is_some_and(|c| c.parent == pid.as_raw()))
+            };
+            let init_yet_to_start =
+                leads_a_session && crate::os::proc_stat::innermost_pid(pid) == Some(1) && !has_a_child();
+            if !leads_a_session || init_yet_to_start {
+                let _ = kill(pid, Signal::SIGSTOP);
+            }
+        }
+        if below == seen {
+            break;
+        }
+        seen = below;
+    }
+}
+
+/// At most this many passes of [`hold`] (a run starts a few processes at a time; two passes that find the
+/// same ones end it sooner).
+const HOLD_PASSES: usize = 8;
 
 /// Sends `signal` to `top` and everything it started (the init of a PID namespace and the guardian are in
 /// sessions of their own: a signal to the run's process group would not reach them).
@@ -176,11 +202,8 @@ fn stopped_among(top: Pid) -> Option<String> {
     let stopped = std::iter::once(top)
         .chain(crate::os::proc_stat::descendants(top))
         .find(|pid| crate::os::proc_stat::read(pid.as_raw()).is_some_and(|s| matches!(s.state, 'T' | 't')))?;
-    let status = std::fs::read_to_string(format!("/proc/{stopped}/status")).unwrap_or_default();
-    let inner =
-        status.lines().find_map(|l| l.strip_prefix("NSpid:")).and_then(|l| l.split_whitespace().last());
-    Some(match inner {
-        Some("1") => format!("the init of a PID namespace of the run (pid {stopped}, pid 1 in it)"),
+    Some(match crate::os::proc_stat::innermost_pid(stopped) {
+        Some(1) => format!("the init of a PID namespace of the run (pid {stopped}, pid 1 in it)"),
         _ => format!("process {stopped} of the run"),
     })
 }

@@ -304,3 +304,63 @@ fn a_stopped_process_left_to_end_on_its_own_is_continued_first() {
     assert!(!process.is_stopped(), "process {pid} was left stopped");
     assert_eq!(process.wait(), Ended::Exited(0), "it went on to its end");
 }
+
+/// Ctrl-Z's stopping of a run: every process below the top is stopped but the leaders of sessions, which
+/// only wait (the guardian); an init of a PID namespace that has not started its process yet is stopped too,
+/// lest it start it while the run is held.
+#[test]
+fn holding_a_run_stops_an_init_yet_to_start_its_process_and_leaves_other_leaders_awake() {
+    if !nix::unistd::geteuid().is_root() {
+        return; // unshare --pid needs root (CI is root)
+    }
+    let state = |pid: Pid| crate::os::proc_stat::read(pid.as_raw()).map(|s| s.state);
+    // top (sh) -> a leader that is no init (the guardian's shape), and unshare -> an init without a child.
+    let mut top = std::process::Command::new("sh")
+        .args(["-c", "setsid sleep 30 & unshare --pid --fork setsid sleep 30 & wait"])
+        .spawn()
+        .unwrap();
+    let top_pid = Pid::from_raw(top.id() as i32);
+    // Whatever the test's end, nothing of it stays (stopped, it would hold the test's output open).
+    struct KillAll(Pid);
+    impl Drop for KillAll {
+        fn drop(&mut self) {
+            for pid in crate::os::proc_stat::descendants(self.0).into_iter().chain([self.0]) {
+                let _ = kill(pid, Signal::SIGKILL);
+            }
+        }
+    }
+    let _kill_all = KillAll(top_pid);
+    let found = |top| {
+        let below = crate::os::proc_stat::descendants(top);
+        // (Leaders only: what else is below is stopped with the top.)
+        let leaders: Vec<Pid> = below
+            .iter()
+            .copied()
+            .filter(|p| crate::os::proc_stat::read(p.as_raw()).is_some_and(|s| s.session == p.as_raw()))
+            .collect();
+        let init = leaders.iter().copied().find(|p| crate::os::proc_stat::innermost_pid(*p) == Some(1));
+        let other = leaders.iter().copied().find(|p| crate::os::proc_stat::innermost_pid(*p) != Some(1));
+        (init, other)
+    };
+    let since = Instant::now();
+    let (mut init, mut other) = found(top_pid);
+    while (init.is_none() || other.is_none()) && since.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(LOOK);
+        (init, other) = found(top_pid);
+    }
+    let (Some(init), Some(other)) = (init, other) else { panic!("no init and other leader below {top_pid}") };
+    super::supervise::stop_the_run(top_pid);
+    let stopped = |pid: Pid| {
+        let since = Instant::now();
+        while !matches!(state(pid), Some('T' | 't')) && since.elapsed() < Duration::from_secs(2) {
+            std::thread::sleep(LOOK);
+        }
+        matches!(state(pid), Some('T' | 't'))
+    };
+    assert!(stopped(top_pid), "the top is stopped");
+    assert!(stopped(init), "the init without a child is stopped");
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(matches!(state(other), Some('S' | 'R')), "the other leader stays awake: {:?}", state(other));
+    drop(_kill_all);
+    let _ = top.wait();
+}
