@@ -157,11 +157,13 @@ fn hold(top: Pid) -> Duration {
 /// [`hold`]'s stopping of `top` and every process below it but the leaders of sessions (an init that has not
 /// started its process yet stopped too).
 pub(super) fn stop_the_run(top: Pid) {
-    // Pass after pass, until one finds no process the last did not: what a process of the run started while
-    // the others were being stopped is stopped by the next.
+    // Pass after pass, until one finds no process the last did not, and stopped no init that was awake (it
+    // may have forked its process since the pass looked): what a process of the run started while the
+    // others were being stopped is stopped by the next.
     let mut seen: Vec<Pid> = Vec::new();
     for _ in 0..HOLD_PASSES {
         let below = crate::os::proc_stat::descendants(top);
+        let mut stopped_an_init = false;
         for pid in std::iter::once(top).chain(below.iter().copied()) {
             let Some(stat) = crate::os::proc_stat::read(pid.as_raw()) else { continue };
             let leads_a_session = stat.session == pid.as_raw();
@@ -175,8 +177,9 @@ pub(super) fn stop_the_run(top: Pid) {
             if !leads_a_session || init_yet_to_start {
                 let _ = kill(pid, Signal::SIGSTOP);
             }
+            stopped_an_init |= init_yet_to_start && !matches!(stat.state, 'T' | 't');
         }
-        if below == seen {
+        if below == seen && !stopped_an_init {
             break;
         }
         seen = below;
