@@ -164,18 +164,18 @@ pub(super) fn stop_the_run(top: Pid) {
     for _ in 0..HOLD_PASSES {
         let below = crate::os::proc_stat::descendants(top);
         let mut stopped_an_init = false;
-        for pid in std::iter::once(top).chain(below.iter().copied()) {
-            let Some(stat) = crate::os::proc_stat::read(pid.as_raw()) else { continue };
+        // Each process's stat, read once a pass (a process that ended meanwhile is left out).
+        let stats: Vec<(Pid, crate::os::proc_stat::ProcStat)> = std::iter::once(top)
+            .chain(below.iter().copied())
+            .filter_map(|pid| Some((pid, crate::os::proc_stat::read(pid.as_raw())?)))
+            .collect();
+        for (pid, stat) in &stats {
             let leads_a_session = stat.session == pid.as_raw();
-            let has_a_child = || {
-                below
-                    .iter()
-                    .any(|p| crate::os::proc_stat::read(p.as_raw()).is_some_and(|c| c.parent == pid.as_raw()))
-            };
+            let has_a_child = || stats.iter().any(|(_, other)| other.parent == pid.as_raw());
             let init_yet_to_start =
-                leads_a_session && crate::os::proc_stat::innermost_pid(pid) == Some(1) && !has_a_child();
+                leads_a_session && crate::os::proc_stat::innermost_pid(*pid) == Some(1) && !has_a_child();
             if !leads_a_session || init_yet_to_start {
-                let _ = kill(pid, Signal::SIGSTOP);
+                let _ = kill(*pid, Signal::SIGSTOP);
             }
             stopped_an_init |= init_yet_to_start && !matches!(stat.state, 'T' | 't');
         }
