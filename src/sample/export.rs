@@ -97,7 +97,7 @@ impl<'d> Exporter<'_, 'd> {
             }
         }
         let exports: Vec<ProcessExports<'d>> = exports.into_iter().map(|(_, e)| e).collect();
-        self.send_descriptors(&exports)?;
+        self.send_descriptors(&exports, meanwhile)?;
         self.state.publish_ready();
         // Not needed for IPC, but it sets the peers up, as the original does; the children go on meanwhile.
         devices::enable_peers(self.driver, self.chosen)?;
@@ -136,17 +136,84 @@ impl<'d> Exporter<'_, 'd> {
         Ok((context, exported))
     }
 
-    /// vmm and pool: sends each child one message with every buffer's descriptor, in process order.
-    fn send_descriptors(&self, exports: &[ProcessExports]) -> Result<()> {
+    /// vmm and pool: sends each child one message with every buffer's descriptor, in process order. A
+    /// socket found closed means its process has ended: its ending, as the watch (`meanwhile`) names it, is
+    /// the run's error, not the broken socket.
+    fn send_descriptors(
+        &self,
+        exports: &[ProcessExports],
+        meanwhile: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<()> {
         if self.sockets.is_empty() {
             return Ok(());
         }
         let all: Vec<BorrowedFd> = exports.iter().filter_map(|e| e.buffer.descriptor()).collect();
         for (child, socket) in self.sockets.iter().enumerate() {
-            self.extras
-                .send_descriptors(socket, self.mechanism.code(), &all)
-                .with_context(|| format!("sending process {child} its descriptors"))?;
+            let sent = self.extras.send_descriptors(socket, self.mechanism.code(), &all);
+            if let Err(e) = sent {
+                if other_end_closed(&e) {
+                    watch_for(PEER_GONE_GRACE, meanwhile)?;
+                }
+                return Err(e.context(format!("sending process {child} its descriptors")));
+            }
         }
         Ok(())
+    }
+}
+
+/// How long a send that found its socket closed watches the processes to learn why: the process at the
+/// other end has ended or is ending, and the watch sees that within milliseconds (its exit closed the socket
+/// a moment before it can be reaped, or before its connection's end is read).
+const PEER_GONE_GRACE: Duration = Duration::from_millis(500);
+
+/// Whether a send failed because the other end of its socket is closed.
+fn other_end_closed(error: &anyhow::Error) -> bool {
+    use nix::errno::Errno;
+    error.chain().any(|cause| matches!(cause.downcast_ref::<Errno>(), Some(Errno::EPIPE | Errno::ECONNRESET)))
+}
+
+/// Calls `meanwhile` every millisecond for `grace`: its error (a process that failed) ends it early.
+fn watch_for(grace: Duration, meanwhile: &mut dyn FnMut() -> Result<()>) -> Result<()> {
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline {
+        meanwhile()?;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_send_to_a_closed_socket_is_told_from_other_failures() {
+        let (ours, theirs) = descriptors::pair().unwrap();
+        descriptors::send(&ours, 1, &[]).unwrap();
+        drop(theirs);
+        let broken = descriptors::send(&ours, 1, &[]).unwrap_err();
+        assert!(other_end_closed(&broken), "{broken:#}");
+        assert!(!other_end_closed(&anyhow!("the buffer of process 1")));
+        assert!(!other_end_closed(&anyhow::Error::new(nix::errno::Errno::EBADF).context("sending")));
+    }
+
+    #[test]
+    fn the_watch_after_a_broken_send_ends_with_the_first_failure_it_sees() {
+        let mut looks = 0;
+        let started = Instant::now();
+        let why = watch_for(Duration::from_secs(5), &mut || {
+            looks += 1;
+            if looks == 3 { Err(anyhow!("Process 1 failed!")) } else { Ok(()) }
+        });
+        assert_eq!(why.unwrap_err().to_string(), "Process 1 failed!");
+        assert_eq!(looks, 3);
+        assert!(started.elapsed() < Duration::from_secs(5));
+        let mut quiet_looks = 0;
+        watch_for(Duration::from_millis(20), &mut || {
+            quiet_looks += 1;
+            Ok(())
+        })
+        .unwrap();
+        assert!(quiet_looks >= 2, "{quiet_looks}");
     }
 }
