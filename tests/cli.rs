@@ -557,3 +557,21 @@ fn in_a_container_the_waived_verdict_says_the_engines_words() {
         assert!(verdict.contains("on this machine") || verdict.contains("in this container"), "{all}");
     }
 }
+
+/// A value the user gives is echoed in its error, but no control character in it reaches the terminal: not
+/// in the error line, not in the verdict (the pieces of a line come from many places; every line is made
+/// fit for a terminal where it is written).
+#[test]
+fn a_value_with_escape_sequences_reaches_no_terminal_raw() {
+    let path = "/nonexistent-dir\x1b[2J\x1b]0;pwned\x07\r/x";
+    for args in [&["--json", path][..], &["--metrics", path], &["--serve", path]] {
+        let out = run(simulated("ok").args(args));
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", text(&out));
+        let all = text(&out);
+        assert!(
+            all.contains("/nonexistent-dir\\u{1b}[2J\\u{1b}]0;pwned\\u{7}\\r/x"),
+            "{args:?}: named, escaped: {all}"
+        );
+        assert!(!all.contains(['\x1b', '\x07', '\r']), "{args:?}: {all:?}");
+    }
+}

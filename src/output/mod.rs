@@ -201,20 +201,20 @@ pub fn line(args: std::fmt::Arguments) -> Result<()> {
     if quiet() {
         return Ok(());
     }
-    to_stdout(format!("{args}\n").as_bytes())
+    to_stdout(fit_for_a_terminal(&format!("{args}\n")).as_bytes())
 }
 
-/// Writes text as it is, at once.
+/// Writes text, at once, its lines as they are (only what [`fit_for_a_terminal`] escapes is changed).
 pub fn text(text: &str) -> Result<()> {
     if quiet() {
         return Ok(());
     }
-    to_stdout(text.as_bytes())
+    to_stdout(fit_for_a_terminal(text).as_bytes())
 }
 
 /// Writes the run's last line, the verdict, even with `--quiet`.
 pub fn verdict(line: &str) -> Result<()> {
-    to_stdout(format!("{line}\n").as_bytes())
+    to_stdout(fit_for_a_terminal(&format!("{line}\n")).as_bytes())
 }
 
 /// Writes a line to standard error (use [`eprint_line!`](crate::eprint_line)) in one write, so that the
@@ -222,6 +222,7 @@ pub fn verdict(line: &str) -> Result<()> {
 /// report it).
 pub fn stderr_line(args: std::fmt::Arguments) {
     let line = format!("{args}\n");
+    let line = fit_for_a_terminal(&line);
     // The progress bar's lock is taken before std's, in the order the bar's own drawing takes them.
     crate::output::progress::suspend(|| {
         let _one_writer = std::io::stderr().lock();
@@ -246,6 +247,34 @@ macro_rules! eprint_line {
     ($($arg:tt)*) => { $crate::output::stderr_line(format_args!($($arg)*)) };
 }
 
+/// Every line this program writes, fit for the terminal it may reach: its lines and tabs kept, every other
+/// control character and bidirectional-text control escaped as [`printable`] escapes them. A line is made
+/// of pieces from many places (a path the user gave, a file name, an error's text), and whatever none of
+/// them escaped, none can move the cursor, clear the screen or hide the verdict: this is the one place
+/// every line passes.
+pub fn fit_for_a_terminal(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(|c| c != '\n' && c != '\t' && needs_escape(c)) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        match c {
+            '\n' | '\t' => out.push(c),
+            c => out.push_str(&printable(c.encode_utf8(&mut [0; 4]))),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// Whether [`printable`] writes `c` as its escape.
+fn needs_escape(c: char) -> bool {
+    c.is_control() || is_bidi_control(c)
+}
+
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
 /// `text` from another process, fit to print: each control character (ESC, CR, BEL, a newline, C1 codes)
 /// and each bidirectional-text control is written as its escape (`\u{1b}`, `\r`, `\n`), so that nothing
 /// said over the socket can move the cursor, recolour, retitle or rewrite a line of a terminal or a verdict;
@@ -253,8 +282,7 @@ macro_rules! eprint_line {
 pub fn printable(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
-        let bidi = matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
-        if bidi {
+        if is_bidi_control(c) {
             out.push_str(&format!("\\u{{{:x}}}", c as u32));
         } else if c.is_control() {
             out.extend(c.escape_debug());
@@ -268,6 +296,14 @@ pub fn printable(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_line_keeps_its_lines_and_tabs_and_escapes_every_other_control() {
+        let clean = "Process 1\tcomplete!\nPASSED\n";
+        assert!(matches!(fit_for_a_terminal(clean), std::borrow::Cow::Borrowed(_)));
+        let said = fit_for_a_terminal("--json /x\u{1b}[2J\r\u{7}/y\tz\n\u{202e}FAILED\u{85}\n");
+        assert_eq!(said, "--json /x\\u{1b}[2J\\r\\u{7}/y\tz\n\\u{202e}FAILED\\u{85}\n");
+    }
 
     /// In a forked process (the test harness keeps its own descriptors): with standard output closed, the
     /// next descriptor opened would be 1; after the filling, 1 is /dev/null and a new one is not 0, 1 or 2.
