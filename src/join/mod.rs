@@ -4,7 +4,7 @@
 //! status), with the connection standing for its parent: when the server is gone, it stops. At its end it
 //! tells the server how it ended.
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -294,7 +294,7 @@ fn take_part_once(
     let sigbus = crate::supervise::sigbus::diagnosis();
     let why = format!("killed by SIGBUS: {sigbus}");
     let bus = Message::Ended(128 + nix::libc::SIGBUS as u8, why, Some(sigbus), None).encode()?;
-    crate::supervise::sigbus::leave_last_word(connection.as_raw_fd(), bus)?;
+    crate::supervise::sigbus::leave_last_word(connection.as_fd(), bus)?;
     let server = attach::Parent::Server { connection, deadline };
     // However its part ends, from the segment's checks on, the server is told why: its verdict names it.
     let ended = take_part(address, admission, &server, bench_asked, cuda);

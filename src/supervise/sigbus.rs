@@ -6,7 +6,7 @@
 //! ([`leave_last_word`]): the message that says so, made ready, which a handler sends on its connection should
 //! SIGBUS come, before the process dies of it as ever.
 
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::OnceLock;
 
 use anyhow::{Context, Result};
@@ -14,14 +14,22 @@ use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction
 
 use crate::ipc::diagnose::Diagnosis;
 
-/// The connection and the message, whole, that the handler sends.
-static LAST_WORD: OnceLock<(RawFd, Vec<u8>)> = OnceLock::new();
+/// The handler's own copy of the connection, and the message, whole, that it sends.
+static LAST_WORD: OnceLock<(OwnedFd, Vec<u8>)> = OnceLock::new();
 
-/// Should SIGBUS come, `message` (encoded whole) is sent on `connection` (which must stay open while the
-/// process may touch shared memory), then the process dies of SIGBUS as it would have. Once per process: a
-/// later call (the next run of a served sequence, on the same connection) changes nothing.
-pub(crate) fn leave_last_word(connection: RawFd, message: Vec<u8>) -> Result<()> {
-    if LAST_WORD.set((connection, message)).is_err() {
+/// Should SIGBUS come, `message` (encoded whole) is sent on `connection`, then the process dies of SIGBUS as
+/// it would have. The handler sends on a copy of the connection of its own, open for the process's life: the
+/// caller's may be closed and its number given to another file (the `--json` document) before a SIGBUS
+/// comes (from a `kill`), which must not get the message. Once per process: a later call (the next run of a
+/// served sequence, on the same connection) changes nothing.
+pub(crate) fn leave_last_word(connection: BorrowedFd, message: Vec<u8>) -> Result<()> {
+    if LAST_WORD.get().is_some() {
+        return Ok(());
+    }
+    let own = connection
+        .try_clone_to_owned()
+        .context("keeping a copy of the connection for the last word on SIGBUS")?;
+    if LAST_WORD.set((own, message)).is_err() {
         return Ok(());
     }
     // Reset to the default as it runs: the SIGBUS it raises again ends the process.
@@ -36,7 +44,12 @@ extern "C" fn say_and_die(_signal: nix::libc::c_int) {
     if let Some((connection, message)) = LAST_WORD.get() {
         // SAFETY: `message` lives for the process's life; a connection already gone is an error, ignored.
         let _ = unsafe {
-            nix::libc::send(*connection, message.as_ptr().cast(), message.len(), nix::libc::MSG_NOSIGNAL)
+            nix::libc::send(
+                connection.as_raw_fd(),
+                message.as_ptr().cast(),
+                message.len(),
+                nix::libc::MSG_NOSIGNAL,
+            )
         };
     }
     // SAFETY: raise is async-signal-safe; SIGBUS is held until the handler returns, then ends the process
@@ -87,6 +100,44 @@ fn size_text(bytes: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::AsFd;
+
+    /// In a forked process (the handler ends it): the caller's connection closed and its number taken by
+    /// another file before SIGBUS comes, the last word still reaches the other end, and the process dies of
+    /// SIGBUS.
+    #[test]
+    fn the_last_word_reaches_the_server_after_the_callers_connection_is_closed() {
+        let (server, joiner) = crate::wire::descriptors::pair().unwrap();
+        // SAFETY: (test) the forked child only installs the handler, closes and opens a descriptor and
+        // raises SIGBUS; every path ends it with _exit or the signal.
+        match unsafe { nix::unistd::fork() }.unwrap() {
+            nix::unistd::ForkResult::Child => {
+                let number = joiner.as_raw_fd();
+                let left = leave_last_word(joiner.as_fd(), b"bus".to_vec());
+                drop(joiner);
+                let reused = std::fs::File::open("/dev/null");
+                let took_its_number = reused.as_ref().is_ok_and(|f| f.as_raw_fd() == number);
+                if left.is_err() || !took_its_number {
+                    // SAFETY: _exit ends the forked child at once.
+                    unsafe { nix::libc::_exit(3) };
+                }
+                let _ = nix::sys::signal::raise(Signal::SIGBUS);
+                // SAFETY: as above.
+                unsafe { nix::libc::_exit(4) };
+            }
+            nix::unistd::ForkResult::Parent { child } => {
+                let status = nix::sys::wait::waitpid(child, None).unwrap();
+                assert!(
+                    matches!(status, nix::sys::wait::WaitStatus::Signaled(_, Signal::SIGBUS, _)),
+                    "{status:?}"
+                );
+                let mut said = [0u8; 8];
+                let flags = nix::sys::socket::MsgFlags::MSG_DONTWAIT;
+                let n = nix::sys::socket::recv(server.as_raw_fd(), &mut said, flags).unwrap();
+                assert_eq!(&said[..n], b"bus");
+            }
+        }
+    }
 
     /// The diagnosis names /dev/shm, its size and room (or that it could not be read), and the fix.
     #[test]
