@@ -70,7 +70,8 @@ impl RunEnd {
         match ending.status {
             Status::Passed => Self::Passed,
             Status::Waived => Self::Waived(why),
-            Status::Failed | Status::Interrupted => Self::Failed { process: None, why },
+            // A run still running by its document's word never said how it ended.
+            Status::Failed | Status::Interrupted | Status::Running => Self::Failed { process: None, why },
         }
     }
 }
@@ -84,6 +85,10 @@ pub enum Status {
     Waived,
     /// A stop signal, or the reader of standard output going away.
     Interrupted,
+    /// Begun and not ended: only in the document a run writes to its files as it begins (`report::open`),
+    /// which the one it writes as it ends replaces. Still there once the run's time is past, it says that
+    /// the run ended without writing another: killed by SIGKILL (the OOM killer), or its machine stopped.
+    Running,
 }
 
 impl Outcome {

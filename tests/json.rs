@@ -683,3 +683,40 @@ fn a_document_that_cannot_be_written_is_said_by_the_verdict_which_comes_last() {
     );
     assert!(!stdout.lines().any(|l| l.starts_with("PASSED")), "no PASSED before it: {stdout}");
 }
+
+/// A run killed with SIGKILL (the OOM killer, `timeout -s KILL`) writes nothing as it dies: what its files
+/// say then is what it wrote as it began, that it is running, with its pid, never the previous run's pass.
+#[test]
+fn a_run_killed_with_sigkill_leaves_running_not_the_last_runs_pass() {
+    use std::time::{Duration, Instant};
+    let dir = scratch("sigkill");
+    let (json, metrics) = (dir.path().join("run.json"), dir.path().join("run.prom"));
+    let passed = run(simulated("ok").arg("--json").arg(&json).arg("--metrics").arg(&metrics));
+    assert_eq!(passed.status.code(), Some(0), "{}", text(&passed));
+    assert_eq!(common::document(&json)["status"], "passed");
+    let mut hung = simulated("ok");
+    hung.env(FAULT, "child0@round-robin:hang").arg("--json").arg(&json).arg("--metrics").arg(&metrics);
+    let mut child =
+        hung.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
+    let pid = child.id();
+    let running = || {
+        common::document(&json)["status"] == "running"
+            && std::fs::read_to_string(&metrics).is_ok_and(|m| m.contains("{status=\"running\"} 1"))
+    };
+    let start = Instant::now();
+    while !running() && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Its group: the run and its children (its guardian, in a session of its own, then cleans up).
+    let _ =
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(-(pid as i32)), nix::sys::signal::Signal::SIGKILL);
+    let _ = child.wait();
+    let doc = common::document(&json);
+    assert_eq!((doc["status"].as_str(), doc["exit_status"].as_u64()), (Some("running"), None), "{doc}");
+    let reason = doc["reason"].as_str().unwrap_or_default();
+    assert!(reason.starts_with(&format!("the run (pid {pid}) has begun and not ended")), "{doc}");
+    let prom = std::fs::read_to_string(&metrics).unwrap();
+    assert!(prom.contains("simple_ipc_status{status=\"running\"} 1\n"), "{prom}");
+    assert!(prom.contains("simple_ipc_status{status=\"passed\"} 0\n"), "{prom}");
+    common::assert_nothing_left(pid, &[], "a run killed with SIGKILL");
+}

@@ -69,7 +69,7 @@ impl FinalDocument {
         }
         let document = &mut self.document;
         document.status = status;
-        (document.reason, document.exit_status) = (Some(reason), exit_status);
+        (document.reason, document.exit_status) = (Some(reason), Some(exit_status));
         // What only a pass or a failure of the run itself carries (as `document` leaves them out of an
         // interrupted run's).
         (document.summary, document.cause, document.fix, document.refused) = (None, None, None, None);
@@ -94,11 +94,11 @@ pub(super) fn not_written(document: &Document, written: &Result<()>) -> Option<D
     if e.chain().any(|cause| cause.is::<crate::output::ReaderGone>()) {
         document.status = Status::Interrupted;
         document.reason = Some(crate::output::ReaderGone.to_string());
-        document.exit_status = crate::output::READER_GONE_STATUS;
+        document.exit_status = Some(crate::output::READER_GONE_STATUS);
     } else if matches!(document.status, Status::Passed | Status::Waived) {
         document.status = Status::Failed;
         document.reason = Some(format!("{e:#}"));
-        document.exit_status = crate::outcome::EXIT_FAILURE;
+        document.exit_status = Some(crate::outcome::EXIT_FAILURE);
         document.summary = None;
     }
     Some(document)

@@ -23,12 +23,13 @@ use exposition::{Labels, Metrics};
 
 mod exposition;
 
-/// The states of a run (and of a mechanism of `--ipc all`), as the document names them.
-const STATUSES: [(Status, &str); 4] = [
+/// The states of a run (and, but `running`, of a mechanism of `--ipc all`), as the document names them.
+const STATUSES: [(Status, &str); 5] = [
     (Status::Passed, "passed"),
     (Status::Failed, "failed"),
     (Status::Waived, "waived"),
     (Status::Interrupted, "interrupted"),
+    (Status::Running, "running"),
 ];
 
 /// A matrix cell's results, as the document names them (`error`: its run failed for another cause than
@@ -80,7 +81,9 @@ fn run_ended(metrics: &mut Metrics, document: &Document) {
     metrics.gauge("info", info, 1.0);
     let status = status_name(document.status);
     metrics.states("status", Vec::new(), ("status", &status_names(), status));
-    metrics.gauge("exit_status", Vec::new(), f64::from(document.exit_status));
+    if let Some(exit_status) = document.exit_status {
+        metrics.gauge("exit_status", Vec::new(), f64::from(exit_status));
+    }
     if let Some(refused) = &document.refused {
         let handle = if refused.event { "event" } else { "memory" };
         let labels = vec![
@@ -163,7 +166,7 @@ fn xid(metrics: &mut Metrics, document: &Document, mechanism: &str) {
 fn of_mechanism(metrics: &mut Metrics, result: &MechanismResult) {
     let labels = of_mechanism_only(&result.mechanism);
     let status = status_name(result.status);
-    metrics.states("mechanism_status", labels.clone(), ("status", &status_names(), status));
+    metrics.states("mechanism_status", labels.clone(), ("status", &ended_status_names(), status));
     if let Some(ms) = result.wall_ms {
         metrics.gauge("mechanism_seconds", labels.clone(), ms / 1e3);
     }
@@ -299,8 +302,13 @@ fn status_name(status: Status) -> &'static str {
     STATUSES.iter().find(|(s, _)| *s == status).map_or("failed", |(_, name)| name)
 }
 
-fn status_names() -> [&'static str; 4] {
+fn status_names() -> [&'static str; 5] {
     STATUSES.map(|(_, name)| name)
+}
+
+/// The states of a mechanism's run of `--ipc all`, which has ended when its row is made: all but `running`.
+fn ended_status_names() -> Vec<&'static str> {
+    STATUSES.iter().filter(|(status, _)| *status != Status::Running).map(|(_, name)| *name).collect()
 }
 
 /// The name serde gives `value` (an enum of unit variants: `snake_case`).

@@ -33,6 +33,7 @@ mod final_document;
 mod kernel_log;
 mod last_word;
 mod metrics;
+mod running;
 pub(crate) mod verdict;
 
 use std::path::{Path, PathBuf};
@@ -197,7 +198,13 @@ pub fn open(json: Option<&Path>, metrics: Option<&Path>, asked: (Mode, Options))
             metrics.given.display()
         )
     }
-    Ok(Some(Opened::new(json, metrics, asked)))
+    let opened = Opened::new(json, metrics, asked);
+    // A file that cannot take it now (a full disk) may take the verdict at the end; if it cannot, the
+    // verdict line says so then.
+    if let Err(e) = opened.write_running() {
+        eprint_line!("simple-ipc: warning: {e:#}: killed before its end, the run would leave what was there");
+    }
+    Ok(Some(opened))
 }
 
 /// The inherited descriptor `fd` (`--report-fd`) as the document of this run (`asked`: its mode and options).
@@ -300,7 +307,7 @@ fn document(opened: &Opened, verdict: &Verdict, findings: Findings) -> Document 
             whole.status = verdict.status;
             whole.reason = verdict.reason.map(str::to_owned);
             whole.summary = verdict.summary.map(str::to_owned);
-            whole.exit_status = verdict.exit_status;
+            whole.exit_status = Some(verdict.exit_status);
             (whole.mode, whole.options) = (opened.mode, opened.options.clone());
             return whole;
         }
@@ -348,7 +355,7 @@ fn document(opened: &Opened, verdict: &Verdict, findings: Findings) -> Document 
         kernel_log: kernel_log.unread,
         test_kernel_log: crate::node::test_log(),
         summary: verdict.summary.map(str::to_owned),
-        exit_status: verdict.exit_status,
+        exit_status: Some(verdict.exit_status),
         mode: opened.mode,
         driver,
         devices,

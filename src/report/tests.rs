@@ -15,18 +15,35 @@ fn a_regular_file_is_replaced_whole_and_anything_else_refused_without_blocking()
     let dir = tmp.path();
     let file = dir.join("t.json");
     std::fs::write(&file, "an old and much longer document").unwrap();
-    let opened = open(Some(&file), None, asked()).unwrap().unwrap();
-    assert_eq!(std::fs::read_to_string(&file).unwrap(), "an old and much longer document", "not yet");
+    let metrics = dir.join("t.prom");
+    std::fs::write(&metrics, "simple_ipc_status{status=\"passed\"} 1\n").unwrap();
+    let opened = open(Some(&file), Some(&metrics), asked()).unwrap().unwrap();
+    // As it begins, the run says so in both files: a run killed now leaves no earlier run's word there.
+    let running: Document = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!((running.status, running.exit_status), (Status::Running, None));
+    let pid = format!("the run (pid {}) has begun and not ended", std::process::id());
+    assert!(running.reason.as_deref().is_some_and(|r| r.starts_with(&pid)), "{:?}", running.reason);
+    let prom = std::fs::read_to_string(&metrics).unwrap();
+    assert!(prom.contains("simple_ipc_status{status=\"running\"} 1\n"), "{prom}");
+    assert!(
+        prom.contains("simple_ipc_status{status=\"passed\"} 0\n") && !prom.contains("exit_status"),
+        "{prom}"
+    );
     let diagnosis = Diagnosis::new("the cause".into(), "; what fixes it: ", "the fix".into());
     let failed = Verdict { diagnosis: Some(&diagnosis), ..Verdict::of(Status::Failed, "x", 1) };
     let findings = Findings { results: Some(Results::Mechanisms(Vec::new())), ..Findings::default() };
     final_document(Some(Arc::new(opened)), &failed, findings).unwrap().write().unwrap();
     let doc: Document = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
-    assert_eq!((doc.status, doc.exit_status, doc.reason.as_deref()), (Status::Failed, 1, Some("x")));
+    assert_eq!((doc.status, doc.exit_status, doc.reason.as_deref()), (Status::Failed, Some(1), Some("x")));
     assert_eq!((doc.cause.as_deref(), doc.fix.as_deref()), (Some("the cause"), Some("the fix")));
     assert_eq!((doc.mode, doc.options.ipc.as_str()), (Mode::Run, "vmm"));
     assert_eq!(doc.mechanisms, Some(Vec::new()), "the role's results are there");
-    assert_eq!(std::fs::read_dir(dir).unwrap().count(), 1, "no temporary file is left");
+    let prom = std::fs::read_to_string(&metrics).unwrap();
+    assert!(
+        prom.contains("simple_ipc_status{status=\"failed\"} 1\n") && prom.contains("exit_status 1"),
+        "{prom}"
+    );
+    assert_eq!(std::fs::read_dir(dir).unwrap().count(), 2, "no temporary file is left");
 
     let fifo = dir.join("fifo");
     nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
@@ -42,17 +59,17 @@ fn a_regular_file_is_replaced_whole_and_anything_else_refused_without_blocking()
 #[test]
 fn the_other_form_says_what_could_not_be_written() {
     let mut passed = document::example();
-    (passed.status, passed.reason, passed.exit_status) = (Status::Passed, None, 0);
+    (passed.status, passed.reason, passed.exit_status) = (Status::Passed, None, Some(0));
     passed.summary = Some("2 processes".into());
     assert_eq!(not_written(&passed, &Ok(())), None);
     let full = not_written(&passed, &Err(anyhow::anyhow!("disk full"))).unwrap();
     assert_eq!(
         (full.status, full.reason.as_deref(), full.exit_status),
-        (Status::Failed, Some("disk full"), 1)
+        (Status::Failed, Some("disk full"), Some(1))
     );
     assert_eq!(full.summary, None);
     let gone = not_written(&passed, &Err(crate::output::ReaderGone.into())).unwrap();
-    assert_eq!((gone.status, gone.exit_status), (Status::Interrupted, 141));
+    assert_eq!((gone.status, gone.exit_status), (Status::Interrupted, Some(141)));
     let failed = document::example();
     let still = not_written(&failed, &Err(anyhow::anyhow!("disk full"))).unwrap();
     assert_eq!((still.status, still.reason), (Status::Failed, failed.reason.clone()));

@@ -34,7 +34,8 @@ pub(crate) fn line(
             let what = summary.unwrap_or("the run ended well");
             format!("PASSED: {what} in {:.2} s", took.as_secs_f64())
         }
-        Status::Failed => format!("FAILED (exit {code}): {reason}"),
+        // No run says its verdict while still running: were one to, it did not pass.
+        Status::Failed | Status::Running => format!("FAILED (exit {code}): {reason}"),
         Status::Waived => {
             // A mechanism this host lacks is not a host without IPC: the others may work. A run that is
             // simulated already needs no hint to simulate.

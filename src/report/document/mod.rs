@@ -46,7 +46,8 @@ pub struct Document {
     /// What a run that passed did, as its verdict line says it (`2 processes on 2 GPUs, ...`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<String>,
-    pub exit_status: u8,
+    /// The process's exit status; `null` in the document of a run still [`Status::Running`].
+    pub exit_status: Option<u8>,
     pub mode: Mode,
     /// `null` where the driver could not be loaded (or, for `--ipc all`, no run loaded it).
     pub driver: Option<DriverFacts>,
@@ -253,7 +254,7 @@ mod tests {
             kernel_log: None,
             test_kernel_log: None,
             summary: None,
-            exit_status: 1,
+            exit_status: Some(1),
             mode: Mode::Run,
             driver: Some(DriverFacts { version: None, cuda_version: None, simulated: true }),
             devices: Vec::new(),

@@ -9,7 +9,7 @@ pub const PREFIX: &str = "simple_ipc_";
 /// Each metric's name (less [`PREFIX`]) and what it means (its `# HELP`), in the order written.
 pub const HELP: [(&str, &str); 27] = [
     ("info", "The run: this program's version, its mode and options, the driver's versions (always 1)"),
-    ("status", "How the run ended: 1 for its status, 0 for the others"),
+    ("status", "How the run ended (running: begun and not ended yet): 1 for its status, 0 for the others"),
     ("exit_status", "The run's exit status: 0 passed, 1 failed, 2 waived, 128+N stopped by signal N"),
     (
         "refused",
