@@ -285,3 +285,32 @@ fn two_processes_of_one_place_are_answered_both_ways() {
     assert!(text.contains("NCCL P2P: falls back to NCCL's SHM or NET transport"), "{text}");
     assert!(took < Duration::from_secs(5), "{took:?}");
 }
+
+/// `--json` is taken as a run takes it: `-` is standard output, for a failure as for an answer (once a
+/// failure went to a file named `-` in the current directory), with the text beside it on standard error,
+/// whose failure is not the answer's; a path that cannot take a document is refused before anything is
+/// read.
+#[test]
+fn the_json_document_goes_where_a_runs_would() {
+    let dir = common::scratch("between-stdout");
+    let me = std::process::id().to_string();
+    let gone = Command::new(bin())
+        .args(["--between", &me, &i32::MAX.to_string(), "--json", "-"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(gone.status.code(), Some(1), "{gone:?}");
+    let document: serde_json::Value = serde_json::from_slice(&gone.stdout).unwrap();
+    assert_eq!(document["status"], "failed", "{document}");
+    assert!(!dir.path().join("-").exists(), "a file named -");
+    let full = std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
+    let answered =
+        Command::new(bin()).args(["--between", &me, &me_too(), "--json", "-"]).stderr(full).output().unwrap();
+    assert_eq!(answered.status.code(), Some(0), "{answered:?}");
+    let document: serde_json::Value = serde_json::from_slice(&answered.stdout).unwrap();
+    assert_eq!(document["status"], "answered");
+    let directory =
+        Command::new(bin()).args(["--between", &me, &me_too(), "--json"]).arg(dir.path()).output().unwrap();
+    assert_eq!(directory.status.code(), Some(1), "{directory:?}");
+    assert!(String::from_utf8_lossy(&directory.stderr).contains("is not a regular file"), "{directory:?}");
+}
