@@ -314,3 +314,45 @@ fn the_json_document_goes_where_a_runs_would() {
     assert_eq!(directory.status.code(), Some(1), "{directory:?}");
     assert!(String::from_utf8_lossy(&directory.stderr).contains("is not a regular file"), "{directory:?}");
 }
+
+/// A process's name and its files' names are bytes, not UTF-8: a process named `\xff` (`prctl`) that maps a
+/// file so named is read (the bytes as U+FFFD), and so is its grandchild, whose ancestor it is through a
+/// child of that name. Read as UTF-8, either name made the process unreadable, and the ancestor unseen.
+#[test]
+fn names_that_are_not_utf8_are_read() {
+    let dir = common::scratch("between-bytes");
+    let script = "import ctypes, mmap, os, subprocess, sys, time\n\
+                  ctypes.CDLL(None).prctl(15, b'bad\\xff\\xfe', 0, 0, 0)\n\
+                  path = os.path.join(os.fsencode(sys.argv[1]), b'lat\\xe9.so')\n\
+                  open(path, 'wb').write(b'x' * 4096)\n\
+                  kept = mmap.mmap(os.open(path, os.O_RDONLY), 0, prot=mmap.PROT_READ)\n\
+                  if os.fork() == 0:\n\
+                  \x20   print(subprocess.Popen(['sleep', '30']).pid, flush=True)\n\
+                  time.sleep(30)\n";
+    let mut parent = Command::new("python3")
+        .args(["-c", script])
+        .arg(dir.path())
+        .stdout(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(parent.stdout.take().unwrap()), &mut line)
+        .unwrap();
+    let child = line.trim().to_owned();
+    let out = Command::new(bin())
+        .args(["--between", &child, &parent.id().to_string(), "--json", "-"])
+        .output()
+        .unwrap();
+    let _ = nix::sys::signal::killpg(
+        nix::unistd::Pid::from_raw(parent.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    let _ = parent.wait();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(answer["processes"][1]["name"], "bad\u{fffd}\u{fffd}", "{answer}");
+    let shares = &answer["directions"][0]["processes"][0]["shares"];
+    let ancestor = shares.as_array().unwrap().iter().find(|f| f["fact"] == "importer_is_ancestor").unwrap();
+    assert_eq!(ancestor["same"], "same", "{shares}");
+}

@@ -53,7 +53,7 @@ pub fn observe(pid: i32) -> Result<Observed> {
         bail!("{pid} is no process id");
     }
     let proc = PathBuf::from(format!("/proc/{pid}"));
-    let status = std::fs::read_to_string(proc.join("status"))
+    let status = read_lossily(&proc.join("status"))
         .map_err(|e| anyhow!("process {pid} cannot be read: /proc/{pid}/status: {e} (has it ended?)"))?;
     let field = |name: &str| crate::os::access::status_field(&status, name);
     let unreadable = |fact: &str| format!("process {pid}: its {fact} could not be read");
@@ -92,7 +92,7 @@ pub fn observe(pid: i32) -> Result<Observed> {
     let root = proc.join("root");
     std::fs::read_dir(&root)
         .with_context(|| format!("{} (/proc/{pid}/root)", unreadable("root directory")))?;
-    let maps = std::fs::read_to_string(proc.join("maps"))
+    let maps = read_lossily(&proc.join("maps"))
         .with_context(|| format!("{} (/proc/{pid}/maps)", unreadable("mapped libraries")))?;
     let loaded = loaded(pid, &maps, &root);
     let hostname =
@@ -158,6 +158,13 @@ pub fn observe(pid: i32) -> Result<Observed> {
     // Held to what each field can truly hold, as a joiner's place is: a process may say anything of itself.
     let place = place.received().map_err(|why| anyhow!("process {pid}: {why}"))?;
     Ok(Observed { pid, name, place, loaded, seccomp_filters })
+}
+
+/// The text of a file of `/proc` that holds names a process chose (its own in `status`, its files' in
+/// `maps`), which need not be UTF-8: read whole, each byte that is not made U+FFFD. Read strictly, one
+/// process named `\xff` (`prctl(PR_SET_NAME)`), or one that mapped a file so named, could not be read at all.
+fn read_lossily(path: &Path) -> std::io::Result<String> {
+    Ok(String::from_utf8_lossy(&std::fs::read(path)?).into_owned())
 }
 
 /// What `pidfd_getfd` of one of its own descriptors would answer in a process of this seccomp mode, as far
@@ -301,7 +308,7 @@ pub fn pair(exporter: &Observed, importer: &Observed) -> PairSeen {
             if super::parse_namespace_link(&link.to_string_lossy()) != there {
                 return None;
             }
-            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+            let status = read_lossily(Path::new(&format!("/proc/{pid}/status"))).ok()?;
             let own: u32 =
                 crate::os::access::status_field(&status, "NSpid")?.split_whitespace().last()?.parse().ok()?;
             (own == number).then(|| {
