@@ -356,3 +356,57 @@ fn names_that_are_not_utf8_are_read() {
     let ancestor = shares.as_array().unwrap().iter().find(|f| f["fact"] == "importer_is_ancestor").unwrap();
     assert_eq!(ancestor["same"], "same", "{shares}");
 }
+
+/// What is no process is said so, naming what it is: a thread (by its process, which is what to give), a
+/// zombie (ended, not yet reaped), a kernel thread (pid 2). Each was once read as a process: a thread as
+/// one whose pid was the thread's, a zombie as one whose IPC namespace could not be read, pid 2 as one whose
+/// environment could not be read.
+#[test]
+fn a_thread_a_zombie_or_a_kernel_thread_is_no_process() {
+    let script = "import os, sys, threading, time\n\
+                  threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n\
+                  zombie = os.fork()\n\
+                  if zombie == 0: os._exit(0)\n\
+                  time.sleep(0.2)\n\
+                  thread = [t for t in os.listdir('/proc/self/task') if int(t) != os.getpid()][0]\n\
+                  print(thread, zombie, flush=True)\n\
+                  time.sleep(30)\n";
+    let mut python = Command::new("python3").args(["-c", script]).stdout(Stdio::piped()).spawn().unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(python.stdout.take().unwrap()), &mut line)
+        .unwrap();
+    let (thread, zombie) = line.trim().split_once(' ').unwrap();
+    let me = std::process::id().to_string();
+    let said = |pid: &str| {
+        let out = Command::new(bin()).args(["--between", &me, pid]).output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "{pid}: {out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let python_pid = python.id().to_string();
+    let (of_thread, of_zombie) = (said(thread), said(zombie));
+    let _ = python.kill();
+    let _ = python.wait();
+    let thread_said =
+        format!("{thread} is a thread of process {python_pid}, not a process: give {python_pid}");
+    assert!(of_thread.contains(&thread_said), "{of_thread}");
+    assert!(of_zombie.contains(&format!("process {zombie} has ended (a zombie")), "{of_zombie}");
+    match kernel_thread() {
+        Some(pid) => {
+            let of_kernel = said(&pid.to_string());
+            assert!(of_kernel.contains(&format!("{pid} is a kernel thread, not a process")), "{of_kernel}");
+        }
+        None => eprintln!("SKIPPED a kernel thread: none in this PID namespace"),
+    }
+}
+
+/// A kernel thread this process can see (`PF_KTHREAD` in its stat's flags): pid 2 on a host, none in a
+/// container's own PID namespace.
+fn kernel_thread() -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|entry| {
+        let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+        let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
+        let stat = String::from_utf8_lossy(&stat);
+        let flags: u64 = stat.rsplit_once(')')?.1.split_whitespace().nth(6)?.parse().ok()?;
+        (flags & 0x0020_0000 != 0).then_some(pid)
+    })
+}

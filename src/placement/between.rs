@@ -12,7 +12,7 @@ use anyhow::Result;
 use serde::Serialize;
 
 use super::outside::with_outside;
-use super::outside::{self, Loaded, Observed};
+use super::outside::{self, Loaded, Observed, ProcDir};
 use super::share::compare;
 use super::{Placement, ProcessPlacement};
 use crate::outcome::EXIT_FAILURE;
@@ -77,9 +77,15 @@ fn answer(asked: &Asked) -> Result<(String, Answer)> {
     if asked.exporter == asked.importer {
         anyhow::bail!("pid {} is both processes: CUDA IPC is between two", asked.exporter);
     }
-    let first = outside::observe(asked.exporter)?;
-    let second = outside::observe(asked.importer)?;
+    // Each held by its /proc directory from the first read to the last: the pair's facts (an ancestor, a
+    // pid number) are read by pid, which names these two processes only while both still run.
+    let held = [ProcDir::open(asked.exporter)?, ProcDir::open(asked.importer)?];
+    let first = outside::observe_in(&held[0])?;
+    let second = outside::observe_in(&held[1])?;
     let directions = vec![direction(&first, &second), direction(&second, &first)];
+    for process in &held {
+        process.running()?;
+    }
     let mut text = format!(
         "Between pid {} ({}) and pid {} ({}), read from /proc: neither was entered, signalled or stopped\n",
         first.pid, first.name, second.pid, second.name

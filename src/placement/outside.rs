@@ -8,14 +8,30 @@
 //! their files. A fact that cannot be read is an error that names it, never a guess; a fact nothing readable
 //! decides (what a seccomp filter allows) is "not known".
 
+mod proc_dir;
+
+use std::os::fd::AsRawFd as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, anyhow, bail};
+use nix::fcntl::OFlag;
 use serde::{Deserialize, Serialize};
+
+use proc_dir::MOST_STATUS;
+pub(crate) use proc_dir::ProcDir;
 
 use super::share::{EXPORTERS_NUMBER_THERE, Fact, IMPORTER_IS_ANCESTOR, Sameness};
 use super::versions::{self, Version};
 use super::{Capabilities, Namespaces, Place, Platform, libraries, mps};
+
+/// The most of its `uid_map`: 340 lines at most, each three numbers.
+const MOST_UID_MAP: u64 = 64 << 10;
+/// The most of its `environ`: what `execve` takes of the arguments and the environment together is at most
+/// 6 MiB (three quarters of the 8 MiB stack limit, whatever the limit), so a longer one was made by the
+/// process itself (`prctl(PR_SET_MM)`).
+const MOST_ENVIRON: u64 = 8 << 20;
+/// The most of its `maps`: 65530 mappings (`vm.max_map_count`) of paths of 250 bytes, on average.
+const MOST_MAPS: u64 = 16 << 20;
 
 /// A library a process has mapped, and its version where its file says it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -47,13 +63,13 @@ pub struct Observed {
     pub seccomp_filters: Option<u32>,
 }
 
-/// Process `pid`'s place, read from outside. `Err` names the fact that could not be read, and why.
-pub fn observe(pid: i32) -> Result<Observed> {
-    if pid <= 0 {
-        bail!("{pid} is no process id");
-    }
-    let proc = PathBuf::from(format!("/proc/{pid}"));
-    let status = read_lossily(&proc.join("status"))
+/// The place of the process whose `/proc/<pid>` is `proc`, every fact read through it: all of one process,
+/// which still runs once they are read (a process that ends meanwhile reads as one without an environment
+/// or maps, which would be a guess). `Err` names the fact that could not be read, and why.
+pub(crate) fn observe_in(proc: &ProcDir) -> Result<Observed> {
+    let pid = proc.pid;
+    let status = proc
+        .read_string("status", MOST_STATUS)
         .map_err(|e| anyhow!("process {pid} cannot be read: /proc/{pid}/status: {e} (has it ended?)"))?;
     let field = |name: &str| crate::os::access::status_field(&status, name);
     let unreadable = |fact: &str| format!("process {pid}: its {fact} could not be read");
@@ -70,7 +86,7 @@ pub fn observe(pid: i32) -> Result<Observed> {
     let seccomp: Option<u8> = field("Seccomp").and_then(|s| s.parse().ok());
     let seccomp_filters = field("Seccomp_filters").and_then(|s| s.parse().ok());
     let namespace = |kind: &str| -> Result<Option<u64>> {
-        let link = std::fs::read_link(proc.join("ns").join(kind)).with_context(|| {
+        let link = proc.read_link(&format!("ns/{kind}")).with_context(|| {
             format!("{} (/proc/{pid}/ns/{kind})", unreadable(&format!("{kind} namespace")))
         })?;
         Ok(super::parse_namespace_link(&link.to_string_lossy()))
@@ -84,19 +100,30 @@ pub fn observe(pid: i32) -> Result<Observed> {
         user: namespace("user")?,
         cgroup: namespace("cgroup")?,
     };
-    let uid_map = std::fs::read_to_string(proc.join("uid_map"))
+    let uid_map = proc
+        .read_string("uid_map", MOST_UID_MAP)
         .with_context(|| format!("{} (/proc/{pid}/uid_map)", unreadable("user namespace's uid map")))?;
-    let environ = std::fs::read(proc.join("environ"))
+    let environ = proc
+        .read("environ", MOST_ENVIRON)
         .with_context(|| format!("{} (/proc/{pid}/environ)", unreadable("environment")))?;
     let env = Environment::parse(&environ);
-    let root = proc.join("root");
+    let root_fd = proc
+        .open_file("root", OFlag::O_PATH | OFlag::O_DIRECTORY)
+        .with_context(|| format!("{} (/proc/{pid}/root)", unreadable("root directory")))?;
+    let root = PathBuf::from(format!("/proc/self/fd/{}", root_fd.as_raw_fd()));
     std::fs::read_dir(&root)
         .with_context(|| format!("{} (/proc/{pid}/root)", unreadable("root directory")))?;
-    let maps = read_lossily(&proc.join("maps"))
+    let maps = proc
+        .read_string("maps", MOST_MAPS)
         .with_context(|| format!("{} (/proc/{pid}/maps)", unreadable("mapped libraries")))?;
-    let loaded = loaded(pid, &maps, &root);
+    let by_mapping = |range: &str| {
+        proc.open_file(&format!("map_files/{range}"), OFlag::O_RDONLY | OFlag::O_NONBLOCK)
+            .ok()
+            .map(std::fs::File::from)
+    };
+    let loaded = loaded(&maps, &root, &by_mapping);
     let hostname =
-        hostname_of(pid, namespaces.uts).with_context(|| unreadable("hostname (its UTS namespace)"))?;
+        hostname_of(proc, namespaces.uts).with_context(|| unreadable("hostname (its UTS namespace)"))?;
     let simulated = env.get(crate::driver::host::SIMULATE_ENV);
     let cuda_visible_devices = env.get("CUDA_VISIBLE_DEVICES").map(str::to_owned);
     let (gpus_present, gpus) = match crate::driver::host::simulated_gpus_of(simulated, None) {
@@ -157,6 +184,7 @@ pub fn observe(pid: i32) -> Result<Observed> {
     };
     // Held to what each field can truly hold, as a joiner's place is: a process may say anything of itself.
     let place = place.received().map_err(|why| anyhow!("process {pid}: {why}"))?;
+    proc.running()?;
     Ok(Observed { pid, name, place, loaded, seccomp_filters })
 }
 
@@ -220,27 +248,32 @@ impl Environment {
     }
 }
 
-/// The hostname of the UTS namespace `uts` that process `pid` is in: this process's own where it is the same
-/// namespace; else read by a thread of this process that enters it (`setns`, which needs `CAP_SYS_ADMIN`
-/// over it) for one `gethostname` and ends, which touches nothing of the process.
-fn hostname_of(pid: i32, uts: Option<u64>) -> Result<String> {
+/// The hostname of the UTS namespace `uts` that process `proc` is in: this process's own where it is the
+/// same namespace; else read by a thread of this process that enters it (`setns`, which needs
+/// `CAP_SYS_ADMIN` over it) for one `gethostname` and ends, which touches nothing of the process.
+fn hostname_of(proc: &ProcDir, uts: Option<u64>) -> Result<String> {
     let ours = super::namespace("uts");
     if uts.is_some() && uts == ours {
         return Ok(nix::unistd::gethostname()?.to_string_lossy().into_owned());
     }
-    let path = format!("/proc/{pid}/ns/uts");
-    let namespace = std::fs::File::open(&path).with_context(|| format!("opening {path}"))?;
-    let read = std::thread::spawn(move || -> Result<String> {
-        nix::sched::setns(&namespace, nix::sched::CloneFlags::CLONE_NEWUTS)
-            .context("entering its UTS namespace (setns) needs CAP_SYS_ADMIN")?;
-        Ok(nix::unistd::gethostname()?.to_string_lossy().into_owned())
-    });
+    let namespace = proc
+        .open_file("ns/uts", OFlag::O_RDONLY)
+        .with_context(|| format!("opening /proc/{}/ns/uts", proc.pid))?;
+    let read = std::thread::Builder::new()
+        .name("uts".into())
+        .spawn(move || -> Result<String> {
+            nix::sched::setns(&namespace, nix::sched::CloneFlags::CLONE_NEWUTS)
+                .context("entering its UTS namespace (setns) needs CAP_SYS_ADMIN")?;
+            Ok(nix::unistd::gethostname()?.to_string_lossy().into_owned())
+        })
+        .context("starting the thread that enters its UTS namespace")?;
     read.join().map_err(|_| anyhow!("the thread that read it failed"))?
 }
 
-/// The libraries of the forecast's rows in a process's `maps`, each with its version read from its file
-/// through the process's root.
-fn loaded(pid: i32, maps: &str, root: &Path) -> Loaded {
+/// The libraries of the forecast's rows in a process's `maps`, each with its version read from its file:
+/// the file it mapped, by its mapping (`by_mapping` of its address range, which opens
+/// `/proc/<pid>/map_files/<range>`), else through the process's root.
+fn loaded(maps: &str, root: &Path, by_mapping: &dyn Fn(&str) -> Option<std::fs::File>) -> Loaded {
     let mut loaded = Loaded::default();
     for line in maps.lines() {
         let mut fields = line.split_whitespace();
@@ -256,7 +289,7 @@ fn loaded(pid: i32, maps: &str, root: &Path) -> Loaded {
             // The file the process mapped, by its mapping (`map_files`, root only), not by a path in its
             // root that it may have changed since; else by that path.
             let by_mapping = || {
-                let file = std::fs::File::open(format!("/proc/{pid}/map_files/{range}")).ok()?;
+                let file = by_mapping(range)?;
                 file.metadata().ok()?.is_file().then(|| versions::nccl_of_open_file(&file))?
             };
             let version = name
