@@ -410,3 +410,52 @@ fn kernel_thread() -> Option<u32> {
         (flags & 0x0020_0000 != 0).then_some(pid)
     })
 }
+
+/// A process's paths are read in its own root, as it resolves them: a chrooted process whose `/dev/shm`,
+/// `/dev/dxg` and `/etc/nv_tegra_release` are links to the node's own (absolute, so in its root they lead
+/// nowhere), and whose MPS pipe directory is a link to a folder of the node with a socket in it, has no
+/// /dev/shm, is no WSL2 or Tegra machine, and no MPS daemon answers it. Through `/proc/<pid>/root` the
+/// kernel resolved each link from this process's root: the node's /dev/shm, WSL2, and the node's socket.
+#[test]
+fn a_process_is_read_in_its_own_root() {
+    if !nix::unistd::geteuid().is_root() {
+        common::skipped("root", "a_process_is_read_in_its_own_root: chroot");
+        return;
+    }
+    let dir = common::scratch("between-root");
+    let root = dir.path().join("root");
+    for folder in ["dev", "etc", "tmp"] {
+        std::fs::create_dir_all(root.join(folder)).unwrap();
+    }
+    let link =
+        |target: &std::path::Path, name: &str| std::os::unix::fs::symlink(target, root.join(name)).unwrap();
+    link("/dev/shm".as_ref(), "dev/shm");
+    link("/dev/null".as_ref(), "dev/dxg");
+    link("/etc/passwd".as_ref(), "etc/nv_tegra_release");
+    let node = dir.path().join("node");
+    std::fs::create_dir(&node).unwrap();
+    let _listener = std::os::unix::net::UnixListener::bind(node.join("control")).unwrap();
+    link(&node, "tmp/nvidia-mps");
+    let script = "import os, sys, time\nos.chroot(sys.argv[1]); os.chdir('/')\nprint('in', flush=True)\ntime.sleep(30)\n";
+    let mut chrooted =
+        Command::new("python3").args(["-c", script]).arg(&root).stdout(Stdio::piped()).spawn().unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(chrooted.stdout.take().unwrap()), &mut line)
+        .unwrap();
+    let me = std::process::id().to_string();
+    let out = Command::new(bin())
+        .args(["--between", &me, &chrooted.id().to_string(), "--json", "-"])
+        .output()
+        .unwrap();
+    let _ = chrooted.kill();
+    let _ = chrooted.wait();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let place = &answer["processes"][1]["place"];
+    assert_eq!(place["dev_shm"], serde_json::Value::Null, "{place}");
+    assert_eq!(place["platform"]["kind"], "linux", "{place}");
+    assert_eq!(
+        (&place["mps"]["client"], &place["mps"]["answered"]),
+        (&false.into(), &serde_json::Value::Null)
+    );
+}

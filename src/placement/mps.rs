@@ -11,13 +11,14 @@
 //! silently, beside a `control` socket of another program, so such a socket makes no client here either.
 //! A daemon whose process this PID namespace cannot see (pid 0) is taken as one, and said so.
 
-use std::os::unix::fs::FileTypeExt;
-
 use nix::errno::Errno;
 use nix::sys::socket::{
     AddressFamily, SockFlag, SockType, UnixAddr, connect, getsockopt, socket, sockopt::PeerCredentials,
 };
+use nix::sys::stat::SFlag;
 use serde::{Deserialize, Serialize};
+
+use super::root::{Found, Root};
 
 /// The variable that names the pipe directory.
 pub const PIPE_DIRECTORY_ENV: &str = "CUDA_MPS_PIPE_DIRECTORY";
@@ -43,18 +44,20 @@ impl Mps {
     /// This process's, read now.
     pub fn here() -> Self {
         let from_env = std::env::var_os(PIPE_DIRECTORY_ENV);
-        Self::of(from_env.as_deref().map(|d| d.to_string_lossy()).as_deref(), std::path::Path::new("/"))
+        let from_env = from_env.as_deref().map(|d| d.to_string_lossy());
+        Self::of(from_env.as_deref(), Root::here().ok().as_ref())
     }
 
     /// The MPS of a process whose `CUDA_MPS_PIPE_DIRECTORY` is `from_env` (`None`: unset), whose root is
-    /// `root` (`/proc/<pid>/root` for another process: its pipe directory is a path in its own mounts).
-    pub fn of(from_env: Option<&str>, root: &std::path::Path) -> Self {
+    /// `root` (another process's: its pipe directory is a path in its own mounts, resolved as it resolves
+    /// it); no root to look in, no daemon.
+    pub fn of(from_env: Option<&str>, root: Option<&Root>) -> Self {
         let from_env = from_env.filter(|d| !d.is_empty());
         let pipe_directory =
             from_env.map_or_else(|| DEFAULT_PIPE_DIRECTORY.to_owned(), |d| d.escape_debug().to_string());
-        let control =
-            root.join(from_env.unwrap_or(DEFAULT_PIPE_DIRECTORY).trim_start_matches('/')).join("control");
-        let (client, answered) = match control_answer(&control) {
+        let control = format!("{}/control", from_env.unwrap_or(DEFAULT_PIPE_DIRECTORY));
+        let control = root.and_then(|root| root.find(&control, false).ok());
+        let (client, answered) = match control.map_or(Answer::Nothing, |control| control_answer(&control)) {
             Answer::Nothing => (false, None),
             Answer::Daemon => (true, None),
             Answer::Unseen => (true, Some("a process this PID namespace cannot see".to_owned())),
@@ -107,12 +110,13 @@ enum Answer {
 /// The executable NVIDIA's control daemon runs.
 const DAEMON: &str = "nvidia-cuda-mps-control";
 
-/// What answers at the socket at `path`, without waiting.
-fn control_answer(path: &std::path::Path) -> Answer {
-    if !std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket()) {
+/// What answers at the socket `control` (found in a root, not followed), without waiting.
+fn control_answer(control: &Found) -> Answer {
+    if control.kind().ok() != Some(SFlag::S_IFSOCK) {
         return Answer::Nothing;
     }
-    let Ok(address) = UnixAddr::new(path) else { return Answer::Nothing };
+    // The socket itself, by the path the kernel follows to it: as short as a path to a socket must be.
+    let Ok(address) = UnixAddr::new(&control.path()) else { return Answer::Nothing };
     let flags = SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC;
     // Whichever kind of socket the daemon listens on: a connect of another kind is EPROTOTYPE.
     for kind in [SockType::Stream, SockType::SeqPacket, SockType::Datagram] {
@@ -193,23 +197,29 @@ pub(crate) mod tests {
 
     /// A daemon is a `control` socket that accepts, where NVIDIA's daemon listens; a socket nothing listens
     /// on, or a file, is none, and another program's socket (here this test's own) is named, not trusted.
+    /// What answers at `path`.
+    fn control_answer_at(path: &std::path::Path) -> Answer {
+        let found = Root::here().unwrap().find(&path.to_string_lossy(), false);
+        found.map_or(Answer::Nothing, |control| control_answer(&control))
+    }
+
     #[test]
     fn a_daemon_is_nvidias_control_socket_that_accepts() {
         let dir = tempfile::tempdir().unwrap();
         let control = dir.path().join("control");
-        assert_eq!(control_answer(&control), Answer::Nothing, "nothing there");
+        assert_eq!(control_answer_at(&control), Answer::Nothing, "nothing there");
         std::fs::write(&control, b"").unwrap();
-        assert_eq!(control_answer(&control), Answer::Nothing, "a file");
+        assert_eq!(control_answer_at(&control), Answer::Nothing, "a file");
         std::fs::remove_file(&control).unwrap();
         let listener = std::os::unix::net::UnixListener::bind(&control).unwrap();
         let me = program_of(std::process::id() as i32).unwrap();
         let impostor = Answer::Other(format!("{me} (pid {})", std::process::id()));
-        assert_eq!(control_answer(&control), impostor, "another program's socket");
+        assert_eq!(control_answer_at(&control), impostor, "another program's socket");
         drop(listener);
-        assert_eq!(control_answer(&control), Answer::Nothing, "a socket left by a daemon that is gone");
+        assert_eq!(control_answer_at(&control), Answer::Nothing, "a socket left by a daemon that is gone");
         std::fs::remove_file(&control).unwrap();
         let mut daemon = stand_in_daemon(dir.path());
-        assert_eq!(control_answer(&control), Answer::Daemon, "NVIDIA's, on a SOCK_SEQPACKET socket");
+        assert_eq!(control_answer_at(&control), Answer::Daemon, "NVIDIA's, on a SOCK_SEQPACKET socket");
         let _ = daemon.kill();
         let _ = daemon.wait();
         let mps =

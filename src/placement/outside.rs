@@ -10,8 +10,7 @@
 
 mod proc_dir;
 
-use std::os::fd::AsRawFd as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Context, Result, anyhow, bail};
 use nix::fcntl::OFlag;
@@ -20,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use proc_dir::MOST_STATUS;
 pub(crate) use proc_dir::ProcDir;
 
+use super::root::Root;
 use super::share::{EXPORTERS_NUMBER_THERE, Fact, IMPORTER_IS_ANCESTOR, Sameness};
 use super::versions::{self, Version};
 use super::{Capabilities, Namespaces, Place, Platform, libraries, mps};
@@ -107,11 +107,12 @@ pub(crate) fn observe_in(proc: &ProcDir) -> Result<Observed> {
         .read("environ", MOST_ENVIRON)
         .with_context(|| format!("{} (/proc/{pid}/environ)", unreadable("environment")))?;
     let env = Environment::parse(&environ);
-    let root_fd = proc
+    // Its root, in which each of its paths is resolved as it resolves them ([`Root`]).
+    let root = proc
         .open_file("root", OFlag::O_PATH | OFlag::O_DIRECTORY)
+        .map(Root::of)
         .with_context(|| format!("{} (/proc/{pid}/root)", unreadable("root directory")))?;
-    let root = PathBuf::from(format!("/proc/self/fd/{}", root_fd.as_raw_fd()));
-    std::fs::read_dir(&root)
+    std::fs::read_dir(root.find("/", true)?.path())
         .with_context(|| format!("{} (/proc/{pid}/root)", unreadable("root directory")))?;
     let maps = proc
         .read_string("maps", MOST_MAPS)
@@ -138,21 +139,30 @@ pub(crate) fn observe_in(proc: &ProcDir) -> Result<Observed> {
         }
     };
     let imex_channel = crate::driver::host::simulated_imex_channel_of(simulated).unwrap_or_else(|| {
-        std::fs::read_dir(root.join("dev/nvidia-caps-imex-channels")).is_ok_and(|mut e| e.next().is_some())
+        let channels = root.find("dev/nvidia-caps-imex-channels", true);
+        channels.is_ok_and(|found| std::fs::read_dir(found.path()).is_ok_and(|mut e| e.next().is_some()))
     });
-    // Its /dev/shm: none is a fact (a container without one); one that is there but cannot be read is not.
-    let shm_path = root.join("dev/shm");
-    let dev_shm = super::dev_shm(&shm_path);
-    if dev_shm.is_none()
-        && let Err(e) = nix::sys::statvfs::statvfs(&shm_path).map(drop).and_then(|()| {
-            std::fs::metadata(&shm_path)
-                .map(drop)
-                .map_err(|e| nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(0)))
-        })
-        && e != nix::errno::Errno::ENOENT
-    {
-        bail!("{} (/proc/{pid}/root/dev/shm: {e})", unreadable("/dev/shm"));
-    }
+    // Its /dev/shm: none is a fact (a container without one, or whose path to it the process itself cannot
+    // take: a loop, a file on the way); one that is there but cannot be read is not.
+    let dev_shm = match root.find("dev/shm", true) {
+        Ok(found) => {
+            let shm = super::dev_shm(&found.path());
+            if shm.is_none() {
+                let e = nix::sys::statvfs::statvfs(&found.path()).err().unwrap_or(nix::errno::Errno::EIO);
+                bail!("{} (/proc/{pid}/root/dev/shm: {e})", unreadable("/dev/shm"));
+            }
+            shm
+        }
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(nix::libc::ENOENT | nix::libc::ENOTDIR | nix::libc::ELOOP)
+            ) =>
+        {
+            None
+        }
+        Err(e) => bail!("{} (/proc/{pid}/root/dev/shm: {e})", unreadable("/dev/shm")),
+    };
     let place = Place {
         pid: own_pid,
         namespaces,
@@ -171,7 +181,7 @@ pub(crate) fn observe_in(proc: &ProcDir) -> Result<Observed> {
             .ok()
             .and_then(|s| s.trim().parse().ok()),
         seccomp,
-        mps: mps::Mps::of(env.get(mps::PIPE_DIRECTORY_ENV), &root),
+        mps: mps::Mps::of(env.get(mps::PIPE_DIRECTORY_ENV), Some(&root)),
         settings: libraries::SETTINGS
             .iter()
             .filter_map(|&name| Some((name.to_owned(), env.get(name)?.to_owned())))
@@ -272,8 +282,8 @@ fn hostname_of(proc: &ProcDir, uts: Option<u64>) -> Result<String> {
 
 /// The libraries of the forecast's rows in a process's `maps`, each with its version read from its file:
 /// the file it mapped, by its mapping (`by_mapping` of its address range, which opens
-/// `/proc/<pid>/map_files/<range>`), else through the process's root.
-fn loaded(maps: &str, root: &Path, by_mapping: &dyn Fn(&str) -> Option<std::fs::File>) -> Loaded {
+/// `/proc/<pid>/map_files/<range>`), else by its path in the process's root.
+fn loaded(maps: &str, root: &Root, by_mapping: &dyn Fn(&str) -> Option<std::fs::File>) -> Loaded {
     let mut loaded = Loaded::default();
     for line in maps.lines() {
         let mut fields = line.split_whitespace();
@@ -285,6 +295,11 @@ fn loaded(maps: &str, root: &Path, by_mapping: &dyn Fn(&str) -> Option<std::fs::
             continue;
         };
         let mapped = |version: Option<String>| Some(Mapped { path: crate::output::printable(path), version });
+        // The folder `up` levels above the file, in its root, resolved as the process resolves it.
+        let folder = |up: usize| {
+            let folder = Path::new(path).ancestors().nth(up)?;
+            root.find(&folder.to_string_lossy(), true).ok()
+        };
         if name.starts_with("libnccl.so") && loaded.nccl.is_none() {
             // The file the process mapped, by its mapping (`map_files`, root only), not by a path in its
             // root that it may have changed since; else by that path.
@@ -296,12 +311,13 @@ fn loaded(maps: &str, root: &Path, by_mapping: &dyn Fn(&str) -> Option<std::fs::
                 .strip_prefix("libnccl.so.")
                 .and_then(Version::at_start_of)
                 .or_else(by_mapping)
-                .or_else(|| versions::nccl_of_file(&root.join(path.trim_start_matches('/'))));
+                .or_else(|| versions::nccl_of_file(&folder(1)?.path().join(&name)));
             loaded.nccl = mapped(version.map(|v| v.to_string()));
         } else if name.starts_with("libucp.so") && loaded.ucx.is_none() {
             loaded.ucx = mapped(None);
         } else if name.starts_with("libtorch_cuda.so") && loaded.torch.is_none() {
-            loaded.torch = mapped(versions::torch_of_library(&root.join(path.trim_start_matches('/'))));
+            // PyTorch's package: the folder above the library's `lib/`.
+            loaded.torch = mapped(folder(2).and_then(|package| versions::torch_of_package(&package.path())));
         }
     }
     loaded

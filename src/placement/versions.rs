@@ -120,10 +120,9 @@ fn read_only_data(file: &std::fs::File) -> Option<Vec<u8>> {
     }
 }
 
-/// PyTorch's version, from the `version.py` of the package whose `lib/` holds `library` (its
-/// `libtorch_cuda.so`): `__version__ = '2.11.0+cu130'`.
-pub fn torch_of_library(library: &Path) -> Option<String> {
-    let package = library.parent()?.parent()?;
+/// PyTorch's version, from the `version.py` of its package folder `package`, whose `lib/` holds its
+/// `libtorch_cuda.so`: `__version__ = '2.11.0+cu130'`.
+pub fn torch_of_package(package: &Path) -> Option<String> {
     let mut text = String::new();
     std::io::Read::read_to_string(
         &mut std::io::Read::take(open_regular(&package.join("version.py"))?, 64 << 10),

@@ -29,7 +29,8 @@ fn the_libraries_of_the_rows_are_found_in_its_maps() {
                 7f01-7f02 r--p 0 08:01 2 /usr/lib/libucp.so.0.0.0\n\
                 7f02-7f03 r--p 0 08:01 3 /opt/venv/torch/lib/libtorch_cuda.so\n\
                 7f03-7f04 rw-p 0 00:00 0 [heap]\n";
-    let found = loaded(maps, Path::new("/nonexistent-root"), &|_| None);
+    let empty = tempfile::tempdir().unwrap();
+    let found = loaded(maps, &Root::at(empty.path()).unwrap(), &|_| None);
     let nccl = found.nccl.unwrap();
     assert_eq!(
         (nccl.path.as_str(), nccl.version.as_deref()),

@@ -91,9 +91,12 @@ fn pytorchs_version_is_read_beside_its_library() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("lib")).unwrap();
     let library = dir.path().join("lib").join("libtorch_cuda.so");
-    assert_eq!(torch_of_library(&library), None);
+    assert_eq!(torch_of_package(library.parent().unwrap().parent().unwrap()), None);
     std::fs::write(dir.path().join("version.py"), "x = 1\n__version__ = '2.11.0+cu130'\n").unwrap();
-    assert_eq!(torch_of_library(&library).as_deref(), Some("2.11.0+cu130"));
+    assert_eq!(
+        torch_of_package(library.parent().unwrap().parent().unwrap()).as_deref(),
+        Some("2.11.0+cu130")
+    );
 }
 
 /// The loader's search, with a relative or empty element of LD_LIBRARY_PATH left out (a planted library
@@ -136,7 +139,7 @@ fn pytorchs_version_is_a_short_printable_text() {
     let library = dir.path().join("lib").join("libtorch_cuda.so");
     let of = |value: &str| {
         std::fs::write(dir.path().join("version.py"), format!("__version__ = '{value}'\n")).unwrap();
-        torch_of_library(&library)
+        torch_of_package(library.parent().unwrap().parent().unwrap())
     };
     assert_eq!(of(""), None);
     assert_eq!(of("2.11.0 beta"), None);
