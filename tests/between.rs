@@ -459,3 +459,54 @@ fn a_process_is_read_in_its_own_root() {
         (&false.into(), &serde_json::Value::Null)
     );
 }
+
+/// A process whose own file system never answers (a FUSE mount over its /dev/shm whose server never
+/// replies, which a user may make in namespaces of its own) is an error within a second that names the
+/// fact, not a wait for good: the read waited in the kernel until SIGKILL, and Ctrl-C could not end it.
+#[test]
+fn a_file_system_that_never_answers_is_an_error_not_a_hang() {
+    let script = "import ctypes, os, sys, time\n\
+                  fd = os.open('/dev/fuse', os.O_RDWR)\n\
+                  options = b'fd=%d,rootmode=40000,user_id=0,group_id=0' % fd\n\
+                  if ctypes.CDLL(None, use_errno=True).mount(b'hang', b'/dev/shm', b'fuse', 0, options) != 0:\n\
+                  \x20   print('failed', ctypes.get_errno(), flush=True); sys.exit(1)\n\
+                  print('ready', flush=True)\n\
+                  time.sleep(30)\n";
+    let Ok(mut hung) = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "python3", "-c", script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+    else {
+        common::skipped("fuse", "a_file_system_that_never_answers: no unshare");
+        return;
+    };
+    let mut line = String::new();
+    let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(hung.stdout.take().unwrap()), &mut line);
+    if line.trim() != "ready" {
+        let _ = hung.kill();
+        let _ = hung.wait();
+        common::skipped("fuse", format!("a_file_system_that_never_answers: no FUSE mount here ({line:?})"));
+        return;
+    }
+    let me = std::process::id().to_string();
+    let started = Instant::now();
+    let mut between = Command::new(bin())
+        .args(["--between", &me, &hung.id().to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    while between.try_wait().unwrap().is_none() && started.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let took = started.elapsed();
+    // The server's end fails the read that waits for it: a reader that hung ends now.
+    let _ = hung.kill();
+    let _ = hung.wait();
+    let out = between.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(took < Duration::from_secs(5), "it waited for the file system: {said}");
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("its /dev/shm (/proc/") && said.contains("could not be read within"), "{said}");
+}

@@ -11,6 +11,8 @@
 mod proc_dir;
 
 use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
 use nix::fcntl::OFlag;
@@ -103,47 +105,154 @@ pub(crate) fn observe_in(proc: &ProcDir) -> Result<Observed> {
     let uid_map = proc
         .read_string("uid_map", MOST_UID_MAP)
         .with_context(|| format!("{} (/proc/{pid}/uid_map)", unreadable("user namespace's uid map")))?;
+    let maps = proc
+        .read_string("maps", MOST_MAPS)
+        .with_context(|| format!("{} (/proc/{pid}/maps)", unreadable("mapped libraries")))?;
+    let hostname =
+        hostname_of(proc, namespaces.uts).with_context(|| unreadable("hostname (its UTS namespace)"))?;
+    let held = proc.try_clone().with_context(|| format!("holding /proc/{pid}"))?;
+    let Through { env, loaded, gpus_present, gpus, imex_channel, dev_shm, mps, platform } =
+        within(pid, move |reading| through_its_files(&held, &maps, reading))?;
+    let cuda_visible_devices = env.get("CUDA_VISIBLE_DEVICES").map(str::to_owned);
+    let place = Place {
+        pid: own_pid,
+        namespaces,
+        dev_shm,
+        hostname,
+        boot_id: std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok().map(|s| s.trim().to_owned()),
+        cuda_visible_devices,
+        nvidia_visible_devices: env.get("NVIDIA_VISIBLE_DEVICES").map(str::to_owned),
+        nccl_hostid: env.get("NCCL_HOSTID").map(str::to_owned),
+        gpus,
+        imex_channel,
+        uid: uid_as_it_sees_itself(node_uid, &uid_map),
+        in_user_namespace: !crate::os::access::is_identity_map(uid_map.trim()),
+        capabilities: Capabilities { sys_ptrace: has(19), sys_nice: has(23), ipc_lock: has(14) },
+        ptrace_scope: std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
+            .ok()
+            .and_then(|s| s.trim().parse().ok()),
+        seccomp,
+        mps,
+        settings: libraries::SETTINGS
+            .iter()
+            .filter_map(|&name| Some((name.to_owned(), env.get(name)?.to_owned())))
+            .collect(),
+        pidfd_getfd_itself: pidfd_getfd_from_outside(seccomp),
+        nccl_version: loaded.nccl.as_ref().and_then(|n| Version::at_start_of(n.version.as_deref()?)),
+        gpus_present,
+        platform,
+        node_uid: Some(node_uid),
+    };
+    // Held to what each field can truly hold, as a joiner's place is: a process may say anything of itself.
+    let place = place.received().map_err(|why| anyhow!("process {pid}: {why}"))?;
+    proc.running()?;
+    Ok(Observed { pid, name, place, loaded, seccomp_filters })
+}
+
+/// How long the reads of a process's own files and memory may take together ([`through_its_files`]): far
+/// more than they take (a few milliseconds), far less than a user waits. Each may wait for good: a file
+/// system of the process's own mounts (a FUSE server of its own that never answers, a hung network mount)
+/// or its memory (an environment in a mapped file of such a file system) can keep a read waiting, in a
+/// wait that only SIGKILL ends.
+const ANSWER_WITHIN: Duration = Duration::from_millis(500);
+
+/// What a thread reading through a process's files is reading now, for the error that says where it waited.
+type Reading = Arc<Mutex<String>>;
+
+/// Runs `read` on a thread of its own and waits for it up to [`ANSWER_WITHIN`]: its answer, or an error
+/// that names the fact it was reading when the time ran out. A thread that waits for good is left waiting
+/// (nothing can end it but the process's end, which comes next).
+fn within<T: Send + 'static>(
+    pid: i32,
+    read: impl FnOnce(&Reading) -> Result<T> + Send + 'static,
+) -> Result<T> {
+    let reading: Reading = Arc::new(Mutex::new(String::new()));
+    let (answer, answered) = std::sync::mpsc::sync_channel(1);
+    let now = reading.clone();
+    std::thread::Builder::new()
+        .name("outside".into())
+        .spawn(move || {
+            let _ = answer.send(read(&now));
+        })
+        .context("starting the thread that reads through its files")?;
+    match answered.recv_timeout(ANSWER_WITHIN) {
+        Ok(read) => read,
+        Err(_) => {
+            let what = reading.lock().map(|what| what.clone()).unwrap_or_default();
+            Err(anyhow!(
+                "process {pid}: its {what} could not be read within {} ms: a file system of its own does not \
+                 answer (a FUSE server that never replies, a hung network mount), or its memory is such a \
+                 file's",
+                ANSWER_WITHIN.as_millis()
+            ))
+        }
+    }
+}
+
+/// What is read through a process's own files and memory.
+struct Through {
+    env: Environment,
+    loaded: Loaded,
+    gpus_present: Option<Vec<String>>,
+    gpus: Option<Vec<String>>,
+    imex_channel: bool,
+    dev_shm: Option<super::DevShm>,
+    mps: mps::Mps,
+    platform: Platform,
+}
+
+/// The facts of process `proc` that are read through its own files and memory (its environment, its
+/// root's paths, its libraries' files), each named in `reading` as it is read.
+fn through_its_files(proc: &ProcDir, maps: &str, reading: &Reading) -> Result<Through> {
+    let pid = proc.pid;
+    let unreadable = |fact: &str| format!("process {pid}: its {fact} could not be read");
+    let now = |what: &str| {
+        if let Ok(mut now) = reading.lock() {
+            *now = what.to_owned();
+        }
+    };
+    now(&format!("environment (/proc/{pid}/environ)"));
     let environ = proc
         .read("environ", MOST_ENVIRON)
         .with_context(|| format!("{} (/proc/{pid}/environ)", unreadable("environment")))?;
     let env = Environment::parse(&environ);
     // Its root, in which each of its paths is resolved as it resolves them ([`Root`]).
+    now(&format!("root directory (/proc/{pid}/root)"));
     let root = proc
         .open_file("root", OFlag::O_PATH | OFlag::O_DIRECTORY)
         .map(Root::of)
         .with_context(|| format!("{} (/proc/{pid}/root)", unreadable("root directory")))?;
     std::fs::read_dir(root.find("/", true)?.path())
         .with_context(|| format!("{} (/proc/{pid}/root)", unreadable("root directory")))?;
-    let maps = proc
-        .read_string("maps", MOST_MAPS)
-        .with_context(|| format!("{} (/proc/{pid}/maps)", unreadable("mapped libraries")))?;
+    now(&format!("mapped libraries' files (/proc/{pid}/map_files, and their paths in its root)"));
     let by_mapping = |range: &str| {
         proc.open_file(&format!("map_files/{range}"), OFlag::O_RDONLY | OFlag::O_NONBLOCK)
             .ok()
             .map(std::fs::File::from)
     };
-    let loaded = loaded(&maps, &root, &by_mapping);
-    let hostname =
-        hostname_of(proc, namespaces.uts).with_context(|| unreadable("hostname (its UTS namespace)"))?;
+    let loaded = loaded(maps, &root, &by_mapping);
     let simulated = env.get(crate::driver::host::SIMULATE_ENV);
-    let cuda_visible_devices = env.get("CUDA_VISIBLE_DEVICES").map(str::to_owned);
+    let cuda_visible_devices = env.get("CUDA_VISIBLE_DEVICES");
+    now(&format!("GPUs' device nodes (/proc/{pid}/root/dev/nvidia*)"));
     let (gpus_present, gpus) = match crate::driver::host::simulated_gpus_of(simulated, None) {
         Some(all) => {
-            let visible = Some(cuda_visible_devices.as_deref());
+            let visible = Some(cuda_visible_devices);
             (Some(all), crate::driver::host::simulated_gpus_of(simulated, visible))
         }
         None => {
             let present = super::gpus_with_nodes(&root);
-            let gpus = present.as_ref().and_then(|all| super::visible(all, cuda_visible_devices.as_deref()));
+            let gpus = present.as_ref().and_then(|all| super::visible(all, cuda_visible_devices));
             (present, gpus)
         }
     };
+    now(&format!("IMEX channels (/proc/{pid}/root/dev/nvidia-caps-imex-channels)"));
     let imex_channel = crate::driver::host::simulated_imex_channel_of(simulated).unwrap_or_else(|| {
         let channels = root.find("dev/nvidia-caps-imex-channels", true);
         channels.is_ok_and(|found| std::fs::read_dir(found.path()).is_ok_and(|mut e| e.next().is_some()))
     });
     // Its /dev/shm: none is a fact (a container without one, or whose path to it the process itself cannot
     // take: a loop, a file on the way); one that is there but cannot be read is not.
+    now(&format!("/dev/shm (/proc/{pid}/root/dev/shm)"));
     let dev_shm = match root.find("dev/shm", true) {
         Ok(found) => {
             let shm = super::dev_shm(&found.path());
@@ -163,39 +272,11 @@ pub(crate) fn observe_in(proc: &ProcDir) -> Result<Observed> {
         }
         Err(e) => bail!("{} (/proc/{pid}/root/dev/shm: {e})", unreadable("/dev/shm")),
     };
-    let place = Place {
-        pid: own_pid,
-        namespaces,
-        dev_shm,
-        hostname,
-        boot_id: std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok().map(|s| s.trim().to_owned()),
-        cuda_visible_devices,
-        nvidia_visible_devices: env.get("NVIDIA_VISIBLE_DEVICES").map(str::to_owned),
-        nccl_hostid: env.get("NCCL_HOSTID").map(str::to_owned),
-        gpus,
-        imex_channel,
-        uid: uid_as_it_sees_itself(node_uid, &uid_map),
-        in_user_namespace: !crate::os::access::is_identity_map(uid_map.trim()),
-        capabilities: Capabilities { sys_ptrace: has(19), sys_nice: has(23), ipc_lock: has(14) },
-        ptrace_scope: std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
-            .ok()
-            .and_then(|s| s.trim().parse().ok()),
-        seccomp,
-        mps: mps::Mps::of(env.get(mps::PIPE_DIRECTORY_ENV), Some(&root)),
-        settings: libraries::SETTINGS
-            .iter()
-            .filter_map(|&name| Some((name.to_owned(), env.get(name)?.to_owned())))
-            .collect(),
-        pidfd_getfd_itself: pidfd_getfd_from_outside(seccomp),
-        nccl_version: loaded.nccl.as_ref().and_then(|n| Version::at_start_of(n.version.as_deref()?)),
-        gpus_present,
-        platform: Platform::under(&root, crate::driver::host::simulated_wsl_of(simulated)),
-        node_uid: Some(node_uid),
-    };
-    // Held to what each field can truly hold, as a joiner's place is: a process may say anything of itself.
-    let place = place.received().map_err(|why| anyhow!("process {pid}: {why}"))?;
-    proc.running()?;
-    Ok(Observed { pid, name, place, loaded, seccomp_filters })
+    now(&format!("MPS pipe directory (in /proc/{pid}/root)"));
+    let mps = mps::Mps::of(env.get(mps::PIPE_DIRECTORY_ENV), Some(&root));
+    now(&format!("platform's files (/proc/{pid}/root/dev/dxg, /proc/{pid}/root/etc/nv_tegra_release)"));
+    let platform = Platform::under(&root, crate::driver::host::simulated_wsl_of(simulated));
+    Ok(Through { env, loaded, gpus_present, gpus, imex_channel, dev_shm, mps, platform })
 }
 
 /// The text of a file of `/proc` that holds names a process chose (its own in `status`, its files' in

@@ -51,6 +51,11 @@ impl ProcDir {
         Ok(held)
     }
 
+    /// Another hold of the same directory, for another thread.
+    pub fn try_clone(&self) -> std::io::Result<Self> {
+        Ok(Self { pid: self.pid, dir: self.dir.try_clone()? })
+    }
+
     /// `Ok` while the process runs: `Err` once it has ended (a zombie, or gone), and for a kernel thread.
     pub fn running(&self) -> Result<()> {
         let pid = self.pid;
