@@ -367,18 +367,23 @@ fn hostname_of(proc: &ProcDir, uts: Option<u64>) -> Result<String> {
 fn loaded(maps: &str, root: &Root, by_mapping: &dyn Fn(&str) -> Option<std::fs::File>) -> Loaded {
     let mut loaded = Loaded::default();
     for line in maps.lines() {
-        let mut fields = line.split_whitespace();
-        let (Some(range), Some(path)) = (fields.next(), fields.nth(4)) else { continue };
-        if !path.starts_with('/') {
+        let Some((range, shown)) = range_and_path(line) else { continue };
+        if !shown.starts_with('/') {
             continue;
         }
+        // A file removed since it was mapped: the name in its root, if any, is another file's now.
+        let (path, deleted) = match shown.strip_suffix(" (deleted)") {
+            Some(path) => (path, true),
+            None => (shown, false),
+        };
         let Some(name) = Path::new(path).file_name().map(|n| n.to_string_lossy().into_owned()) else {
             continue;
         };
-        let mapped = |version: Option<String>| Some(Mapped { path: crate::output::printable(path), version });
+        let mapped =
+            |version: Option<String>| Some(Mapped { path: crate::output::printable(shown), version });
         // The folder `up` levels above the file, in its root, resolved as the process resolves it.
         let folder = |up: usize| {
-            let folder = Path::new(path).ancestors().nth(up)?;
+            let folder = Path::new(path).ancestors().nth(up).filter(|_| !deleted)?;
             root.find(&folder.to_string_lossy(), true).ok()
         };
         if name.starts_with("libnccl.so") && loaded.nccl.is_none() {
@@ -402,6 +407,23 @@ fn loaded(maps: &str, root: &Root, by_mapping: &dyn Fn(&str) -> Option<std::fs::
         }
     }
     loaded
+}
+
+/// The address range and the path of a line of `maps` (`7f00-7f01 r-xp 0 08:01 12   /usr/lib/x.so`):
+/// the path is all that follows the fifth field and the blanks that pad it, blanks in its name included
+/// (the kernel escapes only a newline in it, as `\012`); `None` where the line maps no file.
+fn range_and_path(line: &str) -> Option<(&str, &str)> {
+    let mut rest = line;
+    let mut range = "";
+    for field in 0..5 {
+        rest = rest.trim_start_matches(' ');
+        let end = rest.find(' ')?;
+        if field == 0 {
+            range = &rest[..end];
+        }
+        rest = &rest[end..];
+    }
+    Some((range, rest.trim_start_matches(' ')))
 }
 
 /// Facts of the pair that only an outside view reads, given as the pids this process sees.

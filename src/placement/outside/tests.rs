@@ -154,3 +154,32 @@ fn a_file_past_its_bound_is_an_error() {
     let error = held.read("environ", 1).unwrap_err();
     assert_eq!(error.to_string(), "more than 1 bytes");
 }
+
+/// A path in `maps` is all that follows its fifth field, blanks and all: a library in a folder whose name
+/// has a blank was once taken for a file named by the path's first word, and so not loaded; one removed
+/// since it was mapped is shown so, and its version is not read from the file its path names now.
+#[test]
+fn a_path_in_maps_is_read_whole() {
+    let maps = "7f00-7f01 r-xp 00000000 08:01 1                          /opt/my env/lib/libnccl.so.2\n\
+                7f01-7f02 r--p 00000000 08:01 2                          /usr/lib/libucp.so.0 (deleted)\n\
+                7f02-7f03 r--p 00000000 08:01 3                          /opt/t/lib/libtorch_cuda.so (deleted)\n\
+                7f03-7f04 rw-p 00000000 00:00 0 \n\
+                7f04-7f05 rw-p 00000000 00:00 0\n";
+    assert_eq!(range_and_path("7f03-7f04 rw-p 00000000 00:00 0 "), Some(("7f03-7f04", "")));
+    assert_eq!(range_and_path("7f04-7f05 rw-p 00000000 00:00 0"), None, "no path");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("opt/my env/lib")).unwrap();
+    std::fs::write(dir.path().join("opt/my env/lib/libnccl.so.2"), b"x NCCL version 2.27.3+cuda12 x")
+        .unwrap();
+    std::fs::create_dir_all(dir.path().join("opt/t/lib")).unwrap();
+    std::fs::write(dir.path().join("opt/t/version.py"), "__version__ = '2.11.0'\n").unwrap();
+    let found = loaded(maps, &Root::at(dir.path()).unwrap(), &|_| None);
+    let nccl = found.nccl.unwrap();
+    assert_eq!(
+        (nccl.path.as_str(), nccl.version.as_deref()),
+        ("/opt/my env/lib/libnccl.so.2", Some("2.27.3"))
+    );
+    assert_eq!(found.ucx.map(|u| u.path).as_deref(), Some("/usr/lib/libucp.so.0 (deleted)"));
+    let torch = found.torch.unwrap();
+    assert_eq!((torch.path.as_str(), torch.version), ("/opt/t/lib/libtorch_cuda.so (deleted)", None));
+}
