@@ -112,7 +112,7 @@ pub(crate) fn observe_in(proc: &ProcDir) -> Result<Observed> {
         hostname_of(proc, namespaces.uts).with_context(|| unreadable("hostname (its UTS namespace)"))?;
     let held = proc.try_clone().with_context(|| format!("holding /proc/{pid}"))?;
     let Through { env, loaded, gpus_present, gpus, imex_channel, dev_shm, mps, platform } =
-        within(pid, move |reading| through_its_files(&held, &maps, reading))?;
+        within(pid, move |reading| through_its_files(&held, node_uid, &maps, reading))?;
     let cuda_visible_devices = env.get("CUDA_VISIBLE_DEVICES").map(str::to_owned);
     let place = Place {
         pid: own_pid,
@@ -201,9 +201,9 @@ struct Through {
     platform: Platform,
 }
 
-/// The facts of process `proc` that are read through its own files and memory (its environment, its
-/// root's paths, its libraries' files), each named in `reading` as it is read.
-fn through_its_files(proc: &ProcDir, maps: &str, reading: &Reading) -> Result<Through> {
+/// The facts of process `proc`, of user `node_uid`, that are read through its own files and memory (its
+/// environment, its root's paths, its libraries' files), each named in `reading` as it is read.
+fn through_its_files(proc: &ProcDir, node_uid: u32, maps: &str, reading: &Reading) -> Result<Through> {
     let pid = proc.pid;
     let unreadable = |fact: &str| format!("process {pid}: its {fact} could not be read");
     let now = |what: &str| {
@@ -273,7 +273,7 @@ fn through_its_files(proc: &ProcDir, maps: &str, reading: &Reading) -> Result<Th
         Err(e) => bail!("{} (/proc/{pid}/root/dev/shm: {e})", unreadable("/dev/shm")),
     };
     now(&format!("MPS pipe directory (in /proc/{pid}/root)"));
-    let mps = mps::Mps::of(env.get(mps::PIPE_DIRECTORY_ENV), Some(&root));
+    let mps = mps::Mps::of(env.get(mps::PIPE_DIRECTORY_ENV), Some(&root), node_uid);
     now(&format!("platform's files (/proc/{pid}/root/dev/dxg, /proc/{pid}/root/etc/nv_tegra_release)"));
     let platform = Platform::under(&root, crate::driver::host::simulated_wsl_of(simulated));
     Ok(Through { env, loaded, gpus_present, gpus, imex_channel, dev_shm, mps, platform })
