@@ -334,8 +334,11 @@ impl Environment {
         Self(pairs)
     }
 
+    /// The value of `name` as the process's own `getenv` answers (the libraries' C `getenv`, and Rust's
+    /// `std::env::var`, by which a process of this program reads its own place): the first of a name given
+    /// twice.
     fn get(&self, name: &str) -> Option<&str> {
-        self.0.iter().rev().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+        self.0.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
     }
 }
 

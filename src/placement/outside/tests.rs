@@ -17,7 +17,7 @@ fn a_uid_is_mapped_as_its_user_namespace_sees_it() {
 #[test]
 fn the_environment_it_started_with_is_read_by_name() {
     let env = Environment::parse(b"A=1\0CUDA_VISIBLE_DEVICES=\0B=x=y\0junk\0A=2\0");
-    assert_eq!(env.get("A"), Some("2"), "the last one, as getenv would not, but as a shell's export does");
+    assert_eq!(env.get("A"), Some("1"), "the first, as the process's getenv (NCCL's, PyTorch's) answers");
     assert_eq!(env.get("CUDA_VISIBLE_DEVICES"), Some(""));
     assert_eq!(env.get("B"), Some("x=y"));
     assert_eq!(env.get("junk"), None);
