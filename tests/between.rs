@@ -510,3 +510,29 @@ fn a_file_system_that_never_answers_is_an_error_not_a_hang() {
     assert_eq!(out.status.code(), Some(1), "{said}");
     assert!(said.contains("its /dev/shm (/proc/") && said.contains("could not be read within"), "{said}");
 }
+
+/// Run out of descriptors (`ulimit -n`) at each of its reads, an error names the process and the file it
+/// could not read, and asks whether the process ended only where the kernel said there is none: it once
+/// asked it of "Too many open files", and once said only that.
+#[test]
+fn out_of_descriptors_the_error_names_what_it_read() {
+    let me = std::process::id().to_string();
+    let other = me_too();
+    for most in 5..=9 {
+        let out = Command::new("sh")
+            .args(["-c", &format!("ulimit -n {most} && exec \"$0\" --between {me} {other}")])
+            .arg(bin())
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        if out.status.code() == Some(0) {
+            continue;
+        }
+        assert_eq!(out.status.code(), Some(1), "{most}: {said}");
+        assert!(
+            said.contains("process ") && said.contains("(/proc/") || said.contains(": /proc/"),
+            "{most}: {said}"
+        );
+        assert!(!said.contains("has it ended?"), "{most}: {said}");
+    }
+}

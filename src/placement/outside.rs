@@ -72,7 +72,7 @@ pub(crate) fn observe_in(proc: &ProcDir) -> Result<Observed> {
     let pid = proc.pid;
     let status = proc
         .read_string("status", MOST_STATUS)
-        .map_err(|e| anyhow!("process {pid} cannot be read: /proc/{pid}/status: {e} (has it ended?)"))?;
+        .map_err(|e| proc_dir::cannot_be_read(pid, &format!("/proc/{pid}/status"), &e))?;
     let field = |name: &str| crate::os::access::status_field(&status, name);
     let unreadable = |fact: &str| format!("process {pid}: its {fact} could not be read");
     let name = crate::output::printable(&field("Name").unwrap_or_default());
@@ -222,7 +222,8 @@ fn through_its_files(proc: &ProcDir, node_uid: u32, maps: &str, reading: &Readin
         .open_file("root", OFlag::O_PATH | OFlag::O_DIRECTORY)
         .map(Root::of)
         .with_context(|| format!("{} (/proc/{pid}/root)", unreadable("root directory")))?;
-    std::fs::read_dir(root.find("/", true)?.path())
+    root.find("/", true)
+        .and_then(|top| std::fs::read_dir(top.path()).map(drop))
         .with_context(|| format!("{} (/proc/{pid}/root)", unreadable("root directory")))?;
     now(&format!("mapped libraries' files (/proc/{pid}/map_files, and their paths in its root)"));
     let by_mapping = |range: &str| {

@@ -17,6 +17,14 @@ pub(super) const MOST_STATUS: u64 = 1 << 20;
 /// `PF_KTHREAD` in the flags of `/proc/<pid>/stat`: a kernel thread.
 const PF_KTHREAD: u64 = 0x0020_0000;
 
+/// Process `pid` cannot be read, by `error` at `path`: where the kernel says there is no such process, the
+/// error asks whether it ended; otherwise (too many open files, say) the error is this process's own.
+pub(super) fn cannot_be_read(pid: i32, path: &str, error: &std::io::Error) -> anyhow::Error {
+    let gone = matches!(error.raw_os_error(), Some(nix::libc::ENOENT | nix::libc::ESRCH));
+    let hint = if gone { " (has it ended?)" } else { "" };
+    anyhow!("process {pid} cannot be read: {path}: {error}{hint}")
+}
+
 /// `/proc/<pid>` of one process, held open.
 pub(crate) struct ProcDir {
     pub pid: i32,
@@ -36,13 +44,11 @@ impl ProcDir {
             OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
             Mode::empty(),
         )
-        .map_err(|e| {
-            anyhow!("process {pid} cannot be read: {path}: {} (has it ended?)", std::io::Error::from(e))
-        })?;
+        .map_err(|e| cannot_be_read(pid, &path, &e.into()))?;
         let held = Self { pid, dir };
         let status = held
             .read_string("status", MOST_STATUS)
-            .map_err(|e| anyhow!("process {pid} cannot be read: /proc/{pid}/status: {e} (has it ended?)"))?;
+            .map_err(|e| cannot_be_read(pid, &format!("{path}/status"), &e))?;
         let field = |name: &str| crate::os::access::status_field(&status, name);
         if let Some(tgid) = field("Tgid").filter(|tgid| *tgid != pid.to_string()) {
             bail!("{pid} is a thread of process {tgid}, not a process: give {tgid}");
