@@ -436,9 +436,20 @@ fn a_process_is_read_in_its_own_root() {
     std::fs::create_dir(&node).unwrap();
     let _listener = std::os::unix::net::UnixListener::bind(node.join("control")).unwrap();
     link(&node, "tmp/nvidia-mps");
+    let place = place_in(&root);
+    assert_eq!(place["dev_shm"], serde_json::Value::Null, "{place}");
+    assert_eq!(place["platform"]["kind"], "linux", "{place}");
+    assert_eq!(
+        (&place["mps"]["client"], &place["mps"]["answered"]),
+        (&false.into(), &serde_json::Value::Null)
+    );
+}
+
+/// The place of a process chrooted into `root`, read by `--between` beside this test's own.
+fn place_in(root: &std::path::Path) -> serde_json::Value {
     let script = "import os, sys, time\nos.chroot(sys.argv[1]); os.chdir('/')\nprint('in', flush=True)\ntime.sleep(30)\n";
     let mut chrooted =
-        Command::new("python3").args(["-c", script]).arg(&root).stdout(Stdio::piped()).spawn().unwrap();
+        Command::new("python3").args(["-c", script]).arg(root).stdout(Stdio::piped()).spawn().unwrap();
     let mut line = String::new();
     std::io::BufRead::read_line(&mut std::io::BufReader::new(chrooted.stdout.take().unwrap()), &mut line)
         .unwrap();
@@ -451,13 +462,23 @@ fn a_process_is_read_in_its_own_root() {
     let _ = chrooted.wait();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let place = &answer["processes"][1]["place"];
+    answer["processes"][1]["place"].clone()
+}
+
+/// A /dev/shm that is no directory (a FIFO, a file) is none: the process's `shm_open` meets `ENOTDIR`. It
+/// was read as the file system that holds it.
+#[test]
+fn a_dev_shm_that_is_no_directory_is_none() {
+    if !nix::unistd::geteuid().is_root() {
+        common::skipped("root", "a_dev_shm_that_is_no_directory_is_none: chroot");
+        return;
+    }
+    let dir = common::scratch("between-shm-file");
+    std::fs::create_dir(dir.path().join("dev")).unwrap();
+    nix::unistd::mkfifo(&dir.path().join("dev/shm"), nix::sys::stat::Mode::from_bits_truncate(0o600))
+        .unwrap();
+    let place = place_in(dir.path());
     assert_eq!(place["dev_shm"], serde_json::Value::Null, "{place}");
-    assert_eq!(place["platform"]["kind"], "linux", "{place}");
-    assert_eq!(
-        (&place["mps"]["client"], &place["mps"]["answered"]),
-        (&false.into(), &serde_json::Value::Null)
-    );
 }
 
 /// A process whose own file system never answers (a FUSE mount over its /dev/shm whose server never

@@ -295,10 +295,11 @@ fn read_trimmed(path: &str) -> Option<String> {
     std::fs::read_to_string(path).ok().map(|s| s.trim().to_owned())
 }
 
-/// `/dev/shm` at `path` as this process sees it (statfs, statvfs); `None` where it cannot be read.
+/// `/dev/shm` at `path` as this process sees it (statfs, statvfs); `None` where it cannot be read, or is no
+/// directory (`shm_open` there meets `ENOTDIR`).
 pub(crate) fn dev_shm(path: &std::path::Path) -> Option<DevShm> {
     use std::os::unix::fs::MetadataExt;
-    let device = std::fs::metadata(path).ok()?.dev();
+    let device = std::fs::metadata(path).ok().filter(std::fs::Metadata::is_dir)?.dev();
     let stats = nix::sys::statvfs::statvfs(path).ok()?;
     let file_system = match nix::sys::statfs::statfs(path) {
         Ok(fs) if fs.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC => "tmpfs".to_owned(),

@@ -251,10 +251,12 @@ fn through_its_files(proc: &ProcDir, node_uid: u32, maps: &str, reading: &Readin
         let channels = root.find("dev/nvidia-caps-imex-channels", true);
         channels.is_ok_and(|found| std::fs::read_dir(found.path()).is_ok_and(|mut e| e.next().is_some()))
     });
-    // Its /dev/shm: none is a fact (a container without one, or whose path to it the process itself cannot
-    // take: a loop, a file on the way); one that is there but cannot be read is not.
+    // Its /dev/shm: none is a fact (a container without one, or one it cannot use: no directory, a loop or
+    // a file on the way); one that is there but cannot be read is not.
     now(&format!("/dev/shm (/proc/{pid}/root/dev/shm)"));
     let dev_shm = match root.find("dev/shm", true) {
+        // A FIFO or a file: its shm_open meets ENOTDIR.
+        Ok(found) if found.kind().is_ok_and(|kind| kind != nix::sys::stat::SFlag::S_IFDIR) => None,
         Ok(found) => {
             let shm = super::dev_shm(&found.path());
             if shm.is_none() {
