@@ -227,9 +227,7 @@ fn through_its_files(proc: &ProcDir, node_uid: u32, maps: &str, reading: &Readin
         .with_context(|| format!("{} (/proc/{pid}/root)", unreadable("root directory")))?;
     now(&format!("mapped libraries' files (/proc/{pid}/map_files, and their paths in its root)"));
     let by_mapping = |range: &str| {
-        proc.open_file(&format!("map_files/{range}"), OFlag::O_RDONLY | OFlag::O_NONBLOCK)
-            .ok()
-            .map(std::fs::File::from)
+        versions::reopened_if_regular(proc.open_file(&format!("map_files/{range}"), OFlag::O_PATH).ok()?)
     };
     let loaded = loaded(maps, &root, &by_mapping);
     let simulated = env.get(crate::driver::host::SIMULATE_ENV);
@@ -369,7 +367,7 @@ fn hostname_of(proc: &ProcDir, uts: Option<u64>) -> Result<String> {
 
 /// The libraries of the forecast's rows in a process's `maps`, each with its version read from its file:
 /// the file it mapped, by its mapping (`by_mapping` of its address range, which opens
-/// `/proc/<pid>/map_files/<range>`), else by its path in the process's root.
+/// `/proc/<pid>/map_files/<range>` where it is a regular file), else by its path in the process's root.
 fn loaded(maps: &str, root: &Root, by_mapping: &dyn Fn(&str) -> Option<std::fs::File>) -> Loaded {
     let mut loaded = Loaded::default();
     for line in maps.lines() {
@@ -395,10 +393,7 @@ fn loaded(maps: &str, root: &Root, by_mapping: &dyn Fn(&str) -> Option<std::fs::
         if name.starts_with("libnccl.so") && loaded.nccl.is_none() {
             // The file the process mapped, by its mapping (`map_files`, root only), not by a path in its
             // root that it may have changed since; else by that path.
-            let by_mapping = || {
-                let file = by_mapping(range)?;
-                file.metadata().ok()?.is_file().then(|| versions::nccl_of_open_file(&file))?
-            };
+            let by_mapping = || versions::nccl_of_open_file(&by_mapping(range)?);
             let version = name
                 .strip_prefix("libnccl.so.")
                 .and_then(Version::at_start_of)

@@ -1,4 +1,5 @@
 use super::*;
+use std::os::unix::fs::OpenOptionsExt as _;
 
 #[test]
 fn a_version_is_read_at_the_start_of_a_text() {
@@ -47,6 +48,32 @@ fn only_a_regular_file_is_read_for_a_version() {
     assert_eq!(nccl_of_file(&link), None, "a link is not followed");
     assert_eq!(nccl_of_file(&real), Some(Version(2, 20, 5)), "the file itself is read");
     assert_eq!(nccl_of_file(Path::new("/dev/zero")), None);
+}
+
+/// A FIFO is looked at, never opened: a writer waiting on it stays waiting, where an open of it for
+/// reading, even non-blocking, once let the writer in (and an open of a device called its driver).
+#[test]
+fn a_fifo_is_not_opened_for_a_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("libnccl.so.2");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let (opened, writer_in) = std::sync::mpsc::channel();
+    let path = fifo.clone();
+    let writer = std::thread::spawn(move || {
+        let writing = std::fs::OpenOptions::new().write(true).open(&path);
+        let _ = opened.send(());
+        writing
+    });
+    // The writer waits in its open until a reader comes.
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert_eq!(nccl_of_file(&fifo), None);
+    assert_eq!(open_regular(&fifo).map(drop), None);
+    let let_in = writer_in.recv_timeout(std::time::Duration::from_millis(300)).is_ok();
+    // This test's own reader lets the writer in, whatever happened.
+    let reader = std::fs::OpenOptions::new().read(true).custom_flags(nix::libc::O_NONBLOCK).open(&fifo);
+    let _ = writer.join();
+    drop(reader);
+    assert!(!let_in, "the FIFO was opened: its writer was let in");
 }
 
 /// In an ELF file, only `.rodata` is searched: a banner outside it is not NCCL's.
