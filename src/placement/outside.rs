@@ -105,14 +105,11 @@ pub(crate) fn observe_in(proc: &ProcDir) -> Result<Observed> {
     let uid_map = proc
         .read_string("uid_map", MOST_UID_MAP)
         .with_context(|| format!("{} (/proc/{pid}/uid_map)", unreadable("user namespace's uid map")))?;
-    let maps = proc
-        .read_string("maps", MOST_MAPS)
-        .with_context(|| format!("{} (/proc/{pid}/maps)", unreadable("mapped libraries")))?;
     let hostname =
         hostname_of(proc, namespaces.uts).with_context(|| unreadable("hostname (its UTS namespace)"))?;
     let held = proc.try_clone().with_context(|| format!("holding /proc/{pid}"))?;
     let Through { env, loaded, gpus_present, gpus, imex_channel, dev_shm, mps, platform } =
-        within(pid, move |reading| through_its_files(&held, node_uid, &maps, reading))?;
+        within(pid, move |reading| through_its_files(&held, node_uid, reading))?;
     let cuda_visible_devices = env.get("CUDA_VISIBLE_DEVICES").map(str::to_owned);
     let place = Place {
         pid: own_pid,
@@ -180,9 +177,9 @@ fn within<T: Send + 'static>(
         Err(_) => {
             let what = reading.lock().map(|what| what.clone()).unwrap_or_default();
             Err(anyhow!(
-                "process {pid}: its {what} could not be read within {} ms: a file system of its own does not \
-                 answer (a FUSE server that never replies, a hung network mount), or its memory is such a \
-                 file's",
+                "process {pid}: its {what} could not be read within {} ms: a file system of its own did not \
+                 answer in that time (a FUSE server that never replies, a hung network mount, a disk that \
+                 slow), or its memory is such a file's",
                 ANSWER_WITHIN.as_millis()
             ))
         }
@@ -202,8 +199,10 @@ struct Through {
 }
 
 /// The facts of process `proc`, of user `node_uid`, that are read through its own files and memory (its
-/// environment, its root's paths, its libraries' files), each named in `reading` as it is read.
-fn through_its_files(proc: &ProcDir, node_uid: u32, maps: &str, reading: &Reading) -> Result<Through> {
+/// environment, its root's paths, its maps and its libraries' files: a kernel may read the maps under the
+/// lock of its memory, which a thread of its own may keep taken, waiting on such a file), each named in
+/// `reading` as it is read.
+fn through_its_files(proc: &ProcDir, node_uid: u32, reading: &Reading) -> Result<Through> {
     let pid = proc.pid;
     let unreadable = |fact: &str| format!("process {pid}: its {fact} could not be read");
     let now = |what: &str| {
@@ -225,11 +224,15 @@ fn through_its_files(proc: &ProcDir, node_uid: u32, maps: &str, reading: &Readin
     root.find("/", true)
         .and_then(|top| std::fs::read_dir(top.path()).map(drop))
         .with_context(|| format!("{} (/proc/{pid}/root)", unreadable("root directory")))?;
+    now(&format!("mapped libraries (/proc/{pid}/maps)"));
+    let maps = proc
+        .read_string("maps", MOST_MAPS)
+        .with_context(|| format!("{} (/proc/{pid}/maps)", unreadable("mapped libraries")))?;
     now(&format!("mapped libraries' files (/proc/{pid}/map_files, and their paths in its root)"));
     let by_mapping = |range: &str| {
         versions::reopened_if_regular(proc.open_file(&format!("map_files/{range}"), OFlag::O_PATH).ok()?)
     };
-    let loaded = loaded(maps, &root, &by_mapping);
+    let loaded = loaded(&maps, &root, &by_mapping);
     let simulated = env.get(crate::driver::host::SIMULATE_ENV);
     let cuda_visible_devices = env.get("CUDA_VISIBLE_DEVICES");
     now(&format!("GPUs' device nodes (/proc/{pid}/root/dev/nvidia*)"));
