@@ -7,6 +7,11 @@
 //! process for one `gethostname`), and the libraries it has mapped (`maps`), with their versions read from
 //! their files. A fact that cannot be read is an error that names it, never a guess; a fact nothing readable
 //! decides (what a seccomp filter allows) is "not known".
+//!
+//! The process may be another user's, and may lie or hide: all it says of itself is read as bytes, up to a
+//! bound, through its `/proc/<pid>` held open ([`ProcDir`]: never another process that took its number);
+//! its paths are resolved in its own root ([`Root`]); its files are looked at before they are opened; and
+//! what is read through its own file systems and memory is read within [`ANSWER_WITHIN`].
 
 mod proc_dir;
 
