@@ -557,3 +557,34 @@ fn out_of_descriptors_the_error_names_what_it_read() {
         assert!(!said.contains("has it ended?"), "{most}: {said}");
     }
 }
+
+/// A process that unmapped the pages of its environment (the kernel still keeps its bounds) is an error
+/// that says how much of it could be read: it was read as one started without any setting, where it was
+/// started with NCCL_P2P_DISABLE=1.
+#[test]
+fn an_environment_whose_memory_is_gone_is_an_error() {
+    let script = "import ctypes, time\n\
+                  libc = ctypes.CDLL(None)\n\
+                  libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]\n\
+                  stat = open('/proc/self/stat').read().rsplit(')', 1)[1].split()\n\
+                  start, end = int(stat[47]) & ~4095, (int(stat[48]) + 4095) & ~4095\n\
+                  print(libc.munmap(start, end - start), flush=True)\n\
+                  time.sleep(30)\n";
+    let mut hidden = Command::new("python3")
+        .args(["-c", script])
+        .env("NCCL_P2P_DISABLE", "1")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(hidden.stdout.take().unwrap()), &mut line)
+        .unwrap();
+    let me = std::process::id().to_string();
+    let out = Command::new(bin()).args(["--between", &me, &hidden.id().to_string()]).output().unwrap();
+    let _ = hidden.kill();
+    let _ = hidden.wait();
+    assert_eq!(line.trim(), "0", "munmap");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}{}", String::from_utf8_lossy(&out.stdout));
+    assert!(said.contains("its environment could not be read") && said.contains("0 of its"), "{said}");
+}

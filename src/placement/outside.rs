@@ -219,6 +219,19 @@ fn through_its_files(proc: &ProcDir, node_uid: u32, reading: &Reading) -> Result
     let environ = proc
         .read("environ", MOST_ENVIRON)
         .with_context(|| format!("{} (/proc/{pid}/environ)", unreadable("environment")))?;
+    // A read stops where its memory does: a process that unmapped the pages of its environment reads as one
+    // started without one, unless its length is held to what the kernel says it is.
+    let length = proc
+        .environment_length()
+        .with_context(|| format!("{} (/proc/{pid}/stat)", unreadable("environment's length")))?;
+    if (environ.len() as u64) < length {
+        bail!(
+            "{} (/proc/{pid}/environ): {} of its {length} bytes, the rest of its memory gone (unmapped, or \
+             not readable from outside)",
+            unreadable("environment"),
+            environ.len()
+        );
+    }
     let env = Environment::parse(&environ);
     // Its root, in which each of its paths is resolved as it resolves them ([`Root`]).
     now(&format!("root directory (/proc/{pid}/root)"));

@@ -14,6 +14,11 @@ use nix::sys::stat::Mode;
 /// The most of a process's `status` read: with 65536 supplementary groups (`NGROUPS_MAX`), 720 KB.
 pub(super) const MOST_STATUS: u64 = 1 << 20;
 
+/// Where `env_start` and `env_end` are among the fields of `/proc/<pid>/stat` after the name (its 50th and
+/// 51st, since Linux 3.5).
+const ENV_START: usize = 47;
+const ENV_END: usize = 48;
+
 /// `PF_KTHREAD` in the flags of `/proc/<pid>/stat`: a kernel thread.
 const PF_KTHREAD: u64 = 0x0020_0000;
 
@@ -82,6 +87,19 @@ impl ProcDir {
             bail!("{pid} is a kernel thread, not a process: it has no place of its own to read");
         }
         Ok(())
+    }
+
+    /// How long its environment is, in bytes, as the kernel keeps its bounds (`env_start`, `env_end` of
+    /// `/proc/<pid>/stat`; 0 where this process may not read them).
+    pub fn environment_length(&self) -> std::io::Result<u64> {
+        let stat = self.read_string("stat", 4096)?;
+        let fields: Vec<&str> =
+            stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
+        let field = |at: usize| fields.get(at).and_then(|f| f.parse::<u64>().ok());
+        match (field(ENV_START), field(ENV_END)) {
+            (Some(start), Some(end)) => Ok(end.saturating_sub(start)),
+            _ => Err(std::io::Error::other(format!("no environment's bounds in its stat: {stat:?}"))),
+        }
     }
 
     /// The file `name` under it, opened with `flags` (`O_CLOEXEC` added).
