@@ -12,7 +12,8 @@ pub struct ProcStat {
 
 /// `None` where there is no such process (as this process's /proc sees it).
 pub fn read(pid: i32) -> Option<ProcStat> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Its name, in parentheses, need not be UTF-8.
+    let stat = String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/stat")).ok()?).into_owned();
     let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
     let state = fields.next()?.chars().next()?;
     let parent = fields.next()?.parse().ok()?;

@@ -6,24 +6,26 @@
 //! Docker's and Kubernetes' words. No GPU and no CUDA: nothing of either process is entered, signalled,
 //! stopped or run. `--json` writes the same as data.
 
-use std::io::Write as _;
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde::Serialize;
 
 use super::outside::with_outside;
-use super::outside::{self, Loaded, Observed};
+use super::outside::{self, Loaded, Observed, ProcDir};
 use super::share::compare;
 use super::{Placement, ProcessPlacement};
 use crate::outcome::EXIT_FAILURE;
+use crate::output::READER_GONE_STATUS;
+use crate::report::OwnDocument;
+use crate::report::verdict::is_reader_gone;
 
 /// What `--between` answers, as `--json` writes it.
 #[derive(Serialize)]
-struct Answer<'a> {
+struct Answer {
     status: &'static str,
     /// Each process as read from outside.
-    processes: [&'a Observed; 2],
+    processes: [Observed; 2],
     /// Each direction: the exporter's place and the importer's, as in a served run's `placement`.
     directions: Vec<Placement>,
 }
@@ -36,30 +38,54 @@ pub(crate) struct Asked<'a> {
     pub quiet: bool,
 }
 
-/// Runs `--between`: 0 with its answer, 1 where a process cannot be read (which fact, and why).
+/// Runs `--between`: 0 with its answer, 1 where a process cannot be read (which fact, and why), or where
+/// the answer cannot be written; 141 where the reader of standard output went away, as for a run. The
+/// `--json` path is checked before anything is read, as a run's is (`report::OwnDocument`).
 pub(crate) fn main(asked: &Asked) -> ExitCode {
-    match answer(asked) {
-        Ok(()) => ExitCode::SUCCESS,
+    let json = match asked.json.map(OwnDocument::checked).transpose() {
+        Ok(json) => json,
+        Err(e) => {
+            eprint_line!("simple-ipc: {e:#}");
+            return ExitCode::from(EXIT_FAILURE);
+        }
+    };
+    let (text, document) = match answer(asked) {
+        Ok(answered) => answered,
         Err(e) => {
             eprint_line!("simple-ipc: --between: {e:#}");
-            if let Some(path) = asked.json {
+            if let Some(json) = &json {
                 let failed = serde_json::json!({ "status": "failed", "reason": format!("{e:#}") });
-                if let Err(e) = write_json(path, &failed) {
+                if let Err(e) = json.write(&failed) {
                     eprint_line!("simple-ipc: {e:#}");
                 }
             }
+            return ExitCode::from(EXIT_FAILURE);
+        }
+    };
+    match say(&text, &document, json.as_ref(), asked.quiet) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.chain().any(is_reader_gone) => ExitCode::from(READER_GONE_STATUS),
+        Err(e) => {
+            eprint_line!("simple-ipc: --between: {e:#}");
             ExitCode::from(EXIT_FAILURE)
         }
     }
 }
 
-fn answer(asked: &Asked) -> Result<()> {
+/// The answer, in words and as the document.
+fn answer(asked: &Asked) -> Result<(String, Answer)> {
     if asked.exporter == asked.importer {
         anyhow::bail!("pid {} is both processes: CUDA IPC is between two", asked.exporter);
     }
-    let first = outside::observe(asked.exporter)?;
-    let second = outside::observe(asked.importer)?;
+    // Each held by its /proc directory from the first read to the last: the pair's facts (an ancestor, a
+    // pid number) are read by pid, which names these two processes only while both still run.
+    let held = [ProcDir::open(asked.exporter)?, ProcDir::open(asked.importer)?];
+    let first = outside::observe_in(&held[0])?;
+    let second = outside::observe_in(&held[1])?;
     let directions = vec![direction(&first, &second), direction(&second, &first)];
+    for process in &held {
+        process.running()?;
+    }
     let mut text = format!(
         "Between pid {} ({}) and pid {} ({}), read from /proc: neither was entered, signalled or stopped\n",
         first.pid, first.name, second.pid, second.name
@@ -71,24 +97,24 @@ fn answer(asked: &Asked) -> Result<()> {
         text.push_str(&format!("\nWith pid {} exporting to pid {}:\n", exporter.pid, importer.pid));
         text.push_str(&placement.text_between());
     }
-    let document = Answer { status: "answered", processes: [&first, &second], directions };
-    match asked.json {
-        Some(path) if path.as_os_str() == "-" => {
-            let mut out = std::io::stdout().lock();
-            serde_json::to_writer(&mut out, &document)?;
-            writeln!(out)?;
-            eprint!("{text}");
-        }
-        Some(path) => {
-            write_json(path, &document)?;
-            if !asked.quiet {
-                crate::output::text(&text)?;
-            }
-        }
-        None if asked.quiet => {}
-        None => crate::output::text(&text)?,
+    Ok((text, Answer { status: "answered", processes: [first, second], directions }))
+}
+
+/// Writes the answer: the document where `--json` asked for it, and the text on standard output (on
+/// standard error, where the document has standard output; nowhere with `--quiet`).
+fn say(text: &str, document: &Answer, json: Option<&OwnDocument>, quiet: bool) -> Result<()> {
+    if let Some(json) = json {
+        json.write(document)?;
     }
-    Ok(())
+    match json {
+        _ if quiet => Ok(()),
+        // Beside the document, as every other line of a run is: its errors are not the answer's.
+        Some(json) if json.is_standard_output() => {
+            eprint_line!("{}", text.trim_end_matches('\n'));
+            Ok(())
+        }
+        _ => crate::output::text(text),
+    }
 }
 
 /// The placement of `importer` against `exporter`: the served run's comparison and forecast, with the facts
@@ -122,15 +148,4 @@ fn libraries_said(process: &Observed) -> String {
         said.push(format!("{filters} seccomp filter(s), whose rules cannot be read from outside"));
     }
     said.join("; ")
-}
-
-/// `document` as JSON at `path`, replaced whole (a temporary file beside it, renamed over it).
-fn write_json(path: &std::path::Path, document: &impl Serialize) -> Result<()> {
-    let directory = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
-    let mut file = tempfile::NamedTempFile::new_in(directory)
-        .with_context(|| format!("writing {}: a file beside it", path.display()))?;
-    serde_json::to_writer_pretty(&mut file, document)?;
-    writeln!(file)?;
-    file.persist(path).with_context(|| format!("writing {}", path.display()))?;
-    Ok(())
 }

@@ -6,6 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use root::Root;
+
 pub(crate) mod between;
 pub(crate) mod forecast;
 pub(crate) mod libraries;
@@ -13,6 +15,7 @@ pub(crate) mod mps;
 pub(crate) mod outside;
 mod received;
 mod report;
+pub(crate) mod root;
 pub(crate) mod share;
 pub(crate) mod versions;
 
@@ -122,18 +125,18 @@ pub enum Platform {
 impl Platform {
     /// The platform of the machine whose root (and /proc, for the kernel's release) is `root`; `simulated`:
     /// the simulation's `wsl`, where the simulation was asked for.
-    pub fn under(root: &std::path::Path, simulated_wsl: Option<bool>) -> Self {
+    pub fn under(root: &Root, simulated_wsl: Option<bool>) -> Self {
         if simulated_wsl == Some(true) {
             return Platform::Wsl2("simulated: /dev/dxg is present".into());
         }
-        if root.join("dev/dxg").exists() {
+        if root.exists("dev/dxg") {
             return Platform::Wsl2("/dev/dxg is present".into());
         }
         let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
         if release.to_ascii_lowercase().contains("microsoft") {
             return Platform::Wsl2(format!("the kernel release is {}", release.trim()));
         }
-        if root.join("etc/nv_tegra_release").exists() {
+        if root.exists("etc/nv_tegra_release") {
             return Platform::Tegra("/etc/nv_tegra_release is present".into());
         }
         let tree = std::fs::read("/proc/device-tree/compatible").unwrap_or_default();
@@ -148,6 +151,7 @@ impl Place {
     /// This process's place, read now.
     pub fn here() -> Self {
         let access = crate::os::access::Access::here();
+        let root = Root::here();
         let env = |name: &str| std::env::var(name).ok();
         Place {
             pid: std::process::id(),
@@ -190,8 +194,10 @@ impl Place {
             pidfd_getfd_itself: Some(crate::ipc::pidfd::tried_on_itself()),
             nccl_version: versions::nccl(),
             gpus_present: crate::driver::host::simulated_gpus_of(simulated().as_deref(), None)
-                .or_else(|| gpus_with_nodes(std::path::Path::new("/"))),
-            platform: Platform::under(std::path::Path::new("/"), crate::driver::host::simulated_wsl()),
+                .or_else(|| gpus_with_nodes(root.as_ref().ok()?)),
+            platform: root
+                .as_ref()
+                .map_or(Platform::Linux, |root| Platform::under(root, crate::driver::host::simulated_wsl())),
             node_uid: node_uid(access.uid),
         }
     }
@@ -219,7 +225,7 @@ fn simulated() -> Option<String> {
 /// less those `CUDA_VISIBLE_DEVICES` hides (UUIDs or their prefixes; ordinals in PCI order, as with
 /// `CUDA_DEVICE_ORDER=PCI_BUS_ID`). `None` where the driver's files cannot be read or a MIG device is named.
 fn gpus_seen() -> Option<Vec<String>> {
-    let all = gpus_with_nodes(std::path::Path::new("/"))?;
+    let all = gpus_with_nodes(&Root::here().ok()?)?;
     visible(&all, std::env::var("CUDA_VISIBLE_DEVICES").ok().as_deref())
 }
 
@@ -228,13 +234,13 @@ fn gpus_seen() -> Option<Vec<String>> {
 /// has no `nvidiactl` was given no nodes at all, and its nodes say nothing: a host's are made by the first
 /// CUDA start (nvidia-modprobe), so every GPU the driver lists counts there. `None` where the driver's files
 /// cannot be read.
-pub(crate) fn gpus_with_nodes(root: &std::path::Path) -> Option<Vec<String>> {
+pub(crate) fn gpus_with_nodes(root: &Root) -> Option<Vec<String>> {
     gpus_with_nodes_in(std::path::Path::new("/proc/driver/nvidia/gpus"), root)
 }
 
 /// [`gpus_with_nodes`], the driver's GPUs listed in `driver` (its `gpus` folder).
-fn gpus_with_nodes_in(driver: &std::path::Path, root: &std::path::Path) -> Option<Vec<String>> {
-    let nodes_given = root.join("dev/nvidiactl").exists();
+fn gpus_with_nodes_in(driver: &std::path::Path, root: &Root) -> Option<Vec<String>> {
+    let nodes_given = root.exists("dev/nvidiactl");
     let mut found: Vec<(String, String)> = Vec::new();
     for entry in std::fs::read_dir(driver).ok()?.flatten() {
         let information = std::fs::read_to_string(entry.path().join("information")).ok()?;
@@ -242,7 +248,7 @@ fn gpus_with_nodes_in(driver: &std::path::Path, root: &std::path::Path) -> Optio
             |name: &str| information.lines().find_map(|l| l.strip_prefix(name)).map(|v| v.trim().to_owned());
         let uuid = field("GPU UUID:")?;
         let has_node = !nodes_given
-            || field("Device Minor:").is_none_or(|minor| root.join(format!("dev/nvidia{minor}")).exists());
+            || field("Device Minor:").is_none_or(|minor| root.exists(&format!("dev/nvidia{minor}")));
         if has_node {
             found.push((entry.file_name().to_string_lossy().into_owned(), uuid));
         }
@@ -289,10 +295,11 @@ fn read_trimmed(path: &str) -> Option<String> {
     std::fs::read_to_string(path).ok().map(|s| s.trim().to_owned())
 }
 
-/// `/dev/shm` at `path` as this process sees it (statfs, statvfs); `None` where it cannot be read.
+/// `/dev/shm` at `path` as this process sees it (statfs, statvfs); `None` where it cannot be read, or is no
+/// directory (`shm_open` there meets `ENOTDIR`).
 pub(crate) fn dev_shm(path: &std::path::Path) -> Option<DevShm> {
     use std::os::unix::fs::MetadataExt;
-    let device = std::fs::metadata(path).ok()?.dev();
+    let device = std::fs::metadata(path).ok().filter(std::fs::Metadata::is_dir)?.dev();
     let stats = nix::sys::statvfs::statvfs(path).ok()?;
     let file_system = match nix::sys::statfs::statfs(path) {
         Ok(fs) if fs.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC => "tmpfs".to_owned(),

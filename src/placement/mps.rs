@@ -11,13 +11,14 @@
 //! silently, beside a `control` socket of another program, so such a socket makes no client here either.
 //! A daemon whose process this PID namespace cannot see (pid 0) is taken as one, and said so.
 
-use std::os::unix::fs::FileTypeExt;
-
 use nix::errno::Errno;
 use nix::sys::socket::{
     AddressFamily, SockFlag, SockType, UnixAddr, connect, getsockopt, socket, sockopt::PeerCredentials,
 };
+use nix::sys::stat::SFlag;
 use serde::{Deserialize, Serialize};
+
+use super::root::{Found, Root};
 
 /// The variable that names the pipe directory.
 pub const PIPE_DIRECTORY_ENV: &str = "CUDA_MPS_PIPE_DIRECTORY";
@@ -43,24 +44,28 @@ impl Mps {
     /// This process's, read now.
     pub fn here() -> Self {
         let from_env = std::env::var_os(PIPE_DIRECTORY_ENV);
-        Self::of(from_env.as_deref().map(|d| d.to_string_lossy()).as_deref(), std::path::Path::new("/"))
+        let from_env = from_env.as_deref().map(|d| d.to_string_lossy());
+        Self::of(from_env.as_deref(), Root::here().ok().as_ref(), nix::unistd::geteuid().as_raw())
     }
 
     /// The MPS of a process whose `CUDA_MPS_PIPE_DIRECTORY` is `from_env` (`None`: unset), whose root is
-    /// `root` (`/proc/<pid>/root` for another process: its pipe directory is a path in its own mounts).
-    pub fn of(from_env: Option<&str>, root: &std::path::Path) -> Self {
+    /// `root` (another process's: its pipe directory is a path in its own mounts, resolved as it resolves
+    /// it), and whose user is `user` (as this process's user namespace sees it: a daemon serves its own
+    /// user's clients); no root to look in, no daemon.
+    pub fn of(from_env: Option<&str>, root: Option<&Root>, user: u32) -> Self {
         let from_env = from_env.filter(|d| !d.is_empty());
         let pipe_directory =
             from_env.map_or_else(|| DEFAULT_PIPE_DIRECTORY.to_owned(), |d| d.escape_debug().to_string());
-        let control =
-            root.join(from_env.unwrap_or(DEFAULT_PIPE_DIRECTORY).trim_start_matches('/')).join("control");
-        let (client, answered) = match control_answer(&control) {
-            Answer::Nothing => (false, None),
-            Answer::Daemon => (true, None),
-            Answer::Unseen => (true, Some("a process this PID namespace cannot see".to_owned())),
-            Answer::Other(what) => (false, Some(format!("{what}, not NVIDIA's control daemon"))),
-            Answer::AnotherUser(what) => (false, Some(what)),
-        };
+        let control = format!("{}/control", from_env.unwrap_or(DEFAULT_PIPE_DIRECTORY));
+        let control = root.and_then(|root| root.find(&control, false).ok());
+        let (client, answered) =
+            match control.map_or(Answer::Nothing, |control| control_answer(&control, user)) {
+                Answer::Nothing => (false, None),
+                Answer::Daemon => (true, None),
+                Answer::Unseen => (true, Some("a process this PID namespace cannot see".to_owned())),
+                Answer::Other(what) => (false, Some(format!("{what}, not NVIDIA's control daemon"))),
+                Answer::AnotherUser(what) => (false, Some(what)),
+            };
         Self { pipe_directory, from_env: from_env.is_some(), client, answered }
     }
 
@@ -107,12 +112,14 @@ enum Answer {
 /// The executable NVIDIA's control daemon runs.
 const DAEMON: &str = "nvidia-cuda-mps-control";
 
-/// What answers at the socket at `path`, without waiting.
-fn control_answer(path: &std::path::Path) -> Answer {
-    if !std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket()) {
+/// What answers at the socket `control` (found in a root, not followed) for a process of user `user`,
+/// without waiting.
+fn control_answer(control: &Found, user: u32) -> Answer {
+    if control.kind().ok() != Some(SFlag::S_IFSOCK) {
         return Answer::Nothing;
     }
-    let Ok(address) = UnixAddr::new(path) else { return Answer::Nothing };
+    // The socket itself, by the path the kernel follows to it: as short as a path to a socket must be.
+    let Ok(address) = UnixAddr::new(&control.path()) else { return Answer::Nothing };
     let flags = SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC;
     // Whichever kind of socket the daemon listens on: a connect of another kind is EPROTOTYPE.
     for kind in [SockType::Stream, SockType::SeqPacket, SockType::Datagram] {
@@ -125,9 +132,8 @@ fn control_answer(path: &std::path::Path) -> Answer {
         }
         let Ok(peer) = getsockopt(&probe, PeerCredentials) else { return Answer::Unseen };
         // A daemon serves its own user's clients (root's serves every user's): another user's listener in a
-        // directory anyone can make (/tmp/nvidia-mps) makes no client of this process, whatever it runs.
-        let me = nix::unistd::geteuid().as_raw();
-        if peer.uid() != me && peer.uid() != 0 {
+        // directory anyone can make (/tmp/nvidia-mps) makes no client of the process, whatever it runs.
+        if peer.uid() != user && peer.uid() != 0 {
             let pid = peer.pid();
             return Answer::AnotherUser(format!(
                 "a listener of another user (uid {}, pid {pid}), whose daemon would not serve this user",
@@ -168,6 +174,12 @@ pub(crate) mod tests {
     /// `nvidia-cuda-mps-control` that listens on a `SOCK_SEQPACKET` socket `control` in `dir` (as the
     /// daemon does on the H200 host) until it is killed. Needs python3.
     pub(crate) fn stand_in_daemon(dir: &std::path::Path) -> std::process::Child {
+        stand_in_daemon_of(dir, None)
+    }
+
+    /// [`stand_in_daemon`], run as user `uid` where given (root only).
+    fn stand_in_daemon_of(dir: &std::path::Path, uid: Option<u32>) -> std::process::Child {
+        use std::os::unix::process::CommandExt as _;
         let python = std::process::Command::new("python3")
             .args(["-c", "import os, sys; print(os.path.realpath(sys.executable))"])
             .output()
@@ -178,12 +190,22 @@ pub(crate) mod tests {
                       s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)\n\
                       s.bind(sys.argv[1]); s.listen(64); print('ready', flush=True)\n\
                       while True: time.sleep(1)\n";
-        let mut child = std::process::Command::new(&copy)
-            .args(["-c", script])
-            .arg(dir.join("control"))
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut command = std::process::Command::new(&copy);
+        command.args(["-c", script]).arg(dir.join("control")).stdout(std::process::Stdio::piped());
+        if let Some(uid) = uid {
+            command.uid(uid).gid(uid);
+        }
+        // A process another test forked while the copy was written holds it open for writing until it
+        // execs (ETXTBSY): tried again.
+        let mut child = (0..100)
+            .find_map(|_| match command.spawn() {
+                Err(e) if e.raw_os_error() == Some(nix::libc::ETXTBSY) => {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                    None
+                }
+                spawned => Some(spawned.unwrap()),
+            })
+            .expect("the stand-in daemon starts");
         let mut ready = String::new();
         std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut ready)
             .unwrap();
@@ -193,23 +215,37 @@ pub(crate) mod tests {
 
     /// A daemon is a `control` socket that accepts, where NVIDIA's daemon listens; a socket nothing listens
     /// on, or a file, is none, and another program's socket (here this test's own) is named, not trusted.
+    /// What answers at `path`.
+    fn control_answer_at(path: &std::path::Path) -> Answer {
+        let found = Root::here().unwrap().find(&path.to_string_lossy(), false);
+        found.map_or(Answer::Nothing, |control| control_answer(&control, nix::unistd::geteuid().as_raw()))
+    }
+
     #[test]
     fn a_daemon_is_nvidias_control_socket_that_accepts() {
         let dir = tempfile::tempdir().unwrap();
         let control = dir.path().join("control");
-        assert_eq!(control_answer(&control), Answer::Nothing, "nothing there");
+        assert_eq!(control_answer_at(&control), Answer::Nothing, "nothing there");
         std::fs::write(&control, b"").unwrap();
-        assert_eq!(control_answer(&control), Answer::Nothing, "a file");
+        assert_eq!(control_answer_at(&control), Answer::Nothing, "a file");
         std::fs::remove_file(&control).unwrap();
         let listener = std::os::unix::net::UnixListener::bind(&control).unwrap();
         let me = program_of(std::process::id() as i32).unwrap();
         let impostor = Answer::Other(format!("{me} (pid {})", std::process::id()));
-        assert_eq!(control_answer(&control), impostor, "another program's socket");
+        assert_eq!(control_answer_at(&control), impostor, "another program's socket");
         drop(listener);
-        assert_eq!(control_answer(&control), Answer::Nothing, "a socket left by a daemon that is gone");
+        // A process that another test forks holds a copy of the listener until it execs: its end is awaited.
+        let gone = (0..200).any(|_| {
+            let nothing = control_answer_at(&control) == Answer::Nothing;
+            if !nothing {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            nothing
+        });
+        assert!(gone, "a socket left by a daemon that is gone: {:?}", control_answer_at(&control));
         std::fs::remove_file(&control).unwrap();
         let mut daemon = stand_in_daemon(dir.path());
-        assert_eq!(control_answer(&control), Answer::Daemon, "NVIDIA's, on a SOCK_SEQPACKET socket");
+        assert_eq!(control_answer_at(&control), Answer::Daemon, "NVIDIA's, on a SOCK_SEQPACKET socket");
         let _ = daemon.kill();
         let _ = daemon.wait();
         let mps =
@@ -219,6 +255,31 @@ pub(crate) mod tests {
             Some(format!("under MPS (no daemon answered at {})", mps.pipe_directory))
         );
         assert_eq!(mps.under(false), None, "no client of another program");
+    }
+
+    /// A daemon serves its own user's clients (and root's every user's): the user that counts is the
+    /// process's, given (read from outside, `--between`, it is not this process's). A daemon of `nobody`
+    /// makes a client of a process of `nobody`, which root, reading it from outside, once took for a
+    /// process of its own (root) and said no daemon of that user would serve.
+    #[test]
+    fn a_daemon_serves_the_processes_of_its_own_user() {
+        use std::os::unix::fs::PermissionsExt as _;
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("SKIPPED a_daemon_serves_the_processes_of_its_own_user: needs root");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let mut daemon = stand_in_daemon_of(dir.path(), Some(65534));
+        let root = Root::here().unwrap();
+        let directory = dir.path().to_string_lossy().into_owned();
+        let (nobodys, others) =
+            (Mps::of(Some(&directory), Some(&root), 65534), Mps::of(Some(&directory), Some(&root), 1000));
+        let _ = daemon.kill();
+        let _ = daemon.wait();
+        assert!(nobodys.client && nobodys.answered.is_none(), "{nobodys:?}");
+        assert!(!others.client, "{others:?}");
+        assert!(others.answered.is_some_and(|a| a.starts_with("a listener of another user (uid 65534")));
     }
 
     /// `Mps::here` for the pipe directory `dir`.

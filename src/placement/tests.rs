@@ -135,14 +135,15 @@ fn the_gpus_a_root_has_are_those_of_its_device_nodes() {
         let information = format!("Model: \t\t H200\nGPU UUID: \t {uuid}\nDevice Minor: \t {minor}\n");
         std::fs::write(driver.path().join(address).join("information"), information).unwrap();
     }
-    let root = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let root = Root::at(dir.path()).unwrap();
     let all = Some(vec!["GPU-a".to_owned(), "GPU-b".to_owned()]);
-    assert_eq!(gpus_with_nodes_in(driver.path(), root.path()), all, "no nodes given: PCI order, all");
-    std::fs::create_dir(root.path().join("dev")).unwrap();
-    std::fs::write(root.path().join("dev/nvidiactl"), b"").unwrap();
-    std::fs::write(root.path().join("dev/nvidia1"), b"").unwrap();
-    assert_eq!(gpus_with_nodes_in(driver.path(), root.path()), Some(vec!["GPU-b".to_owned()]));
-    std::fs::remove_file(root.path().join("dev/nvidia1")).unwrap();
-    assert_eq!(gpus_with_nodes_in(driver.path(), root.path()), Some(vec![]), "the control node alone: none");
-    assert_eq!(gpus_with_nodes_in(&driver.path().join("absent"), root.path()), None);
+    assert_eq!(gpus_with_nodes_in(driver.path(), &root), all, "no nodes given: PCI order, all");
+    std::fs::create_dir(dir.path().join("dev")).unwrap();
+    std::fs::write(dir.path().join("dev/nvidiactl"), b"").unwrap();
+    std::fs::write(dir.path().join("dev/nvidia1"), b"").unwrap();
+    assert_eq!(gpus_with_nodes_in(driver.path(), &root), Some(vec!["GPU-b".to_owned()]));
+    std::fs::remove_file(dir.path().join("dev/nvidia1")).unwrap();
+    assert_eq!(gpus_with_nodes_in(driver.path(), &root), Some(vec![]), "the control node alone: none");
+    assert_eq!(gpus_with_nodes_in(&driver.path().join("absent"), &root), None);
 }

@@ -62,13 +62,25 @@ pub fn nccl_of_open_file(file: &std::fs::File) -> Option<Version> {
 }
 
 /// The file at `path` opened for reading where it is a regular file: never a FIFO or a device, whose open
-/// or read could wait for good (a process read from outside may have put one where its library was), and
-/// without following a last symbolic link (another root's link may name a file of this one).
+/// could wait for good or do what its driver does on open (a process read from outside may have put one
+/// where its library was), and without following a last symbolic link (another root's link may name a file
+/// of this one). It is looked at before it is opened ([`reopened_if_regular`]): an open of a FIFO, even
+/// non-blocking, let its waiting writer in, and an open of a device called its driver.
 pub fn open_regular(path: &Path) -> Option<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let flags = nix::libc::O_NONBLOCK | nix::libc::O_NOFOLLOW | nix::libc::O_NOCTTY;
-    let file = std::fs::OpenOptions::new().read(true).custom_flags(flags).open(path).ok()?;
-    file.metadata().ok()?.is_file().then_some(file)
+    use nix::fcntl::OFlag;
+    let flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    reopened_if_regular(nix::fcntl::open(path, flags, nix::sys::stat::Mode::empty()).ok()?)
+}
+
+/// What `found` (open `O_PATH`, which opens nothing) is, opened for reading where it is a regular file:
+/// through `/proc/self/fd`, so the very file that was looked at.
+pub fn reopened_if_regular(found: std::os::fd::OwnedFd) -> Option<std::fs::File> {
+    use std::os::fd::AsRawFd as _;
+    let mode = nix::sys::stat::fstat(&found).ok()?.st_mode;
+    if mode & nix::libc::S_IFMT != nix::libc::S_IFREG {
+        return None;
+    }
+    std::fs::File::open(format!("/proc/self/fd/{}", found.as_raw_fd())).ok()
 }
 
 /// The most of a file searched for a banner: a library's `.rodata` is a few MB (NCCL's, of a file of
@@ -120,10 +132,9 @@ fn read_only_data(file: &std::fs::File) -> Option<Vec<u8>> {
     }
 }
 
-/// PyTorch's version, from the `version.py` of the package whose `lib/` holds `library` (its
-/// `libtorch_cuda.so`): `__version__ = '2.11.0+cu130'`.
-pub fn torch_of_library(library: &Path) -> Option<String> {
-    let package = library.parent()?.parent()?;
+/// PyTorch's version, from the `version.py` of its package folder `package`, whose `lib/` holds its
+/// `libtorch_cuda.so`: `__version__ = '2.11.0+cu130'`.
+pub fn torch_of_package(package: &Path) -> Option<String> {
     let mut text = String::new();
     std::io::Read::read_to_string(
         &mut std::io::Read::take(open_regular(&package.join("version.py"))?, 64 << 10),

@@ -38,7 +38,7 @@ pub(crate) mod verdict;
 
 use std::path::{Path, PathBuf};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use destination::{Destination, Output};
 
 use crate::driver::Driver;
@@ -205,6 +205,31 @@ pub fn open(json: Option<&Path>, metrics: Option<&Path>, asked: (Mode, Options))
         eprint_line!("simple-ipc: warning: {e:#}: killed before its end, the run would leave what was there");
     }
     Ok(Some(opened))
+}
+
+/// The `--json` document of a mode that is no run and writes a document of its own, once (`--between`):
+/// its path checked as [`open`] checks a run's, before anything is read (`-` gives standard output to the
+/// document alone, every other line going to standard error), and the document written as a run's is: a new
+/// file renamed over the path, or standard output, whose reader gone is
+/// [`ReaderGone`](crate::output::ReaderGone).
+pub(crate) struct OwnDocument(Target);
+
+impl OwnDocument {
+    pub(crate) fn checked(path: &Path) -> Result<Self> {
+        Target::checked(Output::Json, path).map(Self)
+    }
+
+    /// Whether the document goes to standard output (`--json -`), which it then has alone.
+    pub(crate) fn is_standard_output(&self) -> bool {
+        matches!(self.0.destination, Destination::StandardOutput(_))
+    }
+
+    /// Writes `document`, whole.
+    pub(crate) fn write(&self, document: &impl serde::Serialize) -> Result<()> {
+        let mut text = serde_json::to_string_pretty(document).context("writing the --json document")?;
+        text.push('\n');
+        self.0.write(&text)
+    }
 }
 
 /// The inherited descriptor `fd` (`--report-fd`) as the document of this run (`asked`: its mode and options).

@@ -1,4 +1,5 @@
 use super::*;
+use std::os::unix::fs::OpenOptionsExt as _;
 
 #[test]
 fn a_version_is_read_at_the_start_of_a_text() {
@@ -49,6 +50,32 @@ fn only_a_regular_file_is_read_for_a_version() {
     assert_eq!(nccl_of_file(Path::new("/dev/zero")), None);
 }
 
+/// A FIFO is looked at, never opened: a writer waiting on it stays waiting, where an open of it for
+/// reading, even non-blocking, once let the writer in (and an open of a device called its driver).
+#[test]
+fn a_fifo_is_not_opened_for_a_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("libnccl.so.2");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let (opened, writer_in) = std::sync::mpsc::channel();
+    let path = fifo.clone();
+    let writer = std::thread::spawn(move || {
+        let writing = std::fs::OpenOptions::new().write(true).open(&path);
+        let _ = opened.send(());
+        writing
+    });
+    // The writer waits in its open until a reader comes.
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert_eq!(nccl_of_file(&fifo), None);
+    assert_eq!(open_regular(&fifo).map(drop), None);
+    let let_in = writer_in.recv_timeout(std::time::Duration::from_millis(300)).is_ok();
+    // This test's own reader lets the writer in, whatever happened.
+    let reader = std::fs::OpenOptions::new().read(true).custom_flags(nix::libc::O_NONBLOCK).open(&fifo);
+    let _ = writer.join();
+    drop(reader);
+    assert!(!let_in, "the FIFO was opened: its writer was let in");
+}
+
 /// In an ELF file, only `.rodata` is searched: a banner outside it is not NCCL's.
 #[test]
 fn in_an_elf_file_the_banner_is_read_from_its_read_only_data() {
@@ -91,9 +118,12 @@ fn pytorchs_version_is_read_beside_its_library() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("lib")).unwrap();
     let library = dir.path().join("lib").join("libtorch_cuda.so");
-    assert_eq!(torch_of_library(&library), None);
+    assert_eq!(torch_of_package(library.parent().unwrap().parent().unwrap()), None);
     std::fs::write(dir.path().join("version.py"), "x = 1\n__version__ = '2.11.0+cu130'\n").unwrap();
-    assert_eq!(torch_of_library(&library).as_deref(), Some("2.11.0+cu130"));
+    assert_eq!(
+        torch_of_package(library.parent().unwrap().parent().unwrap()).as_deref(),
+        Some("2.11.0+cu130")
+    );
 }
 
 /// The loader's search, with a relative or empty element of LD_LIBRARY_PATH left out (a planted library
@@ -136,7 +166,7 @@ fn pytorchs_version_is_a_short_printable_text() {
     let library = dir.path().join("lib").join("libtorch_cuda.so");
     let of = |value: &str| {
         std::fs::write(dir.path().join("version.py"), format!("__version__ = '{value}'\n")).unwrap();
-        torch_of_library(&library)
+        torch_of_package(library.parent().unwrap().parent().unwrap())
     };
     assert_eq!(of(""), None);
     assert_eq!(of("2.11.0 beta"), None);
