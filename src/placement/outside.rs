@@ -13,6 +13,8 @@
 //! its paths are resolved in its own root ([`Root`]); its files are looked at before they are opened; and
 //! what is read through its own file systems and memory is read within [`ANSWER_WITHIN`].
 
+mod mapped;
+mod pair_seen;
 mod proc_dir;
 
 use std::path::Path;
@@ -23,11 +25,15 @@ use anyhow::{Context, Result, anyhow, bail};
 use nix::fcntl::OFlag;
 use serde::{Deserialize, Serialize};
 
+use mapped::loaded;
+#[cfg(test)]
+use mapped::range_and_path;
+pub use mapped::{Loaded, Mapped};
+pub use pair_seen::{pair, with_outside};
 use proc_dir::MOST_STATUS;
 pub(crate) use proc_dir::ProcDir;
 
 use super::root::Root;
-use super::share::{EXPORTERS_NUMBER_THERE, Fact, IMPORTER_IS_ANCESTOR, Sameness};
 use super::versions::{self, Version};
 use super::{Capabilities, Namespaces, Place, Platform, libraries, mps};
 
@@ -39,23 +45,6 @@ const MOST_UID_MAP: u64 = 64 << 10;
 const MOST_ENVIRON: u64 = 8 << 20;
 /// The most of its `maps`: 65530 mappings (`vm.max_map_count`) of paths of 250 bytes, on average.
 const MOST_MAPS: u64 = 16 << 20;
-
-/// A library a process has mapped, and its version where its file says it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Mapped {
-    /// Its file, as the process's maps name it (a path in its own mounts).
-    pub path: String,
-    pub version: Option<String>,
-}
-
-/// The libraries of the forecast's rows that a process has loaded.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Loaded {
-    pub nccl: Option<Mapped>,
-    pub ucx: Option<Mapped>,
-    /// PyTorch's CUDA library (`libtorch_cuda.so`), with PyTorch's version.
-    pub torch: Option<Mapped>,
-}
 
 /// A running process, as read from outside.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -384,134 +373,6 @@ fn hostname_of(proc: &ProcDir, uts: Option<u64>) -> Result<String> {
         })
         .context("starting the thread that enters its UTS namespace")?;
     read.join().map_err(|_| anyhow!("the thread that read it failed"))?
-}
-
-/// The libraries of the forecast's rows in a process's `maps`, each with its version read from its file:
-/// the file it mapped, by its mapping (`by_mapping` of its address range, which opens
-/// `/proc/<pid>/map_files/<range>` where it is a regular file), else by its path in the process's root.
-fn loaded(maps: &str, root: &Root, by_mapping: &dyn Fn(&str) -> Option<std::fs::File>) -> Loaded {
-    let mut loaded = Loaded::default();
-    for line in maps.lines() {
-        let Some((range, shown)) = range_and_path(line) else { continue };
-        if !shown.starts_with('/') {
-            continue;
-        }
-        // A file removed since it was mapped: the name in its root, if any, is another file's now.
-        let (path, deleted) = match shown.strip_suffix(" (deleted)") {
-            Some(path) => (path, true),
-            None => (shown, false),
-        };
-        let Some(name) = Path::new(path).file_name().map(|n| n.to_string_lossy().into_owned()) else {
-            continue;
-        };
-        let mapped =
-            |version: Option<String>| Some(Mapped { path: crate::output::printable(shown), version });
-        // The folder `up` levels above the file, in its root, resolved as the process resolves it.
-        let folder = |up: usize| {
-            let folder = Path::new(path).ancestors().nth(up).filter(|_| !deleted)?;
-            root.find(&folder.to_string_lossy(), true).ok()
-        };
-        if name.starts_with("libnccl.so") && loaded.nccl.is_none() {
-            // The file the process mapped, by its mapping (`map_files`, root only), not by a path in its
-            // root that it may have changed since; else by that path.
-            let by_mapping = || versions::nccl_of_open_file(&by_mapping(range)?);
-            let version = name
-                .strip_prefix("libnccl.so.")
-                .and_then(Version::at_start_of)
-                .or_else(by_mapping)
-                .or_else(|| versions::nccl_of_file(&folder(1)?.path().join(&name)));
-            loaded.nccl = mapped(version.map(|v| v.to_string()));
-        } else if name.starts_with("libucp.so") && loaded.ucx.is_none() {
-            loaded.ucx = mapped(None);
-        } else if name.starts_with("libtorch_cuda.so") && loaded.torch.is_none() {
-            // PyTorch's package: the folder above the library's `lib/`.
-            loaded.torch = mapped(folder(2).and_then(|package| versions::torch_of_package(&package.path())));
-        }
-    }
-    loaded
-}
-
-/// The address range and the path of a line of `maps` (`7f00-7f01 r-xp 0 08:01 12   /usr/lib/x.so`):
-/// the path is all that follows the fifth field and the blanks that pad it, blanks in its name included
-/// (the kernel escapes only a newline in it, as `\012`); `None` where the line maps no file.
-fn range_and_path(line: &str) -> Option<(&str, &str)> {
-    let mut rest = line;
-    let mut range = "";
-    for field in 0..5 {
-        rest = rest.trim_start_matches(' ');
-        let end = rest.find(' ')?;
-        if field == 0 {
-            range = &rest[..end];
-        }
-        rest = &rest[end..];
-    }
-    Some((range, rest.trim_start_matches(' ')))
-}
-
-/// Facts of the pair that only an outside view reads, given as the pids this process sees.
-pub struct PairSeen {
-    /// Whether the importer is an ancestor of the exporter (Yama's scope 1 lets an ancestor in).
-    pub importer_is_ancestor: bool,
-    /// The process at the exporter's own pid number in the importer's PID namespace, where the two differ:
-    /// `Some(name)`, or `None` where there is none.
-    pub at_exporters_number: Option<String>,
-}
-
-/// [`PairSeen`] of `exporter` and `importer`.
-pub fn pair(exporter: &Observed, importer: &Observed) -> PairSeen {
-    let mut importer_is_ancestor = false;
-    let mut current = exporter.pid;
-    for _ in 0..64 {
-        match crate::os::proc_stat::read(current) {
-            Some(stat) if stat.parent > 0 => {
-                current = stat.parent;
-                if current == importer.pid {
-                    importer_is_ancestor = true;
-                    break;
-                }
-            }
-            _ => break,
-        }
-    }
-    let number = exporter.place.pid;
-    let there = importer.place.namespaces.pid;
-    let at_exporters_number = std::fs::read_dir("/proc").ok().and_then(|entries| {
-        entries.flatten().find_map(|entry| {
-            let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
-            let link = std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok()?;
-            if super::parse_namespace_link(&link.to_string_lossy()) != there {
-                return None;
-            }
-            let status = read_lossily(Path::new(&format!("/proc/{pid}/status"))).ok()?;
-            let own: u32 =
-                crate::os::access::status_field(&status, "NSpid")?.split_whitespace().last()?.parse().ok()?;
-            (own == number).then(|| {
-                let name = crate::os::access::status_field(&status, "Name").unwrap_or_default();
-                format!("{} (pid {pid} here)", crate::output::printable(&name))
-            })
-        })
-    });
-    // Every PID namespace has its pid 1 (its init), whether or not its link can be read here.
-    let at_exporters_number =
-        at_exporters_number.or_else(|| (number == 1).then(|| "its own init (pid 1)".to_owned()));
-    PairSeen { importer_is_ancestor, at_exporters_number }
-}
-
-/// `facts` with what an outside view read of the pair ([`PairSeen`](PairSeen)) in place
-/// of what the places alone could tell.
-pub fn with_outside(mut facts: Vec<Fact>, seen: &PairSeen) -> Vec<Fact> {
-    let pid_namespaces_differ =
-        facts.iter().any(|f| f.fact == super::share::FACTS[0].0 && f.same == Sameness::Differs);
-    for fact in &mut facts {
-        if fact.fact == IMPORTER_IS_ANCESTOR {
-            fact.same = if seen.importer_is_ancestor { Sameness::Same } else { Sameness::Differs };
-        }
-        if fact.fact == EXPORTERS_NUMBER_THERE && pid_namespaces_differ {
-            fact.same = if seen.at_exporters_number.is_some() { Sameness::Same } else { Sameness::Differs };
-            fact.detail = seen.at_exporters_number.clone();
-        }
-    }
-    facts
 }
 
 #[cfg(test)]

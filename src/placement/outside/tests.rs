@@ -1,5 +1,6 @@
+use super::pair_seen::PairSeen;
 use super::*;
-use crate::placement::share::compare;
+use crate::placement::share::{EXPORTERS_NUMBER_THERE, Fact, IMPORTER_IS_ANCESTOR, Sameness, compare};
 
 /// Process `pid`'s place, read from outside.
 fn observe(pid: i32) -> Result<Observed> {
