@@ -6,6 +6,11 @@
 //! libraries' files, each a name in the node's files that the process chose. Here each name is looked at
 //! (opened `O_PATH`, never read, never followed by the kernel) and each link is read and resolved in the
 //! root by this module, as `openat2`'s `RESOLVE_IN_ROOT` would (which kernels before 5.6 lack).
+//!
+//! Why by hand: `openat2` is missing before Linux 5.6; cap-std resolves beneath a directory, refusing an
+//! absolute link where a process resolves it from its root; libpathrs (`pathrs` 0.2.6, tried) resolves in a
+//! root but panics where this process is out of descriptors ("at least one candidate /proc/thread-self path
+//! should work", with `ulimit -n 7`), which here is an error that names the fact being read.
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
