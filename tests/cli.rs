@@ -286,6 +286,20 @@ fn version_says_the_revision_and_what_the_kernel_needs() {
     }
 }
 
+/// `--help` says when the files of `--json` and `--metrics` are written: as the run begins (running) too, not
+/// only once it has ended (what it said after the running document came, which a user reading it to
+/// learn what a killed run leaves would have believed: the last run's document).
+#[test]
+fn help_says_the_files_are_written_as_the_run_begins() {
+    let out = Command::new(bin()).arg("--help").env("COLUMNS", "100").output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout).split_whitespace().collect::<Vec<_>>().join(" ");
+    for (option, next) in [("--json <FILE>", "--metrics <FILE>"), ("--metrics <FILE>", "-q, --quiet")] {
+        let at = |what: &str| help.find(what).unwrap_or_else(|| panic!("{what} in {help}"));
+        let said = &help[at(option)..at(next)];
+        assert!(said.contains("replaced whole as the run begins"), "{option}: {said}");
+    }
+}
+
 /// `--help` groups the options under headings, and `-h` is the short form of it.
 #[test]
 fn help_groups_the_options_and_h_is_short() {

@@ -189,10 +189,11 @@ pub(super) struct Options {
     // Output.
     /// Write one JSON document to FILE however the run ends.
     ///
-    /// Its status (passed, failed or waived), the reason and the exit status, and the mode's results (the
-    /// phase timings of a run, the figures of --bench, the table of --ipc all). FILE is a regular file or a
-    /// new one; an existing one is replaced whole once the run has ended. `-`: the document alone on
-    /// standard output, and every other line on standard error.
+    /// Its status (passed, failed, waived or interrupted), the reason and the exit status, and the mode's
+    /// results (the phase timings of a run, the figures of --bench, the table of --ipc all). FILE is a
+    /// regular file or a new one, replaced whole as the run begins (status running: what a run killed with
+    /// SIGKILL leaves) and once it has ended. `-`: the document alone on standard output, and every other line
+    /// on standard error.
     #[arg(long, value_name = "FILE", help_heading = OUTPUT, value_hint = ValueHint::FilePath)]
     pub json: Option<PathBuf>,
 
@@ -201,9 +202,9 @@ pub(super) struct Options {
     /// How it ended (status, exit status), each phase's time per process, each mechanism's result (--ipc
     /// all), the matrix's cells, the benchmark's figures, MPS, what the processes of a served run share, and
     /// the Xid errors the kernel logged for the run's GPUs: for node_exporter's textfile collector (a FILE
-    /// ending in .prom in its directory) or a Pushgateway. FILE is replaced whole once the run has ended (a
-    /// temporary file beside it, renamed over it). `-`: on standard output, every other line on standard
-    /// error.
+    /// ending in .prom in its directory) or a Pushgateway. FILE is replaced whole as the run begins (status
+    /// running) and once it has ended (a temporary file beside it, renamed over it). `-`: on standard output,
+    /// every other line on standard error.
     #[arg(long, value_name = "FILE", help_heading = OUTPUT, value_hint = ValueHint::FilePath)]
     pub metrics: Option<PathBuf>,
 

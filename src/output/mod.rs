@@ -271,8 +271,10 @@ fn needs_escape(c: char) -> bool {
     c.is_control() || is_bidi_control(c)
 }
 
+/// Unicode's Bidi_Control characters, all twelve: the Arabic letter mark (U+061C, an implicit mark as
+/// LRM and RLM are), LRM and RLM, the embeddings and overrides, and the isolates.
 fn is_bidi_control(c: char) -> bool {
-    matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
 /// `text` from another process, fit to print: each control character (ESC, CR, BEL, a newline, C1 codes)
@@ -303,6 +305,11 @@ mod tests {
         assert!(matches!(fit_for_a_terminal(clean), std::borrow::Cow::Borrowed(_)));
         let said = fit_for_a_terminal("--json /x\u{1b}[2J\r\u{7}/y\tz\n\u{202e}FAILED\u{85}\n");
         assert_eq!(said, "--json /x\\u{1b}[2J\\r\\u{7}/y\tz\n\\u{202e}FAILED\\u{85}\n");
+        // Every Bidi_Control character, and nothing beside them.
+        let bidi =
+            "\u{61c}\u{200e}\u{200f}\u{202a}\u{202b}\u{202c}\u{202d}\u{202e}\u{2066}\u{2067}\u{2068}\u{2069}";
+        assert_eq!(fit_for_a_terminal(bidi).matches("\\u{").count(), 12, "{bidi:?}");
+        assert_eq!(fit_for_a_terminal("\u{61b}\u{200d}\u{2065}"), "\u{61b}\u{200d}\u{2065}");
     }
 
     /// In a forked process (the test harness keeps its own descriptors): with standard output closed, the

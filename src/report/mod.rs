@@ -201,7 +201,7 @@ pub fn open(json: Option<&Path>, metrics: Option<&Path>, asked: (Mode, Options))
     let opened = Opened::new(json, metrics, asked);
     // A file that cannot take it now (a full disk) may take the verdict at the end; if it cannot, the
     // verdict line says so then.
-    if let Err(e) = opened.write_running() {
+    for e in opened.write_running() {
         eprint_line!("simple-ipc: warning: {e:#}: killed before its end, the run would leave what was there");
     }
     Ok(Some(opened))

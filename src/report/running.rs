@@ -12,7 +12,12 @@ impl Opened {
     /// ([`Status::Running`]): a run killed before it can write how it ended (SIGKILL) leaves that, never an
     /// earlier run's pass. A stream (standard output, the pipe of `--report-fd`) takes one document, the last,
     /// and gets none of it.
-    pub(super) fn write_running(&self) -> Result<()> {
+    ///
+    /// Each file is tried whatever became of the other, metrics first (as the document of the run's end
+    /// writes them): one that cannot be written (its file system full) must not leave the other, which may
+    /// well take it (the textfile collector's directory, on another disk), with the earlier run's pass. The
+    /// errors are those of the files that could not be written.
+    pub(super) fn write_running(&self) -> Vec<anyhow::Error> {
         let reason = format!(
             "the run (pid {}) has begun and not ended; still here once its time is past, it ended without \
              writing how (killed by SIGKILL or the OOM killer, or the machine stopped)",
@@ -29,15 +34,19 @@ impl Opened {
         let mut running = document(self, &verdict, Findings::default());
         // No exit status yet.
         running.exit_status = None;
-        for target in [&self.json, &self.metrics].into_iter().flatten() {
-            if target.destination.is_file() {
-                let text = match target.output {
-                    Output::Json => document::text(&running).context("writing the --json document")?,
-                    Output::Metrics => metrics::text(&running),
-                };
-                target.write(&text)?;
+        let mut failed = Vec::new();
+        for target in [&self.metrics, &self.json].into_iter().flatten() {
+            if !target.destination.is_file() {
+                continue;
+            }
+            let text: Result<String> = match target.output {
+                Output::Json => document::text(&running).context("writing the --json document"),
+                Output::Metrics => Ok(metrics::text(&running)),
+            };
+            if let Err(e) = text.and_then(|text| target.write(&text)) {
+                failed.push(e);
             }
         }
-        Ok(())
+        failed
     }
 }

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use super::destination::Output;
 use super::final_document::not_written;
 use super::*;
 
@@ -51,6 +52,51 @@ fn a_regular_file_is_replaced_whole_and_anything_else_refused_without_blocking()
     assert!(format!("{refused:#}").contains("is a FIFO"), "{refused:#}");
     assert!(open(Some(&dir.join("no/such/dir/t.json")), None, asked()).is_err());
     assert!(open(Some(dir), None, asked()).is_err(), "a directory is refused");
+}
+
+/// As the run begins, a file that cannot take the running document (its directory gone, its file system
+/// full) does not keep the other from taking it: each says `running` where it can, and each that cannot is
+/// an error of its own, naming its file.
+#[test]
+fn a_file_that_cannot_take_the_running_document_leaves_the_other_none_the_less_running() {
+    let tmp = tempfile::Builder::new().prefix("simple-ipc-running-").tempdir().unwrap();
+    let passed = "simple_ipc_status{status=\"passed\"} 1\n";
+    for gone in [Output::Json, Output::Metrics] {
+        let (kept, lost) = (tmp.path().join("kept"), tmp.path().join("lost"));
+        for dir in [&kept, &lost] {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        let (json, metrics) = match gone {
+            Output::Json => (lost.join("run.json"), kept.join("run.prom")),
+            Output::Metrics => (kept.join("run.json"), lost.join("run.prom")),
+        };
+        for file in [&json, &metrics] {
+            std::fs::write(file, passed).unwrap();
+        }
+        let json_target = Target::checked(Output::Json, &json).unwrap();
+        let metrics_target = Target::checked(Output::Metrics, &metrics).unwrap();
+        // Checked, then gone before the run's first write: as a file system that cannot take it now.
+        std::fs::remove_dir_all(&lost).unwrap();
+        let opened =
+            Opened::new(Some(json_target), Some(metrics_target), crate::role::Role::Topology.asked());
+        let failed = opened.write_running();
+        let said: Vec<String> = failed.iter().map(|e| format!("{e:#}")).collect();
+        let lost_one = if gone == Output::Json { &json } else { &metrics };
+        assert_eq!(said.len(), 1, "{gone:?}: {said:?}");
+        assert!(said[0].contains(&lost_one.display().to_string()), "{gone:?}: named: {said:?}");
+        let there = std::fs::read_to_string(if gone == Output::Json { &metrics } else { &json }).unwrap();
+        let running = match gone {
+            Output::Json => there.contains("simple_ipc_status{status=\"running\"} 1\n"),
+            Output::Metrics => {
+                serde_json::from_str::<Document>(&there).is_ok_and(|d| d.status == Status::Running)
+            }
+        };
+        assert!(
+            running,
+            "{gone:?}: the other file says the run is running, not the last run's pass: {there}"
+        );
+        std::fs::remove_dir_all(&kept).unwrap();
+    }
 }
 
 /// Where one form of the document could not be written, the other says so: a pass or a waiver is a
