@@ -61,11 +61,11 @@ pub fn main() -> ExitCode {
             return ExitCode::from(early_exit.exit_code());
         }
     };
-    // A read of two other processes, not a run: its answer is its own (see `placement::between`).
+    // A read of two other processes, not a run: its answer is its own (see `between`).
     if let Role::Between(between) = &role {
         let (exporter, importer, quiet) = (between.exporter, between.importer, between.quiet);
         let json = between.json.as_deref();
-        return crate::placement::between::main(&crate::placement::between::Asked {
+        return crate::between::main(&crate::between::Asked {
             exporter,
             importer,
             json,

@@ -15,6 +15,7 @@ mod entry;
 pub use entry::main;
 
 pub(crate) mod bench;
+pub(crate) mod between;
 pub(crate) mod cli;
 pub(crate) mod devices;
 pub(crate) mod driver;

@@ -8,7 +8,6 @@ use serde::{Deserialize, Serialize};
 
 use root::Root;
 
-pub(crate) mod between;
 pub(crate) mod forecast;
 pub(crate) mod libraries;
 pub(crate) mod mps;

@@ -11,10 +11,10 @@ use std::process::ExitCode;
 use anyhow::Result;
 use serde::Serialize;
 
-use super::outside::with_outside;
-use super::outside::{self, Loaded, Observed, ProcDir};
-use super::share::compare;
-use super::{Placement, ProcessPlacement};
+use crate::placement::outside::with_outside;
+use crate::placement::outside::{self, Loaded, Observed, ProcDir};
+use crate::placement::share::compare;
+use crate::placement::{Placement, ProcessPlacement};
 use crate::outcome::EXIT_FAILURE;
 use crate::output::READER_GONE_STATUS;
 use crate::report::OwnDocument;
