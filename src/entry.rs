@@ -65,12 +65,7 @@ pub fn main() -> ExitCode {
     if let Role::Between(between) = &role {
         let (exporter, importer, quiet) = (between.exporter, between.importer, between.quiet);
         let json = between.json.as_deref();
-        return crate::between::main(&crate::between::Asked {
-            exporter,
-            importer,
-            json,
-            quiet,
-        });
+        return crate::between::main(&crate::between::Asked { exporter, importer, json, quiet });
     }
     let who = match &role {
         Role::Child(child) => format!("Process {}", child.index),

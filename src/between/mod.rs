@@ -11,12 +11,12 @@ use std::process::ExitCode;
 use anyhow::Result;
 use serde::Serialize;
 
+use crate::outcome::EXIT_FAILURE;
+use crate::output::READER_GONE_STATUS;
 use crate::placement::outside::with_outside;
 use crate::placement::outside::{self, Loaded, Observed, ProcDir};
 use crate::placement::share::compare;
 use crate::placement::{Placement, ProcessPlacement};
-use crate::outcome::EXIT_FAILURE;
-use crate::output::READER_GONE_STATUS;
 use crate::report::OwnDocument;
 use crate::report::verdict::is_reader_gone;
 
